@@ -1,0 +1,306 @@
+// Package config holds the configuration file shared by the pvrescue webhook and node agent.
+//
+// The file is YAML, versioned by apiVersion/kind, decoded strictly (unknown fields are errors)
+// and validated with messages that name the offending field.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/yaml"
+)
+
+const (
+	// APIVersion is the only configuration version this build understands.
+	APIVersion = "pvrescue.io/v1alpha1"
+	// Kind of the configuration object.
+	Kind = "Config"
+)
+
+// ErrInvalid is wrapped by every validation error, so callers can tell bad input from I/O errors.
+var ErrInvalid = errors.New("invalid pvrescue configuration")
+
+// Config is the whole configuration file.
+type Config struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+
+	// LocalBlock configures the lost-local-disk rescue.
+	LocalBlock LocalBlock `json:"localBlock"`
+	// S3 configures the lost-FUSE-mount rescue.
+	S3 S3 `json:"s3"`
+	// Helper is the small static binary the webhook injects into pods.
+	Helper Helper `json:"helper"`
+	// KubeletDir is kubelet's root directory on the node.
+	KubeletDir string `json:"kubeletDir"`
+	// StateDir is where the agent keeps everything it owns (fake images, staging mounts).
+	StateDir string `json:"stateDir"`
+}
+
+// LocalBlock configures fake devices for lost local block volumes.
+type LocalBlock struct {
+	// StorageClasses whose block PVs are local disks that may go missing.
+	StorageClasses []string `json:"storageClasses"`
+	// FakeDeviceSizeBytes is the exact size of a fake device; the guard treats any device of this
+	// size as fake, so it must be smaller than any real disk.
+	FakeDeviceSizeBytes int64 `json:"fakeDeviceSizeBytes"`
+	// FirstLoopMinor is the first loop device number the agent may use (/dev/loopN).
+	FirstLoopMinor int `json:"firstLoopMinor"`
+	// NodeLabel gates fake-device creation: the agent creates fakes only on nodes where this label
+	// has the value "enabled". Elsewhere it only reports.
+	NodeLabel string `json:"nodeLabel"`
+	// ResyncPeriod is the periodic re-check on top of filesystem events.
+	ResyncPeriod metav1.Duration `json:"resyncPeriod"`
+	// MissingWarningAfter raises a warning Event when a path stays missing this long.
+	MissingWarningAfter metav1.Duration `json:"missingWarningAfter"`
+}
+
+// S3 configures the restoration of s3fs mounts.
+type S3 struct {
+	// Drivers are CSI driver / provisioner names of s3fs-based drivers.
+	Drivers []string `json:"drivers"`
+	// LivenessProbe makes the webhook inject a probe into containers mounting S3 volumes.
+	LivenessProbe bool `json:"livenessProbe"`
+	// MountPropagation makes the webhook set HostToContainer on S3 mounts where unset.
+	MountPropagation bool `json:"mountPropagation"`
+	// Probe timings of the injected livenessProbe.
+	Probe Probe `json:"probe"`
+	// CheckInterval is how often the agent checks the mounts on its node.
+	CheckInterval metav1.Duration `json:"checkInterval"`
+	// StatfsTimeout bounds one health check of a mount.
+	StatfsTimeout metav1.Duration `json:"statfsTimeout"`
+	// SecretKeys names the keys read from the volume's secret.
+	SecretKeys SecretKeys `json:"secretKeys"`
+	// Parameters names the StorageClass parameters / volume attributes the agent reads.
+	Parameters S3Parameters `json:"parameters"`
+	// S3fsPath is the s3fs executable the agent runs.
+	S3fsPath string `json:"s3fsPath"`
+}
+
+// Probe holds livenessProbe timings.
+type Probe struct {
+	InitialDelaySeconds int32 `json:"initialDelaySeconds"`
+	PeriodSeconds       int32 `json:"periodSeconds"`
+	TimeoutSeconds      int32 `json:"timeoutSeconds"`
+	FailureThreshold    int32 `json:"failureThreshold"`
+	// StatfsTimeout is passed to the helper's probe (must be below TimeoutSeconds).
+	StatfsTimeout metav1.Duration `json:"statfsTimeout"`
+}
+
+// SecretKeys are the key names inside an S3 credentials secret.
+type SecretKeys struct {
+	AccessKeyID     string `json:"accessKeyID"`
+	SecretAccessKey string `json:"secretAccessKey"`
+	// Endpoint, when present in the secret, overrides the StorageClass parameter.
+	Endpoint string `json:"endpoint"`
+	Region   string `json:"region"`
+}
+
+// S3Parameters are the names of StorageClass parameters / PV volume attributes.
+type S3Parameters struct {
+	Bucket       string `json:"bucket"`
+	Prefix       string `json:"prefix"`
+	Endpoint     string `json:"endpoint"`
+	Region       string `json:"region"`
+	MountOptions string `json:"mountOptions"`
+}
+
+// Helper is the injected helper binary.
+type Helper struct {
+	Image           string `json:"image"`
+	ImagePullPolicy string `json:"imagePullPolicy"`
+	// MountPath is where the shared emptyDir is mounted in every container.
+	MountPath string `json:"mountPath"`
+}
+
+// Default returns the configuration used when no file is given; every field is set.
+func Default() *Config {
+	return &Config{
+		APIVersion: APIVersion,
+		Kind:       Kind,
+		LocalBlock: LocalBlock{
+			StorageClasses:      []string{"local-ssd"},
+			FakeDeviceSizeBytes: 512,
+			FirstLoopMinor:      101,
+			NodeLabel:           "pvrescue.io/fake-devices",
+			ResyncPeriod:        metav1.Duration{Duration: 10 * time.Second},
+			MissingWarningAfter: metav1.Duration{Duration: 10 * time.Minute},
+		},
+		S3: S3{
+			Drivers:          []string{"ru.yandex.s3.csi", "ch.ctrox.csi.s3-driver", "csi-s3"},
+			LivenessProbe:    true,
+			MountPropagation: true,
+			Probe: Probe{
+				InitialDelaySeconds: 5,
+				PeriodSeconds:       10,
+				TimeoutSeconds:      5,
+				FailureThreshold:    3,
+				StatfsTimeout:       metav1.Duration{Duration: 3 * time.Second},
+			},
+			CheckInterval: metav1.Duration{Duration: 2 * time.Second},
+			StatfsTimeout: metav1.Duration{Duration: 2 * time.Second},
+			SecretKeys: SecretKeys{
+				AccessKeyID:     "accessKeyID",
+				SecretAccessKey: "secretAccessKey",
+				Endpoint:        "endpoint",
+				Region:          "region",
+			},
+			Parameters: S3Parameters{
+				Bucket:       "bucket",
+				Prefix:       "prefix",
+				Endpoint:     "endpoint",
+				Region:       "region",
+				MountOptions: "options",
+			},
+			S3fsPath: "s3fs",
+		},
+		Helper: Helper{
+			Image:           "ghcr.io/pvrescue/pvrescue-webhook:latest",
+			ImagePullPolicy: "IfNotPresent",
+			MountPath:       "/pvrescue",
+		},
+		KubeletDir: "/var/lib/kubelet",
+		StateDir:   "/var/lib/pvrescue",
+	}
+}
+
+// Parse decodes a configuration file over the defaults and validates it.
+// Fields absent from the file keep their default value.
+func Parse(data []byte) (*Config, error) {
+	cfg := Default()
+	// The version must be stated by the file itself, not inherited from the defaults.
+	cfg.APIVersion, cfg.Kind = "", ""
+	if err := yaml.UnmarshalStrict(data, cfg); err != nil {
+		return nil, fmt.Errorf("%w: decode: %v", ErrInvalid, err)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// Load reads and parses the file at path; an empty path yields the defaults.
+func Load(path string) (*Config, error) {
+	if path == "" {
+		return Default(), nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config %s: %w", path, err)
+	}
+	cfg, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// Validate reports every problem at once, each naming its field.
+func (c *Config) Validate() error {
+	var problems []string
+	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+
+	if c.APIVersion != APIVersion {
+		add("apiVersion: must be %q, got %q", APIVersion, c.APIVersion)
+	}
+	if c.Kind != Kind {
+		add("kind: must be %q, got %q", Kind, c.Kind)
+	}
+	for i, sc := range c.LocalBlock.StorageClasses {
+		if errs := validation.IsDNS1123Subdomain(sc); len(errs) > 0 {
+			add("localBlock.storageClasses[%d]: %q is not a valid StorageClass name: %s", i, sc, strings.Join(errs, "; "))
+		}
+	}
+	if c.LocalBlock.FakeDeviceSizeBytes < 512 || c.LocalBlock.FakeDeviceSizeBytes%512 != 0 {
+		add("localBlock.fakeDeviceSizeBytes: must be a positive multiple of 512, got %d", c.LocalBlock.FakeDeviceSizeBytes)
+	}
+	if c.LocalBlock.FakeDeviceSizeBytes > 1<<20 {
+		add("localBlock.fakeDeviceSizeBytes: must be at most 1 MiB so no real disk has that size, got %d", c.LocalBlock.FakeDeviceSizeBytes)
+	}
+	if c.LocalBlock.FirstLoopMinor < 8 || c.LocalBlock.FirstLoopMinor > 1<<20 {
+		add("localBlock.firstLoopMinor: must be between 8 and 1048576, got %d", c.LocalBlock.FirstLoopMinor)
+	}
+	if errs := validation.IsQualifiedName(c.LocalBlock.NodeLabel); len(errs) > 0 {
+		add("localBlock.nodeLabel: %q is not a valid label key: %s", c.LocalBlock.NodeLabel, strings.Join(errs, "; "))
+	}
+	if c.LocalBlock.ResyncPeriod.Duration < time.Second {
+		add("localBlock.resyncPeriod: must be at least 1s, got %s", c.LocalBlock.ResyncPeriod.Duration)
+	}
+	if c.LocalBlock.MissingWarningAfter.Duration <= 0 {
+		add("localBlock.missingWarningAfter: must be positive, got %s", c.LocalBlock.MissingWarningAfter.Duration)
+	}
+	for i, d := range c.S3.Drivers {
+		if d == "" {
+			add("s3.drivers[%d]: must not be empty", i)
+		}
+	}
+	p := c.S3.Probe
+	if p.PeriodSeconds < 1 || p.TimeoutSeconds < 1 || p.FailureThreshold < 1 || p.InitialDelaySeconds < 0 {
+		add("s3.probe: periodSeconds, timeoutSeconds and failureThreshold must be >= 1 and initialDelaySeconds >= 0")
+	}
+	if p.StatfsTimeout.Duration <= 0 || p.StatfsTimeout.Duration >= time.Duration(p.TimeoutSeconds)*time.Second {
+		add("s3.probe.statfsTimeout: must be positive and below timeoutSeconds (%ds), got %s", p.TimeoutSeconds, p.StatfsTimeout.Duration)
+	}
+	if c.S3.CheckInterval.Duration < 100*time.Millisecond {
+		add("s3.checkInterval: must be at least 100ms, got %s", c.S3.CheckInterval.Duration)
+	}
+	if c.S3.StatfsTimeout.Duration <= 0 {
+		add("s3.statfsTimeout: must be positive, got %s", c.S3.StatfsTimeout.Duration)
+	}
+	if c.S3.SecretKeys.AccessKeyID == "" || c.S3.SecretKeys.SecretAccessKey == "" {
+		add("s3.secretKeys: accessKeyID and secretAccessKey must name secret keys")
+	}
+	if c.S3.Parameters.Bucket == "" {
+		add("s3.parameters.bucket: must not be empty")
+	}
+	if c.S3.S3fsPath == "" {
+		add("s3.s3fsPath: must not be empty")
+	}
+	if c.Helper.Image == "" {
+		add("helper.image: must not be empty")
+	}
+	switch c.Helper.ImagePullPolicy {
+	case "Always", "IfNotPresent", "Never":
+	default:
+		add("helper.imagePullPolicy: must be Always, IfNotPresent or Never, got %q", c.Helper.ImagePullPolicy)
+	}
+	if !strings.HasPrefix(c.Helper.MountPath, "/") {
+		add("helper.mountPath: must be an absolute path, got %q", c.Helper.MountPath)
+	}
+	if !strings.HasPrefix(c.KubeletDir, "/") {
+		add("kubeletDir: must be an absolute path, got %q", c.KubeletDir)
+	}
+	if !strings.HasPrefix(c.StateDir, "/") {
+		add("stateDir: must be an absolute path, got %q", c.StateDir)
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("%w:\n  - %s", ErrInvalid, strings.Join(problems, "\n  - "))
+	}
+	return nil
+}
+
+// IsLocalClass reports whether name is a configured local block StorageClass.
+func (c *Config) IsLocalClass(name string) bool {
+	for _, sc := range c.LocalBlock.StorageClasses {
+		if sc == name {
+			return true
+		}
+	}
+	return false
+}
+
+// IsS3Driver reports whether name is a configured S3 CSI driver or provisioner.
+func (c *Config) IsS3Driver(name string) bool {
+	for _, d := range c.S3.Drivers {
+		if d == name {
+			return true
+		}
+	}
+	return false
+}

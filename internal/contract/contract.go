@@ -1,0 +1,76 @@
+// Package contract holds the names shared by the webhook, the injected helper and the node agent:
+// labels, annotations, container and volume names, paths and the helper's command line. Changing a
+// value here changes what running pods carry, so treat these as a public API.
+package contract
+
+const (
+	// Prefix of every pvrescue label and annotation.
+	Prefix = "pvrescue.io/"
+
+	// LabelInject on a namespace opts it in ("enabled"); on a pod, "false" opts the pod out.
+	LabelInject          = Prefix + "inject"
+	LabelInjectEnabled   = "enabled"
+	LabelInjectOptOutVal = "false"
+
+	// AnnotationStatus records, as JSON, what the webhook did to the pod (see webhook.Status).
+	AnnotationStatus = Prefix + "status"
+	// AnnotationFakeDevicePolicy is "filter" (default) or "require" (fail the pod when a device is fake).
+	AnnotationFakeDevicePolicy = Prefix + "fake-device-policy"
+	// AnnotationInjectProbe "false" turns off the injected livenessProbe for the pod.
+	AnnotationInjectProbe = Prefix + "inject-probe"
+	// AnnotationInjectPropagation "false" leaves mountPropagation of S3 mounts untouched.
+	AnnotationInjectPropagation = Prefix + "inject-propagation"
+	// AnnotationExecWrapper "false" stops the webhook wrapping explicit commands with the helper's exec.
+	AnnotationExecWrapper = Prefix + "exec-wrapper"
+	// AnnotationRestartOnDiskReturn "true" lets the agent evict a pod running on a fake device once the
+	// real disk is back, so its controller recreates it on the real disk.
+	AnnotationRestartOnDiskReturn = Prefix + "restart-on-disk-return"
+	// AnnotationFakeDevice is set by the agent on a PV while a fake device stands in for its disk.
+	AnnotationFakeDevice = Prefix + "fake-device"
+
+	// LabelFakeDevicesDefault is the default node label key that gates fake-device creation.
+	LabelFakeDevicesDefault = Prefix + "fake-devices"
+	// LabelFakeDevicesEnabled is the value of that label that allows creation.
+	LabelFakeDevicesEnabled = "enabled"
+
+	// PolicyFilter and PolicyRequire are the values of AnnotationFakeDevicePolicy.
+	PolicyFilter  = "filter"
+	PolicyRequire = "require"
+)
+
+// Names of what the webhook injects.
+const (
+	// VolumeName is the shared emptyDir mounted at Helper.MountPath in every container.
+	VolumeName = "pvrescue"
+	// GuardContainerName runs `guard` first among the init containers (pods with local block volumes).
+	GuardContainerName = "pvrescue-guard"
+	// InstallContainerName runs `install`, copying the helper into the shared volume.
+	InstallContainerName = "pvrescue-install"
+
+	// HelperBinaryInImage is the helper's path inside the helper image.
+	HelperBinaryInImage = "/pvrescue-sidecar"
+	// HelperBinDir is the directory under the shared volume the helper is installed into.
+	HelperBinDir = "bin"
+	// HelperBinaryName is the helper's file name once installed.
+	HelperBinaryName = "pvrescue-sidecar"
+	// DevicesFile is the guard's report, relative to the shared volume (schema: sidecar.Report).
+	DevicesFile = "devices.json"
+	// FilteredDevDir holds symlinks to the real devices only, relative to the shared volume.
+	FilteredDevDir = "dev"
+)
+
+// Helper subcommands and flags (the command-line contract of pvrescue-sidecar).
+const (
+	CmdInstall = "install"
+	CmdGuard   = "guard"
+	CmdExec    = "exec"
+	CmdProbe   = "probe"
+
+	FlagTo          = "--to"        // install: destination directory
+	FlagDevice      = "--device"    // guard: PATH=CLAIM, repeated
+	FlagPolicy      = "--policy"    // guard: filter|require
+	FlagOut         = "--out"       // guard: output directory (the shared volume)
+	FlagFakeSize    = "--fake-size" // guard: fake device size in bytes
+	FlagDevicesFile = "--devices"   // exec: path of devices.json
+	FlagTimeout     = "--timeout"   // probe: statfs timeout per path, e.g. 3s
+)

@@ -9,6 +9,7 @@ import (
 	_ "github.com/fsnotify/fsnotify"
 	_ "github.com/google/go-cmp/cmp"
 	_ "github.com/prometheus/client_golang/prometheus"
+	_ "github.com/spf13/cobra"
 	_ "github.com/spf13/pflag"
 	_ "go.uber.org/zap"
 	_ "golang.org/x/sys/unix"

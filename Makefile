@@ -54,6 +54,8 @@ unit: ## Fast unit tests: pure functions and fakes, no root, no cluster.
 .PHONY: integration
 integration: kube-binaries ## Tests against a real kube-apiserver + etcd.
 	$(GO) test $(GOTEST_FLAGS) -tags integration ./...
+	@if ls e2e/deploy/*_test.go e2e/certmanager/*_test.go >/dev/null 2>&1; then \
+	  cd e2e && $(GO) test $(GOTEST_FLAGS) -tags integration $$(ls -d ./deploy ./certmanager 2>/dev/null); fi
 
 .PHONY: node
 node: kube-binaries node-deps versitygw ## Privileged tests: real loop devices, mounts, s3fs + S3 server (root).

@@ -1,0 +1,20 @@
+// Command pvrescue-sidecar is the static helper the pvrescue webhook injects into pods: it
+// filters fake devices (guard, exec), probes FUSE mounts (probe) and installs itself (install).
+// See package sidecar for the command line, which is a contract with the webhook.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/pvrescue/pvrescue/sidecar"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := sidecar.Main(ctx, os.Args[1:], sidecar.NewEnv())
+	stop()
+	os.Exit(code)
+}

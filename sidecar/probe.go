@@ -1,0 +1,144 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/pvrescue/pvrescue/internal/contract"
+)
+
+// ErrProbeTimeout: statfs did not return in time, as on a FUSE mount whose daemon hangs.
+var ErrProbeTimeout = errors.New("statfs timed out")
+
+// DefaultProbeTimeout bounds the whole probe; kubelet's timeoutSeconds must be longer.
+const DefaultProbeTimeout = 3 * time.Second
+
+// ProbeOptions configures `probe --timeout D PATH...`.
+type ProbeOptions struct {
+	Timeout time.Duration
+	Paths   []string
+}
+
+// NewProbeOptions returns the defaults.
+func NewProbeOptions() *ProbeOptions { return &ProbeOptions{Timeout: DefaultProbeTimeout} }
+
+// AddFlags registers the probe's flags.
+func (o *ProbeOptions) AddFlags(fs *flag.FlagSet) {
+	fs.DurationVar(&o.Timeout, flagName(contract.FlagTimeout), o.Timeout, "time allowed for statfs of all paths together")
+}
+
+// Validate checks the options.
+func (o *ProbeOptions) Validate() error {
+	var errs []error
+	if o.Timeout <= 0 {
+		errs = append(errs, fmt.Errorf("%s must be positive, got %s", contract.FlagTimeout, o.Timeout))
+	}
+	if len(o.Paths) == 0 {
+		errs = append(errs, errors.New("no path to probe: use probe [flags] PATH..."))
+	}
+	for _, p := range o.Paths {
+		if p == "" || strings.HasPrefix(p, "-") {
+			errs = append(errs, fmt.Errorf("bad path %q (flags go before the paths)", p))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ProbeResult is the outcome for one path; Err is nil when the mount answered.
+type ProbeResult struct {
+	Path    string
+	Err     error
+	Elapsed time.Duration
+}
+
+// Probe calls statfs on every path concurrently and waits at most timeout in total. A path whose
+// statfs has not returned by then gets ErrProbeTimeout; its goroutine is abandoned (a syscall on
+// a hung FUSE mount cannot be cancelled) and dies with the process. Results keep the order of paths.
+func Probe(ctx context.Context, m Statfser, paths []string, timeout time.Duration) []ProbeResult {
+	type done struct {
+		i   int
+		err error
+		at  time.Duration
+	}
+	start := time.Now()
+	ch := make(chan done, len(paths)) // buffered: abandoned goroutines never block on send
+	for i, p := range paths {
+		go func() {
+			err := m.Statfs(p)
+			ch <- done{i, err, time.Since(start)}
+		}()
+	}
+	results := make([]ProbeResult, len(paths))
+	got := make([]bool, len(paths))
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+wait:
+	for range paths {
+		select {
+		case d := <-ch:
+			results[d.i] = ProbeResult{Path: paths[d.i], Err: d.err, Elapsed: d.at}
+			got[d.i] = true
+		case <-timer.C:
+			break wait
+		case <-ctx.Done():
+			break wait
+		}
+	}
+	for i, p := range paths {
+		if !got[i] {
+			results[i] = ProbeResult{Path: p, Err: fmt.Errorf("%w after %s (hung mount?)", ErrProbeTimeout, timeout), Elapsed: time.Since(start)}
+		}
+	}
+	return results
+}
+
+// Healthy reports whether every result is healthy.
+func Healthy(rs []ProbeResult) bool {
+	for _, r := range rs {
+		if r.Err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// FormatProbe renders one line per path, e.g.
+// "/mnt/data: transport endpoint is not connected (ENOTCONN)"; kubelet puts it in the event.
+func FormatProbe(rs []ProbeResult) string {
+	var b strings.Builder
+	for _, r := range rs {
+		if r.Err == nil {
+			fmt.Fprintf(&b, "%s: ok\n", r.Path)
+			continue
+		}
+		fmt.Fprintf(&b, "%s: %s\n", r.Path, DescribeError(r.Err))
+	}
+	return b.String()
+}
+
+// DescribeError adds the errno's symbolic name to an error ("... (ENOTCONN)"), which is what
+// people search for.
+func DescribeError(err error) string {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		if name := errnoName(errno); name != "" {
+			return fmt.Sprintf("%s (%s)", err, name)
+		}
+	}
+	return err.Error()
+}
+
+// RunProbe runs the probe and prints the result; 0 when every mount is healthy, 1 otherwise.
+func RunProbe(ctx context.Context, o *ProbeOptions, env *Env) int {
+	rs := Probe(ctx, env.Deps.Mounts, o.Paths, o.Timeout)
+	fmt.Fprint(env.Stdout, FormatProbe(rs))
+	if Healthy(rs) {
+		return 0
+	}
+	return 1
+}

@@ -1,0 +1,158 @@
+package s3mount
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// ErrMountInfo is wrapped by every mountinfo parse error.
+var ErrMountInfo = errors.New("malformed mountinfo line")
+
+// MountInfo is one line of /proc/self/mountinfo, reduced to what the restorer needs.
+type MountInfo struct {
+	ID       int
+	ParentID int
+	// Dev is "major:minor" of the filesystem; binds of one FUSE connection share it.
+	Dev        string
+	Root       string
+	MountPoint string
+	// Options are the per-mount options (ro/rw, nosuid, ...).
+	Options []string
+	FSType  string
+	Source  string
+}
+
+// ReadOnly reports whether the mount itself is read-only.
+func (m MountInfo) ReadOnly() bool {
+	for _, o := range m.Options {
+		if o == "ro" {
+			return true
+		}
+	}
+	return false
+}
+
+// ParseMountInfo parses the content of /proc/<pid>/mountinfo (see proc(5)).
+func ParseMountInfo(content string) ([]MountInfo, error) {
+	var out []MountInfo
+	for n, line := range strings.Split(content, "\n") {
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		m, err := parseMountInfoLine(line)
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %w", n+1, err)
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+func parseMountInfoLine(line string) (MountInfo, error) {
+	f := strings.Fields(line)
+	// 6 fixed fields, optional fields, "-", fstype, source, super options.
+	sep := -1
+	for i := 6; i < len(f); i++ {
+		if f[i] == "-" {
+			sep = i
+			break
+		}
+	}
+	if len(f) < 6 || sep < 0 || len(f) < sep+3 {
+		return MountInfo{}, fmt.Errorf("%w: %q", ErrMountInfo, line)
+	}
+	id, err1 := strconv.Atoi(f[0])
+	parent, err2 := strconv.Atoi(f[1])
+	if err1 != nil || err2 != nil || !strings.Contains(f[2], ":") {
+		return MountInfo{}, fmt.Errorf("%w: %q", ErrMountInfo, line)
+	}
+	return MountInfo{
+		ID:         id,
+		ParentID:   parent,
+		Dev:        f[2],
+		Root:       unescapeOctal(f[3]),
+		MountPoint: unescapeOctal(f[4]),
+		Options:    strings.Split(f[5], ","),
+		FSType:     f[sep+1],
+		Source:     unescapeOctal(f[sep+2]),
+	}, nil
+}
+
+// unescapeOctal undoes the kernel's \ooo escaping of space, tab, newline and backslash.
+func unescapeOctal(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// MountTable answers questions about one snapshot of the mount table.
+type MountTable []MountInfo
+
+// Top returns the uppermost mount at mountPoint (the one no other mount there is stacked on).
+func (t MountTable) Top(mountPoint string) (MountInfo, bool) {
+	stack := t.Stack(mountPoint)
+	if len(stack) == 0 {
+		return MountInfo{}, false
+	}
+	return stack[len(stack)-1], true
+}
+
+// Stack returns the mounts at mountPoint from the bottom to the top, following parent IDs
+// rather than line order.
+func (t MountTable) Stack(mountPoint string) []MountInfo {
+	var at []MountInfo
+	for _, m := range t {
+		if m.MountPoint == mountPoint {
+			at = append(at, m)
+		}
+	}
+	if len(at) <= 1 {
+		return at
+	}
+	byParent := map[int]MountInfo{}
+	ids := map[int]bool{}
+	for _, m := range at {
+		byParent[m.ParentID] = m
+		ids[m.ID] = true
+	}
+	// The bottom is the one whose parent is not at this mount point.
+	var bottom *MountInfo
+	for i := range at {
+		if !ids[at[i].ParentID] {
+			bottom = &at[i]
+			break
+		}
+	}
+	if bottom == nil {
+		return at
+	}
+	out := []MountInfo{*bottom}
+	for len(out) < len(at) {
+		next, ok := byParent[out[len(out)-1].ID]
+		if !ok {
+			break
+		}
+		out = append(out, next)
+	}
+	return out
+}
+
+// IsMountPoint reports whether anything is mounted at path.
+func (t MountTable) IsMountPoint(path string) bool {
+	_, ok := t.Top(path)
+	return ok
+}

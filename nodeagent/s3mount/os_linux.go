@@ -1,0 +1,215 @@
+//go:build linux
+
+package s3mount
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// NewOS returns the real node implementation.
+func NewOS() OS {
+	return OS{Mounter: realMounter{}, Procs: realProcs{}, Statfs: newRealStatfs(), FS: realFS{}}
+}
+
+type realMounter struct{}
+
+func (realMounter) MountTable() (MountTable, error) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, fmt.Errorf("read mountinfo: %w", err)
+	}
+	t, err := ParseMountInfo(string(data))
+	return t, err
+}
+
+func (realMounter) Bind(source, target string, readOnly bool) error {
+	// The syscall takes paths as they are: no canonicalisation, so no stat of the dead target.
+	if err := unix.Mount(source, target, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("%w: bind %s onto %s: %w", ErrMount, source, target, err)
+	}
+	if readOnly {
+		// A bind's read-only flag can only be set by a remount of that bind.
+		if err := unix.Mount("", target, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
+			// Never leave a writable bind where a read-only volume belongs.
+			_ = unix.Unmount(target, unix.MNT_DETACH)
+			return fmt.Errorf("%w: remount %s read-only: %w", ErrMount, target, err)
+		}
+	}
+	return nil
+}
+
+func (realMounter) Unmount(target string, detach bool) error {
+	flags := 0
+	if detach {
+		flags = unix.MNT_DETACH
+	}
+	if err := unix.Unmount(target, flags); err != nil {
+		return fmt.Errorf("%w: unmount %s: %w", ErrMount, target, err)
+	}
+	return nil
+}
+
+func (realMounter) MountTmpfs(target string, sizeBytes int64) error {
+	opts := fmt.Sprintf("size=%d,mode=0700", sizeBytes)
+	if err := unix.Mount("tmpfs", target, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
+		return fmt.Errorf("%w: tmpfs at %s: %w", ErrMount, target, err)
+	}
+	return nil
+}
+
+type realProcs struct{}
+
+// tailBuffer keeps the last bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+const tailMax = 4096
+
+func (b *tailBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf = append(b.buf, p...)
+	if len(b.buf) > tailMax {
+		b.buf = b.buf[len(b.buf)-tailMax:]
+	}
+	return len(p), nil
+}
+
+func (b *tailBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(bytes.TrimSpace(b.buf))
+}
+
+type realProcess struct {
+	cmd  *exec.Cmd
+	out  *tailBuffer
+	done chan struct{}
+	err  error
+}
+
+func (realProcs) Start(path string, args []string) (Process, error) {
+	cmd := exec.Command(path, args...)
+	out := &tailBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	// Own process group: a signal to the agent's group (Ctrl-C, a restart) must not take the
+	// mounts down with it; a restarted agent re-adopts them.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("%w: start %s: %w", ErrS3fs, path, err)
+	}
+	p := &realProcess{cmd: cmd, out: out, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+func (p *realProcess) Pid() int       { return p.cmd.Process.Pid }
+func (p *realProcess) Output() string { return p.out.String() }
+func (p *realProcess) Wait() error {
+	<-p.done
+	return p.err
+}
+
+func (p *realProcess) Kill(grace time.Duration) {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(grace):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// realStatfs runs statfs in a goroutine so a hung FUSE daemon cannot block the loop. A call
+// stuck in the kernel cannot be cancelled; while one is stuck on a path, later checks of that
+// path report ErrTimeout at once instead of piling up more stuck goroutines.
+type realStatfs struct {
+	mu    sync.Mutex
+	stuck map[string]bool
+}
+
+func newRealStatfs() *realStatfs { return &realStatfs{stuck: map[string]bool{}} }
+
+func (s *realStatfs) Statfs(ctx context.Context, path string, timeout time.Duration) error {
+	s.mu.Lock()
+	if s.stuck[path] {
+		s.mu.Unlock()
+		return fmt.Errorf("statfs %s: %w (an earlier call has not returned)", path, ErrTimeout)
+	}
+	s.stuck[path] = true
+	s.mu.Unlock()
+	res := make(chan error, 1)
+	go func() {
+		var st unix.Statfs_t
+		err := unix.Statfs(path, &st)
+		s.mu.Lock()
+		delete(s.stuck, path)
+		s.mu.Unlock()
+		res <- err
+	}()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case err := <-res:
+		if err != nil {
+			return fmt.Errorf("statfs %s: %w", path, err)
+		}
+		return nil
+	case <-t.C:
+		return fmt.Errorf("statfs %s: %w after %s", path, ErrTimeout, timeout)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+type realFS struct{}
+
+func (realFS) MkdirAll(path string, perm fs.FileMode) error { return os.MkdirAll(path, perm) }
+func (realFS) ReadFile(path string) ([]byte, error)         { return os.ReadFile(path) }
+func (realFS) Remove(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+func (realFS) WriteFile(path string, data []byte, perm fs.FileMode) error {
+	// Write a fresh file under a temporary name so the mode is exactly perm from the start.
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
+	_ = os.Remove(tmp)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := os.Chmod(tmp, perm); err != nil { // umask may have narrowed it
+		os.Remove(tmp)
+		return err
+	}
+	return os.Rename(tmp, path)
+}

@@ -1,0 +1,119 @@
+package s3mount
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	utilstrings "k8s.io/utils/strings"
+)
+
+// csiPluginDir is kubelet's directory name for CSI volumes (kubernetes.io/csi, escaped).
+var csiPluginDir = utilstrings.EscapeQualifiedName("kubernetes.io/csi")
+
+// VolDataFile is the file kubelet's CSI plugin writes beside each volume's mount directory.
+const VolDataFile = "vol_data.json"
+
+// ErrVolData is wrapped when vol_data.json does not describe the expected volume.
+var ErrVolData = errors.New("vol_data.json does not match")
+
+// VolumeDir is <kubeletDir>/pods/<podUID>/volumes/kubernetes.io~csi/<escaped PV name>.
+func VolumeDir(kubeletDir, podUID, pvName string) string {
+	return filepath.Join(kubeletDir, "pods", podUID, "volumes", csiPluginDir, utilstrings.EscapeQualifiedName(pvName))
+}
+
+// TargetPath is the directory kubelet asks the CSI driver to publish the volume at.
+func TargetPath(kubeletDir, podUID, pvName string) string {
+	return filepath.Join(VolumeDir(kubeletDir, podUID, pvName), "mount")
+}
+
+// ParseTargetPath is the inverse of TargetPath: it returns the pod UID and the escaped volume
+// directory name, or ok=false for any path not of that shape.
+func ParseTargetPath(kubeletDir, path string) (podUID, volDir string, ok bool) {
+	rel, err := filepath.Rel(filepath.Join(kubeletDir, "pods"), path)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		return "", "", false
+	}
+	p := strings.Split(rel, string(filepath.Separator))
+	if len(p) != 5 || p[1] != "volumes" || p[2] != csiPluginDir || p[4] != "mount" || p[0] == "" || p[3] == "" {
+		return "", "", false
+	}
+	return p[0], p[3], true
+}
+
+// VolData is kubelet's vol_data.json (the fields we cross-check).
+type VolData struct {
+	SpecVolID    string `json:"specVolID"`
+	VolumeHandle string `json:"volumeHandle"`
+	DriverName   string `json:"driverName"`
+	NodeName     string `json:"nodeName"`
+}
+
+// ParseVolData decodes vol_data.json.
+func ParseVolData(data []byte) (VolData, error) {
+	var v VolData
+	if err := json.Unmarshal(data, &v); err != nil {
+		return VolData{}, fmt.Errorf("decode %s: %w", VolDataFile, err)
+	}
+	return v, nil
+}
+
+// Check reports whether vol_data.json describes the PV we derived the path from; a mismatch
+// means the path is not the volume we think it is, and we must not touch it.
+func (v VolData) Check(pvName, driver, handle string) error {
+	switch {
+	case v.SpecVolID != pvName:
+		return fmt.Errorf("%w: specVolID %q, want PV %q", ErrVolData, v.SpecVolID, pvName)
+	case v.DriverName != "" && v.DriverName != driver:
+		return fmt.Errorf("%w: driverName %q, want %q", ErrVolData, v.DriverName, driver)
+	case v.VolumeHandle != "" && v.VolumeHandle != handle:
+		return fmt.Errorf("%w: volumeHandle %q, want %q", ErrVolData, v.VolumeHandle, handle)
+	}
+	return nil
+}
+
+// Layout is where the restorer keeps its own state under the agent's state directory.
+type Layout struct{ StateDir string }
+
+// Root is <stateDir>/s3.
+func (l Layout) Root() string { return filepath.Join(l.StateDir, "s3") }
+
+// StagingRoot holds one staging mount per PV.
+func (l Layout) StagingRoot() string { return filepath.Join(l.Root(), "staging") }
+
+// Staging is the s3fs mount of one PV, bound onto its pods' targets.
+func (l Layout) Staging(pvName string) string { return filepath.Join(l.StagingRoot(), pvName) }
+
+// CredsDir is a small tmpfs holding passwd files, so credentials never reach the node's disk.
+func (l Layout) CredsDir() string { return filepath.Join(l.Root(), "creds") }
+
+// PasswdFile is the s3fs passwd_file of one PV.
+func (l Layout) PasswdFile(pvName string) string {
+	return filepath.Join(l.CredsDir(), pvName+".passwd")
+}
+
+// PVFromStaging returns the PV name of a staging mount point, or ok=false.
+func (l Layout) PVFromStaging(path string) (string, bool) {
+	dir, name := filepath.Split(path)
+	if filepath.Clean(dir) != l.StagingRoot() || name == "" {
+		return "", false
+	}
+	return name, true
+}
+
+// FSName is the filesystem name given to our s3fs mounts. It shows as the source of the staging
+// mount and of every bind made from it, even after its s3fs died, so the agent recognises its
+// own binds from the mount table alone, across restarts.
+func FSName(pvName string) string { return fsNamePrefix + pvName }
+
+const fsNamePrefix = "pvrescue-s3:"
+
+// PVFromFSName returns the PV of one of our mounts' source, or ok=false.
+func PVFromFSName(source string) (string, bool) {
+	if !strings.HasPrefix(source, fsNamePrefix) || len(source) == len(fsNamePrefix) {
+		return "", false
+	}
+	return source[len(fsNamePrefix):], true
+}

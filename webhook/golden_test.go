@@ -1,0 +1,188 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	jsonpatch "github.com/evanphx/json-patch/v5"
+	"github.com/google/go-cmp/cmp"
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+	"sigs.k8s.io/yaml"
+
+	"github.com/pvrescue/pvrescue/internal/config"
+)
+
+// Golden files: testdata/golden/<case>.yaml holds cluster objects and one Pod; <case>.golden.json
+// holds the outcome, warnings and mutated pod. UPDATE_GOLDEN=1 rewrites them.
+
+func testConfig() *config.Config {
+	cfg := config.Default()
+	cfg.Helper.Image = "example.test/pvrescue-webhook:test"
+	return cfg
+}
+
+type golden struct {
+	Outcome  Outcome     `json:"outcome"`
+	Warnings []string    `json:"warnings"`
+	Pod      *corev1.Pod `json:"pod"`
+}
+
+func loadCase(t testing.TB, file string) (*corev1.Pod, []client.Object) {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pod *corev1.Pod
+	var objs []client.Object
+	for _, doc := range strings.Split(string(data), "\n---\n") {
+		if strings.TrimSpace(doc) == "" {
+			continue
+		}
+		var tm metav1.TypeMeta
+		if err := yaml.Unmarshal([]byte(doc), &tm); err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		var obj client.Object
+		switch tm.Kind {
+		case "Pod":
+			pod = &corev1.Pod{}
+			obj = pod
+		case "PersistentVolumeClaim":
+			obj = &corev1.PersistentVolumeClaim{}
+		case "StorageClass":
+			obj = &storagev1.StorageClass{}
+		default:
+			t.Fatalf("%s: unexpected kind %q", file, tm.Kind)
+		}
+		if err := yaml.UnmarshalStrict([]byte(doc), obj); err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		if obj != client.Object(pod) {
+			objs = append(objs, obj)
+		}
+	}
+	if pod == nil {
+		t.Fatalf("%s: no Pod", file)
+	}
+	return pod, objs
+}
+
+func newMutator(objs ...client.Object) *Mutator {
+	cfg := testConfig()
+	return &Mutator{Config: cfg, Classifier: &Classifier{Config: cfg, Lookup: NewStaticLookup(objs...)}, Namespace: "pvrescue-system"}
+}
+
+func TestGolden(t *testing.T) {
+	files, err := filepath.Glob("testdata/golden/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no golden inputs: %v", err)
+	}
+	for _, in := range files {
+		name := strings.TrimSuffix(filepath.Base(in), ".yaml")
+		t.Run(name, func(t *testing.T) {
+			pod, objs := loadCase(t, in)
+			m := newMutator(objs...)
+			ctx := context.Background()
+
+			got := pod.DeepCopy()
+			o := m.Mutate(ctx, pod.Namespace, got)
+			g := golden{Outcome: Outcome{Result: o.Result, Reason: o.Reason}, Warnings: o.Warnings, Pod: got}
+			out, err := json.MarshalIndent(g, "", "  ")
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, '\n')
+			goldenFile := strings.TrimSuffix(in, ".yaml") + ".golden.json"
+			if os.Getenv("UPDATE_GOLDEN") == "1" {
+				if err := os.WriteFile(goldenFile, out, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(goldenFile)
+			if err != nil {
+				t.Fatalf("%v (run with UPDATE_GOLDEN=1 to create it)", err)
+			}
+			if !bytes.Equal(want, out) {
+				t.Errorf("%s is stale (UPDATE_GOLDEN=1 go test ./webhook/ -run TestGolden refreshes it); diff -want +got:\n%s",
+					goldenFile, cmp.Diff(string(want), string(out)))
+			}
+
+			if strings.HasPrefix(name, "already-mutated") {
+				if d := cmp.Diff(pod, got); d != "" {
+					t.Errorf("an already-mutated pod was changed (-in +out):\n%s", d)
+				}
+			}
+
+			// Idempotency: mutating the output again changes nothing and says the same.
+			again := got.DeepCopy()
+			o2 := m.Mutate(ctx, pod.Namespace, again)
+			if d := cmp.Diff(got, again); d != "" {
+				t.Errorf("second mutation changed the pod (-first +second):\n%s", d)
+			}
+			if d := cmp.Diff(o.Warnings, o2.Warnings); d != "" {
+				t.Errorf("second mutation warned differently:\n%s", d)
+			}
+
+			// The admission path (decode, defaulter, JSON patch) yields the same pod.
+			patched, warnings := admitThroughHandler(t, m, pod)
+			if d := cmp.Diff(got, patched); d != "" {
+				t.Errorf("patched pod differs from Mutate's (-mutate +patch):\n%s", d)
+			}
+			if d := cmp.Diff(o.Warnings, warnings); d != "" {
+				t.Errorf("handler warnings differ (-mutate +handler):\n%s", d)
+			}
+		})
+	}
+}
+
+// admitThroughHandler sends pod through the admission handler and applies the returned patch.
+func admitThroughHandler(t testing.TB, m *Mutator, pod *corev1.Pod) (*corev1.Pod, []string) {
+	t.Helper()
+	raw, err := json.Marshal(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := NewHandler(m, nil)
+	resp := h.Handle(context.Background(), admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+		UID:       "uid-1",
+		Kind:      metav1.GroupVersionKind{Version: "v1", Kind: "Pod"},
+		Resource:  metav1.GroupVersionResource{Version: "v1", Resource: "pods"},
+		Namespace: pod.Namespace,
+		Operation: admissionv1.Create,
+		Object:    runtime.RawExtension{Raw: raw},
+	}})
+	if !resp.Allowed {
+		t.Fatalf("not allowed: %+v", resp.Result)
+	}
+	out := raw
+	if len(resp.Patches) > 0 {
+		p, err := json.Marshal(resp.Patches)
+		if err != nil {
+			t.Fatal(err)
+		}
+		patch, err := jsonpatch.DecodePatch(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out, err = patch.Apply(raw); err != nil {
+			t.Fatalf("apply patch: %v", err)
+		}
+	}
+	got := &corev1.Pod{}
+	if err := json.Unmarshal(out, got); err != nil {
+		t.Fatal(err)
+	}
+	return got, resp.Warnings
+}

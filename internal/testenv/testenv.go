@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -73,6 +74,13 @@ func APIServer(t testing.TB, crdDirs ...string) (*envtest.Environment, *rest.Con
 		BinaryAssetsDirectory: dir,
 		CRDDirectoryPaths:     crdDirs,
 		ErrorIfCRDPathMissing: len(crdDirs) > 0,
+		// A loaded 2-core machine can take well over envtest's 20 s default to bring up etcd and
+		// kube-apiserver; waiting longer is cheap, a flaky start is not.
+		ControlPlaneStartTimeout: 2 * time.Minute,
+		ControlPlaneStopTimeout:  time.Minute,
+	}
+	if os.Getenv("PVRESCUE_TEST_CONTROL_PLANE_OUTPUT") != "" {
+		env.AttachControlPlaneOutput = true
 	}
 	cfg, err := env.Start()
 	if err != nil {

@@ -6,4 +6,6 @@ import (
 	"github.com/go-logr/logr"
 )
 
-func logrIntoContext(ctx context.Context, l logr.Logger) context.Context { return logr.NewContext(ctx, l) }
+func logrIntoContext(ctx context.Context, l logr.Logger) context.Context {
+	return logr.NewContext(ctx, l)
+}

@@ -190,9 +190,12 @@ func TestStateDirNotWritable(t *testing.T) {
 // Invariant: a fake only where the path is absent — never over a link, file, device or dir.
 func TestNeverOverExistingPath(t *testing.T) {
 	for name, setup := range map[string]func(h *FakeHost){
-		"real device":    func(h *FakeHost) { h.Devices[testDisk] = true },
-		"foreign link":   func(h *FakeHost) { h.Links[testDisk] = "../../nvme0n1" },
-		"link to loop3":  func(h *FakeHost) { h.Links[testDisk] = "/dev/loop3"; h.Loops[3] = &Loop{Minor: 3, BackingFile: "/srv/x"} },
+		"real device":  func(h *FakeHost) { h.Devices[testDisk] = true },
+		"foreign link": func(h *FakeHost) { h.Links[testDisk] = "../../nvme0n1" },
+		"link to loop3": func(h *FakeHost) {
+			h.Links[testDisk] = "/dev/loop3"
+			h.Loops[3] = &Loop{Minor: 3, BackingFile: "/srv/x"}
+		},
 		"dangling link":  func(h *FakeHost) { h.Links[testDisk] = "/dev/nvme9n1" },
 		"regular file":   func(h *FakeHost) { h.Files[testDisk] = []byte("x") },
 		"directory":      func(h *FakeHost) { h.Dirs[testDisk] = true },

@@ -1,0 +1,363 @@
+//go:build linux
+
+package localdisk
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"golang.org/x/sys/unix"
+)
+
+// Lstat implements Host.
+func (h *RealHost) Lstat(path string) (PathState, error) {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return PathState{Kind: PathAbsent}, nil
+	}
+	if err != nil {
+		return PathState{}, err
+	}
+	m := fi.Mode()
+	switch {
+	case m&fs.ModeSymlink != 0:
+		t, err := os.Readlink(path)
+		if err != nil {
+			return PathState{}, err
+		}
+		st := PathState{Kind: PathSymlink, LinkTarget: t}
+		if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+			st.ResolvesToDir = true
+		}
+		return st, nil
+	case m&fs.ModeDevice != 0 && m&fs.ModeCharDevice == 0:
+		return PathState{Kind: PathBlockDevice}, nil
+	case m.IsDir():
+		return PathState{Kind: PathDir}, nil
+	default:
+		return PathState{Kind: PathOther}, nil
+	}
+}
+
+func readTrim(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	return string(b), err
+}
+
+// ListLoops implements Host.
+func (h *RealHost) ListLoops() ([]Loop, error) {
+	block := filepath.Join(h.SysDir, "block")
+	ents, err := os.ReadDir(block)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", block, err)
+	}
+	var out []Loop
+	for _, e := range ents {
+		n, err := ParseLoopName(e.Name())
+		if err != nil {
+			continue
+		}
+		l := Loop{Minor: n}
+		dir := filepath.Join(block, e.Name())
+		if s, err := readTrim(filepath.Join(dir, "loop", "backing_file")); err == nil {
+			l.BackingFile, l.Deleted = ParseBackingFile(s)
+		}
+		if hs, err := os.ReadDir(filepath.Join(dir, "holders")); err == nil {
+			for _, x := range hs {
+				l.Holders = append(l.Holders, x.Name())
+			}
+		}
+		if l.BackingFile != "" && !l.Deleted {
+			var st unix.Stat_t
+			if unix.Stat(l.BackingFile, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFBLK {
+				l.BackingIsDev = true
+				l.BackingMajor, l.BackingMinor = unix.Major(st.Rdev), unix.Minor(st.Rdev)
+			}
+		}
+		out = append(out, l)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Minor < out[j].Minor })
+	return out, nil
+}
+
+// ensureLoopNode makes the kernel create loop minor and its /dev node exist (a container's /dev
+// has no udev), refusing a node that is something else.
+func (h *RealHost) ensureLoopNode(minor int) (string, error) {
+	ctl, err := os.OpenFile(filepath.Join(h.DevDir, "loop-control"), os.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", fmt.Errorf("open loop-control: %w", err)
+	}
+	err = unix.IoctlSetInt(int(ctl.Fd()), unix.LOOP_CTL_ADD, minor)
+	ctl.Close()
+	if err != nil && !errors.Is(err, unix.EEXIST) {
+		return "", fmt.Errorf("LOOP_CTL_ADD %d: %w", minor, err)
+	}
+	node := LoopDevPath(h.DevDir, minor)
+	var st unix.Stat_t
+	err = unix.Stat(node, &st)
+	if errors.Is(err, unix.ENOENT) {
+		err = unix.Mknod(node, unix.S_IFBLK|0o660, int(unix.Mkdev(LoopMajor, uint32(minor))))
+		if err != nil && !errors.Is(err, unix.EEXIST) {
+			return "", fmt.Errorf("mknod %s: %w", node, err)
+		}
+		err = unix.Stat(node, &st)
+	}
+	if err != nil {
+		return "", fmt.Errorf("stat %s: %w", node, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFBLK || unix.Major(st.Rdev) != LoopMajor || unix.Minor(st.Rdev) != uint32(minor) {
+		return "", fmt.Errorf("%s is not block device %d:%d: %w", node, LoopMajor, minor, ErrNotLoop)
+	}
+	return node, nil
+}
+
+func (h *RealHost) backing(minor int) (string, bool, error) {
+	s, err := readTrim(filepath.Join(h.SysDir, "block", fmt.Sprintf("loop%d", minor), "loop", "backing_file"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	p, del := ParseBackingFile(s)
+	return p, del, nil
+}
+
+// Attach implements Host. The kernel's LOOP_SET_FD fails with EBUSY on a bound loop, so a loop
+// bound by someone else between our listing and this call is never taken.
+func (h *RealHost) Attach(image string, minor int) error {
+	if !InDir(h.StateDir, image) {
+		return fmt.Errorf("attach %s: %w", image, ErrOutsideStateDir)
+	}
+	node, err := h.ensureLoopNode(minor)
+	if err != nil {
+		return err
+	}
+	img, err := os.OpenFile(image, os.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return fmt.Errorf("open image: %w", err)
+	}
+	defer img.Close()
+	dev, err := os.OpenFile(node, os.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", node, err)
+	}
+	defer dev.Close()
+	if err := unix.IoctlSetInt(int(dev.Fd()), unix.LOOP_SET_FD, int(img.Fd())); err != nil {
+		if errors.Is(err, unix.EBUSY) {
+			return fmt.Errorf("%s: %w", node, ErrLoopBusy)
+		}
+		return fmt.Errorf("LOOP_SET_FD %s: %w", node, err)
+	}
+	if p, _, err := h.backing(minor); err != nil || p != image {
+		return fmt.Errorf("loop%d backing file is %q after attach (%v)", minor, p, err)
+	}
+	return nil
+}
+
+// Detach implements Host.
+func (h *RealHost) Detach(minor int) error {
+	p, _, err := h.backing(minor)
+	if err != nil {
+		return fmt.Errorf("loop%d: %w", minor, err)
+	}
+	if p == "" {
+		return nil
+	}
+	if !InDir(h.StateDir, p) {
+		return fmt.Errorf("loop%d backed by %s: %w", minor, p, ErrNotOurs)
+	}
+	node, err := h.ensureLoopNode(minor)
+	if err != nil {
+		return err
+	}
+	// Read-only open is enough for LOOP_CLR_FD and cannot write to the device.
+	dev, err := os.OpenFile(node, os.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", node, err)
+	}
+	defer dev.Close()
+	if err := unix.IoctlSetInt(int(dev.Fd()), unix.LOOP_CLR_FD, 0); err != nil && !errors.Is(err, unix.ENXIO) {
+		return fmt.Errorf("LOOP_CLR_FD %s: %w", node, err)
+	}
+	return nil
+}
+
+func (h *RealHost) confine(path string) error {
+	if !InDir(h.StateDir, path) {
+		return fmt.Errorf("%s: %w", path, ErrOutsideStateDir)
+	}
+	return nil
+}
+
+// MkdirAll implements Host.
+func (h *RealHost) MkdirAll(dir string) error {
+	if dir != h.StateDir {
+		if err := h.confine(dir); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	// Probe writability now so a read-only state directory is reported before anything else.
+	probe := filepath.Join(dir, ".probe")
+	f, err := os.OpenFile(probe, os.O_CREATE|os.O_WRONLY|os.O_TRUNC|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return fmt.Errorf("state dir not writable: %w", err)
+	}
+	f.Close()
+	return os.Remove(probe)
+}
+
+// ReadDir implements Host.
+func (h *RealHost) ReadDir(dir string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range ents {
+		if e.Type().IsRegular() {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
+}
+
+// ReadFile implements Host.
+func (h *RealHost) ReadFile(path string) ([]byte, error) { return os.ReadFile(path) }
+
+// writeAtomic writes a new file via a temporary name, fsyncs it, renames it into place and
+// fsyncs the directory, so a crash leaves either the old or the whole new file.
+func (h *RealHost) writeAtomic(path string, fill func(*os.File) error) error {
+	if err := h.confine(path); err != nil {
+		return err
+	}
+	tmp := tmpFileName(path)
+	_ = os.Remove(tmp)
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return err
+	}
+	if err := fill(f); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+// WriteFileAtomic implements Host.
+func (h *RealHost) WriteFileAtomic(path string, data []byte) error {
+	return h.writeAtomic(path, func(f *os.File) error { _, err := f.Write(data); return err })
+}
+
+// FileSize implements Host.
+func (h *RealHost) FileSize(path string) (int64, error) {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return 0, err
+	}
+	if !fi.Mode().IsRegular() {
+		return 0, fmt.Errorf("%s is not a regular file: %w", path, fs.ErrInvalid)
+	}
+	return fi.Size(), nil
+}
+
+// CreateImage implements Host.
+func (h *RealHost) CreateImage(path string, size int64) error {
+	return h.writeAtomic(path, func(f *os.File) error {
+		_, err := f.Write(make([]byte, size))
+		return err
+	})
+}
+
+// RemoveFile implements Host.
+func (h *RealHost) RemoveFile(path string) error {
+	if err := h.confine(path); err != nil {
+		return err
+	}
+	fi, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file: %w", path, fs.ErrInvalid)
+	}
+	return os.Remove(path)
+}
+
+// Symlink implements Host: the link is made under a temporary name, then renamed with
+// RENAME_NOREPLACE, so it never replaces a link or device that appeared meanwhile.
+func (h *RealHost) Symlink(target, path string) error {
+	if _, err := ParseLoopLinkTarget(h.DevDir, target); err != nil {
+		return err
+	}
+	tmp := tmpLinkName(path)
+	// A leftover of an interrupted attempt: remove it only if it is a link to a loop.
+	if t, err := os.Readlink(tmp); err == nil {
+		if _, err := ParseLoopLinkTarget(h.DevDir, t); err == nil {
+			_ = os.Remove(tmp)
+		}
+	}
+	if err := os.Symlink(target, tmp); err != nil {
+		return fmt.Errorf("symlink %s: %w", tmp, err)
+	}
+	err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, path, unix.RENAME_NOREPLACE)
+	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
+		// Filesystem without RENAME_NOREPLACE: a hard link of the symlink also never replaces.
+		err = unix.Linkat(unix.AT_FDCWD, tmp, unix.AT_FDCWD, path, 0)
+		_ = os.Remove(tmp)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		if errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("%s: %w", path, fs.ErrExist)
+		}
+		return fmt.Errorf("rename %s: %w", path, err)
+	}
+	return nil
+}
+
+// RemoveSymlink implements Host.
+func (h *RealHost) RemoveSymlink(path, target string) error {
+	t, err := os.Readlink(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil || t != target {
+		return fmt.Errorf("%s (-> %q): %w", path, t, ErrNotOurs)
+	}
+	if _, err := ParseLoopLinkTarget(h.DevDir, t); err != nil {
+		return fmt.Errorf("%s: %w", path, ErrNotOurs)
+	}
+	return os.Remove(path)
+}

@@ -1,0 +1,32 @@
+package localdisk
+
+import "path/filepath"
+
+// RealHost is the Host of a Linux node: ioctls on /dev/loop-control and /dev/loopN, /sys/block,
+// and plain file operations confined to the state directory.
+type RealHost struct {
+	// StateDir confines every file the host writes or removes, and decides which loops are ours.
+	StateDir string
+	// DevDir holds the loop device nodes (/dev).
+	DevDir string
+	// SysDir is the sysfs mount (/sys).
+	SysDir string
+}
+
+// NewRealHost returns the host for stateDir with /dev and /sys.
+func NewRealHost(stateDir string) *RealHost {
+	return &RealHost{StateDir: filepath.Clean(stateDir), DevDir: "/dev", SysDir: "/sys"}
+}
+
+var _ Host = (*RealHost)(nil)
+
+// tmpLinkName is the fixed temporary name used to make a link atomically; fixed so a leftover
+// from a crash is found and replaced on the next attempt.
+func tmpLinkName(path string) string {
+	return filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".pvrescue-tmp")
+}
+
+// tmpFileName is the temporary name of a state file being written.
+func tmpFileName(path string) string {
+	return filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
+}

@@ -189,7 +189,8 @@ func ReadReport(path string) (Report, error) {
 }
 
 // writeFileAtomic writes through a temporary file in the same directory and renames it, so a
-// reader never sees a half-written file.
+// reader never sees a half-written file. No fsync: the shared volume is an emptyDir that does not
+// outlive the pod, and after a node crash the init containers run again.
 func writeFileAtomic(path string, data []byte, mode fs.FileMode) error {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
@@ -209,10 +210,6 @@ func writeFileAtomic(path string, data []byte, mode fs.FileMode) error {
 	if err := f.Chmod(mode); err != nil {
 		f.Close()
 		return fmt.Errorf("chmod %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("sync %s: %w", path, err)
 	}
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", path, err)

@@ -35,7 +35,8 @@ func (o *InstallOptions) Validate() error {
 }
 
 // Install copies the executable src to DIR/pvrescue-sidecar with mode 0755, through a temporary
-// file and a rename so that a container never runs a half-copied binary. It returns the new path.
+// file and a rename so that a container never runs a half-copied binary (no fsync, as for
+// devices.json: the emptyDir does not survive the pod). It returns the new path.
 func Install(src, dir string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("create %s: %w", dir, err)
@@ -54,9 +55,6 @@ func Install(src, dir string) (string, error) {
 	_, err = io.Copy(out, in)
 	if err == nil {
 		err = out.Chmod(0o755)
-	}
-	if err == nil {
-		err = out.Sync()
 	}
 	if cerr := out.Close(); err == nil {
 		err = cerr

@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"os/exec"
 )
@@ -57,7 +58,8 @@ func RealDeps() Deps {
 
 type realFiles struct{}
 
-func (realFiles) Remove(path string) error { return os.Remove(path) }
+// Remove drops the path from the error: callers already name the device.
+func (realFiles) Remove(path string) error { return unwrapPathError(os.Remove(path)) }
 
 type realProcess struct{}
 
@@ -72,3 +74,13 @@ func (realDevices) DeviceSize(path string) (int64, error) { return blockDeviceSi
 type realMounts struct{}
 
 func (realMounts) Statfs(path string) error { return statfs(path) }
+
+// unwrapPathError returns the cause inside an *fs.PathError ("permission denied" rather than
+// "remove /dev/data1: permission denied").
+func unwrapPathError(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}

@@ -51,11 +51,3 @@ func execve(path string, argv, env []string) error {
 
 // errnoName gives the symbolic name of an errno ("ENOTCONN"), or "" when unknown.
 func errnoName(e syscall.Errno) string { return unix.ErrnoName(e) }
-
-func unwrapPathError(err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	return err
-}

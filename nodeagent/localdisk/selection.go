@@ -1,0 +1,106 @@
+package localdisk
+
+import (
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// SelectVolume returns the watched volume of pv when it is a Bound local block PV whose
+// nodeAffinity selects node and (when classes is non-empty) whose StorageClass is listed.
+func SelectVolume(pv *corev1.PersistentVolume, node *corev1.Node, classes []string) (Volume, bool) {
+	if pv == nil || node == nil || pv.Status.Phase != corev1.VolumeBound || pv.Spec.Local == nil {
+		return Volume{}, false
+	}
+	if pv.Spec.VolumeMode == nil || *pv.Spec.VolumeMode != corev1.PersistentVolumeBlock {
+		return Volume{}, false
+	}
+	if len(classes) > 0 {
+		found := false
+		for _, c := range classes {
+			if c == pv.Spec.StorageClassName {
+				found = true
+			}
+		}
+		if !found {
+			return Volume{}, false
+		}
+	}
+	if pv.Spec.NodeAffinity == nil || !NodeSelectorMatches(pv.Spec.NodeAffinity.Required, node) {
+		return Volume{}, false
+	}
+	return Volume{PV: pv.Name, Path: pv.Spec.Local.Path}, true
+}
+
+// NodeSelectorMatches implements the scheduler's semantics for a required node selector: the
+// terms are ORed, the requirements of a term ANDed; a nil selector or an empty term matches
+// nothing (local PVs always name their node).
+func NodeSelectorMatches(sel *corev1.NodeSelector, node *corev1.Node) bool {
+	if sel == nil {
+		return false
+	}
+	for _, term := range sel.NodeSelectorTerms {
+		if termMatches(term, node) {
+			return true
+		}
+	}
+	return false
+}
+
+func termMatches(term corev1.NodeSelectorTerm, node *corev1.Node) bool {
+	if len(term.MatchExpressions) == 0 && len(term.MatchFields) == 0 {
+		return false
+	}
+	for _, r := range term.MatchExpressions {
+		v, ok := node.Labels[r.Key]
+		if !requirementMatches(r, v, ok) {
+			return false
+		}
+	}
+	for _, r := range term.MatchFields {
+		// metadata.name is the only field the scheduler supports.
+		if r.Key != "metadata.name" || (r.Operator != corev1.NodeSelectorOpIn && r.Operator != corev1.NodeSelectorOpNotIn) {
+			return false
+		}
+		if !requirementMatches(r, node.Name, true) {
+			return false
+		}
+	}
+	return true
+}
+
+func requirementMatches(r corev1.NodeSelectorRequirement, v string, present bool) bool {
+	in := func() bool {
+		for _, x := range r.Values {
+			if x == v {
+				return true
+			}
+		}
+		return false
+	}
+	switch r.Operator {
+	case corev1.NodeSelectorOpIn:
+		return present && in()
+	case corev1.NodeSelectorOpNotIn:
+		return !present || !in()
+	case corev1.NodeSelectorOpExists:
+		return present
+	case corev1.NodeSelectorOpDoesNotExist:
+		return !present
+	case corev1.NodeSelectorOpGt, corev1.NodeSelectorOpLt:
+		if !present || len(r.Values) != 1 {
+			return false
+		}
+		a, err1 := strconv.ParseInt(v, 10, 64)
+		b, err2 := strconv.ParseInt(r.Values[0], 10, 64)
+		if err1 != nil || err2 != nil {
+			return false
+		}
+		if r.Operator == corev1.NodeSelectorOpGt {
+			return a > b
+		}
+		return a < b
+	default:
+		return false
+	}
+}

@@ -94,8 +94,8 @@ type retryState struct {
 
 // target is one pod's mount of one S3 PV.
 type target struct {
-	pod      *corev1.Pod
-	pv       string
+	pod         *corev1.Pod
+	pv          string
 	path        string
 	readOnly    bool
 	terminating bool

@@ -1,0 +1,631 @@
+//go:build node
+
+package s3mount_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/testr"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/pvrescue/pvrescue/internal/config"
+	"github.com/pvrescue/pvrescue/internal/testenv"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount"
+)
+
+const (
+	nodeName = "node-1"
+	driver   = "ru.yandex.s3.csi"
+	bucket   = "bkt"
+	ak       = "AKIATESTPVRESCUE"
+	sk       = "sEcReTkEy-pvrescue-0123456789"
+	ns       = "default"
+)
+
+// nodeEnv is one test's node: a versitygw S3 server, a kube-apiserver, a shared kubelet dir and
+// the agent's state dir, all torn down (mounts and processes included) when the test ends.
+type nodeEnv struct {
+	t        *testing.T
+	dir      string
+	kubelet  string
+	state    string
+	s3dir    string
+	endpoint string
+	client   kubernetes.Interface
+	rec      *recorder
+}
+
+func newNodeEnv(t *testing.T) *nodeEnv {
+	testenv.RequireRoot(t)
+	testenv.RequireCommand(t, "s3fs", "apt-get install s3fs")
+	testenv.RequireCommand(t, "unshare", "apt-get install util-linux")
+	testenv.RequireCommand(t, "nsenter", "apt-get install util-linux")
+	gw := testenv.Binary(t, "versitygw", "versitygw")
+
+	dir := t.TempDir()
+	e := &nodeEnv{t: t, dir: dir, kubelet: filepath.Join(dir, "kubelet"), state: filepath.Join(dir, "state"),
+		s3dir: filepath.Join(dir, "s3"), rec: &recorder{}}
+	for _, d := range []string{e.kubelet, e.state, filepath.Join(e.s3dir, bucket, "pfx"), filepath.Join(dir, "driver")} {
+		must(t, os.MkdirAll(d, 0o755))
+	}
+	_, cfg := testenv.APIServer(t)
+	client, err := kubernetes.NewForConfig(cfg)
+	must(t, err)
+	e.client = client
+
+	port := freePort(t)
+	e.endpoint = "http://127.0.0.1:" + strconv.Itoa(port)
+	cmd := exec.Command(gw, "--access", ak, "--secret", sk, "--port", "127.0.0.1:"+strconv.Itoa(port), "posix", e.s3dir)
+	gwLog, err := os.Create(filepath.Join(dir, "versitygw.log"))
+	must(t, err)
+	cmd.Stdout, cmd.Stderr = gwLog, gwLog
+	must(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	waitFor(t, 10*time.Second, "versitygw listening", func() bool {
+		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+
+	// kubelet makes its root directory a shared mount; do the same for the temporary one.
+	must(t, unix.Mount(e.kubelet, e.kubelet, "", unix.MS_BIND, ""))
+	must(t, unix.Mount("", e.kubelet, "", unix.MS_SHARED, ""))
+	t.Cleanup(func() { sweep(t, dir) })
+
+	ctx := context.Background()
+	_, err = client.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "s3-creds", Namespace: ns},
+		Data: map[string][]byte{"accessKeyID": []byte(ak), "secretAccessKey": []byte(sk),
+			"endpoint": []byte(e.endpoint)},
+	}, metav1.CreateOptions{})
+	must(t, err)
+	_, err = client.StorageV1().StorageClasses().Create(ctx, &storagev1.StorageClass{
+		ObjectMeta:  metav1.ObjectMeta{Name: "s3"},
+		Provisioner: driver,
+		Parameters: map[string]string{
+			"mounter": "s3fs",
+			"csi.storage.k8s.io/node-publish-secret-name":      "s3-creds",
+			"csi.storage.k8s.io/node-publish-secret-namespace": ns,
+		},
+	}, metav1.CreateOptions{})
+	must(t, err)
+	return e
+}
+
+// volume creates a PV (handle bkt/<prefix>) and a bound PVC named after it.
+func (e *nodeEnv) volume(name string, secret *corev1.SecretReference, readOnly bool) {
+	e.t.Helper()
+	ctx := context.Background()
+	must(e.t, os.MkdirAll(filepath.Join(e.s3dir, bucket, name), 0o755))
+	_, err := e.client.CoreV1().PersistentVolumes().Create(ctx, &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:         corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+			StorageClassName: "s3",
+			ClaimRef:         &corev1.ObjectReference{Namespace: ns, Name: name},
+			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
+				Driver: driver, VolumeHandle: bucket + "/" + name, ReadOnly: readOnly,
+				NodePublishSecretRef: secret,
+				VolumeAttributes:     map[string]string{"mounter": "s3fs", "capacity": "1073741824"},
+			}},
+		},
+	}, metav1.CreateOptions{})
+	must(e.t, err)
+	sc := "s3"
+	_, err = e.client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+			StorageClassName: &sc,
+			VolumeName:       name,
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+		},
+	}, metav1.CreateOptions{})
+	must(e.t, err)
+}
+
+// pod creates a pod on the node using the claim, with a Running status as kubelet would report.
+func (e *nodeEnv) pod(name, claim string) *corev1.Pod {
+	e.t.Helper()
+	ctx := context.Background()
+	p, err := e.client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.PodSpec{
+			NodeName:   nodeName,
+			Containers: []corev1.Container{{Name: "app", Image: "busybox"}},
+			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}},
+		},
+	}, metav1.CreateOptions{})
+	must(e.t, err)
+	p.Status.Phase = corev1.PodRunning
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "app", State: corev1.ContainerState{
+		Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}
+	p, err = e.client.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+	must(e.t, err)
+	return p
+}
+
+// publish does what kubelet + the CSI driver do: vol_data.json, then s3fs at the target.
+// It returns the target and the driver's s3fs process.
+func (e *nodeEnv) publish(pod *corev1.Pod, pv string) (string, *os.Process) {
+	e.t.Helper()
+	target := s3mount.TargetPath(e.kubelet, string(pod.UID), pv)
+	must(e.t, os.MkdirAll(target, 0o750))
+	vd, _ := json.Marshal(map[string]string{"specVolID": pv, "volumeHandle": bucket + "/" + pv,
+		"driverName": driver, "nodeName": nodeName, "attachmentID": "", "volumeLifecycleMode": "Persistent"})
+	must(e.t, os.WriteFile(filepath.Join(filepath.Dir(target), s3mount.VolDataFile), vd, 0o644))
+	pw := filepath.Join(e.dir, "driver", pv+".passwd")
+	must(e.t, os.WriteFile(pw, []byte(ak+":"+sk+"\n"), 0o600))
+	cmd := exec.Command("s3fs", bucket+":/"+pv, target, "-f", "-o", "passwd_file="+pw, "-o", "url="+e.endpoint,
+		"-o", "use_path_request_style", "-o", "allow_other")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	must(e.t, cmd.Start())
+	go cmd.Wait() // reap it whenever it dies
+	waitFor(e.t, 20*time.Second, "driver s3fs mounted at "+target, func() bool {
+		var st unix.Statfs_t
+		return topSource(target) == "s3fs" && unix.Statfs(target, &st) == nil
+	})
+	return target, cmd.Process
+}
+
+func (e *nodeEnv) config() *config.Config {
+	cfg := config.Default()
+	cfg.KubeletDir, cfg.StateDir = e.kubelet, e.state
+	cfg.S3.CheckInterval = metav1.Duration{Duration: 200 * time.Millisecond}
+	cfg.S3.StatfsTimeout = metav1.Duration{Duration: time.Second}
+	return cfg
+}
+
+// agent starts a restorer and returns a function that stops it (also run at cleanup).
+func (e *nodeEnv) agent(mountTimeout time.Duration) (*s3mount.Restorer, func()) {
+	e.t.Helper()
+	r, err := s3mount.New(s3mount.Deps{
+		Client: e.client, NodeName: nodeName, Config: e.config(), Recorder: e.rec,
+		Registerer: prometheus.NewRegistry(), OS: s3mount.NewOS(),
+		BackoffInitial: 300 * time.Millisecond, BackoffMax: 2 * time.Second, MountTimeout: mountTimeout,
+		KillGrace: 2 * time.Second,
+	})
+	must(e.t, err)
+	ctx, cancel := context.WithCancel(logr.NewContext(context.Background(), testr.New(e.t)))
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				e.t.Errorf("agent Run: %v", err)
+			}
+		})
+	}
+	e.t.Cleanup(stop)
+	return r, stop
+}
+
+// container starts a process in its own mount namespace whose /…/ctr-<name> is a bind of the
+// target with slave propagation — what a container with mountPropagation HostToContainer sees.
+func (e *nodeEnv) container(name, target string) (run func(script string) (string, error)) {
+	e.t.Helper()
+	ctr := filepath.Join(e.dir, "ctr-"+name)
+	must(e.t, os.MkdirAll(ctr, 0o755))
+	cmd := exec.Command("unshare", "-m", "--propagation", "slave", "sh", "-c",
+		fmt.Sprintf("mount --bind %q %q && exec sleep 3600", target, ctr))
+	cmd.Stderr = os.Stderr
+	must(e.t, cmd.Start())
+	e.t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	run = func(script string) (string, error) {
+		out, err := exec.Command("nsenter", "-t", strconv.Itoa(cmd.Process.Pid), "-m", "--",
+			"sh", "-c", "cd "+ctr+" && "+script).CombinedOutput()
+		return strings.TrimSpace(string(out)), err
+	}
+	waitFor(e.t, 5*time.Second, "container mount namespace ready", func() bool {
+		out, err := exec.Command("nsenter", "-t", strconv.Itoa(cmd.Process.Pid), "-m", "--", "findmnt", "-n", ctr).CombinedOutput()
+		return err == nil && len(out) > 0
+	})
+	return run
+}
+
+func TestNodeRestoreAfterS3fsDeath(t *testing.T) {
+	e := newNodeEnv(t)
+	e.volume("pv-a", nil, false)
+	pod := e.pod("app-a", "pv-a")
+	target, driverProc := e.publish(pod, "pv-a")
+	must(t, os.WriteFile(filepath.Join(target, "before.txt"), []byte("written before\n"), 0o644))
+	ctr := e.container("a", target)
+	if out, err := ctr("cat before.txt"); err != nil || out != "written before" {
+		t.Fatalf("container view before the failure: %q, %v", out, err)
+	}
+	r, _ := e.agent(30 * time.Second)
+	time.Sleep(time.Second) // let it see the healthy mount first: it must not touch it
+	if n := len(stackAt(target)); n != 1 {
+		t.Fatalf("agent stacked onto a healthy target: %d mounts at %s", n, target)
+	}
+
+	var samples []time.Duration
+	for i := 0; i < 5; i++ {
+		proc := driverProc
+		if i > 0 {
+			proc = stagingProcess(t, filepath.Join(e.state, "s3", "staging", "pv-a"))
+		}
+		t0 := time.Now()
+		must(t, proc.Signal(syscall.SIGKILL))
+		waitFor(t, 5*time.Second, "mount dead after kill -9", func() bool {
+			var st unix.Statfs_t
+			return errors.Is(unix.Statfs(target, &st), syscall.ENOTCONN)
+		})
+		waitFor(t, 30*time.Second, "target restored", func() bool {
+			var st unix.Statfs_t
+			return unix.Statfs(target, &st) == nil
+		})
+		d := time.Since(t0)
+		samples = append(samples, d)
+		t.Logf("sample %d: s3fs killed (%s) -> target answers again after %s", i+1,
+			map[bool]string{true: "driver's s3fs", false: "agent's staging s3fs"}[i == 0], d.Round(time.Millisecond))
+
+		out, err := ctr(fmt.Sprintf("cat before.txt && echo after-%d > after-%d.txt && cat after-%d.txt", i, i, i))
+		if err != nil || out != fmt.Sprintf("written before\nafter-%d", i) {
+			t.Fatalf("container view after restore %d: %q, %v", i+1, out, err)
+		}
+		waitFor(t, 10*time.Second, "data written after recovery is in the bucket", func() bool {
+			b, err := os.ReadFile(filepath.Join(e.s3dir, bucket, "pv-a", fmt.Sprintf("after-%d.txt", i)))
+			return err == nil && string(b) == fmt.Sprintf("after-%d\n", i)
+		})
+	}
+	sorted := append([]time.Duration(nil), samples...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
+	t.Logf("time from s3fs death to restored mount: p50 %s, min %s, max %s over %d samples (check interval 200ms)",
+		sorted[len(sorted)/2].Round(time.Millisecond), sorted[0].Round(time.Millisecond), sorted[len(sorted)-1].Round(time.Millisecond), len(sorted))
+
+	// Exactly one staging mount, our binds on the target, everything else the driver's dead mount.
+	if n := len(stackAt(filepath.Join(e.state, "s3", "staging", "pv-a"))); n != 1 {
+		t.Errorf("staging mounts for pv-a: %d, want 1", n)
+	}
+	st, err := os.Stat(filepath.Join(e.state, "s3", "creds", "pv-a.passwd"))
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("passwd file: %v, mode %v; want 0600", err, st.Mode().Perm())
+	}
+	if s := topFSType(filepath.Join(e.state, "s3", "creds")); s != "tmpfs" {
+		t.Errorf("creds dir is on %q, want tmpfs", s)
+	}
+	if got := e.rec.count(corev1.EventTypeNormal, s3mount.EventMountRestored); got < 5 {
+		t.Errorf("MountRestored events: %d, want >= 5", got)
+	}
+	if got := counterValue(t, r.Metrics().Restored); got < 5 {
+		t.Errorf("restored metric %v, want >= 5", got)
+	}
+	e.rec.assertNoSecrets(t)
+
+	// Pod deleted: our binds go, the driver's dead mount stays for kubelet's teardown; the
+	// staging mount, its s3fs and the passwd file go too.
+	must(t, e.client.CoreV1().Pods(ns).Delete(context.Background(), pod.Name, *metav1.NewDeleteOptions(0)))
+	waitFor(t, 10*time.Second, "binds removed after pod deletion", func() bool {
+		s := stackAt(target)
+		return len(s) == 1 && s[0].Source == "s3fs"
+	})
+	waitFor(t, 10*time.Second, "staging mount and passwd file removed", func() bool {
+		_, err := os.Stat(filepath.Join(e.state, "s3", "creds", "pv-a.passwd"))
+		return len(stackAt(filepath.Join(e.state, "s3", "staging", "pv-a"))) == 0 && errors.Is(err, os.ErrNotExist)
+	})
+}
+
+func TestNodeAgentRestartReadopts(t *testing.T) {
+	e := newNodeEnv(t)
+	e.volume("pv-b", nil, false)
+	pod := e.pod("app-b", "pv-b")
+	target, driverProc := e.publish(pod, "pv-b")
+	_, stop := e.agent(30 * time.Second)
+	must(t, driverProc.Signal(syscall.SIGKILL))
+	waitFor(t, 30*time.Second, "target restored", func() bool {
+		var st unix.Statfs_t
+		return unix.Statfs(target, &st) == nil && len(stackAt(target)) == 2
+	})
+	staging := filepath.Join(e.state, "s3", "staging", "pv-b")
+	before := stagingProcess(t, staging).Pid
+	stop()
+
+	r2, _ := e.agent(30 * time.Second)
+	time.Sleep(2 * time.Second) // ten check intervals
+	if n := len(stackAt(staging)); n != 1 {
+		t.Errorf("staging mounts after agent restart: %d, want 1 (re-adopted, not duplicated)", n)
+	}
+	if n := len(stackAt(target)); n != 2 {
+		t.Errorf("mounts at target after agent restart: %d, want 2 (dead driver mount + one bind)", n)
+	}
+	if after := stagingProcess(t, staging).Pid; after != before {
+		t.Errorf("s3fs pid changed across agent restart: %d -> %d", before, after)
+	}
+	if got := counterValue(t, r2.Metrics().DeadFound); got != 0 {
+		t.Errorf("restarted agent found %v dead mounts, want 0", got)
+	}
+	// The adopted s3fs is not the new agent's child; its death is still found and repaired.
+	p, _ := os.FindProcess(before)
+	must(t, p.Signal(syscall.SIGKILL))
+	waitFor(t, 30*time.Second, "target restored by the restarted agent", func() bool {
+		var st unix.Statfs_t
+		return unix.Statfs(target, &st) == nil && len(stackAt(target)) == 3
+	})
+}
+
+func TestNodeBadInputLeavesTargetAlone(t *testing.T) {
+	e := newNodeEnv(t)
+	ctx := context.Background()
+	_, err := e.client.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "wrong-keys", Namespace: ns},
+		Data: map[string][]byte{"accessKeyID": []byte(ak), "secretAccessKey": []byte("not-the-secret"),
+			"endpoint": []byte(e.endpoint)},
+	}, metav1.CreateOptions{})
+	must(t, err)
+	_, err = e.client.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "server-down", Namespace: ns},
+		Data: map[string][]byte{"accessKeyID": []byte(ak), "secretAccessKey": []byte(sk),
+			"endpoint": []byte(fmt.Sprintf("http://127.0.0.1:%d", freePort(t)))},
+	}, metav1.CreateOptions{})
+	must(t, err)
+	_, err = e.client.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "no-keys", Namespace: ns},
+		Data:       map[string][]byte{"endpoint": []byte(e.endpoint)},
+	}, metav1.CreateOptions{})
+	must(t, err)
+
+	cases := []struct {
+		pv, secret, reason string
+	}{
+		{"pv-missing", "does-not-exist", "SecretNotFound"},
+		{"pv-nokeys", "no-keys", "SecretKeyMissing"},
+		{"pv-wrong", "wrong-keys", "S3fsFailed"},
+		{"pv-down", "server-down", "S3fsFailed"},
+	}
+	type fixture struct {
+		pod    *corev1.Pod
+		target string
+		dead   s3mount.MountInfo
+	}
+	fx := map[string]fixture{}
+	for _, c := range cases {
+		e.volume(c.pv, &corev1.SecretReference{Name: c.secret, Namespace: ns}, false)
+		pod := e.pod("app-"+c.pv, c.pv)
+		target, proc := e.publish(pod, c.pv)
+		must(t, proc.Signal(syscall.SIGKILL))
+		waitFor(t, 5*time.Second, "mount dead", func() bool {
+			var st unix.Statfs_t
+			return errors.Is(unix.Statfs(target, &st), syscall.ENOTCONN)
+		})
+		fx[c.pv] = fixture{pod: pod, target: target, dead: stackAt(target)[0]}
+	}
+	// A short mount timeout so an unreachable endpoint fails (and is retried) within the test.
+	r, _ := e.agent(3 * time.Second)
+	for _, c := range cases {
+		t.Run(c.pv, func(t *testing.T) {
+			waitFor(t, 40*time.Second, "two MountRestoreFailed events with reason "+c.reason, func() bool {
+				return e.rec.countFor(fx[c.pv].pod.Name, corev1.EventTypeWarning, s3mount.EventMountRestoreFailed, c.reason) >= 2
+			})
+			s := stackAt(fx[c.pv].target)
+			if len(s) != 1 || s[0].ID != fx[c.pv].dead.ID {
+				t.Errorf("target changed: %+v, want only the dead driver mount %+v", s, fx[c.pv].dead)
+			}
+			var st unix.Statfs_t
+			if err := unix.Statfs(fx[c.pv].target, &st); !errors.Is(err, syscall.ENOTCONN) {
+				t.Errorf("target statfs: %v, want ENOTCONN (the dead mount, not a plain directory)", err)
+			}
+			if n := len(stackAt(filepath.Join(e.state, "s3", "staging", c.pv))); n != 0 {
+				t.Errorf("%d mounts left at the staging dir after failures", n)
+			}
+			if _, err := os.Stat(filepath.Join(e.state, "s3", "creds", c.pv+".passwd")); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("passwd file left after a failed mount: %v", err)
+			}
+		})
+	}
+	t.Logf("failures by reason: SecretNotFound=%v SecretKeyMissing=%v S3fsFailed=%v",
+		counterValue(t, r.Metrics().Failures.WithLabelValues("SecretNotFound")),
+		counterValue(t, r.Metrics().Failures.WithLabelValues("SecretKeyMissing")),
+		counterValue(t, r.Metrics().Failures.WithLabelValues("S3fsFailed")))
+	e.rec.assertNoSecrets(t)
+}
+
+// --- helpers ---
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for: %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func freePort(t testing.TB) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func mountTable() s3mount.MountTable {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		panic(err)
+	}
+	tab, err := s3mount.ParseMountInfo(string(b))
+	if err != nil {
+		panic(err)
+	}
+	return tab
+}
+
+func stackAt(path string) []s3mount.MountInfo { return mountTable().Stack(path) }
+
+func topSource(path string) string {
+	m, _ := mountTable().Top(path)
+	return m.Source
+}
+
+func topFSType(path string) string {
+	m, _ := mountTable().Top(path)
+	return m.FSType
+}
+
+// stagingProcess finds the s3fs serving a staging directory (s3fs rewrites its argv in place, so
+// look for the mount point among all arguments).
+func stagingProcess(t testing.TB, staging string) *os.Process {
+	t.Helper()
+	var found *os.Process
+	waitFor(t, 10*time.Second, "s3fs process for "+staging, func() bool {
+		for _, pid := range s3fsPids() {
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			args := strings.Split(string(b), "\x00")
+			if slices.Contains(args, staging) {
+				found, _ = os.FindProcess(pid)
+				return true
+			}
+		}
+		return false
+	})
+	return found
+}
+
+func s3fsPids() []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil {
+			continue
+		}
+		if filepath.Base(strings.Split(string(b), "\x00")[0]) == "s3fs" {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// sweep kills the s3fs processes serving paths under dir and lazily unmounts everything under it,
+// the most recent mounts first.
+func sweep(t testing.TB, dir string) {
+	for _, pid := range s3fsPids() {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if strings.Contains(string(b), dir) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	for pass := 0; pass < 20; pass++ {
+		var under []s3mount.MountInfo
+		for _, m := range mountTable() {
+			if m.MountPoint == dir || strings.HasPrefix(m.MountPoint, dir+"/") {
+				under = append(under, m)
+			}
+		}
+		if len(under) == 0 {
+			return
+		}
+		sort.Slice(under, func(i, j int) bool { return under[i].ID > under[j].ID })
+		for _, m := range under {
+			_ = unix.Unmount(m.MountPoint, unix.MNT_DETACH)
+		}
+	}
+	t.Errorf("mounts left under %s after cleanup", dir)
+}
+
+func counterValue(t testing.TB, c prometheus.Collector) float64 {
+	ch := make(chan prometheus.Metric, 16)
+	c.Collect(ch)
+	close(ch)
+	var total float64
+	for m := range ch {
+		var pb dto.Metric
+		must(t, m.Write(&pb))
+		total += pb.GetCounter().GetValue()
+	}
+	return total
+}
+
+// recorder keeps every Event for assertions.
+type recorder struct {
+	mu     sync.Mutex
+	events []event
+}
+
+type event struct{ pod, typ, reason, msg string }
+
+func (r *recorder) Event(obj runtime.Object, typ, reason, msg string) {
+	name := ""
+	if p, ok := obj.(*corev1.Pod); ok {
+		name = p.Name
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, event{name, typ, reason, msg})
+}
+
+func (r *recorder) Eventf(obj runtime.Object, typ, reason, format string, args ...any) {
+	r.Event(obj, typ, reason, fmt.Sprintf(format, args...))
+}
+
+func (r *recorder) AnnotatedEventf(obj runtime.Object, _ map[string]string, typ, reason, format string, args ...any) {
+	r.Eventf(obj, typ, reason, format, args...)
+}
+
+func (r *recorder) count(typ, reason string) int { return r.countFor("", typ, reason, "") }
+
+func (r *recorder) countFor(pod, typ, reason, detail string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, e := range r.events {
+		if (pod == "" || e.pod == pod) && e.typ == typ && e.reason == reason && strings.HasPrefix(e.msg, detail) {
+			n++
+		}
+	}
+	return n
+}
+
+func (r *recorder) assertNoSecrets(t testing.TB) {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range r.events {
+		if strings.Contains(e.msg, sk) || strings.Contains(e.msg, "not-the-secret") {
+			t.Errorf("event leaks a secret: %+v", e)
+		}
+	}
+}

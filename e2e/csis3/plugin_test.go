@@ -1,0 +1,56 @@
+package csis3
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestMountArgs(t *testing.T) {
+	tests := []struct {
+		name    string
+		handle  string
+		attrs   map[string]string
+		secrets map[string]string
+		want    []string
+		wantErr bool
+	}{
+		{
+			name:   "bucket and prefix from the handle, endpoint from attributes",
+			handle: "data/team", attrs: map[string]string{"endpoint": "http://h:7070"},
+			want: []string{"data:/team", "/t", "-f", "-o", "passwd_file=/p", "-o", "url=http://h:7070", "-o", "use_path_request_style", "-o", "allow_other"},
+		},
+		{
+			name:   "attributes win, secret endpoint overrides, extra options",
+			handle: "ignored", attrs: map[string]string{"bucket": "b", "endpoint": "http://a", "options": "-o max_stat_cache_size=0 ro"},
+			secrets: map[string]string{"endpoint": "http://s"},
+			want:    []string{"b", "/t", "-f", "-o", "passwd_file=/p", "-o", "url=http://s", "-o", "use_path_request_style", "-o", "allow_other", "-o", "max_stat_cache_size=0", "-o", "ro"},
+		},
+		{name: "no endpoint", handle: "b", wantErr: true},
+		{name: "no bucket", handle: "", attrs: map[string]string{"endpoint": "http://a"}, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := MountArgs(tt.handle, tt.attrs, tt.secrets, "/t", "/p")
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("err = %v, wantErr %v", err, tt.wantErr)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("MountArgs (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestMountInfoHas(t *testing.T) {
+	const info = "36 35 0:40 / /var/lib/kubelet/pods/u/volumes/kubernetes.io~csi/pv/mount rw - fuse.s3fs s3fs rw\n37 35 0:41 / /a\\040b rw - tmpfs t rw\n"
+	for p, want := range map[string]bool{
+		"/var/lib/kubelet/pods/u/volumes/kubernetes.io~csi/pv/mount": true,
+		"/var/lib/kubelet/pods/u/volumes/kubernetes.io~csi/pv":       false,
+		"/a b": true,
+	} {
+		if got := MountInfoHas(info, p); got != want {
+			t.Errorf("MountInfoHas(%q) = %v, want %v", p, got, want)
+		}
+	}
+}

@@ -1,7 +1,3 @@
-// Package sidecar is pvrescue's helper binary that the webhook injects into pods (pvrescue-sidecar).
-// It filters fake devices (guard, exec), checks FUSE mounts (probe) and copies itself into the
-// pod's shared volume (install). It must stay small, static and free of Kubernetes client code:
-// it runs as an init container and as a livenessProbe, where start-up time matters.
 package sidecar
 
 import (

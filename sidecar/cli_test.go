@@ -123,15 +123,32 @@ func TestHelperImportGraphHasNoKubernetes(t *testing.T) {
 	if !contains(deps, "github.com/pvrescue/pvrescue/sidecar") {
 		t.Fatalf("go list output does not include the sidecar package: %q", out)
 	}
+	if bad := forbiddenImports(deps); len(bad) > 0 {
+		t.Errorf("pvrescue-sidecar imports forbidden packages: %v", bad)
+	}
+	t.Logf("pvrescue-sidecar imports %d packages", len(deps))
+}
+
+// forbiddenImports returns the packages the helper must not link.
+func forbiddenImports(deps []string) []string {
 	forbidden := []string{"k8s.io/", "sigs.k8s.io/", "github.com/spf13/cobra", "go.uber.org/zap", "github.com/prometheus/", "github.com/pvrescue/pvrescue/internal/config", "runtime/cgo"}
+	var bad []string
 	for _, d := range deps {
 		for _, f := range forbidden {
 			if strings.HasPrefix(d, f) {
-				t.Errorf("pvrescue-sidecar imports %s (forbidden prefix %s)", d, f)
+				bad = append(bad, d)
 			}
 		}
 	}
-	t.Logf("pvrescue-sidecar imports %d packages", len(deps))
+	return bad
+}
+
+func TestForbiddenImports(t *testing.T) {
+	deps := []string{"fmt", "golang.org/x/sys/unix", "k8s.io/client-go/rest", "sigs.k8s.io/controller-runtime", "runtime/cgo", "github.com/pvrescue/pvrescue/sidecar", "github.com/pvrescue/pvrescue/internal/config"}
+	want := []string{"k8s.io/client-go/rest", "sigs.k8s.io/controller-runtime", "runtime/cgo", "github.com/pvrescue/pvrescue/internal/config"}
+	if d := cmp.Diff(want, forbiddenImports(deps)); d != "" {
+		t.Errorf("forbiddenImports (-want +got):\n%s", d)
+	}
 }
 
 func contains(xs []string, x string) bool {

@@ -314,3 +314,11 @@ func (f *FakeHost) RemoveSymlink(path, target string) error {
 	f.Calls = append(f.Calls, "unlink "+path)
 	return nil
 }
+
+// Locked runs fn with the fake's lock held, for tests that inspect or change it while a
+// controller runs.
+func (f *FakeHost) Locked(fn func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fn()
+}

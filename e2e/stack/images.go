@@ -1,0 +1,114 @@
+// Package stack installs pvrescue and its surroundings on an e2e cluster: the pvrescue images built
+// offline from the same binaries as the Dockerfiles, a real S3 server (versitygw), the test CSI
+// plugin, and the manifests of manifests/ rendered with kustomize.
+package stack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/pvrescue/pvrescue/e2e/images"
+	"github.com/pvrescue/pvrescue/internal/contract"
+)
+
+// ErrNotLanded is returned when a component the suite installs is not in the tree yet.
+var ErrNotLanded = errors.New("component not in the tree yet")
+
+// Binaries are the pvrescue binaries, built like `make build` (static, CGO_ENABLED=0).
+type Binaries struct {
+	Webhook, Agent, Sidecar string
+}
+
+// BuildBinaries runs `go build` of ./cmd/... in repo into dir.
+func BuildBinaries(ctx context.Context, repo, dir string) (*Binaries, error) {
+	b := &Binaries{
+		Webhook: filepath.Join(dir, "pvrescue-webhook"),
+		Agent:   filepath.Join(dir, "pvrescue-agent"),
+		Sidecar: filepath.Join(dir, "pvrescue-sidecar"),
+	}
+	for _, x := range []struct{ out, pkg, ldflags string }{
+		{b.Webhook, "./cmd/pvrescue-webhook", ""},
+		{b.Agent, "./cmd/pvrescue-agent", ""},
+		{b.Sidecar, "./cmd/pvrescue-sidecar", "-s -w"},
+	} {
+		if _, err := os.Stat(filepath.Join(repo, x.pkg, "main.go")); err != nil {
+			return nil, fmt.Errorf("%w: %s/main.go is missing", ErrNotLanded, x.pkg)
+		}
+		args := []string{"build", "-trimpath", "-o", x.out}
+		if x.ldflags != "" {
+			args = append(args, "-ldflags", x.ldflags)
+		}
+		cmd := exec.CommandContext(ctx, "go", append(args, x.pkg)...)
+		cmd.Dir = repo
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("go build %s: %v\n%s", x.pkg, err, out)
+		}
+	}
+	return b, nil
+}
+
+// WebhookImage holds the webhook and, at contract.HelperBinaryInImage, the injected helper: the
+// configuration's helper.image is the webhook image.
+func WebhookImage(b *Binaries) ([]images.File, []string) {
+	return []images.File{
+		{Path: "/pvrescue-webhook", Src: b.Webhook},
+		{Path: contract.HelperBinaryInImage, Src: b.Sidecar},
+		{Path: "/tmp", Dir: true},
+	}, []string{"/pvrescue-webhook"}
+}
+
+// AgentHostBinaries are copied into the agent image with their shared libraries.
+var AgentHostBinaries = []string{"/usr/bin/s3fs", "/usr/bin/fusermount", "/usr/bin/fusermount3"}
+
+// AgentImage holds the agent plus s3fs, fusermount and their shared libraries copied from this
+// host. Deviation from Dockerfile.agent (a Debian base with apt-get install s3fs fuse3): no image can
+// be pulled here, so the same Debian binaries come from the host instead of a base image.
+func AgentImage(b *Binaries) ([]images.File, []string, error) {
+	files := []images.File{{Path: "/pvrescue-agent", Src: b.Agent}, {Path: "/tmp", Dir: true}}
+	libs := map[string]bool{}
+	for _, bin := range AgentHostBinaries {
+		if _, err := os.Stat(bin); err != nil {
+			return nil, nil, fmt.Errorf("%w: %s (make e2e-deps installs s3fs and fuse3)", images.ErrMissingHostFile, bin)
+		}
+		files = append(files, images.File{Path: bin, Src: bin})
+		out, err := exec.Command("ldd", bin).Output()
+		if err != nil {
+			return nil, nil, fmt.Errorf("ldd %s: %w", bin, err)
+		}
+		for _, l := range ParseLdd(string(out)) {
+			libs[l] = true
+		}
+	}
+	for l := range libs {
+		files = append(files, images.File{Path: l, Src: l, Mode: 0o755})
+	}
+	// s3fs looks itself up in /etc/passwd; fuse wants /etc/fuse.conf and /etc/mtab may be read.
+	files = append(files,
+		images.File{Path: "/etc/passwd", Data: []byte("root:x:0:0:root:/root:/bin/sh\n")},
+		images.File{Path: "/etc/group", Data: []byte("root:x:0:\n")},
+		images.File{Path: "/etc/fuse.conf", Data: []byte("user_allow_other\n")},
+		images.File{Path: "/etc/mtab", Link: "/proc/self/mounts"},
+	)
+	return files, []string{"/pvrescue-agent"}, nil
+}
+
+// ParseLdd returns the absolute library paths in ldd output, the dynamic loader included.
+func ParseLdd(out string) []string {
+	var libs []string
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) >= 3 && f[1] == "=>" && strings.HasPrefix(f[2], "/"):
+			libs = append(libs, f[2])
+		case len(f) >= 1 && strings.HasPrefix(f[0], "/"):
+			libs = append(libs, f[0])
+		}
+	}
+	return libs
+}

@@ -35,8 +35,8 @@ func (m MountInfo) ReadOnly() bool {
 }
 
 // ParseMountInfo parses the content of /proc/<pid>/mountinfo (see proc(5)).
-func ParseMountInfo(content string) ([]MountInfo, error) {
-	var out []MountInfo
+func ParseMountInfo(content string) (MountTable, error) {
+	var out MountTable
 	for n, line := range strings.Split(content, "\n") {
 		if strings.TrimSpace(line) == "" {
 			continue

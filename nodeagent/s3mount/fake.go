@@ -1,0 +1,300 @@
+package s3mount
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// FakeNode is an in-memory node for unit tests: a mount table where mounts can die, files with
+// modes, and s3fs processes that mount (or fail) on start. It is safe for concurrent use.
+type FakeNode struct {
+	mu      sync.Mutex
+	nextID  int
+	nextDev int
+	mounts  MountTable
+	dead    map[string]bool // by Dev
+	hung    map[string]bool // by mount point: statfs times out
+	files   map[string][]byte
+	modes   map[string]fs.FileMode
+	started [][]string
+	procs   []*FakeProcess
+
+	// S3fsFailure decides whether a started s3fs fails; it gets the arguments and the content
+	// of its passwd file and returns the output of a failed s3fs, or "" to mount.
+	S3fsFailure func(args []string, passwd []byte) string
+}
+
+// NewFakeNode returns a node with only a root mount.
+func NewFakeNode() *FakeNode {
+	f := &FakeNode{nextID: 100, nextDev: 50, dead: map[string]bool{}, hung: map[string]bool{},
+		files: map[string][]byte{}, modes: map[string]fs.FileMode{}}
+	f.mounts = MountTable{{ID: 1, ParentID: 0, Dev: "8:1", Root: "/", MountPoint: "/", Options: []string{"rw"}, FSType: "ext4", Source: "/dev/vda"}}
+	return f
+}
+
+// OS returns the node's OS bundle.
+func (f *FakeNode) OS() OS {
+	return OS{Mounter: fakeMounter{f}, Procs: fakeProcs{f}, Statfs: fakeStatfs{f}, FS: fakeFS{f}}
+}
+
+// AddMount mounts a new filesystem at mountPoint (on top of anything there) and returns it.
+func (f *FakeNode) AddMount(mountPoint, fsType, source string, options ...string) MountInfo {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.nextDev++
+	return f.addLocked(mountPoint, fmt.Sprintf("0:%d", f.nextDev), fsType, source, options)
+}
+
+func (f *FakeNode) addLocked(mountPoint, dev, fsType, source string, options []string) MountInfo {
+	f.nextID++
+	parent := 1
+	if top, ok := f.mounts.Top(mountPoint); ok {
+		parent = top.ID
+	}
+	if len(options) == 0 {
+		options = []string{"rw"}
+	}
+	m := MountInfo{ID: f.nextID, ParentID: parent, Dev: dev, Root: "/", MountPoint: mountPoint,
+		Options: options, FSType: fsType, Source: source}
+	f.mounts = append(f.mounts, m)
+	return m
+}
+
+// KillMount makes the filesystem of the top mount at mountPoint dead (as kill -9 of s3fs does).
+func (f *FakeNode) KillMount(mountPoint string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if top, ok := f.mounts.Top(mountPoint); ok {
+		f.dead[top.Dev] = true
+	}
+}
+
+// Hang makes statfs of mountPoint time out.
+func (f *FakeNode) Hang(mountPoint string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.hung[mountPoint] = true
+}
+
+// Table returns a copy of the mount table.
+func (f *FakeNode) Table() MountTable {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.mounts)
+}
+
+// Started returns the argument lists of every process started.
+func (f *FakeNode) Started() [][]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.started)
+}
+
+// Processes returns the processes started so far.
+func (f *FakeNode) Processes() []*FakeProcess {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.procs)
+}
+
+// File returns a file's content and mode.
+func (f *FakeNode) File(path string) ([]byte, fs.FileMode, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b, ok := f.files[path]
+	return b, f.modes[path], ok
+}
+
+// SetFile writes a file (test setup).
+func (f *FakeNode) SetFile(path string, data []byte) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.files[path] = data
+	f.modes[path] = 0o644
+}
+
+type fakeMounter struct{ f *FakeNode }
+
+func (m fakeMounter) MountTable() (MountTable, error) { return m.f.Table(), nil }
+
+func (m fakeMounter) Bind(source, target string, readOnly bool) error {
+	f := m.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	src, ok := f.mounts.Top(source)
+	if !ok {
+		return fmt.Errorf("%w: bind %s: source is not a mount in the fake", ErrMount, source)
+	}
+	opts := []string{"rw"}
+	if readOnly {
+		opts = []string{"ro"}
+	}
+	f.addLocked(target, src.Dev, src.FSType, src.Source, opts)
+	return nil
+}
+
+func (m fakeMounter) Unmount(target string, _ bool) error {
+	f := m.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	top, ok := f.mounts.Top(target)
+	if !ok {
+		return fmt.Errorf("%w: unmount %s: %w", ErrMount, target, syscall.EINVAL)
+	}
+	f.mounts = slices.DeleteFunc(f.mounts, func(x MountInfo) bool { return x.ID == top.ID })
+	return nil
+}
+
+func (m fakeMounter) MountTmpfs(target string, _ int64) error {
+	m.f.AddMount(target, "tmpfs", "tmpfs")
+	return nil
+}
+
+type fakeStatfs struct{ f *FakeNode }
+
+func (s fakeStatfs) Statfs(_ context.Context, path string, timeout time.Duration) error {
+	f := s.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	// The mount covering path is the top mount at its longest mounted prefix.
+	best := ""
+	for _, m := range f.mounts {
+		if (path == m.MountPoint || strings.HasPrefix(path, strings.TrimSuffix(m.MountPoint, "/")+"/")) && len(m.MountPoint) > len(best) {
+			best = m.MountPoint
+		}
+	}
+	if f.hung[best] {
+		return fmt.Errorf("statfs %s: %w after %s", path, ErrTimeout, timeout)
+	}
+	if top, ok := f.mounts.Top(best); ok && f.dead[top.Dev] {
+		return fmt.Errorf("statfs %s: %w", path, syscall.ENOTCONN)
+	}
+	return nil
+}
+
+type fakeFS struct{ f *FakeNode }
+
+func (x fakeFS) MkdirAll(string, fs.FileMode) error { return nil }
+
+func (x fakeFS) WriteFile(path string, data []byte, perm fs.FileMode) error {
+	x.f.mu.Lock()
+	defer x.f.mu.Unlock()
+	x.f.files[path] = slices.Clone(data)
+	x.f.modes[path] = perm
+	return nil
+}
+
+func (x fakeFS) ReadFile(path string) ([]byte, error) {
+	x.f.mu.Lock()
+	defer x.f.mu.Unlock()
+	b, ok := x.f.files[path]
+	if !ok {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: fs.ErrNotExist}
+	}
+	return slices.Clone(b), nil
+}
+
+func (x fakeFS) Remove(path string) error {
+	x.f.mu.Lock()
+	defer x.f.mu.Unlock()
+	delete(x.f.files, path)
+	delete(x.f.modes, path)
+	return nil
+}
+
+// FakeProcess is a fake s3fs: it mounts its mount point on start; Kill or Crash kill the mount.
+type FakeProcess struct {
+	f          *FakeNode
+	pid        int
+	mountPoint string
+	output     string
+	done       chan struct{}
+	once       sync.Once
+}
+
+type fakeProcs struct{ f *FakeNode }
+
+func (p fakeProcs) Start(path string, args []string) (Process, error) {
+	f := p.f
+	mountPoint, fsname, passwd := "", "s3fs", ""
+	if len(args) > 1 {
+		mountPoint = args[1]
+	}
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] != "-o" {
+			continue
+		}
+		if v, ok := strings.CutPrefix(args[i+1], "fsname="); ok {
+			fsname = v
+		}
+		if v, ok := strings.CutPrefix(args[i+1], "passwd_file="); ok {
+			passwd = v
+		}
+	}
+	f.mu.Lock()
+	f.started = append(f.started, append([]string{path}, args...))
+	pw := f.files[passwd]
+	fail := ""
+	if f.S3fsFailure != nil {
+		fail = f.S3fsFailure(args, pw)
+	}
+	proc := &FakeProcess{f: f, pid: 1000 + len(f.started), mountPoint: filepath.Clean(mountPoint), done: make(chan struct{})}
+	f.procs = append(f.procs, proc)
+	if fail == "" {
+		f.nextDev++
+		f.addLocked(proc.mountPoint, fmt.Sprintf("0:%d", f.nextDev), "fuse", fsname, nil)
+	}
+	f.mu.Unlock()
+	if fail != "" {
+		proc.output = fail
+		proc.exit()
+	}
+	return proc, nil
+}
+
+func (p *FakeProcess) exit() { p.once.Do(func() { close(p.done) }) }
+
+// Crash kills the process: its mount stays, dead (kill -9).
+func (p *FakeProcess) Crash() {
+	p.f.KillMount(p.mountPoint)
+	p.exit()
+}
+
+// Exited reports whether the process has ended.
+func (p *FakeProcess) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (p *FakeProcess) Pid() int       { return p.pid }
+func (p *FakeProcess) Output() string { return p.output }
+func (p *FakeProcess) Wait() error {
+	<-p.done
+	return fmt.Errorf("exit status 1")
+}
+
+// Kill ends the process the way SIGTERM ends s3fs: it unmounts its mount point cleanly.
+func (p *FakeProcess) Kill(time.Duration) {
+	if p.Exited() {
+		return
+	}
+	f := p.f
+	f.mu.Lock()
+	if top, ok := f.mounts.Top(p.mountPoint); ok && top.FSType == "fuse" {
+		f.dead[top.Dev] = true // binds made from it die with the daemon
+		f.mounts = slices.DeleteFunc(f.mounts, func(x MountInfo) bool { return x.ID == top.ID })
+	}
+	f.mu.Unlock()
+	p.exit()
+}

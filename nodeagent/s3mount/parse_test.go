@@ -1,0 +1,381 @@
+package s3mount
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/pvrescue/pvrescue/internal/config"
+)
+
+// A dead driver mount with our bind stacked on it, our staging mount, and an escaped space.
+const mountinfoFixture = `21 26 0:20 / /proc rw,relatime - proc proc rw
+26 1 8:1 / / rw,relatime shared:1 - ext4 /dev/vda rw
+41 26 0:38 / /var/lib/kubelet/pods/uid-1/volumes/kubernetes.io~csi/pv-a/mount rw,nosuid,nodev,relatime shared:7 - fuse.s3fs s3fs rw,user_id=0,group_id=0,allow_other
+42 26 0:39 / /var/lib/pvrescue/s3/staging/pv-a rw,nosuid,nodev,relatime - fuse pvrescue-s3:pv-a rw,user_id=0,group_id=0,allow_other
+43 41 0:39 / /var/lib/kubelet/pods/uid-1/volumes/kubernetes.io~csi/pv-a/mount ro,nosuid,nodev,relatime shared:8 master:3 - fuse pvrescue-s3:pv-a rw,user_id=0
+44 26 0:40 / /mnt/with\040space rw - tmpfs tmpfs rw
+`
+
+func TestParseMountInfo(t *testing.T) {
+	tab, err := ParseMountInfo(mountinfoFixture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tab) != 6 {
+		t.Fatalf("got %d entries, want 6", len(tab))
+	}
+	want := MountInfo{ID: 43, ParentID: 41, Dev: "0:39", Root: "/",
+		MountPoint: "/var/lib/kubelet/pods/uid-1/volumes/kubernetes.io~csi/pv-a/mount",
+		Options:    []string{"ro", "nosuid", "nodev", "relatime"}, FSType: "fuse", Source: "pvrescue-s3:pv-a"}
+	if d := cmp.Diff(want, tab[4]); d != "" {
+		t.Errorf("bind entry (-want +got):\n%s", d)
+	}
+	if !tab[4].ReadOnly() || tab[3].ReadOnly() {
+		t.Errorf("ReadOnly: bind %v staging %v, want true false", tab[4].ReadOnly(), tab[3].ReadOnly())
+	}
+	if tab[5].MountPoint != "/mnt/with space" {
+		t.Errorf("escaped mount point: %q", tab[5].MountPoint)
+	}
+}
+
+func TestParseMountInfoErrors(t *testing.T) {
+	for _, line := range []string{
+		"garbage",
+		"41 26 0:38 / /mnt rw,relatime shared:7 fuse s3fs rw", // no separator
+		"x 26 0:38 / /mnt rw - fuse s3fs rw",                  // bad id
+		"41 26 038 / /mnt rw - fuse s3fs rw",                  // bad dev
+		"41 26 0:38 / /mnt rw - fuse",                         // truncated after separator
+	} {
+		if _, err := ParseMountInfo(line); !errors.Is(err, ErrMountInfo) {
+			t.Errorf("ParseMountInfo(%q) = %v, want ErrMountInfo", line, err)
+		}
+	}
+}
+
+func TestMountTableStack(t *testing.T) {
+	target := "/var/lib/kubelet/pods/uid-1/volumes/kubernetes.io~csi/pv-a/mount"
+	tab, _ := ParseMountInfo(mountinfoFixture)
+	// Line order must not matter: reverse the lines.
+	rev := make(MountTable, len(tab))
+	for i := range tab {
+		rev[len(tab)-1-i] = tab[i]
+	}
+	for name, mt := range map[string]MountTable{"file order": tab, "reversed": rev} {
+		var ids []int
+		for _, m := range mt.Stack(target) {
+			ids = append(ids, m.ID)
+		}
+		if d := cmp.Diff([]int{41, 43}, ids); d != "" {
+			t.Errorf("%s: stack ids (-want +got):\n%s", name, d)
+		}
+		if top, _ := mt.Top(target); top.ID != 43 {
+			t.Errorf("%s: top = %d, want 43", name, top.ID)
+		}
+	}
+	if tab.IsMountPoint("/var/lib/kubelet/pods/uid-1") {
+		t.Error("plain directory reported as a mount point")
+	}
+}
+
+func TestTargetPath(t *testing.T) {
+	tests := []struct{ kubelet, uid, pv, want string }{
+		{"/var/lib/kubelet", "u1", "pv-a", "/var/lib/kubelet/pods/u1/volumes/kubernetes.io~csi/pv-a/mount"},
+		{"/k/", "u2", "ns/odd", "/k/pods/u2/volumes/kubernetes.io~csi/ns~odd/mount"},
+	}
+	for _, tt := range tests {
+		got := TargetPath(tt.kubelet, tt.uid, tt.pv)
+		if got != tt.want {
+			t.Errorf("TargetPath(%q,%q,%q) = %q, want %q", tt.kubelet, tt.uid, tt.pv, got, tt.want)
+		}
+		uid, dir, ok := ParseTargetPath(tt.kubelet, got)
+		if !ok || uid != tt.uid || dir != strings.ReplaceAll(tt.pv, "/", "~") {
+			t.Errorf("ParseTargetPath(%q) = %q %q %v", got, uid, dir, ok)
+		}
+	}
+	for _, p := range []string{
+		"/var/lib/kubelet/pods/u1/volumes/kubernetes.io~csi/pv-a",
+		"/var/lib/kubelet/pods/u1/volumes/kubernetes.io~nfs/pv-a/mount",
+		"/elsewhere/pods/u1/volumes/kubernetes.io~csi/pv-a/mount",
+		"/var/lib/kubelet/pods/u1/volumes/kubernetes.io~csi/pv-a/mount/sub",
+	} {
+		if _, _, ok := ParseTargetPath("/var/lib/kubelet", p); ok {
+			t.Errorf("ParseTargetPath accepted %q", p)
+		}
+	}
+}
+
+func TestVolData(t *testing.T) {
+	good := `{"attachmentID":"","driverName":"ru.yandex.s3.csi","nodeName":"n1","specVolID":"pv-a","volumeHandle":"bkt/pv-a","volumeLifecycleMode":"Persistent"}`
+	tests := []struct {
+		name, data string
+		wantErr    error
+	}{
+		{"match", good, nil},
+		{"other PV", strings.Replace(good, `"specVolID":"pv-a"`, `"specVolID":"pv-b"`, 1), ErrVolData},
+		{"other driver", strings.Replace(good, "ru.yandex.s3.csi", "other", 1), ErrVolData},
+		{"other handle", strings.Replace(good, `"bkt/pv-a"`, `"bkt/x"`, 1), ErrVolData},
+		{"only specVolID", `{"specVolID":"pv-a"}`, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			vd, err := ParseVolData([]byte(tt.data))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := vd.Check("pv-a", "ru.yandex.s3.csi", "bkt/pv-a"); !errors.Is(err, tt.wantErr) {
+				t.Errorf("Check = %v, want %v", err, tt.wantErr)
+			}
+		})
+	}
+	if _, err := ParseVolData([]byte("{")); err == nil {
+		t.Error("bad JSON accepted")
+	}
+}
+
+func TestClassify(t *testing.T) {
+	tests := []struct {
+		mounted bool
+		err     error
+		want    Health
+	}{
+		{false, nil, NotMounted},
+		{true, nil, Healthy},
+		{true, fmt.Errorf("statfs: %w", syscall.ENOTCONN), Dead},
+		{true, syscall.EIO, Dead},
+		{true, syscall.ESTALE, Dead},
+		{true, syscall.ENODEV, Dead},
+		{true, syscall.EHOSTDOWN, Dead},
+		{true, fmt.Errorf("x: %w", ErrTimeout), Dead},
+		{true, syscall.EACCES, Unknown},
+		{true, syscall.ENOENT, Unknown},
+	}
+	for _, tt := range tests {
+		if got := Classify(tt.mounted, tt.err); got != tt.want {
+			t.Errorf("Classify(%v, %v) = %v, want %v", tt.mounted, tt.err, got, tt.want)
+		}
+	}
+}
+
+func TestParseOptions(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    []string
+		wantErr bool
+	}{
+		{"", nil, false},
+		{"-o allow_other -o umask=000,uid=1000", []string{"allow_other", "umask=000", "uid=1000"}, false},
+		{"-oretries=1", []string{"retries=1"}, false},
+		{"--memory-limit 1000", nil, true}, // geesefs style: not s3fs
+		{"-o url=http://evil", nil, true},
+		{"-o passwd_file=/etc/shadow", nil, true},
+		{"-o", nil, true},
+	}
+	for _, tt := range tests {
+		got, err := ParseOptions(tt.in)
+		if (err != nil) != tt.wantErr || (err != nil && !errors.Is(err, ErrBadOptions)) {
+			t.Errorf("ParseOptions(%q) err = %v, wantErr %v", tt.in, err, tt.wantErr)
+			continue
+		}
+		if d := cmp.Diff(tt.want, got); d != "" {
+			t.Errorf("ParseOptions(%q) (-want +got):\n%s", tt.in, d)
+		}
+	}
+}
+
+func pvFixture(handle string, attrs map[string]string, ref *corev1.SecretReference) *corev1.PersistentVolume {
+	return &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: "pv-a"},
+		Spec: corev1.PersistentVolumeSpec{
+			StorageClassName: "s3",
+			ClaimRef:         &corev1.ObjectReference{Namespace: "team", Name: "data"},
+			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
+				Driver: "ru.yandex.s3.csi", VolumeHandle: handle, VolumeAttributes: attrs, NodePublishSecretRef: ref}},
+		},
+	}
+}
+
+func TestResolveVolume(t *testing.T) {
+	p := config.Default().S3.Parameters
+	scWith := func(params map[string]string) *storagev1.StorageClass {
+		return &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "s3"}, Parameters: params}
+	}
+	nodeSecret := map[string]string{paramNodePublishSecretName: "creds", paramNodePublishSecretNamespace: "kube-system"}
+	tests := []struct {
+		name    string
+		pv      *corev1.PersistentVolume
+		sc      *storagev1.StorageClass
+		want    Volume
+		wantErr error
+	}{
+		{
+			name: "handle bucket/prefix, secret from PV",
+			pv:   pvFixture("bkt/pvc-1", map[string]string{"mounter": "s3fs"}, &corev1.SecretReference{Name: "s", Namespace: "ns"}),
+			want: Volume{PV: "pv-a", Driver: "ru.yandex.s3.csi", Handle: "bkt/pvc-1", Bucket: "bkt", Prefix: "pvc-1",
+				SecretRef: &corev1.SecretReference{Name: "s", Namespace: "ns"}},
+		},
+		{
+			name: "bucket only handle, secret from StorageClass node-publish params, endpoint and options",
+			pv:   pvFixture("bkt", nil, nil),
+			sc:   scWith(map[string]string{paramNodePublishSecretName: "creds", paramNodePublishSecretNamespace: "kube-system", "endpoint": "http://s3:9000", "region": "eu", "options": "-o retries=2"}),
+			want: Volume{PV: "pv-a", Driver: "ru.yandex.s3.csi", Handle: "bkt", Bucket: "bkt", Endpoint: "http://s3:9000", Region: "eu",
+				Options: []string{"retries=2"}, SecretRef: &corev1.SecretReference{Name: "creds", Namespace: "kube-system"}},
+		},
+		{
+			name: "attributes beat StorageClass; bucket attribute with handle bucket/prefix",
+			pv:   pvFixture("shared/pvc-2", map[string]string{"bucket": "shared", "endpoint": "http://attr"}, nil),
+			sc:   scWith(map[string]string{"endpoint": "http://sc", paramProvisionerSecretName: "${pvc.name}-creds", paramProvisionerSecretNamespace: "${pvc.namespace}"}),
+			want: Volume{PV: "pv-a", Driver: "ru.yandex.s3.csi", Handle: "shared/pvc-2", Bucket: "shared", Prefix: "pvc-2", Endpoint: "http://attr",
+				SecretRef: &corev1.SecretReference{Name: "data-creds", Namespace: "team"}},
+		},
+		{
+			name: "explicit prefix attribute",
+			pv:   pvFixture("opaque-id", map[string]string{"bucket": "b", "prefix": "/some/dir/"}, nil),
+			sc:   scWith(nodeSecret),
+			want: Volume{PV: "pv-a", Driver: "ru.yandex.s3.csi", Handle: "opaque-id", Bucket: "b", Prefix: "some/dir",
+				SecretRef: &corev1.SecretReference{Name: "creds", Namespace: "kube-system"}},
+		},
+		{name: "geesefs mounter", pv: pvFixture("b", map[string]string{"mounter": "geesefs"}, nil), sc: scWith(nodeSecret), wantErr: ErrUnsupported},
+		{name: "no secret anywhere", pv: pvFixture("b", nil, nil), sc: scWith(nil), wantErr: ErrNoSecretRef},
+		{name: "no StorageClass, no secret", pv: pvFixture("b", nil, nil), wantErr: ErrNoSecretRef},
+		{name: "empty handle", pv: pvFixture("", nil, nil), sc: scWith(nodeSecret), wantErr: ErrNoBucket},
+		{name: "bad options", pv: pvFixture("b", map[string]string{"options": "--dir-mode 0777"}, nil), sc: scWith(nodeSecret), wantErr: ErrBadOptions},
+		{name: "not CSI", pv: &corev1.PersistentVolume{}, wantErr: ErrNotS3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ResolveVolume(tt.pv, tt.sc, p)
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("err = %v, want %v", err, tt.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			if d := cmp.Diff(tt.want, got); d != "" {
+				t.Errorf("(-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+func TestReadOnlyPV(t *testing.T) {
+	pv := pvFixture("b", nil, &corev1.SecretReference{Name: "s"})
+	pv.Spec.MountOptions = []string{"ro"}
+	v, err := ResolveVolume(pv, nil, config.Default().S3.Parameters)
+	if err != nil || !v.ReadOnly {
+		t.Errorf("ro mount option: ReadOnly=%v err=%v", v.ReadOnly, err)
+	}
+}
+
+func TestS3Driver(t *testing.T) {
+	cfg := config.Default()
+	pv := pvFixture("b", nil, nil)
+	if _, ok := S3Driver(cfg, pv, nil); !ok {
+		t.Error("configured driver not recognised")
+	}
+	pv.Spec.CSI.Driver = "other.csi"
+	if _, ok := S3Driver(cfg, pv, nil); ok {
+		t.Error("unknown driver recognised")
+	}
+	for _, key := range []string{"volume.kubernetes.io/storage-provisioner", "volume.beta.kubernetes.io/storage-provisioner"} {
+		pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{key: "csi-s3"}}}
+		if _, ok := S3Driver(cfg, pv, pvc); !ok {
+			t.Errorf("provisioner annotation %s not used as fallback", key)
+		}
+	}
+	if _, ok := S3Driver(cfg, &corev1.PersistentVolume{}, nil); ok {
+		t.Error("non-CSI PV recognised")
+	}
+}
+
+func TestParseCredentials(t *testing.T) {
+	keys := config.Default().S3.SecretKeys
+	secret := func(data map[string]string) *corev1.Secret {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "n"}, Data: map[string][]byte{}}
+		for k, v := range data {
+			s.Data[k] = []byte(v)
+		}
+		return s
+	}
+	c, err := ParseCredentials(secret(map[string]string{"accessKeyID": "AK", "secretAccessKey": "SK\n", "endpoint": "http://e"}), keys)
+	if err != nil || c.AccessKeyID != "AK" || c.SecretAccessKey != "SK" || c.Endpoint != "http://e" {
+		t.Fatalf("ParseCredentials = %+v, %v", c, err)
+	}
+	if s := fmt.Sprintf("%v %+v %#v %s", c, c, c, c); strings.Contains(s, "SK") || strings.Contains(s, "AK") {
+		t.Errorf("credentials printed: %s", s)
+	}
+	if got := string(PasswdContent(c)); got != "AK:SK\n" {
+		t.Errorf("passwd content %q", got)
+	}
+	for name, data := range map[string]map[string]string{
+		"no keys":       {"endpoint": "x"},
+		"empty secret":  {"accessKeyID": "AK", "secretAccessKey": ""},
+		"colon in AK":   {"accessKeyID": "A:K", "secretAccessKey": "SK"},
+		"newline in SK": {"accessKeyID": "AK", "secretAccessKey": "S\nK"},
+	} {
+		_, err := ParseCredentials(secret(data), keys)
+		if !errors.Is(err, ErrSecretKeyMissing) {
+			t.Errorf("%s: err = %v, want ErrSecretKeyMissing", name, err)
+			continue
+		}
+		if strings.Contains(err.Error(), "SK") && !strings.Contains(err.Error(), "secretAccessKey") {
+			t.Errorf("%s: error leaks a value: %v", name, err)
+		}
+	}
+}
+
+func TestS3fsArgs(t *testing.T) {
+	v := Volume{PV: "pv-a", Bucket: "bkt", Prefix: "p/q", Endpoint: "http://sc", Region: "eu", Options: []string{"retries=2"}}
+	got := S3fsArgs(v, Credentials{AccessKeyID: "AK", SecretAccessKey: "SK", Endpoint: "http://secret"}, "/st/pv-a", "/cr/pv-a.passwd")
+	want := []string{"bkt:/p/q", "/st/pv-a", "-f", "-o", "passwd_file=/cr/pv-a.passwd", "-o", "fsname=pvrescue-s3:pv-a",
+		"-o", "use_path_request_style", "-o", "allow_other", "-o", "url=http://secret", "-o", "endpoint=eu", "-o", "retries=2"}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("(-want +got):\n%s", d)
+	}
+	for _, a := range got {
+		if strings.Contains(a, "SK") {
+			t.Errorf("secret on the command line: %q", a)
+		}
+	}
+}
+
+func TestLayout(t *testing.T) {
+	l := Layout{StateDir: "/var/lib/pvrescue"}
+	if pv, ok := l.PVFromStaging(l.Staging("pv-a")); !ok || pv != "pv-a" {
+		t.Errorf("PVFromStaging(Staging) = %q %v", pv, ok)
+	}
+	for _, p := range []string{"/var/lib/pvrescue/s3/staging", "/var/lib/pvrescue/s3/staging/pv-a/x", "/other/pv-a"} {
+		if _, ok := l.PVFromStaging(p); ok {
+			t.Errorf("PVFromStaging accepted %q", p)
+		}
+	}
+	if pv, ok := PVFromFSName(FSName("pv-a")); !ok || pv != "pv-a" {
+		t.Errorf("PVFromFSName(FSName) = %q %v", pv, ok)
+	}
+	for _, s := range []string{"s3fs", "pvrescue-s3:", "/dev/vda"} {
+		if _, ok := PVFromFSName(s); ok {
+			t.Errorf("PVFromFSName accepted %q", s)
+		}
+	}
+}
+
+func TestReason(t *testing.T) {
+	for err, want := range map[error]string{
+		fmt.Errorf("x: %w", ErrSecretNotFound):   "SecretNotFound",
+		fmt.Errorf("x: %w", ErrSecretKeyMissing): "SecretKeyMissing",
+		fmt.Errorf("x: %w", ErrUnsupported):      "BadVolumeAttributes",
+		fmt.Errorf("x: %w", ErrS3fs):             "S3fsFailed",
+		errors.New("other"):                      "Error",
+	} {
+		if got := Reason(err); got != want {
+			t.Errorf("Reason(%v) = %q, want %q", err, got, want)
+		}
+	}
+}

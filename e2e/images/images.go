@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"os"
@@ -181,7 +182,7 @@ func ServeRegistry() (*Registry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen for the image registry: %w", err)
 	}
-	srv := &http.Server{Handler: registry.New(registry.Logger(nil)), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: registry.New(registry.Logger(log.New(io.Discard, "", 0))), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	return &Registry{Host: ln.Addr().String(), srv: srv}, nil
 }

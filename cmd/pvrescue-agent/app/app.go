@@ -1,0 +1,134 @@
+// Package app is the pvrescue-agent command: flags, validation and wiring of the runnables.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/pvrescue/pvrescue/internal/config"
+	"github.com/pvrescue/pvrescue/nodeagent"
+	"github.com/pvrescue/pvrescue/nodeagent/localdisk"
+)
+
+// NodeNameEnv is set by the DaemonSet from the downward API (spec.nodeName).
+const NodeNameEnv = "NODE_NAME"
+
+// Options are the agent's command-line flags.
+type Options struct {
+	ConfigFile             string
+	NodeName               string
+	Kubeconfig             string
+	MetricsBindAddress     string
+	HealthProbeBindAddress string
+}
+
+// NewOptions returns the defaults; the node name comes from $NODE_NAME.
+func NewOptions() *Options {
+	return &Options{
+		NodeName:               os.Getenv(NodeNameEnv),
+		MetricsBindAddress:     ":8080",
+		HealthProbeBindAddress: ":8081",
+	}
+}
+
+// AddFlags registers the flags on fs.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.ConfigFile, "config", o.ConfigFile, "path of the pvrescue configuration file (defaults when empty)")
+	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "name of this node (default $"+NodeNameEnv+", from the downward API)")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig file (default: in-cluster configuration)")
+	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "address of /metrics (\"0\" disables)")
+	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "address of /healthz (\"0\" disables)")
+}
+
+// ErrInvalidOptions is wrapped by every flag validation error.
+var ErrInvalidOptions = errors.New("invalid options")
+
+// Validate checks the flags.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.NodeName == "" {
+		errs = append(errs, fmt.Errorf("%w: --node-name or $%s is required", ErrInvalidOptions, NodeNameEnv))
+	}
+	if o.MetricsBindAddress == "" {
+		errs = append(errs, fmt.Errorf("%w: --metrics-bind-address must not be empty (\"0\" disables)", ErrInvalidOptions))
+	}
+	if o.HealthProbeBindAddress == "" {
+		errs = append(errs, fmt.Errorf("%w: --health-probe-bind-address must not be empty (\"0\" disables)", ErrInvalidOptions))
+	}
+	return errors.Join(errs...)
+}
+
+// RunFunc runs the agent with validated options.
+type RunFunc func(ctx context.Context, o *Options) error
+
+// NewCommand builds the command; run is called with the parsed, validated options (tests pass
+// a recorder instead of Run).
+func NewCommand(run RunFunc) *cobra.Command {
+	o := NewOptions()
+	cmd := &cobra.Command{
+		Use:           "pvrescue-agent",
+		Short:         "Per-node agent keeping pods running when their volumes break",
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			return run(cmd.Context(), o)
+		},
+	}
+	o.AddFlags(cmd.Flags())
+	return cmd
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		return rest.InClusterConfig()
+	}
+	return clientcmd.BuildConfigFromFlags("", kubeconfig)
+}
+
+// Run builds the shared dependencies and runs the agent until ctx is done.
+func Run(ctx context.Context, o *Options) error {
+	log := logr.FromContextOrDiscard(ctx).WithName("pvrescue-agent")
+	ctx = logr.NewContext(ctx, log)
+	cfg, err := config.Load(o.ConfigFile)
+	if err != nil {
+		return err
+	}
+	rc, err := restConfig(o.Kubeconfig)
+	if err != nil {
+		return fmt.Errorf("kubernetes client config: %w", err)
+	}
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	recorder, stopEvents := nodeagent.NewRecorder(client, o.NodeName)
+	defer stopEvents()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	deps := nodeagent.Deps{NodeName: o.NodeName, Config: cfg, Client: client, Recorder: recorder, Registerer: reg}
+
+	agent := nodeagent.New(nodeagent.Options{MetricsAddr: o.MetricsBindAddress, HealthAddr: o.HealthProbeBindAddress}, reg)
+	ld, err := localdisk.NewController(deps, localdisk.NewRealHost(cfg.StateDir), localdisk.ControllerOptions{})
+	if err != nil {
+		return err
+	}
+	agent.Add("localdisk", ld)
+	// The s3fs restorer (nodeagent/s3mount) is added here as one more runnable.
+	log.Info("starting", "node", o.NodeName, "config", o.ConfigFile)
+	return agent.Run(ctx)
+}

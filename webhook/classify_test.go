@@ -1,0 +1,193 @@
+package webhook
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+func pvcObj(name, class string, mode corev1.PersistentVolumeMode) *corev1.PersistentVolumeClaim {
+	p := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "apps"}}
+	if class != "" {
+		p.Spec.StorageClassName = ptr.To(class)
+	}
+	if mode != "" {
+		p.Spec.VolumeMode = ptr.To(mode)
+	}
+	return p
+}
+
+func scObj(name, provisioner string) *storagev1.StorageClass {
+	return &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Provisioner: provisioner}
+}
+
+func claimVol(name, claim string) corev1.Volume {
+	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}
+}
+
+func TestClassify(t *testing.T) {
+	block, fs := corev1.PersistentVolumeBlock, corev1.PersistentVolumeFilesystem
+	legacy := pvcObj("legacy", "", fs)
+	legacy.Annotations = map[string]string{corev1.BetaStorageClassAnnotation: "s3"}
+	lookup := NewStaticLookup(
+		pvcObj("blk", "local-ssd", block), pvcObj("fs", "local-ssd", fs), pvcObj("nomode", "local-ssd", ""),
+		pvcObj("bucket", "s3", fs), pvcObj("ebs", "gp3", block), pvcObj("noclass", "", block),
+		pvcObj("lostclass", "gone", fs), legacy,
+		scObj("s3", "ru.yandex.s3.csi"), scObj("gp3", "ebs.csi.aws.com"),
+	)
+	cfg := testConfig()
+	c := &Classifier{Config: cfg, Lookup: lookup}
+
+	tests := []struct {
+		name    string
+		vol     corev1.Volume
+		want    *VolumeClass // nil: not of interest
+		skipped bool
+	}{
+		{"local block", claimVol("v", "blk"), &VolumeClass{Kind: KindLocalBlock, Claim: "blk", Source: "storageclass local-ssd"}, false},
+		{"local filesystem", claimVol("v", "fs"), &VolumeClass{Kind: KindLocalFilesystem, Claim: "fs", Source: "storageclass local-ssd"}, false},
+		{"local without volumeMode is Filesystem", claimVol("v", "nomode"), &VolumeClass{Kind: KindLocalFilesystem, Claim: "nomode", Source: "storageclass local-ssd"}, false},
+		{"s3 provisioner", claimVol("v", "bucket"), &VolumeClass{Kind: KindS3, Claim: "bucket", Source: "storageclass s3 provisioner ru.yandex.s3.csi"}, false},
+		{"legacy class annotation", claimVol("v", "legacy"), &VolumeClass{Kind: KindS3, Claim: "legacy", Source: "storageclass s3 provisioner ru.yandex.s3.csi"}, false},
+		{"other provisioner", claimVol("v", "ebs"), nil, false},
+		{"no class", claimVol("v", "noclass"), nil, false},
+		{"missing pvc", claimVol("v", "nope"), nil, true},
+		{"missing storageclass", claimVol("v", "lostclass"), nil, true},
+		{"inline s3 csi", corev1.Volume{Name: "v", VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{Driver: "ch.ctrox.csi.s3-driver"}}},
+			&VolumeClass{Kind: KindS3, Source: "csi driver ch.ctrox.csi.s3-driver"}, false},
+		{"inline other csi", corev1.Volume{Name: "v", VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{Driver: "secrets-store.csi.k8s.io"}}}, nil, false},
+		{"ephemeral local block", corev1.Volume{Name: "v", VolumeSource: corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{
+			VolumeClaimTemplate: &corev1.PersistentVolumeClaimTemplate{Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: ptr.To("local-ssd"), VolumeMode: &block}}}}},
+			&VolumeClass{Kind: KindLocalBlock, Claim: "pod-v", Source: "storageclass local-ssd"}, false},
+		{"ephemeral s3", corev1.Volume{Name: "v", VolumeSource: corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{
+			VolumeClaimTemplate: &corev1.PersistentVolumeClaimTemplate{Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: ptr.To("s3")}}}}},
+			&VolumeClass{Kind: KindS3, Claim: "pod-v", Source: "storageclass s3 provisioner ru.yandex.s3.csi"}, false},
+		{"emptyDir", corev1.Volume{Name: "v", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}, nil, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "pod"}, Spec: corev1.PodSpec{Volumes: []corev1.Volume{tt.vol}}}
+			got := c.Classify(context.Background(), "apps", pod)
+			vc, ok := got.Volumes["v"]
+			switch {
+			case tt.want == nil && ok:
+				t.Errorf("got %+v, want not of interest", vc)
+			case tt.want != nil && !ok:
+				t.Errorf("volume not classified (skipped: %+v), want %+v", got.Skipped, *tt.want)
+			case tt.want != nil && vc != *tt.want:
+				t.Errorf("got %+v, want %+v", vc, *tt.want)
+			}
+			if (len(got.Skipped) == 1) != tt.skipped {
+				t.Errorf("skipped = %+v, want skipped=%v", got.Skipped, tt.skipped)
+			}
+		})
+	}
+}
+
+func TestEphemeralClaimName(t *testing.T) {
+	for _, tt := range []struct{ pod, vol, want string }{
+		{"web-0", "data", "web-0-data"},
+		{"", "data", "data"},
+	} {
+		if got := EphemeralClaimName(tt.pod, tt.vol); got != tt.want {
+			t.Errorf("EphemeralClaimName(%q, %q) = %q, want %q", tt.pod, tt.vol, got, tt.want)
+		}
+	}
+}
+
+// countingReader serves objects from a map and counts Get calls.
+type countingReader struct {
+	objs  map[client.ObjectKey]client.Object
+	calls int
+	err   error
+}
+
+func (r *countingReader) Get(_ context.Context, key client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
+	r.calls++
+	if r.err != nil {
+		return r.err
+	}
+	o, ok := r.objs[key]
+	if !ok {
+		return apierrors.NewNotFound(schema.GroupResource{Resource: "persistentvolumeclaims"}, key.Name)
+	}
+	switch dst := obj.(type) {
+	case *corev1.PersistentVolumeClaim:
+		*dst = *o.(*corev1.PersistentVolumeClaim)
+	case *storagev1.StorageClass:
+		*dst = *o.(*storagev1.StorageClass)
+	}
+	return nil
+}
+
+func (r *countingReader) List(context.Context, client.ObjectList, ...client.ListOption) error {
+	return errors.New("not implemented")
+}
+
+func TestReaderLookup(t *testing.T) {
+	key := client.ObjectKey{Namespace: "apps", Name: "data"}
+	pvc := pvcObj("data", "local-ssd", corev1.PersistentVolumeBlock)
+
+	t.Run("cache hit: no live read", func(t *testing.T) {
+		cache := &countingReader{objs: map[client.ObjectKey]client.Object{key: pvc}}
+		live := &countingReader{}
+		got, err := ReaderLookup{Cache: cache, Live: live}.PVC(context.Background(), "apps", "data")
+		if err != nil || got.Name != "data" {
+			t.Fatalf("got %v, %v", got, err)
+		}
+		if live.calls != 0 {
+			t.Errorf("live reads = %d, want 0", live.calls)
+		}
+	})
+	t.Run("cache miss: one live read", func(t *testing.T) {
+		cache := &countingReader{}
+		live := &countingReader{objs: map[client.ObjectKey]client.Object{key: pvc}}
+		got, err := ReaderLookup{Cache: cache, Live: live}.PVC(context.Background(), "apps", "data")
+		if err != nil || got.Name != "data" {
+			t.Fatalf("got %v, %v", got, err)
+		}
+		if live.calls != 1 {
+			t.Errorf("live reads = %d, want 1", live.calls)
+		}
+	})
+	t.Run("missing everywhere: ErrNotFound", func(t *testing.T) {
+		live := &countingReader{}
+		_, err := ReaderLookup{Cache: &countingReader{}, Live: live}.StorageClass(context.Background(), "gone")
+		if !errors.Is(err, ErrNotFound) {
+			t.Errorf("err = %v, want ErrNotFound", err)
+		}
+		if live.calls != 1 {
+			t.Errorf("live reads = %d, want 1", live.calls)
+		}
+	})
+	t.Run("cache error other than not found: no live read, error kept", func(t *testing.T) {
+		boom := errors.New("cache not synced")
+		live := &countingReader{}
+		_, err := ReaderLookup{Cache: &countingReader{err: boom}, Live: live}.PVC(context.Background(), "apps", "data")
+		if !errors.Is(err, boom) {
+			t.Errorf("err = %v, want %v", err, boom)
+		}
+		if live.calls != 0 {
+			t.Errorf("live reads = %d, want 0", live.calls)
+		}
+	})
+}
+
+func TestClassificationIs(t *testing.T) {
+	c := Classification{Volumes: map[string]VolumeClass{"a": {Kind: KindS3}}}
+	if !c.Is("a", KindS3) || c.Is("a", KindLocalBlock) || c.Is("b", KindS3) {
+		t.Errorf("Is gave wrong answers for %+v", c)
+	}
+	if d := cmp.Diff(VolumeClass{Kind: KindOther}, ClassifyCSI(testConfig(), "x")); d != "" {
+		t.Error(d)
+	}
+}

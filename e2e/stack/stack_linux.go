@@ -1,0 +1,341 @@
+//go:build linux
+
+package stack
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/pvrescue/pvrescue/certs"
+	"github.com/pvrescue/pvrescue/e2e/cluster"
+	"github.com/pvrescue/pvrescue/e2e/csis3"
+	"github.com/pvrescue/pvrescue/e2e/images"
+	"github.com/pvrescue/pvrescue/internal/config"
+	"github.com/pvrescue/pvrescue/manifests"
+)
+
+// S3 is the real S3 server of the suite (versitygw, posix backend: each directory is a bucket).
+type S3 struct {
+	Endpoint  string // http://NodeIP:port, reachable from the host and from pods
+	Dir       string
+	AccessKey string
+	SecretKey string
+	proc      *cluster.Process
+}
+
+// Bucket creates a bucket (a directory of the posix backend) and returns its directory.
+func (s *S3) Bucket(name string) (string, error) {
+	d := filepath.Join(s.Dir, name)
+	return d, os.MkdirAll(d, 0o755)
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// StartS3 starts versitygw on the node address. Keys go through the environment, never argv.
+func StartS3(ctx context.Context, c *cluster.Cluster, versitygw string) (*S3, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	s := &S3{
+		Endpoint:  fmt.Sprintf("http://%s:%d", c.NodeIP, port),
+		Dir:       filepath.Join(c.Opts.WorkDir, "s3"),
+		AccessKey: "E2E" + strings.ToUpper(randomHex(8)),
+		SecretKey: randomHex(20),
+	}
+	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	s.proc, err = cluster.StartProcess(c.Opts.LogDir(), "versitygw", versitygw,
+		[]string{"--port", fmt.Sprintf("%s:%d", c.NodeIP, port), "posix", s.Dir},
+		[]string{"ROOT_ACCESS_KEY_ID=" + s.AccessKey, "ROOT_SECRET_ACCESS_KEY=" + s.SecretKey})
+	if err != nil {
+		return nil, err
+	}
+	err = c.Wait(ctx, c.Opts.Timeout, "versitygw to listen", func(ctx context.Context) (bool, error) {
+		if err := s.proc.Exited(); err != nil {
+			return false, err
+		}
+		return dialOK(fmt.Sprintf("%s:%d", c.NodeIP, port))
+	})
+	return s, err
+}
+
+// CSI is the test S3 CSI node plugin running as a host process.
+//
+// Deviation from a real deployment: drivers in the field run as a DaemonSet pod whose container
+// holds s3fs. There is no driver image here, so the plugin runs on the host as a child of the
+// suite; it behaves the same way for pvrescue (s3fs is its child, restarting it kills the mounts,
+// kubelet talks to it through the registration and CSI sockets under /var/lib/kubelet).
+type CSI struct {
+	Opts *csis3.Options
+	Bin  string
+	c    *cluster.Cluster
+	proc *cluster.Process
+}
+
+// BuildCSI compiles cmd csi-s3-test of the e2e module into the work dir.
+func BuildCSI(ctx context.Context, c *cluster.Cluster, e2eDir string) (*CSI, error) {
+	bin := filepath.Join(c.Opts.WorkDir, "bin", "csi-s3-test")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./csi-s3-test")
+	cmd.Dir = e2eDir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("go build csi-s3-test: %v\n%s", err, out)
+	}
+	o := csis3.NewOptions()
+	o.NodeID = c.Opts.NodeName
+	o.KubeletDir = c.Opts.KubeletDir
+	o.StateDir = filepath.Join(c.Opts.WorkDir, "csi-s3-test")
+	return &CSI{Opts: o, Bin: bin, c: c}, nil
+}
+
+// Start starts the plugin, ensures its CSIDriver object, and waits until kubelet registered it.
+func (p *CSI) Start(ctx context.Context) error {
+	_, err := p.c.Client.StorageV1().CSIDrivers().Create(ctx, &storagev1.CSIDriver{
+		ObjectMeta: metav1.ObjectMeta{Name: p.Opts.Driver},
+		Spec: storagev1.CSIDriverSpec{
+			AttachRequired: ptr(false), PodInfoOnMount: ptr(false),
+			VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create CSIDriver %s: %w", p.Opts.Driver, err)
+	}
+	before := strings.Count(readFile(filepath.Join(p.c.Opts.LogDir(), "csi-s3-test.log")), `"registered"=true`)
+	p.proc, err = cluster.StartProcess(p.c.Opts.LogDir(), "csi-s3-test", p.Bin, []string{
+		"--driver", p.Opts.Driver, "--node-id", p.Opts.NodeID, "--kubelet-dir", p.Opts.KubeletDir, "--state-dir", p.Opts.StateDir,
+	}, nil)
+	if err != nil {
+		return err
+	}
+	return p.c.Wait(ctx, p.c.Opts.Timeout, "kubelet to register the CSI plugin "+p.Opts.Driver, func(ctx context.Context) (bool, error) {
+		if err := p.proc.Exited(); err != nil {
+			return false, err
+		}
+		n := strings.Count(readFile(filepath.Join(p.c.Opts.LogDir(), "csi-s3-test.log")), `"registered"=true`)
+		if n <= before {
+			return false, errors.New("no successful registration status from kubelet yet")
+		}
+		cn, err := p.c.Client.StorageV1().CSINodes().Get(ctx, p.c.Opts.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, d := range cn.Spec.Drivers {
+			if d.Name == p.Opts.Driver {
+				return true, nil
+			}
+		}
+		return false, errors.New("driver not in CSINode yet")
+	})
+}
+
+// Restart kills the plugin (its s3fs children die with it: the mounts go dead) and starts it again.
+func (p *CSI) Restart(ctx context.Context) error {
+	if p.proc != nil {
+		if err := p.proc.Kill(); err != nil {
+			return err
+		}
+	}
+	return p.Start(ctx)
+}
+
+// Kill stops the plugin for good.
+func (p *CSI) Kill() error {
+	if p.proc == nil {
+		return nil
+	}
+	return p.proc.Kill()
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func readFile(p string) string { b, _ := os.ReadFile(p); return string(b) }
+
+// Installed describes pvrescue as installed on the cluster.
+type Installed struct {
+	Images  Images
+	Objects []*unstructured.Unstructured
+	// Deviations lists, for the narration, every way the install differs from `kubectl apply -k manifests/`.
+	Deviations []string
+}
+
+// FieldOwner of everything the suite applies.
+const FieldOwner = "pvrescue-e2e"
+
+// Install builds the pvrescue binaries and images, pushes them to the cluster's registry, applies
+// manifests/ with the e2e overlay, and waits for the webhook Deployment and agent DaemonSet.
+func Install(ctx context.Context, c *cluster.Cluster, repo string) (*Installed, error) {
+	bins, err := BuildBinaries(ctx, repo, filepath.Join(c.Opts.WorkDir, "bin"))
+	if err != nil {
+		return nil, err
+	}
+	wf, wEntry := WebhookImage(bins)
+	wimg, err := images.Build(wf, wEntry, nil)
+	if err != nil {
+		return nil, err
+	}
+	af, aEntry, err := AgentImage(bins)
+	if err != nil {
+		return nil, err
+	}
+	aimg, err := images.Build(af, aEntry, nil)
+	if err != nil {
+		return nil, err
+	}
+	in := &Installed{}
+	if in.Images.Webhook, err = c.Registry.Push(ctx, "pvrescue/pvrescue-webhook", "e2e", wimg); err != nil {
+		return nil, err
+	}
+	if in.Images.Agent, err = c.Registry.Push(ctx, "pvrescue/pvrescue-agent", "e2e", aimg); err != nil {
+		return nil, err
+	}
+	objs, err := Render(manifests.FS, in.Images)
+	if err != nil {
+		return nil, err
+	}
+	in.Deviations = append(in.Deviations,
+		"images: "+PublishedWebhook+" and "+PublishedAgent+" → the local registry "+c.Registry.Host+" (no pulls from the internet here)",
+		"config.yaml helper.image → the same local webhook image",
+		"agent image: s3fs, fusermount and their shared libraries copied from this host instead of Dockerfile.agent's Debian base",
+	)
+	kept, certObjs := splitCertManager(objs)
+	if len(certObjs) > 0 {
+		in.Deviations = append(in.Deviations, fmt.Sprintf(
+			"cert-manager objects (%d: Issuers/Certificates) not applied; the serving certificate and caBundle come from `pvrescue-webhook certs bootstrap` logic (package certs) run in-process", len(certObjs)))
+	}
+	in.Objects = kept
+	cl, err := client.New(c.Config, client.Options{})
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range kept {
+		if err := applyObject(ctx, cl, o); err != nil {
+			return nil, err
+		}
+	}
+	if len(certObjs) > 0 {
+		if _, err := certs.NewBootstrapper(c.Client).Bootstrap(ctx, certs.NewOptions()); err != nil {
+			return nil, fmt.Errorf("bootstrap the webhook certificate: %w", err)
+		}
+	}
+	// The agent creates fake devices only on nodes that opt in.
+	label := config.Default().LocalBlock.NodeLabel
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, label, "enabled")
+	if _, err := c.Client.CoreV1().Nodes().Patch(ctx, c.Opts.NodeName, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		return nil, fmt.Errorf("label node: %w", err)
+	}
+	if err := WaitWorkloads(ctx, c); err != nil {
+		return in, err
+	}
+	return in, nil
+}
+
+func applyObject(ctx context.Context, cl client.Client, o *unstructured.Unstructured) error {
+	o = o.DeepCopy()
+	o.SetManagedFields(nil)
+	//nolint:staticcheck // server-side apply of unstructured objects rendered by kustomize.
+	if err := cl.Patch(ctx, o, client.Apply, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+		return fmt.Errorf("apply %s %s/%s: %w", o.GetKind(), o.GetNamespace(), o.GetName(), err)
+	}
+	return nil
+}
+
+func splitCertManager(objs []*unstructured.Unstructured) (kept, cm []*unstructured.Unstructured) {
+	for _, o := range objs {
+		if strings.HasPrefix(o.GetAPIVersion(), "cert-manager.io/") {
+			cm = append(cm, o)
+		} else {
+			kept = append(kept, o)
+		}
+	}
+	return kept, cm
+}
+
+// Names of the installed workloads.
+const (
+	Namespace  = "pvrescue-system"
+	WebhookDep = "pvrescue-webhook"
+	AgentDS    = "pvrescue-agent"
+)
+
+// WaitWorkloads waits until every webhook replica and the agent pod are ready, and the webhook
+// Service has ready endpoints (what the apiserver dials with aggregator routing).
+func WaitWorkloads(ctx context.Context, c *cluster.Cluster) error {
+	if err := c.Wait(ctx, 3*time.Minute, "Deployment "+WebhookDep+" to be available", func(ctx context.Context) (bool, error) {
+		d, err := c.Client.AppsV1().Deployments(Namespace).Get(ctx, WebhookDep, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		want := int32(1)
+		if d.Spec.Replicas != nil {
+			want = *d.Spec.Replicas
+		}
+		if d.Status.ReadyReplicas >= want && d.Status.UpdatedReplicas >= want {
+			return true, nil
+		}
+		return false, fmt.Errorf("%d/%d ready; pods: %s", d.Status.ReadyReplicas, want, podSummary(ctx, c, "app.kubernetes.io/name="+WebhookDep))
+	}); err != nil {
+		return err
+	}
+	return c.Wait(ctx, 3*time.Minute, "DaemonSet "+AgentDS+" to be ready", func(ctx context.Context) (bool, error) {
+		d, err := c.Client.AppsV1().DaemonSets(Namespace).Get(ctx, AgentDS, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if dsReady(d) {
+			return true, nil
+		}
+		return false, fmt.Errorf("%d/%d ready; pods: %s", d.Status.NumberReady, d.Status.DesiredNumberScheduled, podSummary(ctx, c, "app.kubernetes.io/name="+AgentDS))
+	})
+}
+
+func dsReady(d *appsv1.DaemonSet) bool {
+	return d.Status.DesiredNumberScheduled > 0 && d.Status.NumberReady == d.Status.DesiredNumberScheduled && d.Status.UpdatedNumberScheduled == d.Status.DesiredNumberScheduled
+}
+
+// podSummary is "name phase [container state…]" for pods matching selector, for wait errors.
+func podSummary(ctx context.Context, c *cluster.Cluster, selector string) string {
+	pods, err := c.Client.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return err.Error()
+	}
+	var parts []string
+	for _, p := range pods.Items {
+		s := p.Name + " " + string(p.Status.Phase)
+		for _, cs := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
+			switch {
+			case cs.State.Waiting != nil:
+				s += fmt.Sprintf(" [%s: %s %s]", cs.Name, cs.State.Waiting.Reason, cs.State.Waiting.Message)
+			case cs.State.Terminated != nil:
+				s += fmt.Sprintf(" [%s: exited %d %s]", cs.Name, cs.State.Terminated.ExitCode, cs.State.Terminated.Reason)
+			case cs.State.Running != nil && !cs.Ready:
+				s += fmt.Sprintf(" [%s: running, not ready, restarts %d]", cs.Name, cs.RestartCount)
+			}
+		}
+		parts = append(parts, s)
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, "; ")
+}

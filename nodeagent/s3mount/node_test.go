@@ -29,7 +29,6 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/pvrescue/pvrescue/internal/config"
@@ -579,52 +578,19 @@ func counterValue(t testing.TB, c prometheus.Collector) float64 {
 	return total
 }
 
-// recorder keeps every Event for assertions.
-type recorder struct {
-	mu     sync.Mutex
-	events []event
-}
+// recorder is the package's EventLog with the checks these tests need.
+type recorder struct{ s3mount.EventLog }
 
-type event struct{ pod, typ, reason, msg string }
-
-func (r *recorder) Event(obj runtime.Object, typ, reason, msg string) {
-	name := ""
-	if p, ok := obj.(*corev1.Pod); ok {
-		name = p.Name
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.events = append(r.events, event{name, typ, reason, msg})
-}
-
-func (r *recorder) Eventf(obj runtime.Object, typ, reason, format string, args ...any) {
-	r.Event(obj, typ, reason, fmt.Sprintf(format, args...))
-}
-
-func (r *recorder) AnnotatedEventf(obj runtime.Object, _ map[string]string, typ, reason, format string, args ...any) {
-	r.Eventf(obj, typ, reason, format, args...)
-}
-
-func (r *recorder) count(typ, reason string) int { return r.countFor("", typ, reason, "") }
+func (r *recorder) count(typ, reason string) int { return r.Count("", typ, reason, "") }
 
 func (r *recorder) countFor(pod, typ, reason, detail string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for _, e := range r.events {
-		if (pod == "" || e.pod == pod) && e.typ == typ && e.reason == reason && strings.HasPrefix(e.msg, detail) {
-			n++
-		}
-	}
-	return n
+	return r.Count(pod, typ, reason, detail)
 }
 
 func (r *recorder) assertNoSecrets(t testing.TB) {
 	t.Helper()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, e := range r.events {
-		if strings.Contains(e.msg, sk) || strings.Contains(e.msg, "not-the-secret") {
+	for _, e := range r.Events() {
+		if strings.Contains(e.Message, sk) || strings.Contains(e.Message, "not-the-secret") {
 			t.Errorf("event leaks a secret: %+v", e)
 		}
 	}

@@ -1,0 +1,456 @@
+package s3mount
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/testr"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/pvrescue/pvrescue/internal/config"
+)
+
+const (
+	testNode    = "n1"
+	testDriver  = "ru.yandex.s3.csi"
+	testKubelet = "/var/lib/kubelet"
+	testState   = "/var/lib/pvrescue"
+)
+
+// world is one unit-test node: API objects in a fake clientset, a FakeNode, and a running restorer.
+type world struct {
+	t      *testing.T
+	node   *FakeNode
+	client *fake.Clientset
+	events *EventLog
+	r      *Restorer
+	stop   func()
+}
+
+func newWorld(t *testing.T, objs ...runtime.Object) *world {
+	t.Helper()
+	w := &world{t: t, node: NewFakeNode(), events: &EventLog{}}
+	w.client = fake.NewClientset(objs...)
+	return w
+}
+
+func (w *world) start() {
+	w.t.Helper()
+	cfg := config.Default()
+	cfg.KubeletDir, cfg.StateDir = testKubelet, testState
+	cfg.S3.CheckInterval = metav1.Duration{Duration: 20 * time.Millisecond}
+	r, err := New(Deps{Client: w.client, NodeName: testNode, Config: cfg, Recorder: w.events,
+		Registerer: prometheus.NewRegistry(), OS: w.node.OS(),
+		BackoffInitial: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond, MountTimeout: time.Second, KillGrace: time.Millisecond})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.r = r
+	ctx, cancel := context.WithCancel(logr.NewContext(context.Background(), testr.New(w.t)))
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	stopped := false
+	w.stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			w.t.Errorf("Run: %v", err)
+		}
+	}
+	w.t.Cleanup(w.stop)
+}
+
+// settle lets the restorer run several checks.
+func (w *world) settle() { time.Sleep(200 * time.Millisecond) }
+
+func (w *world) waitFor(what string, cond func() bool) {
+	w.t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			w.t.Fatalf("timed out waiting for: %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// publish mounts the driver's s3fs at the pod's target and writes vol_data.json, as kubelet does.
+func (w *world) publish(podUID, pv string) string {
+	target := TargetPath(testKubelet, podUID, pv)
+	vd, _ := json.Marshal(VolData{SpecVolID: pv, VolumeHandle: "bkt/" + pv, DriverName: testDriver, NodeName: testNode})
+	w.node.SetFile(filepath.Join(filepath.Dir(target), VolDataFile), vd)
+	w.node.AddMount(target, "fuse.s3fs", "s3fs")
+	return target
+}
+
+func secretObj(name string, data map[string]string) *corev1.Secret {
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Data: map[string][]byte{}}
+	for k, v := range data {
+		s.Data[k] = []byte(v)
+	}
+	return s
+}
+
+var goodSecret = map[string]string{"accessKeyID": "AKUNIT", "secretAccessKey": "SKUNIT-secret", "endpoint": "http://s3.local:9000"}
+
+func storageClass() *storagev1.StorageClass {
+	return &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "s3"}, Provisioner: testDriver,
+		Parameters: map[string]string{paramNodePublishSecretName: "creds", paramNodePublishSecretNamespace: "default"}}
+}
+
+func pvObj(name, driver string, readOnly bool) *corev1.PersistentVolume {
+	return &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PersistentVolumeSpec{
+			StorageClassName: "s3",
+			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
+				Driver: driver, VolumeHandle: "bkt/" + name, ReadOnly: readOnly}},
+		},
+	}
+}
+
+func pvcObj(name, pv string) *corev1.PersistentVolumeClaim {
+	return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: corev1.PersistentVolumeClaimSpec{VolumeName: pv}}
+}
+
+func podObj(name, uid, claim string, readOnly bool) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID(uid)},
+		Spec: corev1.PodSpec{NodeName: testNode, Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim, ReadOnly: readOnly}}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning},
+	}
+}
+
+// standard is one pod using one S3 PV with good credentials.
+func standard(readOnly bool) []runtime.Object {
+	return []runtime.Object{secretObj("creds", goodSecret), storageClass(), pvObj("pv-a", testDriver, false),
+		pvcObj("data", "pv-a"), podObj("app", "uid-1", "data", readOnly)}
+}
+
+func sources(stack []MountInfo) []string {
+	var out []string
+	for _, m := range stack {
+		out = append(out, m.Source)
+	}
+	return out
+}
+
+func counter(t *testing.T, c prometheus.Collector) float64 {
+	ch := make(chan prometheus.Metric, 16)
+	c.Collect(ch)
+	close(ch)
+	var total float64
+	for m := range ch {
+		var pb dto.Metric
+		if err := m.Write(&pb); err != nil {
+			t.Fatal(err)
+		}
+		total += pb.GetCounter().GetValue() + float64(pb.GetHistogram().GetSampleCount())
+	}
+	return total
+}
+
+func TestRestorerLeavesHealthyTargetAlone(t *testing.T) {
+	w := newWorld(t, standard(false)...)
+	target := w.publish("uid-1", "pv-a")
+	w.start()
+	w.settle()
+	if got := sources(w.node.Table().Stack(target)); !slices.Equal(got, []string{"s3fs"}) {
+		t.Errorf("healthy target stack = %v, want only the driver mount", got)
+	}
+	if n := len(w.node.Started()); n != 0 {
+		t.Errorf("started %d processes for a healthy mount", n)
+	}
+	if ev := w.events.Events(); len(ev) != 0 {
+		t.Errorf("events for a healthy mount: %v", ev)
+	}
+}
+
+func TestRestorerRestoresDeadTarget(t *testing.T) {
+	w := newWorld(t, standard(false)...)
+	target := w.publish("uid-1", "pv-a")
+	w.node.KillMount(target)
+	w.start()
+	w.waitFor("bind on the dead target", func() bool { return len(w.node.Table().Stack(target)) == 2 })
+
+	stack := w.node.Table().Stack(target)
+	if got := sources(stack); !slices.Equal(got, []string{"s3fs", FSName("pv-a")}) {
+		t.Fatalf("target stack = %v", got)
+	}
+	if stack[1].ReadOnly() {
+		t.Error("read-write volume bound read-only")
+	}
+	staging := Layout{StateDir: testState}.Staging("pv-a")
+	if len(w.node.Table().Stack(staging)) != 1 || stack[1].Dev != w.node.Table().Stack(staging)[0].Dev {
+		t.Errorf("bind is not of the staging mount: %+v", w.node.Table().Stack(staging))
+	}
+	pw, mode, ok := w.node.File(Layout{StateDir: testState}.PasswdFile("pv-a"))
+	if !ok || string(pw) != "AKUNIT:SKUNIT-secret\n" || mode != 0o600 {
+		t.Errorf("passwd file %q mode %v present %v", pw, mode, ok)
+	}
+	if top, _ := w.node.Table().Top(Layout{StateDir: testState}.CredsDir()); top.FSType != "tmpfs" {
+		t.Errorf("creds dir not on tmpfs: %+v", top)
+	}
+	started := w.node.Started()
+	if len(started) != 1 || !slices.Contains(started[0], "url=http://s3.local:9000") || started[0][1] != "bkt:/pv-a" || started[0][2] != staging {
+		t.Errorf("s3fs command lines: %v", started)
+	}
+	w.waitFor("MountRestored event", func() bool { return w.events.Count("app", corev1.EventTypeNormal, EventMountRestored, "") == 1 })
+	if got := counter(t, w.r.Metrics().DeadFound); got != 1 {
+		t.Errorf("dead mounts found = %v, want 1", got)
+	}
+	if got := counter(t, w.r.Metrics().TimeToRestore); got != 1 {
+		t.Errorf("time-to-restore samples = %v, want 1", got)
+	}
+
+	// The staging s3fs dies: supervision notices, mounts again, binds again on top.
+	w.node.Processes()[0].Crash()
+	w.waitFor("second bind after staging death", func() bool { return len(w.node.Table().Stack(target)) == 3 })
+	if n := len(w.node.Table().Stack(staging)); n != 1 {
+		t.Errorf("staging mounts = %d, want 1 (dead one removed)", n)
+	}
+	if err := w.node.OS().Statfs.Statfs(context.Background(), target, time.Second); err != nil {
+		t.Errorf("target after second restore: %v", err)
+	}
+	w.settle()
+	if n := len(w.node.Table().Stack(target)); n != 3 {
+		t.Errorf("restorer kept stacking onto a healthy target: %d mounts", n)
+	}
+	for _, e := range w.events.Events() {
+		if strings.Contains(e.Message, "SKUNIT") {
+			t.Errorf("event leaks the secret: %+v", e)
+		}
+	}
+}
+
+func TestRestorerReadOnly(t *testing.T) {
+	for name, objs := range map[string][]runtime.Object{
+		"pod claim readOnly": standard(true),
+		"PV readOnly": {secretObj("creds", goodSecret), storageClass(), pvObj("pv-a", testDriver, true),
+			pvcObj("data", "pv-a"), podObj("app", "uid-1", "data", false)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			w := newWorld(t, objs...)
+			target := w.publish("uid-1", "pv-a")
+			w.node.KillMount(target)
+			w.start()
+			w.waitFor("bind", func() bool { return len(w.node.Table().Stack(target)) == 2 })
+			if top, _ := w.node.Table().Top(target); !top.ReadOnly() {
+				t.Errorf("read-only volume bound read-write: %+v", top)
+			}
+		})
+	}
+	t.Run("dead mount was read-only", func(t *testing.T) {
+		w := newWorld(t, standard(false)...)
+		target := TargetPath(testKubelet, "uid-1", "pv-a")
+		w.publish("uid-1", "pv-a")
+		// Replace the driver mount by a read-only one.
+		_ = w.node.OS().Mounter.Unmount(target, false)
+		w.node.AddMount(target, "fuse.s3fs", "s3fs", "ro")
+		w.node.KillMount(target)
+		w.start()
+		w.waitFor("bind", func() bool { return len(w.node.Table().Stack(target)) == 2 })
+		if top, _ := w.node.Table().Top(target); !top.ReadOnly() {
+			t.Errorf("bind over a read-only mount is read-write: %+v", top)
+		}
+	})
+}
+
+func TestRestorerBadInput(t *testing.T) {
+	tests := []struct {
+		name   string
+		secret map[string]string
+		fail   string
+		reason string
+	}{
+		{name: "missing secret", reason: "SecretNotFound"},
+		{name: "missing keys", secret: map[string]string{"endpoint": "http://x"}, reason: "SecretKeyMissing"},
+		{name: "wrong keys", secret: goodSecret, fail: "invalid credentials(host=http://s3.local:9000)", reason: "S3fsFailed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			objs := []runtime.Object{storageClass(), pvObj("pv-a", testDriver, false), pvcObj("data", "pv-a"), podObj("app", "uid-1", "data", false)}
+			if tt.secret != nil {
+				objs = append(objs, secretObj("creds", tt.secret))
+			}
+			w := newWorld(t, objs...)
+			if tt.fail != "" {
+				w.node.S3fsFailure = func([]string, []byte) string { return tt.fail }
+			}
+			target := w.publish("uid-1", "pv-a")
+			dead, _ := w.node.Table().Top(target)
+			w.node.KillMount(target)
+			w.start()
+			w.waitFor("retried failure events", func() bool {
+				return w.events.Count("app", corev1.EventTypeWarning, EventMountRestoreFailed, tt.reason+":") >= 3
+			})
+			if stack := w.node.Table().Stack(target); len(stack) != 1 || stack[0].ID != dead.ID {
+				t.Errorf("target touched: %+v", stack)
+			}
+			staging := Layout{StateDir: testState}.Staging("pv-a")
+			if n := len(w.node.Table().Stack(staging)); n != 0 {
+				t.Errorf("%d mounts left at staging", n)
+			}
+			if _, _, ok := w.node.File(Layout{StateDir: testState}.PasswdFile("pv-a")); ok {
+				t.Error("passwd file left after failure")
+			}
+			if got := counter(t, w.r.Metrics().Failures.WithLabelValues(tt.reason)); got < 3 {
+				t.Errorf("failures{%s} = %v", tt.reason, got)
+			}
+		})
+	}
+}
+
+func TestRestorerSkipsWhatIsNotItsBusiness(t *testing.T) {
+	t.Run("not published yet", func(t *testing.T) {
+		w := newWorld(t, standard(false)...)
+		target := TargetPath(testKubelet, "uid-1", "pv-a")
+		vd, _ := json.Marshal(VolData{SpecVolID: "pv-a"})
+		w.node.SetFile(filepath.Join(filepath.Dir(target), VolDataFile), vd)
+		w.start()
+		w.settle()
+		if w.node.Table().IsMountPoint(target) || len(w.node.Started()) != 0 {
+			t.Error("mounted at a target kubelet has not published")
+		}
+	})
+	t.Run("vol_data.json names another volume", func(t *testing.T) {
+		w := newWorld(t, standard(false)...)
+		target := w.publish("uid-1", "pv-a")
+		vd, _ := json.Marshal(VolData{SpecVolID: "pv-other"})
+		w.node.SetFile(filepath.Join(filepath.Dir(target), VolDataFile), vd)
+		w.node.KillMount(target)
+		w.start()
+		w.settle()
+		if n := len(w.node.Table().Stack(target)); n != 1 || len(w.node.Started()) != 0 {
+			t.Errorf("touched a target whose vol_data.json does not match: %d mounts", n)
+		}
+	})
+	t.Run("not an S3 driver", func(t *testing.T) {
+		w := newWorld(t, secretObj("creds", goodSecret), storageClass(), pvObj("pv-a", "ebs.csi.aws.com", false),
+			pvcObj("data", "pv-a"), podObj("app", "uid-1", "data", false))
+		target := w.publish("uid-1", "pv-a")
+		w.node.KillMount(target)
+		w.start()
+		w.settle()
+		if n := len(w.node.Table().Stack(target)); n != 1 || len(w.node.Started()) != 0 {
+			t.Errorf("touched a non-S3 volume: %d mounts", n)
+		}
+	})
+	t.Run("pod on another node", func(t *testing.T) {
+		p := podObj("app", "uid-1", "data", false)
+		p.Spec.NodeName = "other"
+		w := newWorld(t, secretObj("creds", goodSecret), storageClass(), pvObj("pv-a", testDriver, false), pvcObj("data", "pv-a"), p)
+		target := w.publish("uid-1", "pv-a")
+		w.node.KillMount(target)
+		w.start()
+		w.settle()
+		if len(w.node.Started()) != 0 {
+			t.Error("restored a volume of another node's pod")
+		}
+	})
+}
+
+func TestRestorerCleansUpAfterPodDeletion(t *testing.T) {
+	w := newWorld(t, standard(false)...)
+	target := w.publish("uid-1", "pv-a")
+	w.node.KillMount(target)
+	w.start()
+	w.waitFor("bind", func() bool { return len(w.node.Table().Stack(target)) == 2 })
+	if err := w.client.CoreV1().Pods("default").Delete(context.Background(), "app", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	l := Layout{StateDir: testState}
+	w.waitFor("bind removed, staging stopped", func() bool {
+		_, _, pw := w.node.File(l.PasswdFile("pv-a"))
+		return slices.Equal(sources(w.node.Table().Stack(target)), []string{"s3fs"}) &&
+			len(w.node.Table().Stack(l.Staging("pv-a"))) == 0 && !pw && w.node.Processes()[0].Exited()
+	})
+}
+
+func TestRestorerTerminalPodIsGone(t *testing.T) {
+	objs := standard(false)
+	w := newWorld(t, objs...)
+	target := w.publish("uid-1", "pv-a")
+	w.node.KillMount(target)
+	w.start()
+	w.waitFor("bind", func() bool { return len(w.node.Table().Stack(target)) == 2 })
+	p, err := w.client.CoreV1().Pods("default").Get(context.Background(), "app", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Status.Phase = corev1.PodSucceeded
+	if _, err := w.client.CoreV1().Pods("default").UpdateStatus(context.Background(), p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w.waitFor("bind removed", func() bool { return len(w.node.Table().Stack(target)) == 1 })
+}
+
+func TestRestorerAdoptsOnStart(t *testing.T) {
+	l := Layout{StateDir: testState}
+	w := newWorld(t, standard(false)...)
+	target := w.publish("uid-1", "pv-a")
+	w.node.KillMount(target)
+	// An earlier agent left a healthy staging mount bound onto the target.
+	w.node.AddMount(l.Staging("pv-a"), "fuse", FSName("pv-a"))
+	if err := w.node.OS().Mounter.Bind(l.Staging("pv-a"), target, false); err != nil {
+		t.Fatal(err)
+	}
+	// ... and a dead staging mount of a volume that no longer has pods.
+	w.node.AddMount(l.Staging("pv-old"), "fuse", FSName("pv-old"))
+	w.node.KillMount(l.Staging("pv-old"))
+	w.start()
+	w.settle()
+	if n := len(w.node.Started()); n != 0 {
+		t.Errorf("started %d s3fs, want 0 (healthy staging re-adopted)", n)
+	}
+	if n := len(w.node.Table().Stack(target)); n != 2 {
+		t.Errorf("target stack %d, want 2 (no duplicate bind)", n)
+	}
+	if n := len(w.node.Table().Stack(l.Staging("pv-a"))); n != 1 {
+		t.Errorf("staging pv-a mounts %d, want 1", n)
+	}
+	if w.node.Table().IsMountPoint(l.Staging("pv-old")) {
+		t.Error("dead staging mount of an unused volume left mounted")
+	}
+	// The adopted mount dies: found by the periodic check (no process to supervise) and restored.
+	w.node.KillMount(l.Staging("pv-a"))
+	w.waitFor("restore after adopted staging died", func() bool { return len(w.node.Table().Stack(target)) == 3 })
+}
+
+func TestNewValidatesDeps(t *testing.T) {
+	good := Deps{Client: fake.NewClientset(), NodeName: "n", Config: config.Default(), Recorder: &EventLog{}, OS: NewFakeNode().OS()}
+	if _, err := New(good); err != nil {
+		t.Fatalf("New(good) = %v", err)
+	}
+	for name, mutate := range map[string]func(*Deps){
+		"no client": func(d *Deps) { d.Client = nil },
+		"no node":   func(d *Deps) { d.NodeName = "" },
+		"no config": func(d *Deps) { d.Config = nil },
+		"no events": func(d *Deps) { d.Recorder = nil },
+		"no OS":     func(d *Deps) { d.OS = OS{} },
+	} {
+		d := good
+		mutate(&d)
+		if _, err := New(d); err == nil {
+			t.Errorf("%s: New accepted it", name)
+		}
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -186,19 +187,22 @@ func (c *Cluster) ownsPort() bool {
 	return err == nil && syscall.Kill(pid, 0) == nil
 }
 
-const kubeletDirMarker = "kubelet-dir-created"
+// createdDirs lists, one a line, the host directories Up created (kubelet's root dir, HostDirs
+// that did not exist): teardown removes those and never a directory that was there before.
+const createdDirs = "created-dirs"
 
-// markKubeletDir records that we create the kubelet dir, so teardown removes it; a kubelet dir
-// that existed before is only unmounted, never removed.
 func (c *Cluster) markKubeletDir() error {
-	d := c.Opts.KubeletDir
-	if exists(d) {
-		return nil
+	var made []string
+	for _, d := range append([]string{c.Opts.KubeletDir}, c.Opts.HostDirs...) {
+		if exists(d) {
+			continue
+		}
+		if err := os.MkdirAll(d, 0o750); err != nil {
+			return err
+		}
+		made = append(made, d)
 	}
-	if err := os.MkdirAll(d, 0o750); err != nil {
-		return err
-	}
-	return os.WriteFile(c.Opts.path(kubeletDirMarker), []byte(d), 0o644)
+	return os.WriteFile(c.Opts.path(createdDirs), []byte(strings.Join(made, "\n")), 0o644)
 }
 
 func (c *Cluster) start(name, bin string, args []string, env []string) (*Process, error) {
@@ -501,9 +505,13 @@ func (c *Cluster) Down() error {
 		errs = append(errs, c.Registry.Close())
 		c.Registry = nil
 	}
-	errs = append(errs, CleanHost(o.WorkDir, o.KubeletDir, o.Bridge))
-	if b, err := os.ReadFile(o.path(kubeletDirMarker)); err == nil && string(b) == o.KubeletDir {
-		errs = append(errs, os.RemoveAll(o.KubeletDir))
+	errs = append(errs, CleanHost(o.Bridge, append([]string{o.WorkDir, o.KubeletDir}, o.HostDirs...)...))
+	if b, err := os.ReadFile(o.path(createdDirs)); err == nil {
+		for _, d := range strings.Fields(string(b)) {
+			if d == o.KubeletDir || slices.Contains(o.HostDirs, d) {
+				errs = append(errs, os.RemoveAll(d))
+			}
+		}
 	}
 	errs = append(errs, removeWorkDir(o.WorkDir, o.KeepLogs))
 	return errors.Join(errs...)
@@ -542,12 +550,12 @@ func (c *Cluster) removeContainers() error {
 	return errors.Join(errs...)
 }
 
-// CleanHost undoes the host-wide effects of a cluster whose files are under workDir.
-func CleanHost(workDir, kubeletDir, bridge string) error {
+// CleanHost undoes the host-wide effects of a cluster whose files are under dirs.
+func CleanHost(bridge string, dirs ...string) error {
 	var errs []error
-	errs = append(errs, unmountUnder(workDir, kubeletDir))
+	errs = append(errs, unmountUnder(dirs...))
 	errs = append(errs, removeNetns())
-	errs = append(errs, DetachLoopsUnder(workDir, kubeletDir))
+	errs = append(errs, DetachLoopsUnder(dirs...))
 	if exec.Command("ip", "link", "show", bridge).Run() == nil {
 		if out, err := exec.Command("ip", "link", "del", bridge).CombinedOutput(); err != nil {
 			errs = append(errs, fmt.Errorf("delete bridge %s: %v: %s", bridge, err, out))
@@ -561,6 +569,22 @@ func CleanHost(workDir, kubeletDir, bridge string) error {
 		_ = exec.Command("iptables", "-t", "nat", "-X", iptablesChain).Run()
 	}
 	removeKubeCgroups()
+	errs = append(errs, removeDiskLinks())
+	return errors.Join(errs...)
+}
+
+// DiskLinkPrefix starts the name of every /dev/disk/by-id link of the suite's disks (and of the
+// agent's fakes standing in for them); teardown removes them all.
+const DiskLinkPrefix = "pvrescue-e2e-"
+
+func removeDiskLinks() error {
+	links, _ := filepath.Glob("/dev/disk/by-id/" + DiskLinkPrefix + "*")
+	var errs []error
+	for _, l := range links {
+		if err := os.Remove(l); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
 	return errors.Join(errs...)
 }
 

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/pvrescue/pvrescue/internal/config"
 )
 
 // Options configures a cluster. NewOptions gives working defaults for this machine.
@@ -38,6 +40,10 @@ type Options struct {
 	Bridge string
 	// CNIBinDir holds the CNI plugins (Debian: /usr/lib/cni).
 	CNIBinDir string
+	// HostDirs are host directories that workloads of the cluster fill (the pvrescue agent's state
+	// dir): teardown unmounts what is under them, detaches loop devices backed by files there, and
+	// removes them when they did not exist before Up.
+	HostDirs []string
 	// Timeout bounds each wait for a component to become ready.
 	Timeout time.Duration
 	// KeepLogs leaves WorkDir/logs after teardown (tests set it when they failed).
@@ -58,6 +64,7 @@ func NewOptions(dir string) *Options {
 		ServiceCIDR: "10.0.0.0/24",
 		Bridge:      "pvre2e0",
 		CNIBinDir:   "/usr/lib/cni",
+		HostDirs:    []string{config.Default().StateDir},
 		Timeout:     2 * time.Minute,
 	}
 }

@@ -2,6 +2,12 @@
 
 package localdisk
 
-import "unsafe"
+import (
+	"unsafe"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+)
 
 func uintptrOf(p *uint64) uintptr { return uintptr(unsafe.Pointer(p)) }
+
+func mustQty(s string) resource.Quantity { return resource.MustParse(s) }

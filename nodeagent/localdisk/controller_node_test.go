@@ -1,0 +1,382 @@
+//go:build node
+
+package localdisk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/testr"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/pvrescue/pvrescue/internal/config"
+	"github.com/pvrescue/pvrescue/internal/contract"
+	"github.com/pvrescue/pvrescue/internal/testenv"
+	"github.com/pvrescue/pvrescue/nodeagent"
+)
+
+type clusterEnv struct {
+	*nodeEnv
+	client kubernetes.Interface
+	cfg    *config.Config
+	ctx    context.Context
+}
+
+func setupCluster(t *testing.T) *clusterEnv {
+	t.Helper()
+	e := &clusterEnv{nodeEnv: setupNode(t)}
+	_, rc := testenv.APIServer(t)
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.client = client
+	e.ctx = logr.NewContext(context.Background(), testr.NewWithOptions(t, testr.Options{Verbosity: 0}))
+	e.cfg = config.Default()
+	e.cfg.StateDir = e.state
+	e.cfg.LocalBlock.FirstLoopMinor = nodeFirstLoop
+	// The default 10 s resync: detection within it proves the fsnotify path works.
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", Labels: map[string]string{
+		"kubernetes.io/hostname": "node-1", contract.LabelFakeDevicesDefault: contract.LabelFakeDevicesEnabled}}}
+	if _, err := client.CoreV1().Nodes().Create(e.ctx, node, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.CoreV1().Namespaces().Create(e.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "app"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func (e *clusterEnv) createPV(t *testing.T, name, path, claim string) {
+	t.Helper()
+	pv := localPV(name, path, "node-1", corev1.VolumeBound, corev1.PersistentVolumeBlock)
+	pv.Spec.Capacity = corev1.ResourceList{corev1.ResourceStorage: mustQty("1Gi")}
+	pv.Spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
+	pv.Spec.ClaimRef = &corev1.ObjectReference{Namespace: "app", Name: claim}
+	created, err := e.client.CoreV1().PersistentVolumes().Create(e.ctx, pv, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	created.Status.Phase = corev1.VolumeBound
+	if _, err := e.client.CoreV1().PersistentVolumes().UpdateStatus(e.ctx, created, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *clusterEnv) createPod(t *testing.T, name, claim string, annotations map[string]string) {
+	t.Helper()
+	no := false
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "app", Annotations: annotations},
+		Spec: corev1.PodSpec{NodeName: "node-1", AutomountServiceAccountToken: &no,
+			Containers: []corev1.Container{{Name: "c", Image: "busybox",
+				VolumeDevices: []corev1.VolumeDevice{{Name: "d", DevicePath: "/dev/data"}}}},
+			Volumes: []corev1.Volume{{Name: "d", VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}},
+	}
+	created, err := e.client.CoreV1().Pods("app").Create(e.ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	created.Status.Phase = corev1.PodRunning
+	created.Status.StartTime = &metav1.Time{Time: time.Now()}
+	if _, err := e.client.CoreV1().Pods("app").UpdateStatus(e.ctx, created, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startAgent runs a controller with the real host until the returned stop is called.
+func (e *clusterEnv) startAgent(t *testing.T) (stop func()) {
+	t.Helper()
+	recorder, stopEvents := nodeagent.NewRecorder(e.client, "node-1")
+	c, err := NewController(nodeagent.Deps{NodeName: "node-1", Config: e.cfg, Client: e.client, Recorder: recorder,
+		Registerer: prometheus.NewRegistry()}, NewRealHost(e.state),
+		ControllerOptions{PathPrefix: e.byID, LoopSearchLimit: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		stopEvents()
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func (e *clusterEnv) events(t *testing.T, obj string) []string {
+	t.Helper()
+	list, err := e.client.CoreV1().Events("").List(e.ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + obj})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, ev := range list.Items {
+		out = append(out, ev.Type+" "+ev.Reason+" "+ev.Message)
+	}
+	return out
+}
+
+func (e *clusterEnv) waitEvent(t *testing.T, obj, reason string) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("event %s on %s", reason, obj), 10*time.Second, func() bool {
+		for _, ev := range e.events(t, obj) {
+			if strings.Contains(ev, " "+reason+" ") {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// replaceLink puts a link at path the way udev does (temporary name, rename over).
+func replaceLink(t *testing.T, target, path string) {
+	t.Helper()
+	tmp := path + ".udev-tmp"
+	if err := os.Symlink(target, tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func ourLinkTarget(path string) string {
+	t, err := os.Readlink(path)
+	if err != nil {
+		return ""
+	}
+	if _, err := ParseLoopLinkTarget("/dev", t); err != nil {
+		return ""
+	}
+	return t
+}
+
+func TestNodeAgentWithAPIServer(t *testing.T) {
+	e := setupCluster(t)
+	// A foreign loop at the first number: the agent must skip it.
+	foreign := filepath.Join(t.TempDir(), "foreign.img")
+	foreignLoop(t, nodeFirstLoop, foreign)
+	want := fmt.Sprintf("/dev/loop%d", nodeFirstLoop+1)
+
+	// pv-real's path is a block device node, pv-foreign's a link to something else: never touched.
+	realDev := filepath.Join(e.byID, "real-disk")
+	if err := unix.Mknod(realDev, unix.S_IFBLK|0o600, int(unix.Mkdev(7, 0))); err != nil {
+		t.Fatal(err)
+	}
+	foreignLink := filepath.Join(e.byID, "foreign-link")
+	if err := os.Symlink("../../sdz", foreignLink); err != nil {
+		t.Fatal(err)
+	}
+	var beforeReal syscall.Stat_t
+	if err := syscall.Lstat(realDev, &beforeReal); err != nil {
+		t.Fatal(err)
+	}
+	// pv1's disk is present at first (a udev-style link to the "real" disk).
+	replaceLink(t, "../../nvme0n1", e.devPath)
+	e.createPV(t, "pv1", e.devPath, "data")
+	e.createPV(t, "pv-real", realDev, "other")
+	e.createPV(t, "pv-foreign", foreignLink, "other2")
+
+	stop := e.startAgent(t)
+	waitFor(t, "condition False", 10*time.Second, func() bool {
+		c := e.nodeCondition(t)
+		return c != nil && c.Status == corev1.ConditionFalse
+	})
+
+	var samples []time.Duration
+	for i := 0; i < 7; i++ {
+		// The disk disappears.
+		t0 := time.Now()
+		if err := os.Remove(e.devPath); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "fake link", 9*time.Second, func() bool { return ourLinkTarget(e.devPath) == want })
+		samples = append(samples, time.Since(t0))
+		if i == 0 {
+			e.waitEvent(t, "pv1", ReasonFakeDeviceCreated)
+			waitFor(t, "PV annotation", 10*time.Second, func() bool { return e.pvAnnotation(t, "pv1") == want })
+			waitFor(t, "condition True", 10*time.Second, func() bool {
+				c := e.nodeCondition(t)
+				return c != nil && c.Status == corev1.ConditionTrue && strings.Contains(c.Message, "pv1")
+			})
+			if got := deviceSize(t, e.devPath); got != 512 {
+				t.Fatalf("fake size %d", got)
+			}
+			// Restart: a new agent re-adopts the fake without re-creating it.
+			var before syscall.Stat_t
+			_ = syscall.Lstat(e.devPath, &before)
+			stop()
+			stop = e.startAgent(t)
+			time.Sleep(300 * time.Millisecond)
+			var after syscall.Stat_t
+			if err := syscall.Lstat(e.devPath, &after); err != nil || after.Ino != before.Ino || ourLinkTarget(e.devPath) != want {
+				t.Fatalf("restart changed the fake link (%v)", err)
+			}
+			n := 0
+			for _, ev := range e.events(t, "pv1") {
+				if strings.Contains(ev, ReasonFakeDeviceCreated) {
+					n++
+				}
+			}
+			if n != 1 {
+				t.Fatalf("%d FakeDeviceCreated events after restart, want 1", n)
+			}
+			e.createPod(t, "on-fake", "data", map[string]string{contract.AnnotationRestartOnDiskReturn: "true"})
+			e.createPod(t, "on-fake-plain", "data", nil)
+			// kubelet's device lock on the fake, as seen on a real node.
+			lockNode := filepath.Join(t.TempDir(), "pod-uid")
+			if err := unix.Mknod(lockNode, unix.S_IFBLK|0o600, int(unix.Mkdev(7, nodeFirstLoop+1))); err != nil {
+				t.Fatal(err)
+			}
+			foreignLoop(t, nodeFirstLoop+2, lockNode)
+			// The disk returns while the lock is held.
+			replaceLink(t, "../../nvme0n1", e.devPath)
+			e.waitEvent(t, "pv1", ReasonDiskReturned)
+			e.waitEvent(t, "on-fake-plain", ReasonRestartPod)
+			waitFor(t, "eviction", 10*time.Second, func() bool {
+				p, err := e.client.CoreV1().Pods("app").Get(e.ctx, "on-fake", metav1.GetOptions{})
+				return apierrors.IsNotFound(err) || (err == nil && p.DeletionTimestamp != nil)
+			})
+			time.Sleep(200 * time.Millisecond)
+			if sysBacking(nodeFirstLoop+1) == "" {
+				t.Fatal("fake detached while kubelet's lock holds it")
+			}
+			detachUnder(t, filepath.Dir(lockNode))
+			// The lock's release makes no filesystem event: the periodic resync retires it.
+		} else {
+			replaceLink(t, "../../nvme0n1", e.devPath)
+		}
+		waitFor(t, "fake retired", 15*time.Second, func() bool { return sysBacking(nodeFirstLoop+1) == "" })
+		if l, _ := os.Readlink(e.devPath); l != "../../nvme0n1" {
+			t.Fatalf("real disk link changed: %q", l)
+		}
+	}
+	e.waitEvent(t, "pv1", ReasonFakeDeviceRetired)
+	waitFor(t, "annotation removed", 10*time.Second, func() bool { return e.pvAnnotation(t, "pv1") == "" })
+	waitFor(t, "condition False", 10*time.Second, func() bool {
+		c := e.nodeCondition(t)
+		return c != nil && c.Status == corev1.ConditionFalse
+	})
+
+	sorted := append([]time.Duration(nil), samples...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
+	t.Logf("detection-to-fake latency (path removed -> fake link visible), %d samples: %v; p50 %v, max %v",
+		len(samples), samples, sorted[len(sorted)/2], sorted[len(sorted)-1])
+
+	if sysBacking(nodeFirstLoop) != foreign {
+		t.Fatal("foreign loop touched")
+	}
+	var afterReal syscall.Stat_t
+	if err := syscall.Lstat(realDev, &afterReal); err != nil || afterReal.Ino != beforeReal.Ino || afterReal.Rdev != beforeReal.Rdev {
+		t.Fatalf("real device node changed (%v)", err)
+	}
+	if l, _ := os.Readlink(foreignLink); l != "../../sdz" {
+		t.Fatalf("foreign link changed: %q", l)
+	}
+	for _, pv := range []string{"pv-real", "pv-foreign"} {
+		if a := e.pvAnnotation(t, pv); a != "" {
+			t.Fatalf("%s annotated %q", pv, a)
+		}
+	}
+	if ents, _ := os.ReadDir(filepath.Join(e.state, SubDir)); len(ents) != 0 {
+		t.Fatalf("state files left: %v", ents)
+	}
+}
+
+// Bad input through the API: relative path, path outside the prefix, a directory; and the gate.
+func TestNodeAgentBadInputAndGate(t *testing.T) {
+	e := setupCluster(t)
+	dir := filepath.Join(e.byID, "a-dir")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e.createPV(t, "pv-dir", dir, "c1")
+	e.createPV(t, "pv-outside", "/var/tmp/not-a-device", "c2")
+	e.createPV(t, "pv-relative", "disk/by-id/x", "c3")
+	// Gate off first: the missing path is only reported.
+	node, _ := e.client.CoreV1().Nodes().Get(e.ctx, "node-1", metav1.GetOptions{})
+	delete(node.Labels, contract.LabelFakeDevicesDefault)
+	if _, err := e.client.CoreV1().Nodes().Update(e.ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.createPV(t, "pv1", e.devPath, "data")
+	e.startAgent(t)
+	for _, pv := range []string{"pv-dir", "pv-outside", "pv-relative"} {
+		e.waitEvent(t, pv, ReasonInvalidLocalPath)
+	}
+	e.waitEvent(t, "pv1", ReasonDiskMissing)
+	time.Sleep(200 * time.Millisecond)
+	if _, err := os.Lstat(e.devPath); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("fake made with the gate off: %v", err)
+	}
+	// Gate on: the fake appears.
+	node, _ = e.client.CoreV1().Nodes().Get(e.ctx, "node-1", metav1.GetOptions{})
+	node.Labels[contract.LabelFakeDevicesDefault] = contract.LabelFakeDevicesEnabled
+	if _, err := e.client.CoreV1().Nodes().Update(e.ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "fake after labelling", 10*time.Second, func() bool { return ourLinkTarget(e.devPath) != "" })
+	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
+		t.Fatalf("directory touched: %v", err)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(e.state, SubDir)); len(ents) != 2 { // pv1.json, pv1.img
+		t.Fatalf("state files: %v", ents)
+	}
+}
+
+func (e *clusterEnv) nodeCondition(t *testing.T) *corev1.NodeCondition {
+	n, err := e.client.CoreV1().Nodes().Get(e.ctx, "node-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == ConditionLocalDiskMissing {
+			return &n.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+func (e *clusterEnv) pvAnnotation(t *testing.T, name string) string {
+	pv, err := e.client.CoreV1().PersistentVolumes().Get(e.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pv.Annotations[contract.AnnotationFakeDevice]
+}

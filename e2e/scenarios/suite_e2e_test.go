@@ -1,0 +1,62 @@
+//go:build e2e
+
+// Package scenarios runs pvrescue's end-to-end scenarios on one real single-node cluster:
+// lost local disk, lost FUSE mount, pods left alone, webhook down.
+package scenarios
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/pvrescue/pvrescue/e2e/cluster"
+	"github.com/pvrescue/pvrescue/e2e/framework"
+	"github.com/pvrescue/pvrescue/e2e/stack"
+	"github.com/pvrescue/pvrescue/internal/testenv"
+)
+
+// env is what every scenario shares.
+type env struct {
+	c   *cluster.Cluster
+	s3  *stack.S3
+	csi *stack.CSI
+	in  *stack.Installed
+}
+
+// TestPVRescue brings the cluster up once, installs pvrescue from manifests/, and runs the
+// scenarios in order (the webhook-down scenario last: it removes the webhook's pods).
+func TestPVRescue(t *testing.T) {
+	start := time.Now()
+	c := framework.Up(t, "suite")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	e := &env{c: c}
+	var err error
+	vgw := testenv.Binary(t, "versitygw", "versitygw")
+	if e.s3, err = stack.StartS3(ctx, c, vgw); err != nil {
+		t.Fatalf("start versitygw: %v", err)
+	}
+	if e.csi, err = stack.BuildCSI(ctx, c, filepath.Join(testenv.RepoRoot(), "e2e")); err != nil {
+		t.Fatalf("build the test CSI plugin: %v", err)
+	}
+	if err := e.csi.Start(ctx); err != nil {
+		t.Fatalf("start the test CSI plugin: %v", err)
+	}
+	t.Cleanup(func() { _ = e.csi.Kill() })
+	installStart := time.Now()
+	e.in, err = stack.Install(ctx, c, testenv.RepoRoot())
+	if err != nil {
+		t.Fatalf("install pvrescue from manifests/: %v", err)
+	}
+	t.Logf("pvrescue installed in %s; deviations from `kubectl apply -k manifests/`:", time.Since(installStart).Round(100*time.Millisecond))
+	for _, d := range e.in.Deviations {
+		t.Logf("  - %s", d)
+	}
+	t.Logf("setup done in %s", time.Since(start).Round(100*time.Millisecond))
+
+	t.Run("LostLocalDisk", func(t *testing.T) { lostLocalDisk(t, e) })
+	t.Run("LostFUSEMount", func(t *testing.T) { lostFUSEMount(t, e) })
+	t.Run("LeftAlone", func(t *testing.T) { leftAlone(t, e) })
+	t.Run("WebhookDown", func(t *testing.T) { webhookDown(t, e) })
+}

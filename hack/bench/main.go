@@ -1,0 +1,200 @@
+// Command bench measures pvrescue against floors and baselines taken in the same run and writes
+// BENCHMARKS.md (see issue 8). It needs root for the loop-device and s3fs sections and the
+// binaries `make bench` builds first.
+//
+//	go run ./hack/bench -out BENCHMARKS.md
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+)
+
+// Options of one benchmark run.
+type Options struct {
+	// Out is the Markdown report; RawDir receives raw outputs (go test -bench text for benchstat).
+	Out, RawDir string
+	// Root is the repository root (bin/, go.mod).
+	Root string
+	// Only lists sections to run (comma-separated names); empty runs all.
+	Only string
+	// WebhookDuration is the steady-state length of one rate step; Rates are requests/s.
+	WebhookDuration time.Duration
+	Rates           []int
+	// BenchCount is go test -count for the Go benchmarks.
+	BenchCount int
+	// Repeats of the helper process runs, the lost-disk and the lost-mount runs.
+	HelperRepeats, DiskRepeats, MountRepeats int
+	// ScaleSample is how long the idle agent is sampled.
+	ScaleSample time.Duration
+}
+
+// NewOptions returns defaults that fit `make bench` in under 10 minutes on 2 cores.
+func NewOptions() *Options {
+	wd, _ := os.Getwd()
+	return &Options{
+		Out: "BENCHMARKS.md", RawDir: "bench", Root: wd,
+		WebhookDuration: 5 * time.Second, Rates: []int{50, 200, 500},
+		BenchCount: 6, HelperRepeats: 30, DiskRepeats: 20, MountRepeats: 10,
+		ScaleSample: 20 * time.Second,
+	}
+}
+
+// AddFlags registers the options.
+func (o *Options) AddFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.Out, "out", o.Out, "Markdown report to write")
+	fs.StringVar(&o.RawDir, "raw", o.RawDir, "directory for raw outputs (benchstat input)")
+	fs.StringVar(&o.Root, "root", o.Root, "repository root")
+	fs.StringVar(&o.Only, "only", o.Only, "comma-separated sections to run: "+strings.Join(sectionNames(), ","))
+	fs.DurationVar(&o.WebhookDuration, "webhook-duration", o.WebhookDuration, "steady-state duration of each webhook rate step")
+	fs.IntVar(&o.BenchCount, "count", o.BenchCount, "go test -count for the Go benchmarks")
+	fs.IntVar(&o.HelperRepeats, "helper-repeats", o.HelperRepeats, "process runs per helper figure")
+	fs.IntVar(&o.DiskRepeats, "disk-repeats", o.DiskRepeats, "lost-disk runs")
+	fs.IntVar(&o.MountRepeats, "mount-repeats", o.MountRepeats, "lost-mount runs")
+	fs.DurationVar(&o.ScaleSample, "scale-sample", o.ScaleSample, "how long the idle agent is sampled")
+}
+
+// Validate checks the options.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.WebhookDuration < time.Second {
+		errs = append(errs, errors.New("-webhook-duration must be at least 1s"))
+	}
+	for _, n := range []int{o.BenchCount, o.HelperRepeats, o.DiskRepeats, o.MountRepeats} {
+		if n < 1 {
+			errs = append(errs, errors.New("counts and repeats must be at least 1"))
+			break
+		}
+	}
+	if _, err := os.Stat(filepath.Join(o.Root, "go.mod")); err != nil {
+		errs = append(errs, fmt.Errorf("-root %s is not the repository root: %w", o.Root, err))
+	}
+	for _, s := range o.only() {
+		if _, ok := sectionByName(s); !ok {
+			errs = append(errs, fmt.Errorf("unknown section %q", s))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (o *Options) only() []string {
+	if o.Only == "" {
+		return nil
+	}
+	return strings.Split(o.Only, ",")
+}
+
+type section struct {
+	name string
+	run  func(ctx context.Context, o *Options) Section
+}
+
+func sections() []section {
+	return []section{
+		{"webhook", runWebhookLoad},
+		{"gobench", runGoBench},
+		{"helper", runHelper},
+		{"disk", runLostDisk},
+		{"mount", runLostMount},
+		{"scale", runScale},
+	}
+}
+
+func sectionNames() []string {
+	var n []string
+	for _, s := range sections() {
+		n = append(n, s.name)
+	}
+	return n
+}
+
+func sectionByName(name string) (section, bool) {
+	for _, s := range sections() {
+		if s.name == name {
+			return s, true
+		}
+	}
+	return section{}, false
+}
+
+func run(ctx context.Context, o *Options) error {
+	r := &Report{Started: time.Now(), Command: "make bench", StartLoad: LoadAvg(), Machine: DescribeMachine()}
+	var failed []string
+	todo := sections()
+	if names := o.only(); names != nil {
+		todo = nil
+		for _, n := range names {
+			s, _ := sectionByName(n)
+			todo = append(todo, s)
+		}
+		r.Command = "go run ./hack/bench -only " + o.Only
+	}
+	for _, s := range todo {
+		if ctx.Err() != nil {
+			break
+		}
+		fmt.Fprintf(os.Stderr, ">> %s (load %s)\n", s.name, LoadAvg())
+		start, load := time.Now(), LoadAvg()
+		sec := s.run(ctx, o)
+		sec.Elapsed, sec.Load = time.Since(start), load
+		if sec.Err != nil {
+			failed = append(failed, s.name)
+			fmt.Fprintf(os.Stderr, "!! %s failed: %v\n", s.name, sec.Err)
+		}
+		fmt.Fprintf(os.Stderr, "<< %s done in %s\n", s.name, sec.Elapsed.Round(time.Second))
+		r.Sections = append(r.Sections, sec)
+		// Write after every section so an interrupted run keeps what it measured.
+		if err := writeReport(o.Out, r); err != nil {
+			return err
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("sections failed: %s (see %s)", strings.Join(failed, ", "), o.Out)
+	}
+	return ctx.Err()
+}
+
+func writeReport(path string, r *Report) error {
+	f, err := os.Create(path + ".tmp")
+	if err != nil {
+		return err
+	}
+	if err := r.Write(f); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(path+".tmp", path)
+}
+
+func main() {
+	o := NewOptions()
+	o.AddFlags(flag.CommandLine)
+	flag.Parse()
+	if err := o.Validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	// Logging is off for every handler alike: the figures are the admission path, not log I/O.
+	ctrllog.SetLogger(logr.Discard())
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, o)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,55 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"time"
+)
+
+// Percentile returns the p-th percentile (0 < p <= 100) of ds by the nearest-rank method; ds
+// need not be sorted and is not modified. It returns 0 for no samples.
+func Percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	rank := int(math.Ceil(p / 100 * float64(len(s))))
+	if rank < 1 {
+		rank = 1
+	}
+	if rank > len(s) {
+		rank = len(s)
+	}
+	return s[rank-1]
+}
+
+// Ratio formats a/b as "N.NN×", or "n/a" when b is zero.
+func Ratio(a, b float64) string {
+	if b == 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f×", a/b)
+}
+
+// Ms formats a duration in milliseconds with a precision suited to its size.
+func Ms(d time.Duration) string {
+	ms := float64(d) / float64(time.Millisecond)
+	switch {
+	case ms < 10:
+		return fmt.Sprintf("%.2f ms", ms)
+	case ms < 1000:
+		return fmt.Sprintf("%.1f ms", ms)
+	default:
+		return fmt.Sprintf("%.2f s", ms/1000)
+	}
+}
+
+// Verdict says whether a figure met its target ("met"/"MISSED") and by how much.
+func Verdict(value, target float64, unit string) string {
+	if value < target {
+		return fmt.Sprintf("met (%.3g %s < %.3g %s)", value, unit, target, unit)
+	}
+	return fmt.Sprintf("MISSED by %.3g %s (%.3g %s ≥ %.3g %s, %.2f× the target)", value-target, unit, value, unit, target, unit, value/target)
+}

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"testing"
+	"time"
+)
+
+func TestPercentile(t *testing.T) {
+	ms := func(v ...int) []time.Duration {
+		out := make([]time.Duration, len(v))
+		for i, x := range v {
+			out[i] = time.Duration(x) * time.Millisecond
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		in   []time.Duration
+		p    float64
+		want time.Duration
+	}{
+		{"empty", nil, 50, 0},
+		{"one", ms(7), 99, 7 * time.Millisecond},
+		{"median odd unsorted", ms(5, 1, 3), 50, 3 * time.Millisecond},
+		{"median even takes lower", ms(4, 1, 3, 2), 50, 2 * time.Millisecond},
+		{"p99 of 100 is 99th", ms(seq(100)...), 99, 99 * time.Millisecond},
+		{"p99 of 10 is max", ms(seq(10)...), 99, 10 * time.Millisecond},
+		{"p100 is max", ms(3, 9, 1), 100, 9 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := append([]time.Duration(nil), tc.in...)
+			if got := Percentile(tc.in, tc.p); got != tc.want {
+				t.Errorf("Percentile(%v, %v) = %v, want %v", tc.in, tc.p, got, tc.want)
+			}
+			for i := range in {
+				if in[i] != tc.in[i] {
+					t.Fatalf("input modified: %v -> %v", in, tc.in)
+				}
+			}
+		})
+	}
+}
+
+func seq(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i + 1
+	}
+	return out
+}
+
+func TestRatioAndVerdict(t *testing.T) {
+	if got := Ratio(3, 2); got != "1.50×" {
+		t.Errorf("Ratio(3,2) = %q", got)
+	}
+	if got := Ratio(1, 0); got != "n/a" {
+		t.Errorf("Ratio(1,0) = %q", got)
+	}
+	if got := Verdict(4, 5, "ms"); got != "met (4 ms < 5 ms)" {
+		t.Errorf("Verdict met = %q", got)
+	}
+	if got := Verdict(6, 5, "ms"); got != "MISSED by 1 ms (6 ms ≥ 5 ms, 1.20× the target)" {
+		t.Errorf("Verdict missed = %q", got)
+	}
+}
+
+func TestParseProcStat(t *testing.T) {
+	// comm may hold spaces and parentheses; fields after it are counted from the last ')'.
+	line := "1234 (pvrescue (x) a) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 75 0 0 20 0 9 0 555 1000 300 18446744073709551615"
+	ut, st, err := ParseProcStat(line)
+	if err != nil || ut != 250 || st != 75 {
+		t.Fatalf("ParseProcStat = %d, %d, %v; want 250, 75, nil", ut, st, err)
+	}
+	if _, _, err := ParseProcStat("garbage"); err == nil {
+		t.Error("ParseProcStat(garbage) succeeded")
+	}
+	rss, err := ParseVmRSS("Name:\tx\nVmRSS:\t   23456 kB\nThreads: 9\n")
+	if err != nil || rss != 23456*1024 {
+		t.Fatalf("ParseVmRSS = %d, %v", rss, err)
+	}
+	if _, err := ParseVmRSS("Name: x\n"); err == nil {
+		t.Error("ParseVmRSS without VmRSS succeeded")
+	}
+}
+
+func TestRequestKind(t *testing.T) {
+	for _, tc := range []struct{ method, path, watch, want string }{
+		{"GET", "/api/v1/namespaces/bench/persistentvolumeclaims/data-0", "", KindObjectRead},
+		{"GET", "/apis/storage.k8s.io/v1/storageclasses/local-ssd", "", KindObjectRead},
+		{"GET", "/api/v1/persistentvolumeclaims", "", KindList},
+		{"GET", "/api/v1/namespaces/bench/persistentvolumeclaims", "", KindList},
+		{"GET", "/apis/storage.k8s.io/v1/storageclasses", "true", KindWatch},
+		{"POST", "/api/v1/namespaces/bench/persistentvolumeclaims", "", KindOther},
+		{"GET", "/version", "", KindOther},
+		{"GET", "/api/v1/namespaces/bench/pods/p/status", "", KindOther},
+	} {
+		if got := RequestKind(tc.method, tc.path, tc.watch); got != tc.want {
+			t.Errorf("RequestKind(%s %s watch=%q) = %q, want %q", tc.method, tc.path, tc.watch, got, tc.want)
+		}
+	}
+}

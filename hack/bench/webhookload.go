@@ -1,0 +1,615 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/pvrescue/pvrescue/internal/config"
+	"github.com/pvrescue/pvrescue/webhook"
+)
+
+// KubeVersion matches internal/testenv: the apiserver the figures ran against.
+const KubeVersion = "v1.37.2"
+
+const benchNS = "bench"
+
+// startAPIServer starts etcd + kube-apiserver with envtest (internal/testenv needs a testing.TB).
+func startAPIServer(o *Options) (*envtest.Environment, *rest.Config, error) {
+	dir := os.Getenv("KUBEBUILDER_ASSETS")
+	if dir == "" {
+		dir = filepath.Join(o.Root, "bin", "k8s", KubeVersion)
+	}
+	for _, b := range []string{"kube-apiserver", "etcd"} {
+		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
+			return nil, nil, fmt.Errorf("%s not found in %s: run `make kube-binaries`", b, dir)
+		}
+	}
+	env := &envtest.Environment{
+		BinaryAssetsDirectory:    dir,
+		ControlPlaneStartTimeout: 2 * time.Minute,
+		ControlPlaneStopTimeout:  time.Minute,
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		return nil, nil, fmt.Errorf("start kube-apiserver and etcd from %s: %w", dir, err)
+	}
+	return env, cfg, nil
+}
+
+// requestCounter counts HTTP requests leaving a rest.Config, by kind, method and path.
+type requestCounter struct {
+	n, reads atomic.Int64
+	mu       sync.Mutex
+	paths    map[string]int
+}
+
+func (c *requestCounter) wrap(cfg *rest.Config) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			kind := RequestKind(r.Method, r.URL.Path, r.URL.Query().Get("watch"))
+			c.n.Add(1)
+			if kind == KindObjectRead {
+				c.reads.Add(1)
+			}
+			c.mu.Lock()
+			c.paths[kind+" "+r.Method+" "+r.URL.Path]++
+			c.mu.Unlock()
+			return rt.RoundTrip(r)
+		})
+	})
+	return cfg
+}
+
+// Kinds of API requests the webhook's clients make.
+const (
+	// KindObjectRead is a GET of one named object: what an admission would cost if it missed the cache.
+	KindObjectRead = "object read"
+	// KindWatch is an informer (re)opening its watch; KindList an informer (re)listing.
+	KindWatch = "informer watch"
+	KindList  = "informer list"
+	KindOther = "other"
+)
+
+// RequestKind classifies one request by method and path (/api/v1/namespaces/NS/RESOURCE/NAME,
+// /apis/GROUP/VERSION/RESOURCE/NAME, ...) and its watch query parameter.
+func RequestKind(method, path, watch string) string {
+	if method != http.MethodGet {
+		return KindOther
+	}
+	if watch == "true" || watch == "1" {
+		return KindWatch
+	}
+	p := strings.Split(strings.Trim(path, "/"), "/")
+	var rest []string
+	switch {
+	case len(p) >= 2 && p[0] == "api":
+		rest = p[2:]
+	case len(p) >= 3 && p[0] == "apis":
+		rest = p[3:]
+	default:
+		return KindOther
+	}
+	if len(rest) >= 2 && rest[0] == "namespaces" {
+		rest = rest[2:]
+	}
+	switch len(rest) {
+	case 1:
+		return KindList
+	case 2:
+		return KindObjectRead
+	}
+	return KindOther
+}
+
+func (c *requestCounter) reset() {
+	c.mu.Lock()
+	c.paths = map[string]int{}
+	c.n.Store(0)
+	c.reads.Store(0)
+	c.mu.Unlock()
+}
+
+func (c *requestCounter) summary() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var s []string
+	for p, n := range c.paths {
+		s = append(s, fmt.Sprintf("%s ×%d", p, n))
+	}
+	sort.Strings(s)
+	return strings.Join(s, "; ")
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// noopDefaulter is the floor: decoded and answered by the same framework, mutating nothing.
+type noopDefaulter struct{}
+
+func (noopDefaulter) Default(context.Context, *corev1.Pod) error { return nil }
+
+func runWebhookLoad(ctx context.Context, o *Options) Section {
+	s := Section{
+		Title: "Webhook: admission latency and throughput over HTTPS",
+		RanAgainst: "a real kube-apiserver " + KubeVersion + " + etcd (envtest) holding the StorageClasses and PVCs, " +
+			"read through pvrescue's informer cache (controller-runtime cache, live client as fallback); the webhook " +
+			"served by controller-runtime's webhook server over TLS 1.2+/HTTP/1.1 on 127.0.0.1 with a self-signed " +
+			"certificate; load generated in the same process (open loop, fixed rate, keep-alive connections). " +
+			"Baseline: a no-op defaulter on the same server, TLS set-up and framework (`admission.WithDefaulter`).",
+	}
+	if err := webhookLoad(ctx, o, &s); err != nil {
+		s.Err = err
+	}
+	return s
+}
+
+func webhookLoad(ctx context.Context, o *Options, s *Section) error {
+	env, restCfg, err := startAPIServer(o)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = env.Stop() }()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	counter := &requestCounter{paths: map[string]int{}}
+	counted := counter.wrap(restCfg)
+	scheme := runtime.NewScheme()
+	_ = corev1.AddToScheme(scheme) // built-in groups cannot fail to register
+	_ = storagev1.AddToScheme(scheme)
+
+	cfg := config.Default()
+	if err := seedObjects(ctx, restCfg, scheme, cfg); err != nil {
+		return err
+	}
+
+	cache, err := ctrlcache.New(counted, ctrlcache.Options{Scheme: scheme})
+	if err != nil {
+		return fmt.Errorf("informer cache: %w", err)
+	}
+	for _, obj := range []client.Object{&corev1.PersistentVolumeClaim{}, &storagev1.StorageClass{}} {
+		if _, err := cache.GetInformer(ctx, obj); err != nil {
+			return fmt.Errorf("informer for %T: %w", obj, err)
+		}
+	}
+	go func() { _ = cache.Start(ctx) }()
+	if !cache.WaitForCacheSync(ctx) {
+		return errors.New("informer cache did not sync")
+	}
+	live, err := client.New(counted, client.Options{Scheme: scheme})
+	if err != nil {
+		return fmt.Errorf("live client: %w", err)
+	}
+	metrics, err := webhook.NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		return err
+	}
+	mut := &webhook.Mutator{Config: cfg, Namespace: "pvrescue-system",
+		Classifier: &webhook.Classifier{Config: cfg, Lookup: webhook.ReaderLookup{Cache: cache, Live: live}}}
+
+	certDir, err := os.MkdirTemp("", "pvrescue-bench-certs-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(certDir)
+	pool, err := writeSelfSigned(certDir)
+	if err != nil {
+		return err
+	}
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	srv := ctrlwebhook.NewServer(ctrlwebhook.Options{
+		Host: "127.0.0.1", Port: port, CertDir: certDir,
+		TLSOpts: []func(*tls.Config){func(c *tls.Config) {
+			c.MinVersion = tls.VersionTLS12
+			c.NextProtos = []string{"http/1.1"} // HTTP/2 off, as in the shipped webhook
+		}},
+	})
+	const floorPath = "/noop"
+	srv.Register(floorPath, admission.WithDefaulter[*corev1.Pod](scheme, noopDefaulter{}))
+	srv.Register(webhook.Path, webhook.NewWebhook(mut, metrics))
+	srvErr := make(chan error, 1)
+	go func() { srvErr <- srv.Start(ctx) }()
+
+	// 5 s is the timeoutSeconds the apiserver gives the webhook: a later answer is lost anyway.
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		TLSClientConfig:     &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
+		ForceAttemptHTTP2:   false,
+		MaxIdleConnsPerHost: 512,
+		MaxConnsPerHost:     0,
+		DisableCompression:  true,
+	}}
+	base := fmt.Sprintf("https://127.0.0.1:%d", port)
+	if err := waitServing(ctx, hc, base+floorPath, srvErr); err != nil {
+		return err
+	}
+
+	bodies := []struct {
+		name string
+		body []byte
+	}{}
+	fourPVC, err := reviewBody(fourPVCPod())
+	if err != nil {
+		return err
+	}
+	bigPod, err := reviewBody(managedFieldsPod(64 << 10))
+	if err != nil {
+		return err
+	}
+	bodies = append(bodies, struct {
+		name string
+		body []byte
+	}{"pod with 4 PVC volumes", fourPVC}, struct {
+		name string
+		body []byte
+	}{"~64 KB pod with managedFields", bigPod})
+
+	// Correctness first: the real handler must inject (a patch) and the floor must not, or the
+	// comparison measures nothing.
+	for _, b := range bodies {
+		real, err := admit(hc, base+webhook.Path, b.body)
+		if err != nil {
+			return fmt.Errorf("%s: real handler: %w", b.name, err)
+		}
+		floor, err := admit(hc, base+floorPath, b.body)
+		if err != nil {
+			return fmt.Errorf("%s: floor: %w", b.name, err)
+		}
+		if len(real.Patch) == 0 || len(floor.Patch) != 0 {
+			return fmt.Errorf("%s: real patch %d bytes, floor patch %d bytes: want a patch from the real handler only", b.name, len(real.Patch), len(floor.Patch))
+		}
+		s.Notes = append(s.Notes, fmt.Sprintf("%s: request body %d bytes; pvrescue's response carries a %d-byte JSON patch, %d warnings; the floor's none.", b.name, len(b.body), len(real.Patch), len(real.Warnings)))
+	}
+
+	// Warm up connections, informers and code paths, then count only the steady state.
+	for _, b := range bodies {
+		for _, p := range []string{floorPath, webhook.Path} {
+			drive(ctx, hc, base+p, b.body, 100, time.Second)
+		}
+	}
+	counter.reset()
+	steadyStart := time.Now()
+
+	admissions := 0
+	s.Header = []string{"body", "rate /s", "handler", "samples", "errors", "p50", "p99", "achieved /s", "p99 vs floor", "target (p99 ≤ 1.5× floor and < 5 ms at 200/s)"}
+	for _, b := range bodies {
+		for _, rate := range o.Rates {
+			floor := drive(ctx, hc, base+floorPath, b.body, rate, o.WebhookDuration)
+			real := drive(ctx, hc, base+webhook.Path, b.body, rate, o.WebhookDuration)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			admissions += len(real.lat) + real.errors
+			fp99, rp99 := Percentile(floor.lat, 99), Percentile(real.lat, 99)
+			target := "—"
+			if rate == 200 {
+				target = webhookVerdict(rp99, fp99)
+			}
+			s.Rows = append(s.Rows,
+				[]string{b.name, fmt.Sprint(rate), "no-op floor", fmt.Sprint(len(floor.lat)), fmt.Sprint(floor.errors), Ms(Percentile(floor.lat, 50)), Ms(fp99), fmt.Sprintf("%.0f", floor.throughput), "1.00×", "—"},
+				[]string{b.name, fmt.Sprint(rate), "pvrescue", fmt.Sprint(len(real.lat)), fmt.Sprint(real.errors), Ms(Percentile(real.lat, 50)), Ms(rp99), fmt.Sprintf("%.0f", real.throughput), Ratio(float64(rp99), float64(fp99)), target})
+			if floor.firstErr != nil || real.firstErr != nil {
+				s.Notes = append(s.Notes, fmt.Sprintf("%s at %d/s: first errors: floor %v, pvrescue %v", b.name, rate, floor.firstErr, real.firstErr))
+			}
+		}
+	}
+	n, reads := counter.n.Load(), counter.reads.Load()
+	calls := fmt.Sprintf("API requests from the webhook's clients during the %s steady-state run (all bodies and rates, both handlers, %d admissions to pvrescue): **%d object reads** (target 0), %d requests in all", time.Since(steadyStart).Round(time.Second), admissions, reads, n)
+	if n > 0 {
+		calls += " — " + counter.summary()
+	}
+	s.Notes = append(s.Notes, calls+". Counted by a wrapper on the rest.Config transport shared by the informer cache and the live client (the fallback a cache miss would use). Informer watch renewals and relists are the cache keeping itself current, independent of the admission rate; an object read is what an admission costs the apiserver.")
+	s.Notes = append(s.Notes,
+		fmt.Sprintf("Each rate step runs %s open loop per handler (requests sent on a fixed schedule whatever the responses do); latency is measured from each request's scheduled send time to the end of its response body, so queueing behind a slow server counts. Achieved /s = successful responses ÷ (last response − first send).", o.WebhookDuration),
+		"The load generator, the webhook server and the apiserver share the same 2 cores: at 500/s the generator's own TLS and JSON work competes with the server, which inflates both the floor and pvrescue equally.")
+	if reads != 0 {
+		return fmt.Errorf("%d object reads during steady state, want 0", reads)
+	}
+	return nil
+}
+
+func webhookVerdict(p99, floor time.Duration) string {
+	var miss []string
+	if float64(p99) > 1.5*float64(floor) {
+		miss = append(miss, fmt.Sprintf("p99 %s is %.2f× the floor (> 1.5×)", Ms(p99), float64(p99)/float64(floor)))
+	}
+	if p99 >= 5*time.Millisecond {
+		miss = append(miss, fmt.Sprintf("p99 %s ≥ 5 ms by %s", Ms(p99), Ms(p99-5*time.Millisecond)))
+	}
+	if len(miss) == 0 {
+		return "met"
+	}
+	return "MISSED: " + strings.Join(miss, "; ")
+}
+
+type loadResult struct {
+	lat        []time.Duration
+	errors     int
+	firstErr   error
+	throughput float64
+}
+
+// drive sends body to url at rate requests/s for d, open loop.
+func drive(ctx context.Context, hc *http.Client, url string, body []byte, rate int, d time.Duration) loadResult {
+	interval := time.Second / time.Duration(rate)
+	n := int(d / interval)
+	var (
+		mu   sync.Mutex
+		res  loadResult
+		last time.Time
+		wg   sync.WaitGroup
+	)
+	res.lat = make([]time.Duration, 0, n)
+	start := time.Now()
+	for i := 0; i < n && ctx.Err() == nil; i++ {
+		at := start.Add(time.Duration(i) * interval)
+		if w := time.Until(at); w > 0 {
+			time.Sleep(w)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := post(ctx, hc, url, body)
+			done := time.Now()
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				res.errors++
+				if res.firstErr == nil {
+					res.firstErr = err
+				}
+				return
+			}
+			res.lat = append(res.lat, done.Sub(at))
+			if done.After(last) {
+				last = done
+			}
+		}()
+	}
+	wg.Wait()
+	if el := last.Sub(start); el > 0 {
+		res.throughput = float64(len(res.lat)) / el.Seconds()
+	}
+	return res
+}
+
+var allowedTrue = []byte(`"allowed":true`)
+
+func post(ctx context.Context, hc *http.Client, url string, body []byte) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK || !bytes.Contains(b, allowedTrue) {
+		return fmt.Errorf("status %d, body %.200s", resp.StatusCode, b)
+	}
+	return nil
+}
+
+func admit(hc *http.Client, url string, body []byte) (*admissionv1.AdmissionResponse, error) {
+	resp, err := hc.Post(url, "application/json", bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var rev admissionv1.AdmissionReview
+	if err := json.NewDecoder(resp.Body).Decode(&rev); err != nil {
+		return nil, fmt.Errorf("decode review: %w", err)
+	}
+	if rev.Response == nil || !rev.Response.Allowed {
+		return nil, fmt.Errorf("not allowed: %+v", rev.Response)
+	}
+	return rev.Response, nil
+}
+
+func waitServing(ctx context.Context, hc *http.Client, url string, srvErr <-chan error) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		select {
+		case err := <-srvErr:
+			return fmt.Errorf("webhook server: %w", err)
+		default:
+		}
+		resp, err := hc.Post(url, "application/json", strings.NewReader("{}"))
+		if err == nil {
+			resp.Body.Close()
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("webhook server not serving: %w", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// writeSelfSigned writes tls.crt/tls.key for 127.0.0.1 into dir and returns a pool trusting it.
+func writeSelfSigned(dir string) (*x509.CertPool, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "pvrescue-bench"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, IsCA: true, BasicConstraintsValid: true,
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, err
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return nil, err
+	}
+	crt := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	if err := os.WriteFile(filepath.Join(dir, "tls.crt"), crt, 0o600); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tls.key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(crt)
+	return pool, nil
+}
+
+// Objects of the bench namespace: a local block class, an S3 class, a class pvrescue ignores.
+const (
+	scLocal = "local-ssd"
+	scS3    = "csi-s3"
+	scOther = "standard"
+)
+
+func seedObjects(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, pc *config.Config) error {
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	block, fs := corev1.PersistentVolumeBlock, corev1.PersistentVolumeFilesystem
+	sc := func(name, prov string) *storagev1.StorageClass {
+		return &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Provisioner: prov}
+	}
+	pvc := func(name, class string, mode *corev1.PersistentVolumeMode) *corev1.PersistentVolumeClaim {
+		return &corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{Namespace: benchNS, Name: name},
+			Spec: corev1.PersistentVolumeClaimSpec{
+				StorageClassName: &class, VolumeMode: mode,
+				AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+			},
+		}
+	}
+	if len(pc.LocalBlock.StorageClasses) == 0 || pc.LocalBlock.StorageClasses[0] != scLocal || len(pc.S3.Drivers) == 0 {
+		return fmt.Errorf("default config changed (local classes %v, S3 drivers %v): update the bench objects", pc.LocalBlock.StorageClasses, pc.S3.Drivers)
+	}
+	objs := []client.Object{
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: benchNS}},
+		sc(scLocal, "kubernetes.io/no-provisioner"), sc(scS3, pc.S3.Drivers[0]), sc(scOther, "example.com/other"),
+		pvc("data-0", scLocal, &block), pvc("data-1", scLocal, &block), pvc("bucket", scS3, &fs), pvc("scratch", scOther, &fs),
+	}
+	for _, o := range objs {
+		if err := c.Create(ctx, o); err != nil {
+			return fmt.Errorf("create %T %s: %w", o, o.GetName(), err)
+		}
+	}
+	return nil
+}
+
+func claimVolume(name, claim string) corev1.Volume {
+	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}
+}
+
+// fourPVCPod has two local block devices, one S3 mount and one volume of no interest.
+func fourPVCPod() *corev1.Pod {
+	return &corev1.Pod{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: benchNS, GenerateName: "db-", Labels: map[string]string{"app": "db"}},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{
+				Name: "db", Image: "example.com/db:1", Command: []string{"/bin/db", "--data=/dev/data0"},
+				VolumeDevices: []corev1.VolumeDevice{{Name: "data-0", DevicePath: "/dev/data0"}, {Name: "data-1", DevicePath: "/dev/data1"}},
+				VolumeMounts:  []corev1.VolumeMount{{Name: "bucket", MountPath: "/bucket"}, {Name: "scratch", MountPath: "/scratch"}},
+			}},
+			Volumes: []corev1.Volume{claimVolume("data-0", "data-0"), claimVolume("data-1", "data-1"), claimVolume("bucket", "bucket"), claimVolume("scratch", "scratch")},
+		},
+	}
+}
+
+// managedFieldsPod is a pod of about size bytes, most of it managedFields and annotations, as
+// pods written by several controllers look; it mounts the S3 claim so pvrescue has work to do.
+func managedFieldsPod(size int) *corev1.Pod {
+	p := fourPVCPod()
+	p.Name = "big"
+	p.Annotations = map[string]string{}
+	for i := 0; ; i++ {
+		fields := fmt.Sprintf(`{"f:metadata":{"f:annotations":{"f:example.com/key-%d":{}},"f:labels":{"f:app":{}}},"f:spec":{"f:containers":{"k:{\"name\":\"db\"}":{".":{},"f:env":{"k:{\"name\":\"VAR_%d\"}":{".":{},"f:name":{},"f:value":{}}},"f:image":{},"f:name":{}}}}}`, i, i)
+		p.ManagedFields = append(p.ManagedFields, metav1.ManagedFieldsEntry{
+			Manager: fmt.Sprintf("controller-%d", i), Operation: metav1.ManagedFieldsOperationApply, APIVersion: "v1",
+			Time: &metav1.Time{Time: time.Unix(1764400000, 0)}, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)},
+		})
+		p.Annotations[fmt.Sprintf("example.com/key-%d", i)] = strings.Repeat("v", 64)
+		p.Spec.Containers[0].Env = append(p.Spec.Containers[0].Env, corev1.EnvVar{Name: fmt.Sprintf("VAR_%d", i), Value: "value"})
+		if b, _ := json.Marshal(p); len(b) >= size {
+			return p
+		}
+	}
+}
+
+func reviewBody(pod *corev1.Pod) ([]byte, error) {
+	raw, err := json.Marshal(pod)
+	if err != nil {
+		return nil, err
+	}
+	rev := admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request: &admissionv1.AdmissionRequest{
+			UID:       types.UID("3f0c2b1e-0000-4000-8000-000000000001"),
+			Kind:      metav1.GroupVersionKind{Version: "v1", Kind: "Pod"},
+			Resource:  metav1.GroupVersionResource{Version: "v1", Resource: "pods"},
+			Namespace: benchNS, Operation: admissionv1.Create,
+			Object: runtime.RawExtension{Raw: raw},
+		},
+	}
+	return json.Marshal(rev)
+}

@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -27,10 +28,20 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"result"}),
 	}
-	for _, c := range []prometheus.Collector{m.Admissions, m.Latency} {
-		if err := reg.Register(c); err != nil {
+	// A second server in the same process (tests) shares the collectors already registered.
+	if err := reg.Register(m.Admissions); err != nil {
+		are := prometheus.AlreadyRegisteredError{}
+		if !errors.As(err, &are) {
 			return nil, fmt.Errorf("register webhook metrics: %w", err)
 		}
+		m.Admissions = are.ExistingCollector.(*prometheus.CounterVec)
+	}
+	if err := reg.Register(m.Latency); err != nil {
+		are := prometheus.AlreadyRegisteredError{}
+		if !errors.As(err, &are) {
+			return nil, fmt.Errorf("register webhook metrics: %w", err)
+		}
+		m.Latency = are.ExistingCollector.(*prometheus.HistogramVec)
 	}
 	return m, nil
 }

@@ -1,0 +1,117 @@
+package webhook
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	"github.com/pvrescue/pvrescue/internal/config"
+)
+
+// ServerOptions configure the webhook server.
+type ServerOptions struct {
+	Config *config.Config
+	// Namespace is the webhook's own namespace (never mutated).
+	Namespace string
+	// CertDir holds tls.crt and tls.key; they are reloaded when they change (certwatcher).
+	CertDir string
+	// Host to listen on ("" = all addresses) and Port of the HTTPS server.
+	Host string
+	Port int
+	// MetricsBindAddress and HealthProbeBindAddress ("0" disables either).
+	MetricsBindAddress     string
+	HealthProbeBindAddress string
+	// Registerer for the admission metrics; default controller-runtime's metrics.Registry.
+	Registerer prometheus.Registerer
+}
+
+// ErrInvalidServerOptions is wrapped by NewManager's validation errors.
+var ErrInvalidServerOptions = errors.New("invalid webhook server options")
+
+// NewManager assembles the webhook server: a controller-runtime manager whose cache holds PVCs and
+// StorageClasses, the TLS webhook server at Path, /healthz, /readyz and /metrics.
+func NewManager(restCfg *rest.Config, o ServerOptions) (manager.Manager, error) {
+	if o.Config == nil || o.CertDir == "" || o.Port <= 0 || o.Port > 65535 {
+		return nil, fmt.Errorf("%w: config, cert dir and a port in 1..65535 are required", ErrInvalidServerOptions)
+	}
+	scheme := runtime.NewScheme()
+	if err := corev1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := storagev1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	whServer := crwebhook.NewServer(crwebhook.Options{
+		Host:    o.Host,
+		Port:    o.Port,
+		CertDir: o.CertDir,
+		TLSOpts: []func(*tls.Config){func(c *tls.Config) {
+			c.MinVersion = tls.VersionTLS12
+			// HTTP/2 off: its rapid-reset and stream-exhaustion issues are not worth it for one endpoint.
+			c.NextProtos = []string{"http/1.1"}
+		}},
+	})
+	mgr, err := manager.New(restCfg, manager.Options{
+		Scheme:                 scheme,
+		WebhookServer:          whServer,
+		Metrics:                metricsserver.Options{BindAddress: o.MetricsBindAddress},
+		HealthProbeBindAddress: o.HealthProbeBindAddress,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create manager: %w", err)
+	}
+	// Start the informers with the manager rather than lazily on the first admission.
+	for _, obj := range []client.Object{&corev1.PersistentVolumeClaim{}, &storagev1.StorageClass{}} {
+		if _, err := mgr.GetCache().GetInformer(context.Background(), obj); err != nil {
+			return nil, fmt.Errorf("informer for %T: %w", obj, err)
+		}
+	}
+
+	reg := o.Registerer
+	if reg == nil {
+		reg = ctrlmetrics.Registry
+	}
+	metrics, err := NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	m := &Mutator{
+		Config:     o.Config,
+		Namespace:  o.Namespace,
+		Classifier: &Classifier{Config: o.Config, Lookup: ReaderLookup{Cache: mgr.GetCache(), Live: mgr.GetAPIReader()}},
+	}
+	whServer.Register(Path, NewWebhook(m, metrics))
+
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("webhook", whServer.StartedChecker()); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("informers", func(*http.Request) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		if !mgr.GetCache().WaitForCacheSync(ctx) {
+			return errors.New("PVC and StorageClass informers not synced")
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	return mgr, nil
+}

@@ -66,8 +66,18 @@ node: kube-binaries node-deps versitygw ## Privileged tests: real loop devices, 
 e2e: kube-binaries-all e2e-deps versitygw ## End-to-end suite on a real kubelet + containerd node (root).
 	@[ "$$(id -u)" = 0 ] || { echo "make e2e needs root" >&2; exit 1; }
 	@if [ -d e2e ] && ls e2e/*.go >/dev/null 2>&1; then \
-	  cd e2e && $(GO) test $(GOTEST_FLAGS) -tags e2e -timeout 40m ./... ; \
+	  cd e2e && $(GO) test $(GOTEST_FLAGS) -p 1 -tags e2e -timeout 40m ./... ; \
 	else echo "e2e: no end-to-end suite yet (issue 7)"; fi
+
+.PHONY: demo
+demo: kube-binaries-all e2e-deps versitygw ## Narrated end-to-end run on a real node; leaves the cluster up (root).
+	@[ "$$(id -u)" = 0 ] || { echo "make demo needs root" >&2; exit 1; }
+	cd e2e && PVRESCUE_DEMO=1 $(GO) test -count=1 -tags e2e -timeout 40m -v -run '^TestPVRescue$$' ./scenarios/
+
+.PHONY: demo-down
+demo-down: ## Remove every process, mount, loop device and file make demo (or a crashed e2e run) left.
+	cd e2e && $(GO) run ./cmd/pvrescue-e2e down --work-dir $(CURDIR)/e2e/.work/suite
+	cd e2e && $(GO) run ./cmd/pvrescue-e2e down --work-dir $(CURDIR)/e2e/.work/cluster
 
 .PHONY: fuzz
 fuzz: ## Run the admission handler fuzzer for 60s.

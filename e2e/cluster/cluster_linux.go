@@ -183,8 +183,12 @@ func (c *Cluster) ownsPort() bool {
 	if err != nil {
 		return false
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	return err == nil && syscall.Kill(pid, 0) == nil
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return false
+	}
+	pid, err := strconv.Atoi(f[0])
+	return err == nil && startTime(pid) == f[1]
 }
 
 // createdDirs lists, one a line, the host directories Up created (kubelet's root dir, HostDirs
@@ -488,8 +492,11 @@ func defaultRouteIP() (string, error) {
 func (c *Cluster) Down() error {
 	o := c.Opts
 	var errs []error
+	// kubelet goes first, or it would restart the containers being removed.
 	if p := c.procs["kubelet"]; p != nil {
 		errs = append(errs, p.Stop(15*time.Second))
+	} else {
+		KillRecorded(o.LogDir(), "kubelet")
 	}
 	errs = append(errs, c.removeContainers())
 	for i := len(c.order) - 1; i >= 0; i-- {
@@ -704,3 +711,8 @@ func removeWorkDir(dir string, keepLogs bool) error {
 
 // IsNotFound is apierrors.IsNotFound, re-exported for the scenarios' waits.
 func IsNotFound(err error) bool { return apierrors.IsNotFound(err) }
+
+// Teardown removes a cluster left by another process (make demo-down), from its work dir alone.
+func Teardown(o *Options) error {
+	return (&Cluster{Opts: o, procs: map[string]*Process{}}).Down()
+}

@@ -64,3 +64,13 @@ func TestFirstServiceIP(t *testing.T) {
 		t.Fatal("FirstServiceIP(IPv6) should fail")
 	}
 }
+
+func TestStatStartTime(t *testing.T) {
+	const stat = "4242 (kube (x) y) S 1 4242 4242 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 12 0 987654 1000000 500 18446744073709551615"
+	if got := StatStartTime(stat); got != "987654" {
+		t.Errorf("StatStartTime = %q, want 987654", got)
+	}
+	if got := StatStartTime("garbage"); got != "" {
+		t.Errorf("StatStartTime(garbage) = %q, want empty", got)
+	}
+}

@@ -47,7 +47,9 @@ func StartProcess(dir, name, bin string, args []string, env []string) (*Process,
 		return nil, fmt.Errorf("start %s (%s): %w", name, bin, err)
 	}
 	p := &Process{Name: name, Log: logPath, cmd: cmd, done: make(chan struct{})}
-	if err := os.WriteFile(filepath.Join(dir, name+".pid"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
+	// The start time guards KillRecorded against a pid reused by an unrelated process.
+	rec := fmt.Sprintf("%d %s", cmd.Process.Pid, startTime(cmd.Process.Pid))
+	if err := os.WriteFile(filepath.Join(dir, name+".pid"), []byte(rec), 0o644); err != nil {
 		_ = p.Stop(time.Second)
 		f.Close()
 		return nil, fmt.Errorf("record pid of %s: %w", name, err)
@@ -123,16 +125,28 @@ func TailLines(b []byte, n int) string {
 
 // KillRecorded kills (SIGKILL, whole group) every process whose pid file is in dir and removes the
 // pid files. It is how `demo-down` and a crashed test's next run find what was left running.
-func KillRecorded(dir string) []string {
+// With names, only those components are killed.
+func KillRecorded(dir string, names ...string) []string {
 	var killed []string
 	files, _ := filepath.Glob(filepath.Join(dir, "*.pid"))
+	if len(names) > 0 {
+		files = nil
+		for _, n := range names {
+			files = append(files, filepath.Join(dir, n+".pid"))
+		}
+	}
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			continue
 		}
-		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err == nil && pid > 1 && syscall.Kill(pid, 0) == nil {
+		f2 := strings.Fields(string(b))
+		if len(f2) != 2 {
+			os.Remove(f)
+			continue
+		}
+		pid, err := strconv.Atoi(f2[0])
+		if err == nil && pid > 1 && startTime(pid) == f2[1] {
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 			killed = append(killed, strings.TrimSuffix(filepath.Base(f), ".pid"))
@@ -148,4 +162,28 @@ func waitGone(pid int, d time.Duration) {
 	for time.Now().Before(deadline) && syscall.Kill(pid, 0) == nil {
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// startTime is field 22 of /proc/PID/stat (clock ticks since boot), "" when unreadable.
+func startTime(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	return StatStartTime(string(b))
+}
+
+// StatStartTime parses the start time out of a /proc/PID/stat line. The command name (field 2)
+// may hold spaces and parentheses, so fields are counted from the last ')'.
+func StatStartTime(stat string) string {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return ""
+	}
+	f := strings.Fields(stat[i+1:])
+	// After ")" come fields 3..; the start time is field 22.
+	if len(f) < 20 {
+		return ""
+	}
+	return f[19]
 }

@@ -56,6 +56,10 @@ func Up(t *testing.T, name string) *cluster.Cluster {
 	}
 	t.Logf("cluster up in %s: node %s Ready, apiserver %s", time.Since(start).Round(100*time.Millisecond), o.NodeName, c.Server)
 	t.Cleanup(func() {
+		if Demo() {
+			fmt.Printf("\n=== The cluster stays up (make demo). Use it with:\n\n    export KUBECONFIG=%s\n    kubectl get pods -A -o wide\n\nLogs of every component: %s\nRemove everything: make demo-down\n", c.Kubeconfig, o.LogDir())
+			return
+		}
 		if t.Failed() {
 			o.KeepLogs = true
 			for _, n := range []string{"kubelet", "containerd", "kube-controller-manager", "kube-scheduler"} {
@@ -70,6 +74,12 @@ func Up(t *testing.T, name string) *cluster.Cluster {
 	})
 	return c
 }
+
+// DemoEnv set to 1 makes the suite a demo: narrated, and the cluster is left up (make demo).
+const DemoEnv = "PVRESCUE_DEMO"
+
+// Demo reports whether the suite runs as `make demo`.
+func Demo() bool { return os.Getenv(DemoEnv) == "1" }
 
 // Namespace creates a namespace with labels and deletes it when the test ends.
 func Namespace(t *testing.T, cs kubernetes.Interface, name string, labels map[string]string) {

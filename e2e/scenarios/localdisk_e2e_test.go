@@ -51,7 +51,9 @@ func lostLocalDisk(t *testing.T, e *env) {
 		if err != nil {
 			t.Fatalf("make disk %d: %v", i, err)
 		}
-		t.Cleanup(func() { _ = d.Remove() })
+		if !framework.Demo() { // the demo leaves the cluster up; demo-down removes the disks
+			t.Cleanup(func() { _ = d.Remove() })
+		}
 		pv := fmt.Sprintf("e2e-local-%d", i)
 		byPV[pv] = d
 		block := corev1.PersistentVolumeBlock

@@ -43,7 +43,9 @@ func TestPVRescue(t *testing.T) {
 	if err := e.csi.Start(ctx); err != nil {
 		t.Fatalf("start the test CSI plugin: %v", err)
 	}
-	t.Cleanup(func() { _ = e.csi.Kill() })
+	if !framework.Demo() {
+		t.Cleanup(func() { _ = e.csi.Kill() })
+	}
 	installStart := time.Now()
 	e.in, err = stack.Install(ctx, c, testenv.RepoRoot())
 	if err != nil {

@@ -95,12 +95,13 @@ func NewManager(restCfg *rest.Config, o ServerOptions) (manager.Manager, error) 
 		Namespace:  o.Namespace,
 		Classifier: &Classifier{Config: o.Config, Lookup: ReaderLookup{Cache: mgr.GetCache(), Live: mgr.GetAPIReader()}},
 	}
-	whServer.Register(Path, NewWebhook(m, metrics))
+	// GetWebhookServer (not whServer directly) is what adds the server to the manager's runnables.
+	mgr.GetWebhookServer().Register(Path, NewWebhook(m, metrics))
 
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return nil, err
 	}
-	if err := mgr.AddReadyzCheck("webhook", whServer.StartedChecker()); err != nil {
+	if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
 		return nil, err
 	}
 	if err := mgr.AddReadyzCheck("informers", func(*http.Request) error {

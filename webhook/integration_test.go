@@ -1,0 +1,510 @@
+//go:build integration
+
+package webhook
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/pvrescue/pvrescue/internal/contract"
+	"github.com/pvrescue/pvrescue/internal/testenv"
+)
+
+// warningRecorder collects the admission warnings the API server passes to the client.
+type warningRecorder struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (w *warningRecorder) HandleWarningHeader(_ int, _ string, msg string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.msgs = append(w.msgs, msg)
+}
+
+func (w *warningRecorder) take() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	m := w.msgs
+	w.msgs = nil
+	return m
+}
+
+func TestIntegrationWebhook(t *testing.T) {
+	ctrllog.SetLogger(testr.New(t))
+	_, restCfg := testenv.APIServer(t)
+
+	certDir := t.TempDir()
+	caPEM := writeServingCert(t, certDir, "127.0.0.1")
+	port, healthPort := freePort(t), freePort(t)
+
+	reg := prometheus.NewRegistry()
+	mgr, err := NewManager(restCfg, ServerOptions{
+		Config: testConfig(), Namespace: "pvrescue-system", CertDir: certDir, Host: "127.0.0.1", Port: port,
+		MetricsBindAddress: "0", HealthProbeBindAddress: fmt.Sprintf("127.0.0.1:%d", healthPort), Registerer: reg,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgrCtx, stopWebhook := context.WithCancel(context.Background())
+	mgrDone := make(chan error, 1)
+	go func() { mgrDone <- mgr.Start(mgrCtx) }()
+	t.Cleanup(func() { stopWebhook(); <-mgrDone })
+
+	waitFor(t, 30*time.Second, "webhook /readyz", func() error {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", healthPort))
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("status %d", resp.StatusCode)
+		}
+		return nil
+	})
+	checkTLS(t, port, caPEM)
+
+	warnings := &warningRecorder{}
+	cfg := rest.CopyConfig(restCfg)
+	cfg.WarningHandler = warnings
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+
+	mwc := NewMutatingWebhookConfiguration(ConfigurationOptions{
+		Namespace: "pvrescue-system", CABundle: caPEM, URL: fmt.Sprintf("https://127.0.0.1:%d%s", port, Path),
+	})
+	if _, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, mwc, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("register configuration: %v", err)
+	}
+
+	enabled := map[string]string{contract.LabelInject: contract.LabelInjectEnabled}
+	for name, labels := range map[string]map[string]string{"apps": enabled, "plain": nil, "pvrescue-system": enabled} {
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// kube-system carries the opt-in label too: the selector and the handler must still leave it alone.
+	ks, err := cs.CoreV1().Namespaces().Get(ctx, "kube-system", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ks.Labels[contract.LabelInject] = contract.LabelInjectEnabled
+	if _, err := cs.CoreV1().Namespaces().Update(ctx, ks, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range []string{"apps", "plain", "pvrescue-system", "kube-system"} {
+		_, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+
+	for _, sc := range []*storagev1.StorageClass{
+		{ObjectMeta: metav1.ObjectMeta{Name: "local-ssd"}, Provisioner: "kubernetes.io/no-provisioner", VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer)},
+		{ObjectMeta: metav1.ObjectMeta{Name: "s3"}, Provisioner: "ru.yandex.s3.csi"},
+	} {
+		if _, err := cs.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, ns := range []string{"apps", "plain", "kube-system"} {
+		for _, p := range []*corev1.PersistentVolumeClaim{
+			claim("data1", "local-ssd", corev1.PersistentVolumeBlock),
+			claim("bucket", "s3", corev1.PersistentVolumeFilesystem),
+		} {
+			if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	// The API server picks up a new configuration asynchronously: dry-run until it is in effect.
+	waitFor(t, 30*time.Second, "configuration in effect", func() error {
+		p, err := cs.CoreV1().Pods("apps").Create(ctx, workload("probe"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			return err
+		}
+		if _, ok := p.Annotations[contract.AnnotationStatus]; !ok {
+			return errors.New("pod not mutated yet")
+		}
+		return nil
+	})
+	warnings.take()
+
+	t.Run("labelled namespace: pod mutated and stored", func(t *testing.T) {
+		p, err := cs.CoreV1().Pods("apps").Create(ctx, workload("db"), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := cs.CoreV1().Pods("apps").Get(ctx, p.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		assertMutated(t, got)
+		// The API server re-admits nothing more: our own output is a fixed point of the mutation.
+		again := got.DeepCopy()
+		cls := (&Classifier{Config: testConfig(), Lookup: ReaderLookup{Cache: mgr.GetAPIReader()}}).Classify(ctx, "apps", again)
+		Mutate(again, cls, testConfig())
+		if !equalJSON(t, got.Spec, again.Spec) || again.Annotations[contract.AnnotationStatus] != got.Annotations[contract.AnnotationStatus] {
+			t.Errorf("stored pod is not a fixed point of Mutate")
+		}
+	})
+
+	t.Run("missing claim: admitted with a warning", func(t *testing.T) {
+		w := workload("orphan")
+		w.Spec.Volumes = append(w.Spec.Volumes, corev1.Volume{Name: "gone", VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "not-there"}}})
+		if _, err := cs.CoreV1().Pods("apps").Create(ctx, w, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		msgs := warnings.take()
+		if !containsSub(msgs, `volume "gone" skipped`) {
+			t.Errorf("warnings %q lack the skipped volume", msgs)
+		}
+	})
+
+	for _, tc := range []struct{ name, ns string }{
+		{"unlabelled namespace untouched", "plain"},
+		{"kube-system untouched", "kube-system"},
+		{"own namespace untouched", "pvrescue-system"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := workload("untouched")
+			if tc.ns == "pvrescue-system" {
+				w.Spec.Volumes = w.Spec.Volumes[:0] // no claims there; the selector alone must exclude it
+				w.Spec.Containers[0].VolumeDevices, w.Spec.Containers[0].VolumeMounts = nil, nil
+				w.Spec.Volumes = append(w.Spec.Volumes, corev1.Volume{Name: "c", VolumeSource: corev1.VolumeSource{
+					CSI: &corev1.CSIVolumeSource{Driver: "ru.yandex.s3.csi"}}})
+				w.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "c", MountPath: "/c"}}
+			}
+			p, err := cs.CoreV1().Pods(tc.ns).Create(ctx, w, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			assertUntouched(t, p)
+		})
+	}
+
+	t.Run("opted-out pod untouched", func(t *testing.T) {
+		w := workload("optout")
+		w.Labels = map[string]string{contract.LabelInject: contract.LabelInjectOptOutVal}
+		p, err := cs.CoreV1().Pods("apps").Create(ctx, w, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		assertUntouched(t, p)
+	})
+
+	t.Run("dry-run create is mutated and stores nothing", func(t *testing.T) {
+		p, err := cs.CoreV1().Pods("apps").Create(ctx, workload("dry"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		assertMutated(t, p)
+		if _, err := cs.CoreV1().Pods("apps").Get(ctx, "dry", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("dry-run pod exists: err=%v", err)
+		}
+	})
+
+	t.Run("metrics counted the admissions", func(t *testing.T) {
+		if n := counterSum(t, reg, "pvrescue_webhook_admissions_total", ResultInjected); n < 2 {
+			t.Errorf("injected admissions = %v, want >= 2", n)
+		}
+	})
+
+	t.Run("serving certificate reloaded without restart", func(t *testing.T) {
+		newCA := writeServingCert(t, certDir, "127.0.0.1")
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(newCA)
+		start := time.Now()
+		waitFor(t, 30*time.Second, "new certificate served", func() error {
+			c, err := tls.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port), &tls.Config{RootCAs: pool})
+			if err != nil {
+				return err
+			}
+			return c.Close()
+		})
+		t.Logf("new certificate served after %s", time.Since(start).Round(time.Millisecond))
+		// Tell the API server about the new CA and check admissions still work end to end.
+		cur, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, ConfigurationName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cur.Webhooks[0].ClientConfig.CABundle = newCA
+		if _, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 30*time.Second, "mutation with the new CA", func() error {
+			p, err := cs.CoreV1().Pods("apps").Create(ctx, workload("after-rotation"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			if err != nil {
+				return err
+			}
+			if _, ok := p.Annotations[contract.AnnotationStatus]; !ok {
+				return errors.New("not mutated")
+			}
+			return nil
+		})
+	})
+
+	t.Run("webhook down: pods still admitted (failurePolicy Ignore)", func(t *testing.T) {
+		stopWebhook()
+		select {
+		case err := <-mgrDone:
+			if err != nil {
+				t.Fatalf("manager stopped with %v", err)
+			}
+			mgrDone <- nil // for the cleanup
+		case <-time.After(90 * time.Second):
+			t.Fatal("webhook did not stop")
+		}
+		start := time.Now()
+		p, err := cs.CoreV1().Pods("apps").Create(ctx, workload("unprotected"), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("pod refused with the webhook down: %v", err)
+		}
+		assertUntouched(t, p)
+		t.Logf("admitted without the webhook in %s", time.Since(start).Round(time.Millisecond))
+	})
+}
+
+func claim(name, class string, mode corev1.PersistentVolumeMode) *corev1.PersistentVolumeClaim {
+	return &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			StorageClassName: ptr.To(class), VolumeMode: ptr.To(mode),
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+		},
+	}
+}
+
+// workload uses a local block claim (devices) and an S3 claim (mount).
+func workload(name string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{
+				Name: "app", Image: "example.test/app:1", Command: []string{"/app", "--serve"},
+				VolumeDevices: []corev1.VolumeDevice{{Name: "data1", DevicePath: "/dev/data1"}},
+				VolumeMounts:  []corev1.VolumeMount{{Name: "bucket", MountPath: "/bucket"}},
+			}},
+			Volumes: []corev1.Volume{
+				{Name: "data1", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data1"}}},
+				{Name: "bucket", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "bucket"}}},
+			},
+		},
+	}
+}
+
+func assertMutated(t *testing.T, p *corev1.Pod) {
+	t.Helper()
+	if _, ok := p.Annotations[contract.AnnotationStatus]; !ok {
+		t.Fatalf("no %s annotation on %s/%s", contract.AnnotationStatus, p.Namespace, p.Name)
+	}
+	ic := p.Spec.InitContainers
+	if len(ic) != 2 || ic[0].Name != contract.GuardContainerName || ic[1].Name != contract.InstallContainerName {
+		t.Fatalf("init containers = %v, want guard then install", names(ic))
+	}
+	if want := "guard --device /dev/data1=data1 --policy filter --out /pvrescue --fake-size 512"; strings.Join(ic[0].Args, " ") != want {
+		t.Errorf("guard args %q, want %q", ic[0].Args, want)
+	}
+	app := p.Spec.Containers[0]
+	if want := "/pvrescue/bin/pvrescue-sidecar exec --devices /pvrescue/devices.json -- /app --serve"; strings.Join(app.Command, " ") != want {
+		t.Errorf("app command %q, want %q", app.Command, want)
+	}
+	if app.LivenessProbe == nil || app.LivenessProbe.Exec == nil ||
+		strings.Join(app.LivenessProbe.Exec.Command, " ") != "/pvrescue/bin/pvrescue-sidecar probe --timeout 3s /bucket" {
+		t.Errorf("liveness probe %+v", app.LivenessProbe)
+	}
+	for _, m := range app.VolumeMounts {
+		if m.Name == "bucket" && (m.MountPropagation == nil || *m.MountPropagation != corev1.MountPropagationHostToContainer) {
+			t.Errorf("bucket mount propagation %v", m.MountPropagation)
+		}
+	}
+}
+
+func assertUntouched(t *testing.T, p *corev1.Pod) {
+	t.Helper()
+	if _, ok := p.Annotations[contract.AnnotationStatus]; ok || len(p.Spec.InitContainers) > 0 || p.Spec.Containers[0].LivenessProbe != nil {
+		t.Errorf("%s/%s was mutated: annotations=%v init=%v", p.Namespace, p.Name, p.Annotations, names(p.Spec.InitContainers))
+	}
+}
+
+func names(cs []corev1.Container) []string {
+	var out []string
+	for _, c := range cs {
+		out = append(out, c.Name)
+	}
+	return out
+}
+
+func containsSub(msgs []string, sub string) bool {
+	for _, m := range msgs {
+		if strings.Contains(m, sub) {
+			return true
+		}
+	}
+	return false
+}
+
+func equalJSON(t *testing.T, a, b any) bool {
+	t.Helper()
+	ja, err1 := json.Marshal(a)
+	jb, err2 := json.Marshal(b)
+	if err1 != nil || err2 != nil {
+		t.Fatal(err1, err2)
+	}
+	return string(ja) == string(jb)
+}
+
+func counterSum(t *testing.T, g prometheus.Gatherer, name, result string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if labelValue(m, "result") == result {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+func labelValue(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: still failing after %s: %v", what, timeout, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// checkTLS connects like the API server would: the CA verifies the server, TLS >= 1.2, and
+// HTTP/2 is not offered.
+func checkTLS(t *testing.T, port int, caPEM []byte) {
+	t.Helper()
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	conn, err := tls.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port), &tls.Config{RootCAs: pool, NextProtos: []string{"h2", "http/1.1"}})
+	if err != nil {
+		t.Fatalf("TLS dial: %v", err)
+	}
+	defer conn.Close()
+	st := conn.ConnectionState()
+	if st.NegotiatedProtocol == "h2" {
+		t.Error("server negotiated HTTP/2")
+	}
+	if st.Version < tls.VersionTLS12 {
+		t.Errorf("TLS version %x", st.Version)
+	}
+	old, err := tls.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port), &tls.Config{RootCAs: pool, MaxVersion: tls.VersionTLS11})
+	if err == nil {
+		old.Close()
+		t.Error("server accepted TLS 1.1")
+	}
+}
+
+// writeServingCert writes tls.crt/tls.key for host, signed by a fresh CA, and returns the CA PEM.
+func writeServingCert(t *testing.T, dir, host string) []byte {
+	t.Helper()
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "pvrescue-test-ca"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: host},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses: []net.IP{net.ParseIP(host)},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name, typ string, b []byte) {
+		if err := os.WriteFile(filepath.Join(dir, name), pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: b}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("tls.crt", "CERTIFICATE", der)
+	write("tls.key", "EC PRIVATE KEY", keyDER)
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
+}

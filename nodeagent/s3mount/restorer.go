@@ -316,8 +316,11 @@ func (r *Restorer) Sync(ctx context.Context) error {
 			r.restore(ctx, pv, ts)
 		}(pv, needs[pv])
 	}
+	if live == nil {
+		return nil // pod listing failed: do not mistake every pod for gone
+	}
 	r.cleanupBinds(ctx, table, live)
-	r.cleanupStagings(ctx, table, targets)
+	r.cleanupStagings(ctx, table, targets, live)
 	return nil
 }
 
@@ -669,9 +672,6 @@ func (r *Restorer) resolve(ctx context.Context, pvName string) (Volume, Credenti
 // cleanupBinds removes our binds from targets of pods that are gone, top down, so kubelet's
 // teardown finds only the driver's own mount.
 func (r *Restorer) cleanupBinds(ctx context.Context, table MountTable, live map[string]bool) {
-	if live == nil {
-		return // pod listing failed: do not mistake every pod for gone
-	}
 	log := logr.FromContextOrDiscard(ctx)
 	done := map[string]bool{}
 	for _, m := range table {
@@ -703,11 +703,23 @@ func (r *Restorer) cleanupBinds(ctx context.Context, table MountTable, live map[
 }
 
 // cleanupStagings stops staging mounts no target on this node uses any more.
-func (r *Restorer) cleanupStagings(ctx context.Context, table MountTable, targets []target) {
+func (r *Restorer) cleanupStagings(ctx context.Context, table MountTable, targets []target, live map[string]bool) {
 	log := logr.FromContextOrDiscard(ctx)
 	used := map[string]bool{}
 	for _, t := range targets {
 		used[t.pv] = true
+	}
+	// A bind of ours on a live pod's target also keeps its staging, even when discovery missed
+	// the pod's volume this round (vol_data.json unreadable, a lister lagging): stopping s3fs
+	// would kill that pod's mount.
+	for _, m := range table {
+		pv, ours := PVFromFSName(m.Source)
+		if !ours {
+			continue
+		}
+		if uid, _, ok := ParseTargetPath(r.cfg.KubeletDir, m.MountPoint); ok && live[uid] {
+			used[pv] = true
+		}
 	}
 	candidates := map[string]bool{}
 	for _, m := range table {

@@ -454,3 +454,20 @@ func TestNewValidatesDeps(t *testing.T) {
 		}
 	}
 }
+
+func TestRestorerKeepsStagingWhileALivePodHasItsBind(t *testing.T) {
+	w := newWorld(t, standard(false)...)
+	target := w.publish("uid-1", "pv-a")
+	w.node.KillMount(target)
+	w.start()
+	w.waitFor("bind", func() bool { return len(w.node.Table().Stack(target)) == 2 })
+	// Discovery loses the volume (vol_data.json gone); the pod still runs on our bind.
+	w.node.OS().FS.Remove(filepath.Join(filepath.Dir(target), VolDataFile))
+	w.settle()
+	if w.node.Processes()[0].Exited() {
+		t.Fatal("stopped the s3fs a live pod's bind depends on")
+	}
+	if err := w.node.OS().Statfs.Statfs(context.Background(), target, time.Second); err != nil {
+		t.Errorf("target: %v", err)
+	}
+}

@@ -11,11 +11,11 @@ import (
 // Names of the deployed webhook.
 const (
 	ConfigurationName = "pvrescue-webhook"
-	WebhookName       = "pods.pvrescue.io"
+	WebhookName       = "pod.pvrescue.io"
 	DefaultService    = "pvrescue-webhook"
 	DefaultNamespace  = "pvrescue-system"
 	// MatchConditionName names the CEL condition that keeps pods without claims away.
-	MatchConditionName = "has-claim-ephemeral-or-csi-volume"
+	MatchConditionName = "has-persistent-volumes"
 	// MatchConditionExpression is the CEL twin of HasCandidateVolumes.
 	MatchConditionExpression = "has(object.spec.volumes) && object.spec.volumes.exists(v, " +
 		"has(v.persistentVolumeClaim) || has(v.ephemeral) || has(v.csi))"
@@ -32,7 +32,13 @@ type ConfigurationOptions struct {
 	CABundle []byte
 	// URL, when set, replaces the Service reference (tests run the webhook outside the cluster).
 	URL string
+	// CAInjectFrom, as "namespace/certificate", sets cert-manager's cert-manager.io/inject-ca-from
+	// annotation so its cainjector fills the caBundle.
+	CAInjectFrom string
 }
+
+// AnnotationInjectCAFrom is cert-manager's cainjector annotation.
+const AnnotationInjectCAFrom = "cert-manager.io/inject-ca-from"
 
 // NewMutatingWebhookConfiguration builds the configuration deterministically: the same options
 // always give the same object, so the manifests can be checked against it.
@@ -51,13 +57,17 @@ func NewMutatingWebhookConfiguration(o ConfigurationOptions) *admissionregistrat
 			Namespace: o.Namespace, Name: o.Service, Path: ptr.To(Path), Port: ptr.To[int32](443),
 		}
 	}
+	meta := metav1.ObjectMeta{Name: ConfigurationName}
+	if o.CAInjectFrom != "" {
+		meta.Annotations = map[string]string{AnnotationInjectCAFrom: o.CAInjectFrom}
+	}
 	excluded := append(append([]string{}, SystemNamespaces...), o.Namespace)
 	return &admissionregistrationv1.MutatingWebhookConfiguration{
 		TypeMeta: metav1.TypeMeta{
 			APIVersion: admissionregistrationv1.SchemeGroupVersion.String(),
 			Kind:       "MutatingWebhookConfiguration",
 		},
-		ObjectMeta: metav1.ObjectMeta{Name: ConfigurationName},
+		ObjectMeta: meta,
 		Webhooks: []admissionregistrationv1.MutatingWebhook{{
 			Name:         WebhookName,
 			ClientConfig: cc,
@@ -71,10 +81,10 @@ func NewMutatingWebhookConfiguration(o ConfigurationOptions) *admissionregistrat
 				},
 			}},
 			NamespaceSelector: &metav1.LabelSelector{
-				MatchLabels: map[string]string{contract.LabelInject: contract.LabelInjectEnabled},
-				MatchExpressions: []metav1.LabelSelectorRequirement{{
-					Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: excluded,
-				}},
+				MatchExpressions: []metav1.LabelSelectorRequirement{
+					{Key: contract.LabelInject, Operator: metav1.LabelSelectorOpIn, Values: []string{contract.LabelInjectEnabled}},
+					{Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: excluded},
+				},
 			},
 			ObjectSelector: &metav1.LabelSelector{
 				MatchExpressions: []metav1.LabelSelectorRequirement{{

@@ -6,13 +6,16 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
+	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 )
@@ -160,15 +163,24 @@ func TestConfigurationBuilder(t *testing.T) {
 	if *w.FailurePolicy != "Ignore" || *w.TimeoutSeconds != 5 || *w.ReinvocationPolicy != "IfNeeded" || *w.SideEffects != "None" {
 		t.Errorf("policies: %s", ya)
 	}
-	ns := w.NamespaceSelector.MatchExpressions[0]
+	if in := w.NamespaceSelector.MatchExpressions[0]; in.Key != "pvrescue.io/inject" || in.Operator != "In" || strings.Join(in.Values, ",") != "enabled" {
+		t.Errorf("namespace opt-in: %+v", in)
+	}
+	ns := w.NamespaceSelector.MatchExpressions[1]
 	if ns.Key != "kubernetes.io/metadata.name" || strings.Join(ns.Values, ",") != "kube-system,kube-public,kube-node-lease,pvrescue-system" {
 		t.Errorf("namespace selector: %+v", w.NamespaceSelector)
 	}
-	u := NewMutatingWebhookConfiguration(ConfigurationOptions{Namespace: "other", URL: "https://127.0.0.1:9443" + Path})
+	if len(a.Annotations) != 0 {
+		t.Errorf("annotations without CAInjectFrom: %v", a.Annotations)
+	}
+	u := NewMutatingWebhookConfiguration(ConfigurationOptions{Namespace: "other", URL: "https://127.0.0.1:9443" + Path, CAInjectFrom: "other/tls"})
+	if u.Annotations[AnnotationInjectCAFrom] != "other/tls" {
+		t.Errorf("inject-ca-from annotation: %v", u.Annotations)
+	}
 	if u.Webhooks[0].ClientConfig.Service != nil || *u.Webhooks[0].ClientConfig.URL != "https://127.0.0.1:9443"+Path {
 		t.Errorf("URL client config: %+v", u.Webhooks[0].ClientConfig)
 	}
-	if v := u.Webhooks[0].NamespaceSelector.MatchExpressions[0].Values; v[len(v)-1] != "other" {
+	if v := u.Webhooks[0].NamespaceSelector.MatchExpressions[1].Values; v[len(v)-1] != "other" {
 		t.Errorf("own namespace not excluded: %v", v)
 	}
 }
@@ -197,4 +209,21 @@ func counterValue(t testing.TB, c prometheus.Counter) float64 {
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// The deployed manifest must be exactly what the builder produces (manifests/ is another
+// package's file; this keeps the two from drifting).
+func TestConfigurationMatchesManifest(t *testing.T) {
+	data, err := os.ReadFile("../manifests/mutatingwebhookconfiguration.yaml")
+	if err != nil {
+		t.Fatalf("read manifest: %v", err)
+	}
+	var fromFile admissionregistrationv1.MutatingWebhookConfiguration
+	if err := yaml.UnmarshalStrict(data, &fromFile); err != nil {
+		t.Fatal(err)
+	}
+	built := NewMutatingWebhookConfiguration(ConfigurationOptions{CAInjectFrom: "pvrescue-system/pvrescue-webhook-tls"})
+	if d := cmp.Diff(built, &fromFile); d != "" {
+		t.Errorf("manifests/mutatingwebhookconfiguration.yaml differs from NewMutatingWebhookConfiguration (-builder +manifest):\n%s", d)
+	}
 }

@@ -36,6 +36,11 @@ type ctrlEnv struct {
 
 func newCtrlEnv(t *testing.T, labelled bool, objs ...runtime.Object) *ctrlEnv {
 	t.Helper()
+	return newCtrlEnvWith(t, labelled, nil, objs...)
+}
+
+func newCtrlEnvWith(t *testing.T, labelled bool, tweak func(*config.Config), objs ...runtime.Object) *ctrlEnv {
+	t.Helper()
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{"kubernetes.io/hostname": "n1"}}}
 	if labelled {
 		node.Labels[contract.LabelFakeDevicesDefault] = contract.LabelFakeDevicesEnabled
@@ -54,6 +59,9 @@ func newCtrlEnv(t *testing.T, labelled bool, objs ...runtime.Object) *ctrlEnv {
 	cfg := config.Default()
 	cfg.StateDir = testState
 	cfg.LocalBlock.ResyncPeriod.Duration = 20 * time.Millisecond
+	if tweak != nil {
+		tweak(cfg)
+	}
 	c, err := NewController(nodeagent.Deps{NodeName: "n1", Config: cfg, Client: e.client, Recorder: e.recorder, Registerer: e.reg},
 		e.host, ControllerOptions{LoopSearchLimit: 4})
 	if err != nil {
@@ -267,4 +275,25 @@ func TestControllerLoopsExhaustedWarns(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitEvent("Warning", ReasonFakeDeviceFailed, "no free loop")
+}
+
+func TestControllerWarnsWhenMissingTooLong(t *testing.T) {
+	e := newCtrlEnvWith(t, false, func(cfg *config.Config) { cfg.LocalBlock.MissingWarningAfter.Duration = 50 * time.Millisecond }, boundPV())
+	ev := e.waitEvent("Warning", ReasonMissingTooLong, testDisk)
+	if !strings.Contains(ev, "replaced") {
+		t.Errorf("warning does not explain a replaced disk: %q", ev)
+	}
+	time.Sleep(100 * time.Millisecond)
+	for len(e.recorder.Events) > 0 {
+		e.events = append(e.events, <-e.recorder.Events)
+	}
+	n := 0
+	for _, ev := range e.events {
+		if strings.Contains(ev, ReasonMissingTooLong) {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d too-long warnings, want 1", n)
+	}
 }

@@ -373,6 +373,31 @@ func TestNodeAgentRestartReadopts(t *testing.T) {
 	})
 }
 
+func TestNodeReadOnlyVolumeStaysReadOnly(t *testing.T) {
+	e := newNodeEnv(t)
+	e.volume("pv-ro", nil, true)
+	must(t, os.WriteFile(filepath.Join(e.s3dir, bucket, "pv-ro", "seed.txt"), []byte("seed\n"), 0o644))
+	pod := e.pod("app-ro", "pv-ro")
+	target, proc := e.publish(pod, "pv-ro")
+	ctr := e.container("ro", target)
+	e.agent(30 * time.Second)
+	must(t, proc.Signal(syscall.SIGKILL))
+	waitFor(t, 30*time.Second, "target restored", func() bool {
+		var st unix.Statfs_t
+		return unix.Statfs(target, &st) == nil
+	})
+	top, _ := mountTable().Top(target)
+	if !top.ReadOnly() {
+		t.Errorf("restored bind of a read-only PV is writable: %+v", top)
+	}
+	if out, err := ctr("cat seed.txt"); err != nil || out != "seed" {
+		t.Errorf("container reads %q, %v", out, err)
+	}
+	if out, err := ctr("echo x > new.txt"); err == nil || !strings.Contains(out, "Read-only file system") {
+		t.Errorf("write into a read-only volume: %q, %v; want EROFS", out, err)
+	}
+}
+
 func TestNodeBadInputLeavesTargetAlone(t *testing.T) {
 	e := newNodeEnv(t)
 	ctx := context.Background()

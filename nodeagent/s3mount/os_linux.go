@@ -35,17 +35,31 @@ func (realMounter) MountTable() (MountTable, error) {
 }
 
 func (realMounter) Bind(source, target string, readOnly bool) error {
+	if readOnly {
+		return bindReadOnly(source, target)
+	}
 	// The syscall takes paths as they are: no canonicalisation, so no stat of the dead target.
 	if err := unix.Mount(source, target, "", unix.MS_BIND, ""); err != nil {
 		return fmt.Errorf("%w: bind %s onto %s: %w", ErrMount, source, target, err)
 	}
-	if readOnly {
-		// A bind's read-only flag can only be set by a remount of that bind.
-		if err := unix.Mount("", target, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
-			// Never leave a writable bind where a read-only volume belongs.
-			_ = unix.Unmount(target, unix.MNT_DETACH)
-			return fmt.Errorf("%w: remount %s read-only: %w", ErrMount, target, err)
-		}
+	return nil
+}
+
+// bindReadOnly attaches a read-only bind of source at target. A remount of an attached bind
+// changes only the host's copy: the copies propagated into containers (HostToContainer) stay
+// writable. So the clone is made read-only while still detached, and attached afterwards;
+// propagation then copies a read-only mount.
+func bindReadOnly(source, target string) error {
+	fd, err := unix.OpenTree(unix.AT_FDCWD, source, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("%w: clone %s: %w", ErrMount, source, err)
+	}
+	defer unix.Close(fd)
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
+		return fmt.Errorf("%w: make clone of %s read-only: %w", ErrMount, source, err)
+	}
+	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("%w: attach read-only bind of %s at %s: %w", ErrMount, source, target, err)
 	}
 	return nil
 }

@@ -130,6 +130,7 @@ func sectionByName(name string) (section, bool) {
 
 func run(ctx context.Context, o *Options) error {
 	r := &Report{Started: time.Now(), Command: "make bench", StartLoad: LoadAvg(), Machine: DescribeMachine()}
+	defer sharedControlPlane.stop()
 	var failed []string
 	todo := sections()
 	if names := o.only(); names != nil {

@@ -29,10 +29,8 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -40,6 +38,7 @@ import (
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/pvrescue/pvrescue/hack/bench/workload"
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/webhook"
 )
@@ -47,7 +46,7 @@ import (
 // KubeVersion matches internal/testenv: the apiserver the figures ran against.
 const KubeVersion = "v1.37.2"
 
-const benchNS = "bench"
+const benchNS = workload.Namespace
 
 // startAPIServer starts etcd + kube-apiserver with envtest (internal/testenv needs a testing.TB).
 func startAPIServer(o *Options) (*envtest.Environment, *rest.Config, error) {
@@ -182,11 +181,10 @@ func runWebhookLoad(ctx context.Context, o *Options) Section {
 }
 
 func webhookLoad(ctx context.Context, o *Options, s *Section) error {
-	env, restCfg, err := startAPIServer(o)
+	restCfg, err := sharedControlPlane.get(o)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = env.Stop() }()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
@@ -268,11 +266,11 @@ func webhookLoad(ctx context.Context, o *Options, s *Section) error {
 		name string
 		body []byte
 	}{}
-	fourPVC, err := reviewBody(fourPVCPod())
+	fourPVC, err := workload.ReviewBody(workload.FourPVCPod())
 	if err != nil {
 		return err
 	}
-	bigPod, err := reviewBody(managedFieldsPod(64 << 10))
+	bigPod, err := workload.ReviewBody(workload.ManagedFieldsPod(64 << 10))
 	if err != nil {
 		return err
 	}
@@ -514,102 +512,20 @@ func writeSelfSigned(dir string) (*x509.CertPool, error) {
 	return pool, nil
 }
 
-// Objects of the bench namespace: a local block class, an S3 class, a class pvrescue ignores.
-const (
-	scLocal = "local-ssd"
-	scS3    = "csi-s3"
-	scOther = "standard"
-)
-
 func seedObjects(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, pc *config.Config) error {
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		return err
 	}
-	block, fs := corev1.PersistentVolumeBlock, corev1.PersistentVolumeFilesystem
-	sc := func(name, prov string) *storagev1.StorageClass {
-		return &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Provisioner: prov}
+	objs, err := workload.Objects(pc)
+	if err != nil {
+		return err
 	}
-	pvc := func(name, class string, mode *corev1.PersistentVolumeMode) *corev1.PersistentVolumeClaim {
-		return &corev1.PersistentVolumeClaim{
-			ObjectMeta: metav1.ObjectMeta{Namespace: benchNS, Name: name},
-			Spec: corev1.PersistentVolumeClaimSpec{
-				StorageClassName: &class, VolumeMode: mode,
-				AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-				Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
-			},
-		}
-	}
-	if len(pc.LocalBlock.StorageClasses) == 0 || pc.LocalBlock.StorageClasses[0] != scLocal || len(pc.S3.Drivers) == 0 {
-		return fmt.Errorf("default config changed (local classes %v, S3 drivers %v): update the bench objects", pc.LocalBlock.StorageClasses, pc.S3.Drivers)
-	}
-	objs := []client.Object{
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: benchNS}},
-		sc(scLocal, "kubernetes.io/no-provisioner"), sc(scS3, pc.S3.Drivers[0]), sc(scOther, "example.com/other"),
-		pvc("data-0", scLocal, &block), pvc("data-1", scLocal, &block), pvc("bucket", scS3, &fs), pvc("scratch", scOther, &fs),
-	}
+	objs = append([]client.Object{&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: benchNS}}}, objs...)
 	for _, o := range objs {
 		if err := c.Create(ctx, o); err != nil {
 			return fmt.Errorf("create %T %s: %w", o, o.GetName(), err)
 		}
 	}
 	return nil
-}
-
-func claimVolume(name, claim string) corev1.Volume {
-	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}
-}
-
-// fourPVCPod has two local block devices, one S3 mount and one volume of no interest.
-func fourPVCPod() *corev1.Pod {
-	return &corev1.Pod{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
-		ObjectMeta: metav1.ObjectMeta{Namespace: benchNS, GenerateName: "db-", Labels: map[string]string{"app": "db"}},
-		Spec: corev1.PodSpec{
-			Containers: []corev1.Container{{
-				Name: "db", Image: "example.com/db:1", Command: []string{"/bin/db", "--data=/dev/data0"},
-				VolumeDevices: []corev1.VolumeDevice{{Name: "data-0", DevicePath: "/dev/data0"}, {Name: "data-1", DevicePath: "/dev/data1"}},
-				VolumeMounts:  []corev1.VolumeMount{{Name: "bucket", MountPath: "/bucket"}, {Name: "scratch", MountPath: "/scratch"}},
-			}},
-			Volumes: []corev1.Volume{claimVolume("data-0", "data-0"), claimVolume("data-1", "data-1"), claimVolume("bucket", "bucket"), claimVolume("scratch", "scratch")},
-		},
-	}
-}
-
-// managedFieldsPod is a pod of about size bytes, most of it managedFields and annotations, as
-// pods written by several controllers look; it mounts the S3 claim so pvrescue has work to do.
-func managedFieldsPod(size int) *corev1.Pod {
-	p := fourPVCPod()
-	p.Name = "big"
-	p.Annotations = map[string]string{}
-	for i := 0; ; i++ {
-		fields := fmt.Sprintf(`{"f:metadata":{"f:annotations":{"f:example.com/key-%d":{}},"f:labels":{"f:app":{}}},"f:spec":{"f:containers":{"k:{\"name\":\"db\"}":{".":{},"f:env":{"k:{\"name\":\"VAR_%d\"}":{".":{},"f:name":{},"f:value":{}}},"f:image":{},"f:name":{}}}}}`, i, i)
-		p.ManagedFields = append(p.ManagedFields, metav1.ManagedFieldsEntry{
-			Manager: fmt.Sprintf("controller-%d", i), Operation: metav1.ManagedFieldsOperationApply, APIVersion: "v1",
-			Time: &metav1.Time{Time: time.Unix(1764400000, 0)}, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)},
-		})
-		p.Annotations[fmt.Sprintf("example.com/key-%d", i)] = strings.Repeat("v", 64)
-		p.Spec.Containers[0].Env = append(p.Spec.Containers[0].Env, corev1.EnvVar{Name: fmt.Sprintf("VAR_%d", i), Value: "value"})
-		if b, _ := json.Marshal(p); len(b) >= size {
-			return p
-		}
-	}
-}
-
-func reviewBody(pod *corev1.Pod) ([]byte, error) {
-	raw, err := json.Marshal(pod)
-	if err != nil {
-		return nil, err
-	}
-	rev := admissionv1.AdmissionReview{
-		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
-		Request: &admissionv1.AdmissionRequest{
-			UID:       types.UID("3f0c2b1e-0000-4000-8000-000000000001"),
-			Kind:      metav1.GroupVersionKind{Version: "v1", Kind: "Pod"},
-			Resource:  metav1.GroupVersionResource{Version: "v1", Resource: "pods"},
-			Namespace: benchNS, Operation: admissionv1.Create,
-			Object: runtime.RawExtension{Raw: raw},
-		},
-	}
-	return json.Marshal(rev)
 }

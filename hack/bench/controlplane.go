@@ -1,0 +1,43 @@
+package main
+
+import (
+	"fmt"
+	"sync"
+
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// controlPlane is one etcd + kube-apiserver shared by the sections of a run (each uses its own
+// objects), started on first use and stopped when the run ends.
+type controlPlane struct {
+	mu  sync.Mutex
+	env *envtest.Environment
+	cfg *rest.Config
+	err error
+}
+
+var sharedControlPlane controlPlane
+
+func (c *controlPlane) get(o *Options) (*rest.Config, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cfg == nil && c.err == nil {
+		c.env, c.cfg, c.err = startAPIServer(o)
+	}
+	if c.err != nil {
+		return nil, c.err
+	}
+	return rest.CopyConfig(c.cfg), nil
+}
+
+func (c *controlPlane) stop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.env != nil {
+		if err := c.env.Stop(); err != nil {
+			fmt.Printf("bench: stop control plane: %v\n", err)
+		}
+		c.env, c.cfg = nil, nil
+	}
+}

@@ -631,6 +631,7 @@ func removeNetns() error {
 			errs = append(errs, err)
 		}
 	}
+	_ = os.Remove("/run/netns") // only when empty: containerd made it
 	return errors.Join(errs...)
 }
 

@@ -183,3 +183,47 @@ func Exec(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface, ns, po
 	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &errb})
 	return out.String(), errb.String(), err
 }
+
+// PodTable renders the pods of a namespace like `kubectl get pods -o wide`, for the narration.
+func PodTable(cs kubernetes.Interface, ns string) string {
+	pods, err := cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "  %-28s %-10s %-9s %-8s %s\n", "NAME", "PHASE", "READY", "RESTARTS", "IP")
+	for _, p := range pods.Items {
+		ready, total, restarts := 0, len(p.Status.ContainerStatuses), int32(0)
+		for _, s := range p.Status.ContainerStatuses {
+			if s.Ready {
+				ready++
+			}
+			restarts += s.RestartCount
+		}
+		fmt.Fprintf(&b, "  %-28s %-10s %d/%-7d %-8d %s\n", p.Name, p.Status.Phase, ready, total, restarts, p.Status.PodIP)
+	}
+	return b.String()
+}
+
+// MountTable lists the mounts at or below path from /proc/self/mountinfo: mount point, type, source.
+func MountTable(path string) string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return err.Error()
+	}
+	var out strings.Builder
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 10 || !strings.HasPrefix(f[4], path) {
+			continue
+		}
+		sep := 6
+		for sep < len(f) && f[sep] != "-" {
+			sep++
+		}
+		if sep+2 < len(f) {
+			fmt.Fprintf(&out, "  %s  %s  %s\n", f[4], f[sep+1], f[sep+2])
+		}
+	}
+	return out.String()
+}

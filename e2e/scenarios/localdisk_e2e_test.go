@@ -85,8 +85,8 @@ func lostLocalDisk(t *testing.T, e *env) {
 	if n := len(rep.Devices); n != 3 || fakes(rep) != nil {
 		t.Fatalf("before the failure the guard should report 3 real devices, got %+v", rep.Devices)
 	}
-	before := loopsTable(t)
-	t.Logf("loop devices before the failure:\n%s", before)
+	t.Logf("pods before the failure:\n%s", framework.PodTable(cs, localNS))
+	t.Logf("loop devices before the failure:\n%s", loopsTable(t))
 
 	// Which disk backs /dev/data2?
 	pvc, err := cs.CoreV1().PersistentVolumeClaims(localNS).Get(ctx, "data2-app-0", metav1.GetOptions{})
@@ -128,18 +128,19 @@ func lostLocalDisk(t *testing.T, e *env) {
 	if err != nil || strings.Join(strings.Fields(devs), " ") != "data1 data3" {
 		t.Errorf("after the exec wrapper the app should see /dev/data1 and /dev/data3 only, got %q (%v)", devs, err)
 	}
-	t.Logf("loop devices with the fake:\n%s", loopsTable(t))
+	t.Logf("pods with the fake:\n%s", framework.PodTable(cs, localNS))
+	t.Logf("loop devices with the fake (512 bytes = 1 sector):\n%s", loopsTable(t))
+	t.Logf("guard report: %+v", rep.Devices)
 
 	t.Logf("plugging %s back", lost.Link())
 	t1 := time.Now()
 	if err := lost.Plug(); err != nil {
 		t.Fatal(err)
 	}
-	third := framework.WaitPod(t, cs, localNS, "app-0", 3*time.Minute, "recreated on the real disk after the agent's eviction", func(p *corev1.Pod) bool {
+	framework.WaitPod(t, cs, localNS, "app-0", 3*time.Minute, "recreated on the real disk after the agent's eviction", func(p *corev1.Pod) bool {
 		return p.UID != second.UID && framework.Running(p)
 	})
 	back := time.Since(t1)
-	_ = third
 	rep = guardReport(t, e, "app-0")
 	if len(rep.Devices) != 3 || fakes(rep) != nil {
 		t.Errorf("back on the real disk the guard should report 3 real devices, got %+v", rep.Devices)
@@ -165,6 +166,8 @@ func lostLocalDisk(t *testing.T, e *env) {
 		}
 		return true, ""
 	})
+	t.Logf("pods back on the real disk:\n%s", framework.PodTable(cs, localNS))
+	t.Logf("loop devices after the fake was retired:\n%s", loopsTable(t))
 	t.Logf("RESULT lost local disk: pod Running on a 512-byte fake %s after the pod deletion; recreated on the real disk %s after the disk came back; fake retired",
 		onFake.Round(100*time.Millisecond), back.Round(100*time.Millisecond))
 }

@@ -158,6 +158,8 @@ func lostFUSEMount(t *testing.T, e *env) {
 	restarts := restartCounts(pod)
 	target := filepath.Join(e.c.Opts.KubeletDir, "pods", string(pod.UID), "volumes", "kubernetes.io~csi", s3PV, "mount")
 
+	t.Logf("pods before the failure:\n%s", framework.PodTable(cs, s3NS))
+	t.Logf("mounts at the pod's volume before the failure:\n%s", framework.MountTable(target))
 	t.Logf("restarting the CSI plugin: its s3fs dies, %s goes dead", target)
 	t0 := time.Now()
 	if err := e.csi.Kill(); err != nil {
@@ -206,6 +208,8 @@ func lostFUSEMount(t *testing.T, e *env) {
 	if !sawDead && stacked < 2 {
 		t.Errorf("no evidence the mount died: stat after the kill gave %v and %d mount(s) sit at the target", statErr, stacked)
 	}
+	t.Logf("pods after the repair:\n%s", framework.PodTable(cs, s3NS))
+	t.Logf("mounts at the pod's volume after the repair (the dead s3fs mount, the agent's bind on top):\n%s", framework.MountTable(target))
 	t.Logf("RESULT lost FUSE mount: follower (HostToContainer) reads again %s after the plugin restart, without a restart; pinned (None) reads again %s after, restarted by its liveness probe (restarts %d → %d); %d mounts stacked at the target",
 		followerAt.Round(100*time.Millisecond), pinnedAt.Round(100*time.Millisecond), restarts["pinned"], restartCounts(p)["pinned"], stacked)
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/webhook"
+	"github.com/pvrescue/pvrescue/webhook/server"
 )
 
 // NamespaceEnv is set from the downward API (metadata.namespace).
@@ -129,7 +130,7 @@ func Serve(ctx context.Context, o *Options) error {
 	if err != nil {
 		return err
 	}
-	mgr, err := webhook.NewManager(restCfg, webhook.ServerOptions{
+	mgr, err := server.NewManager(restCfg, server.Options{
 		Config:                 cfg,
 		Namespace:              o.Namespace,
 		CertDir:                o.CertDir,

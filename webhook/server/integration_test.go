@@ -1,6 +1,6 @@
 //go:build integration
 
-package webhook
+package server
 
 import (
 	"context"
@@ -37,8 +37,10 @@ import (
 	"k8s.io/utils/ptr"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/internal/contract"
 	"github.com/pvrescue/pvrescue/internal/testenv"
+	"github.com/pvrescue/pvrescue/webhook"
 )
 
 // warningRecorder collects the admission warnings the API server passes to the client.
@@ -70,7 +72,7 @@ func TestIntegrationWebhook(t *testing.T) {
 	port, healthPort := freePort(t), freePort(t)
 
 	reg := prometheus.NewRegistry()
-	mgr, err := NewManager(restCfg, ServerOptions{
+	mgr, err := NewManager(restCfg, Options{
 		Config: testConfig(), Namespace: "pvrescue-system", CertDir: certDir, Host: "127.0.0.1", Port: port,
 		MetricsBindAddress: "0", HealthProbeBindAddress: fmt.Sprintf("127.0.0.1:%d", healthPort), Registerer: reg,
 	})
@@ -104,8 +106,8 @@ func TestIntegrationWebhook(t *testing.T) {
 	}
 	ctx := context.Background()
 
-	mwc := NewMutatingWebhookConfiguration(ConfigurationOptions{
-		Namespace: "pvrescue-system", CABundle: caPEM, URL: fmt.Sprintf("https://127.0.0.1:%d%s", port, Path),
+	mwc := webhook.NewMutatingWebhookConfiguration(webhook.ConfigurationOptions{
+		Namespace: "pvrescue-system", CABundle: caPEM, URL: fmt.Sprintf("https://127.0.0.1:%d%s", port, webhook.Path),
 	})
 	if _, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, mwc, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("register configuration: %v", err)
@@ -177,8 +179,8 @@ func TestIntegrationWebhook(t *testing.T) {
 		assertMutated(t, got)
 		// The API server re-admits nothing more: our own output is a fixed point of the mutation.
 		again := got.DeepCopy()
-		cls := (&Classifier{Config: testConfig(), Lookup: ReaderLookup{Cache: mgr.GetAPIReader()}}).Classify(ctx, "apps", again)
-		Mutate(again, cls, testConfig())
+		cls := (&webhook.Classifier{Config: testConfig(), Lookup: webhook.ReaderLookup{Cache: mgr.GetAPIReader()}}).Classify(ctx, "apps", again)
+		webhook.Mutate(again, cls, testConfig())
 		if !equalJSON(t, got.Spec, again.Spec) || again.Annotations[contract.AnnotationStatus] != got.Annotations[contract.AnnotationStatus] {
 			t.Errorf("stored pod is not a fixed point of Mutate")
 		}
@@ -241,7 +243,7 @@ func TestIntegrationWebhook(t *testing.T) {
 	})
 
 	t.Run("metrics counted the admissions", func(t *testing.T) {
-		if n := counterSum(t, reg, "pvrescue_webhook_admissions_total", ResultInjected); n < 2 {
+		if n := counterSum(t, reg, "pvrescue_webhook_admissions_total", webhook.ResultInjected); n < 2 {
 			t.Errorf("injected admissions = %v, want >= 2", n)
 		}
 	})
@@ -260,7 +262,7 @@ func TestIntegrationWebhook(t *testing.T) {
 		})
 		t.Logf("new certificate served after %s", time.Since(start).Round(time.Millisecond))
 		// Tell the API server about the new CA and check admissions still work end to end.
-		cur, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, ConfigurationName, metav1.GetOptions{})
+		cur, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, webhook.ConfigurationName, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -507,4 +509,10 @@ func writeServingCert(t *testing.T, dir, host string) []byte {
 	write("tls.crt", "CERTIFICATE", der)
 	write("tls.key", "EC PRIVATE KEY", keyDER)
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
+}
+
+func testConfig() *config.Config {
+	cfg := config.Default()
+	cfg.Helper.Image = "example.test/pvrescue-webhook:test"
+	return cfg
 }

@@ -1,4 +1,7 @@
-package webhook
+// Package server runs pvrescue's admission webhook: a controller-runtime manager with the TLS
+// webhook server, informers for PVCs and StorageClasses, health endpoints and metrics. It is kept
+// apart from package webhook so the admission logic (and its fuzz build) stays free of the manager.
+package server
 
 import (
 	"context"
@@ -21,10 +24,11 @@ import (
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/pvrescue/pvrescue/internal/config"
+	"github.com/pvrescue/pvrescue/webhook"
 )
 
-// ServerOptions configure the webhook server.
-type ServerOptions struct {
+// Options configure the webhook server.
+type Options struct {
 	Config *config.Config
 	// Namespace is the webhook's own namespace (never mutated).
 	Namespace string
@@ -40,14 +44,14 @@ type ServerOptions struct {
 	Registerer prometheus.Registerer
 }
 
-// ErrInvalidServerOptions is wrapped by NewManager's validation errors.
-var ErrInvalidServerOptions = errors.New("invalid webhook server options")
+// ErrInvalidOptions is wrapped by NewManager's validation errors.
+var ErrInvalidOptions = errors.New("invalid webhook server options")
 
 // NewManager assembles the webhook server: a controller-runtime manager whose cache holds PVCs and
-// StorageClasses, the TLS webhook server at Path, /healthz, /readyz and /metrics.
-func NewManager(restCfg *rest.Config, o ServerOptions) (manager.Manager, error) {
+// StorageClasses, the TLS webhook server at webhook.Path, /healthz, /readyz and /metrics.
+func NewManager(restCfg *rest.Config, o Options) (manager.Manager, error) {
 	if o.Config == nil || o.CertDir == "" || o.Port <= 0 || o.Port > 65535 {
-		return nil, fmt.Errorf("%w: config, cert dir and a port in 1..65535 are required", ErrInvalidServerOptions)
+		return nil, fmt.Errorf("%w: config, cert dir and a port in 1..65535 are required", ErrInvalidOptions)
 	}
 	scheme := runtime.NewScheme()
 	if err := corev1.AddToScheme(scheme); err != nil {
@@ -86,17 +90,17 @@ func NewManager(restCfg *rest.Config, o ServerOptions) (manager.Manager, error) 
 	if reg == nil {
 		reg = ctrlmetrics.Registry
 	}
-	metrics, err := NewMetrics(reg)
+	metrics, err := webhook.NewMetrics(reg)
 	if err != nil {
 		return nil, err
 	}
-	m := &Mutator{
+	m := &webhook.Mutator{
 		Config:     o.Config,
 		Namespace:  o.Namespace,
-		Classifier: &Classifier{Config: o.Config, Lookup: ReaderLookup{Cache: mgr.GetCache(), Live: mgr.GetAPIReader()}},
+		Classifier: &webhook.Classifier{Config: o.Config, Lookup: webhook.ReaderLookup{Cache: mgr.GetCache(), Live: mgr.GetAPIReader()}},
 	}
 	// GetWebhookServer (not whServer directly) is what adds the server to the manager's runnables.
-	mgr.GetWebhookServer().Register(Path, NewWebhook(m, metrics))
+	mgr.GetWebhookServer().Register(webhook.Path, webhook.NewWebhook(m, metrics))
 
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return nil, err

@@ -31,6 +31,16 @@ func (c *controlPlane) get(o *Options) (*rest.Config, error) {
 	return rest.CopyConfig(c.cfg), nil
 }
 
+// kubeconfig returns the control plane's admin kubeconfig (for processes the bench starts).
+func (c *controlPlane) kubeconfig(o *Options) ([]byte, error) {
+	if _, err := c.get(o); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.env.KubeConfig, nil
+}
+
 func (c *controlPlane) stop() {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -206,7 +206,21 @@ func (c *Cluster) markKubeletDir() error {
 		}
 		made = append(made, d)
 	}
-	return os.WriteFile(c.Opts.path(createdDirs), []byte(strings.Join(made, "\n")), 0o644)
+	if err := os.WriteFile(c.Opts.path(createdDirs), []byte(strings.Join(made, "\n")), 0o644); err != nil {
+		return err
+	}
+	// Workloads mount HostDirs with Bidirectional propagation, which needs a shared mount. systemd
+	// makes / shared on real nodes; this machine has no systemd and / is private, so each dir becomes
+	// a shared bind mount of itself (what kubelet does for its own root dir). Teardown unmounts it.
+	for _, d := range c.Opts.HostDirs {
+		if err := unix.Mount(d, d, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("bind %s onto itself: %w", d, err)
+		}
+		if err := unix.Mount("", d, "", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("make %s shared: %w", d, err)
+		}
+	}
+	return nil
 }
 
 func (c *Cluster) start(name, bin string, args []string, env []string) (*Process, error) {

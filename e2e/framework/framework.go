@@ -12,12 +12,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/pvrescue/pvrescue/e2e/cluster"
 	"github.com/pvrescue/pvrescue/internal/testenv"
@@ -45,6 +47,7 @@ func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 func Up(t *testing.T, name string) *cluster.Cluster {
 	t.Helper()
 	testenv.RequireRoot(t)
+	ctrllog.SetLogger(logr.Discard()) // controller-runtime's client is used quietly
 	o := ClusterOptions(name)
 	o.Logf = t.Logf
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

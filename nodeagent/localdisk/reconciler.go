@@ -216,15 +216,19 @@ func (r *Reconciler) ourLink(v hostView, st PathState, image string) (int, bool)
 	return n, true
 }
 
-func (r *Reconciler) readRecords() (map[string]record, []string, error) {
+func (r *Reconciler) readRecords() (map[string]record, []string, []string, error) {
 	names, err := r.host.ReadDir(r.dir())
 	if err != nil {
-		return nil, nil, fmt.Errorf("read state dir: %w", err)
+		return nil, nil, nil, fmt.Errorf("read state dir: %w", err)
 	}
 	recs := map[string]record{}
-	var images []string
+	var images, temps []string
 	for _, n := range names {
 		switch {
+		case strings.HasPrefix(n, ".") && strings.HasSuffix(n, ".tmp"):
+			// A state file or image torn by a crash mid-write; never attached (only final
+			// names are).
+			temps = append(temps, filepath.Join(r.dir(), n))
 		case strings.HasSuffix(n, ".json") && !strings.HasPrefix(n, "."):
 			pv := strings.TrimSuffix(n, ".json")
 			rec := record{PV: pv}
@@ -240,7 +244,7 @@ func (r *Reconciler) readRecords() (map[string]record, []string, error) {
 			images = append(images, filepath.Join(r.dir(), n))
 		}
 	}
-	return recs, images, nil
+	return recs, images, temps, nil
 }
 
 // Sync runs one pass. create gates the making of new fakes (the node label); retiring and
@@ -253,10 +257,15 @@ func (r *Reconciler) Sync(ctx context.Context, vols []Volume, create bool) Resul
 		res.Errors = append(res.Errors, err)
 		return res
 	}
-	recs, images, err := r.readRecords()
+	recs, images, temps, err := r.readRecords()
 	if err != nil {
 		res.Errors = append(res.Errors, err)
 		return res
+	}
+	for _, tmp := range temps {
+		if err := r.host.RemoveFile(tmp); err != nil {
+			res.Errors = append(res.Errors, fmt.Errorf("remove leftover %s: %w", tmp, err))
+		}
 	}
 	sort.Slice(vols, func(i, j int) bool { return vols[i].PV < vols[j].PV })
 	watched := map[string]bool{}

@@ -358,6 +358,9 @@ func TestOrphans(t *testing.T) {
 	h.Loops[101] = &Loop{Minor: 101, BackingFile: r.ImagePath("a")}
 	h.Files[r.ImagePath("b")] = make([]byte, 512)
 	h.Loops[102] = &Loop{Minor: 102, BackingFile: r.ImagePath("c"), Deleted: true}
+	// Torn writes from a crash.
+	h.Files[testState+"/localdisk/.d.img.tmp"] = make([]byte, 100)
+	h.Files[testState+"/localdisk/.d.json.tmp"] = []byte("{")
 	res := r.Sync(ctxFor(t), nil, true)
 	if len(res.Errors) != 0 {
 		t.Fatalf("errors %v", res.Errors)

@@ -91,6 +91,9 @@ func Up(ctx context.Context, o *Options) (c *Cluster, err error) {
 	if err := c.markKubeletDir(); err != nil {
 		return c, err
 	}
+	if err := recordLoops(o.path(loopsBefore)); err != nil {
+		return c, err
+	}
 	c.NodeIP = o.NodeIP
 	if c.NodeIP == "" {
 		if c.NodeIP, err = defaultRouteIP(); err != nil {
@@ -506,6 +509,9 @@ func defaultRouteIP() (string, error) {
 func (c *Cluster) Down() error {
 	o := c.Opts
 	var errs []error
+	if c.Client != nil {
+		c.drain(60 * time.Second)
+	}
 	// kubelet goes first, or it would restart the containers being removed.
 	if p := c.procs["kubelet"]; p != nil {
 		errs = append(errs, p.Stop(15*time.Second))
@@ -526,6 +532,7 @@ func (c *Cluster) Down() error {
 		errs = append(errs, c.Registry.Close())
 		c.Registry = nil
 	}
+	errs = append(errs, detachNewForeignLoops(o.path(loopsBefore)))
 	errs = append(errs, CleanHost(o.Bridge, append([]string{o.WorkDir, o.KubeletDir}, o.HostDirs...)...))
 	if b, err := os.ReadFile(o.path(createdDirs)); err == nil {
 		for _, d := range strings.Fields(string(b)) {
@@ -728,6 +735,112 @@ func removeWorkDir(dir string, keepLogs bool) error {
 func IsNotFound(err error) bool { return apierrors.IsNotFound(err) }
 
 // Teardown removes a cluster left by another process (make demo-down), from its work dir alone.
+// When the apiserver still answers, workloads are drained first so kubelet and the agent release
+// their devices and mounts themselves.
 func Teardown(o *Options) error {
-	return (&Cluster{Opts: o, procs: map[string]*Process{}}).Down()
+	c := &Cluster{Opts: o, procs: map[string]*Process{}}
+	if cfg, err := clientcmd.BuildConfigFromFlags("", o.path("admin.kubeconfig")); err == nil {
+		cfg.Timeout = 5 * time.Second
+		if cs, err := kubernetes.NewForConfig(cfg); err == nil {
+			if _, err := cs.Discovery().ServerVersion(); err == nil {
+				c.Client = cs
+			}
+		}
+	}
+	return c.Down()
+}
+
+// systemNamespaces are left to the forced teardown.
+var systemNamespaces = map[string]bool{"default": true, "kube-system": true, "kube-public": true, "kube-node-lease": true}
+
+// drain deletes the test namespaces and every PV and waits (bounded) until their pods are gone, so
+// that kubelet unmaps block volumes (its loop "device locks") and unpublishes CSI volumes, and the
+// pvrescue agent retires its fakes, before the processes are killed. Best effort: whatever is left
+// is removed by force afterwards.
+func (c *Cluster) drain(timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	nss, err := c.Client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return
+	}
+	var user []string
+	for _, ns := range nss.Items {
+		if !systemNamespaces[ns.Name] && ns.Name != "pvrescue-system" {
+			user = append(user, ns.Name)
+			_ = c.Client.CoreV1().Namespaces().Delete(ctx, ns.Name, metav1.DeleteOptions{})
+		}
+	}
+	_ = c.Client.CoreV1().PersistentVolumes().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+	c.Opts.logf("draining: deleting namespaces %v and every PV", user)
+	for ctx.Err() == nil {
+		left := 0
+		for _, ns := range user {
+			pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+			if err == nil {
+				left += len(pods.Items)
+			}
+		}
+		pvs, err := c.Client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+		if err == nil {
+			left += len(pvs.Items)
+		}
+		if left == 0 {
+			return
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	c.Opts.logf("draining timed out after %s; removing the rest by force", timeout)
+}
+
+const loopsBefore = "loops-before"
+
+// recordLoops remembers the loop devices attached before the cluster started.
+func recordLoops(path string) error {
+	var lines []string
+	for dev, back := range attachedLoops() {
+		lines = append(lines, dev+" "+back)
+	}
+	return os.WriteFile(path, []byte(strings.Join(lines, "\n")), 0o644)
+}
+
+func attachedLoops() map[string]string {
+	m := map[string]string{}
+	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, f := range files {
+		if b, err := os.ReadFile(f); err == nil {
+			m["/dev/"+filepath.Base(filepath.Dir(filepath.Dir(f)))] = strings.TrimSpace(string(b))
+		}
+	}
+	return m
+}
+
+// detachNewForeignLoops detaches loop devices attached since Up whose backing file was opened in
+// another mount namespace, which the kernel then names relative to that mount ("/" for kubelet's
+// device locks on bind-mounted device nodes, "/localdisk/…" for the agent's fakes in its state-dir
+// mount): paths under the work dir cannot name them.
+func detachNewForeignLoops(beforeFile string) error {
+	b, err := os.ReadFile(beforeFile)
+	if err != nil {
+		return nil // no record: never guess
+	}
+	before := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if dev, back, ok := strings.Cut(line, " "); ok {
+			before[dev] = back
+		}
+	}
+	var errs []error
+	for dev, back := range attachedLoops() {
+		if prev, ok := before[dev]; ok && prev == back {
+			continue
+		}
+		if ForeignLoopBacking(back) {
+			errs = append(errs, DetachLoop(dev))
+			if n, err := strconv.Atoi(strings.TrimPrefix(dev, "/dev/loop")); err == nil && n >= 100 {
+				_ = os.Remove(dev)
+			}
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -59,3 +59,14 @@ func UnderAny(p string, roots ...string) bool {
 	}
 	return false
 }
+
+// ForeignLoopBacking reports whether a loop device's backing-file name is one the e2e cluster's
+// workloads leave when they open files in their own mount namespaces: "/" (kubelet's device lock on
+// a bind-mounted device node) or "/localdisk/…" (the agent's fake images, see nodeagent/localdisk).
+func ForeignLoopBacking(back string) bool {
+	back = strings.TrimSuffix(strings.TrimSpace(back), " (deleted)")
+	return back == "/" || strings.HasPrefix(back, "/"+localdiskSubDir+"/")
+}
+
+// localdiskSubDir is nodeagent/localdisk.SubDir, the agent's directory for fake images.
+const localdiskSubDir = "localdisk"

@@ -74,3 +74,18 @@ func TestStatStartTime(t *testing.T) {
 		t.Errorf("StatStartTime(garbage) = %q, want empty", got)
 	}
 }
+
+func TestForeignLoopBacking(t *testing.T) {
+	for back, want := range map[string]bool{
+		"/":                             true,
+		"/localdisk/pv-1.img (deleted)": true,
+		"/localdisk/pv-1.img":           true,
+		"/tmp/other-test/disk.img":      false,
+		"/var/lib/pvrescue/localdisk/x": false,
+		"/tmp/x.img (deleted)":          false,
+	} {
+		if got := ForeignLoopBacking(back); got != want {
+			t.Errorf("ForeignLoopBacking(%q) = %v, want %v", back, got, want)
+		}
+	}
+}

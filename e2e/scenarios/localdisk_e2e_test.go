@@ -51,9 +51,9 @@ func lostLocalDisk(t *testing.T, e *env) {
 		if err != nil {
 			t.Fatalf("make disk %d: %v", i, err)
 		}
-		if !framework.Demo() { // the demo leaves the cluster up; demo-down removes the disks
-			t.Cleanup(func() { _ = d.Remove() })
-		}
+		// No per-test removal: the StatefulSet and PVs stay to the end (and in the demo), and
+		// unlinking the disks under them would only make the agent fake all three. Cluster teardown
+		// detaches loop devices backed by files in the work dir and removes the by-id links.
 		pv := fmt.Sprintf("e2e-local-%d", i)
 		byPV[pv] = d
 		block := corev1.PersistentVolumeBlock

@@ -166,7 +166,7 @@ func lostFUSEMount(t *testing.T, e *env) {
 		t.Fatalf("kill the CSI plugin: %v", err)
 	}
 	_, statErr := os.Stat(target)
-	sawDead := errors.Is(statErr, syscall.ENOTCONN)
+	sawDead := errors.Is(statErr, syscall.ENOTCONN) || errors.Is(statErr, syscall.ECONNABORTED)
 	t.Logf("stat of the target right after the kill: %v", statErr)
 	if err := e.csi.Start(ctx); err != nil {
 		t.Fatalf("start the CSI plugin again: %v", err)

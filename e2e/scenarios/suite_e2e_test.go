@@ -47,7 +47,10 @@ func TestPVRescue(t *testing.T) {
 		t.Cleanup(func() { _ = e.csi.Kill() })
 	}
 	installStart := time.Now()
-	e.in, err = stack.Install(ctx, c, testenv.RepoRoot())
+	e.in, err = stack.Install(ctx, c, testenv.RepoRoot(), stack.InstallOptions{CertManager: true, E2EDir: filepath.Join(testenv.RepoRoot(), "e2e")})
+	if e.in != nil && e.in.CertManager != nil {
+		t.Cleanup(e.in.CertManager.Stop)
+	}
 	if err != nil {
 		t.Fatalf("install pvrescue from manifests/: %v", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -175,6 +176,8 @@ func readFile(p string) string { b, _ := os.ReadFile(p); return string(b) }
 type Installed struct {
 	Images  Images
 	Objects []*unstructured.Unstructured
+	// CertManager runs when InstallOptions.CertManager was set; stop it at the end.
+	CertManager *CertManager
 	// Deviations lists, for the narration, every way the install differs from `kubectl apply -k manifests/`.
 	Deviations []string
 }
@@ -182,9 +185,18 @@ type Installed struct {
 // FieldOwner of everything the suite applies.
 const FieldOwner = "pvrescue-e2e"
 
+// InstallOptions chooses how the webhook certificate is made.
+type InstallOptions struct {
+	// CertManager runs cert-manager's controllers in-process and applies manifests/ whole; without
+	// it, the cert-manager objects are left out and package certs bootstraps the certificate.
+	CertManager bool
+	// E2EDir is the e2e module's directory (to find cert-manager's CRDs in the module cache).
+	E2EDir string
+}
+
 // Install builds the pvrescue binaries and images, pushes them to the cluster's registry, applies
 // manifests/ with the e2e overlay, and waits for the webhook Deployment and agent DaemonSet.
-func Install(ctx context.Context, c *cluster.Cluster, repo string) (*Installed, error) {
+func Install(ctx context.Context, c *cluster.Cluster, repo string, opts InstallOptions) (*Installed, error) {
 	bins, err := BuildBinaries(ctx, repo, filepath.Join(c.Opts.WorkDir, "bin"))
 	if err != nil {
 		return nil, err
@@ -219,6 +231,17 @@ func Install(ctx context.Context, c *cluster.Cluster, repo string) (*Installed, 
 		"agent image: s3fs, fusermount and their shared libraries copied from this host instead of Dockerfile.agent's Debian base",
 	)
 	kept, certObjs := splitCertManager(objs)
+	if opts.CertManager {
+		crds, err := CertManagerCRDDir(opts.E2EDir)
+		if err != nil {
+			return nil, err
+		}
+		if in.CertManager, err = StartCertManager(ctx, c.Config, c.Kubeconfig, crds, logr.Discard()); err != nil {
+			return nil, fmt.Errorf("start cert-manager: %w", err)
+		}
+		in.Deviations = append(in.Deviations, "cert-manager v1.21.2: its own controllers and cainjector run inside the test process instead of its Deployments (no image pulls here); same CRDs, same Issuers/Certificates from manifests/")
+		kept, certObjs = objs, nil
+	}
 	if len(certObjs) > 0 {
 		in.Deviations = append(in.Deviations, fmt.Sprintf(
 			"cert-manager objects (%d: Issuers/Certificates) not applied; the serving certificate and caBundle come from `pvrescue-webhook certs bootstrap` logic (package certs) run in-process", len(certObjs)))

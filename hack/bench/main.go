@@ -46,7 +46,7 @@ func NewOptions() *Options {
 	return &Options{
 		Out: "BENCHMARKS.md", RawDir: "bench", Root: wd,
 		WebhookDuration: 5 * time.Second, Rates: []int{50, 200, 500},
-		BenchCount: 6, HelperRepeats: 30, DiskRepeats: 20, MountRepeats: 10,
+		BenchCount: 6, HelperRepeats: 20, DiskRepeats: 20, MountRepeats: 10,
 		ScaleSample: 20 * time.Second,
 	}
 }

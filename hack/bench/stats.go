@@ -25,12 +25,17 @@ func Percentile(ds []time.Duration, p float64) time.Duration {
 	return s[rank-1]
 }
 
-// Ratio formats a/b as "N.NN×", or "n/a" when b is zero.
+// Ratio formats a/b as "N.NN×" (with "1/N" when below 0.1), or "n/a" when b is zero.
 func Ratio(a, b float64) string {
 	if b == 0 {
 		return "n/a"
 	}
-	return fmt.Sprintf("%.2f×", a/b)
+	r := a / b
+	if r > 0 && r < 0.1 {
+		// Far below the baseline: "1/N" reads better than a row of zeros.
+		return fmt.Sprintf("%.3f× (1/%.0f)", r, 1/r)
+	}
+	return fmt.Sprintf("%.2f×", r)
 }
 
 // Ms formats a duration in milliseconds with a precision suited to its size.

@@ -53,6 +53,9 @@ func TestRatioAndVerdict(t *testing.T) {
 	if got := Ratio(3, 2); got != "1.50×" {
 		t.Errorf("Ratio(3,2) = %q", got)
 	}
+	if got := Ratio(23, 5000); got != "0.005× (1/217)" {
+		t.Errorf("Ratio(23,5000) = %q", got)
+	}
 	if got := Ratio(1, 0); got != "n/a" {
 		t.Errorf("Ratio(1,0) = %q", got)
 	}

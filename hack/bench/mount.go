@@ -130,8 +130,9 @@ func lostMount(ctx context.Context, o *Options, s *Section) error {
 
 	rec, stopRec := nodeagent.NewRecorder(cs, s3Node)
 	defer stopRec()
+	reg := prometheus.NewRegistry()
 	r, err := s3mount.New(s3mount.Deps{Client: cs, NodeName: s3Node, Config: cfg, Recorder: rec,
-		Registerer: prometheus.NewRegistry(), OS: s3mount.NewOS()})
+		Registerer: reg, OS: s3mount.NewOS()})
 	if err != nil {
 		return err
 	}
@@ -180,7 +181,38 @@ func lostMount(ctx context.Context, o *Options, s *Section) error {
 		fmt.Sprintf("Baseline: the agent's own periodic check (%s, the shipped default); a loss is noticed on average half an interval later (%s), and the rest of the time is starting s3fs at the staging directory, waiting for it to answer and bind-mounting it over the dead target.", interval, Ms(interval/2)),
 		"The first run kills the s3fs that stands in for the CSI driver's; later runs kill the agent's own staging s3fs. Readable means a file written before the loss reads back with its content.",
 		fmt.Sprintf("Check interval %s, statfs timeout %s (shipped defaults).", interval, cfg.S3.StatfsTimeout.Duration))
+	if sum, n, ok := histogram(reg, "pvrescue_s3_time_to_restore_seconds"); ok && n > 0 {
+		mean := time.Duration(sum / float64(n) * float64(time.Second))
+		s.Notes = append(s.Notes, fmt.Sprintf("Split by the agent's own histogram pvrescue_s3_time_to_restore_seconds (from finding the mount dead to the restored bind answering): mean %s over %d restores, against a mean of %s from the kill: the difference is the time to notice the loss (the check interval, plus statfs on the dead mount).",
+			Ms(mean), n, Ms(meanOf(lat))))
+	}
 	return nil
+}
+
+func meanOf(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	var sum time.Duration
+	for _, d := range ds {
+		sum += d
+	}
+	return sum / time.Duration(len(ds))
+}
+
+// histogram returns the sum and count of a histogram without labels in reg.
+func histogram(reg prometheus.Gatherer, name string) (float64, uint64, bool) {
+	mfs, err := reg.Gather()
+	if err != nil {
+		return 0, 0, false
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			h := mf.GetMetric()[0].GetHistogram()
+			return h.GetSampleSum(), h.GetSampleCount(), h != nil
+		}
+	}
+	return 0, 0, false
 }
 
 func seedS3(ctx context.Context, cs kubernetes.Interface, cfg *config.Config, driver, endpoint string) (*corev1.Pod, error) {

@@ -19,6 +19,7 @@ import (
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/nodeagent"
 	"github.com/pvrescue/pvrescue/nodeagent/localdisk"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount"
 )
 
 // NodeNameEnv is set by the DaemonSet from the downward API (spec.nodeName).
@@ -128,7 +129,13 @@ func Run(ctx context.Context, o *Options) error {
 		return err
 	}
 	agent.Add("localdisk", ld)
-	// The s3fs restorer (nodeagent/s3mount) is added here as one more runnable.
+	s3, err := s3mount.New(s3mount.Deps{
+		Client: client, NodeName: o.NodeName, Config: cfg, Recorder: recorder, Registerer: reg, OS: s3mount.NewOS(),
+	})
+	if err != nil {
+		return err
+	}
+	agent.Add("s3mount", s3)
 	log.Info("starting", "node", o.NodeName, "config", o.ConfigFile)
 	return agent.Run(ctx)
 }

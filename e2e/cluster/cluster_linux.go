@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/pvrescue/pvrescue/e2e/images"
+	"github.com/pvrescue/pvrescue/internal/config"
 )
 
 // Cluster is a running single-node cluster.
@@ -364,6 +365,8 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 	if c.Config, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig); err != nil {
 		return err
 	}
+	// The suite's waits poll; client-go's default 5 QPS would throttle them.
+	c.Config.QPS, c.Config.Burst = 50, 100
 	c.Client, err = kubernetes.NewForConfig(c.Config)
 	return err
 }
@@ -526,13 +529,14 @@ func (c *Cluster) Down() error {
 	}
 	c.procs, c.order = map[string]*Process{}, nil
 	if left := KillRecorded(o.LogDir()); len(left) > 0 {
-		o.logf("killed processes left by an earlier run: %s", strings.Join(left, ", "))
+		o.logf("killed processes recorded in %s: %s", o.LogDir(), strings.Join(left, ", "))
 	}
 	if c.Registry != nil {
 		errs = append(errs, c.Registry.Close())
 		c.Registry = nil
 	}
 	errs = append(errs, detachNewForeignLoops(o.path(loopsBefore)))
+	removeNewLoopNodes(o.path(loopsBefore))
 	errs = append(errs, CleanHost(o.Bridge, append([]string{o.WorkDir, o.KubeletDir}, o.HostDirs...)...))
 	if b, err := os.ReadFile(o.path(createdDirs)); err == nil {
 		for _, d := range strings.Fields(string(b)) {
@@ -773,6 +777,7 @@ func (c *Cluster) drain(timeout time.Duration) {
 	}
 	_ = c.Client.CoreV1().PersistentVolumes().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
 	c.Opts.logf("draining: deleting namespaces %v and every PV", user)
+	lastLeft := 0
 	for ctx.Err() == nil {
 		left := 0
 		for _, ns := range user {
@@ -788,9 +793,10 @@ func (c *Cluster) drain(timeout time.Duration) {
 		if left == 0 {
 			return
 		}
+		lastLeft = left
 		time.Sleep(250 * time.Millisecond)
 	}
-	c.Opts.logf("draining timed out after %s; removing the rest by force", timeout)
+	c.Opts.logf("draining timed out after %s with %d pods/PVs left; removing the rest by force", timeout, lastLeft)
 }
 
 const loopsBefore = "loops-before"
@@ -801,7 +807,39 @@ func recordLoops(path string) error {
 	for dev, back := range attachedLoops() {
 		lines = append(lines, dev+" "+back)
 	}
+	for _, n := range agentLoopNodes() {
+		lines = append(lines, "node "+n)
+	}
 	return os.WriteFile(path, []byte(strings.Join(lines, "\n")), 0o644)
+}
+
+// agentLoopNodes lists the /dev/loopN nodes in the agent's range (config firstLoopMinor and the
+// next 31), which the agent makes with mknod for its fakes.
+func agentLoopNodes() []string {
+	first := config.Default().LocalBlock.FirstLoopMinor
+	var out []string
+	for n := first; n < first+32; n++ {
+		if p := fmt.Sprintf("/dev/loop%d", n); exists(p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// removeNewLoopNodes removes the agent-range loop nodes that appeared since Up and are detached.
+func removeNewLoopNodes(beforeFile string) {
+	b, err := os.ReadFile(beforeFile)
+	if err != nil {
+		return
+	}
+	attached := attachedLoops()
+	for _, n := range agentLoopNodes() {
+		if !strings.Contains(string(b), "node "+n+"\n") && !strings.HasSuffix(string(b), "node "+n) {
+			if _, busy := attached[n]; !busy {
+				_ = os.Remove(n)
+			}
+		}
+	}
 }
 
 func attachedLoops() map[string]string {

@@ -74,6 +74,9 @@ func median(v []float64) float64 {
 }
 
 func fmtNs(ns float64) string {
+	if ns < 1e6 {
+		return fmt.Sprintf("%.1f µs", ns/1e3)
+	}
 	return Ms(time.Duration(ns))
 }
 

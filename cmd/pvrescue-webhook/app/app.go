@@ -55,7 +55,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.Port, "port", o.Port, "HTTPS port of the webhook")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "address of /metrics (\"0\" disables)")
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "address of /healthz and /readyz (\"0\" disables)")
-	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "the webhook's own namespace, never mutated (default $"+NamespaceEnv+" or "+webhook.DefaultNamespace+")")
+	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "the webhook's own namespace, never mutated (taken from $"+NamespaceEnv+" when set)")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig file (default: $KUBECONFIG or in-cluster configuration)")
 }
 

@@ -10,10 +10,12 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/pvrescue/pvrescue/certs"
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/webhook"
 	"github.com/pvrescue/pvrescue/webhook/server"
@@ -99,7 +101,19 @@ func NewRootCommand(serve ServeFunc) *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(NewServeCommand(serve))
+	// For clusters without cert-manager: issue the CA and serving certificate ourselves.
+	root.AddCommand(certs.NewCommand(defaultClient))
 	return root
+}
+
+// defaultClient builds a clientset from $KUBECONFIG, ~/.kube/config or the in-cluster config.
+func defaultClient() (kubernetes.Interface, error) {
+	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+		clientcmd.NewDefaultClientConfigLoadingRules(), &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(rc)
 }
 
 // NewServeCommand builds `serve`.

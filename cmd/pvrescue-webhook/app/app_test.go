@@ -63,3 +63,20 @@ func TestServeFlags(t *testing.T) {
 }
 
 var errAny = errors.New("any error")
+
+func TestRootCommandHasCertsBootstrap(t *testing.T) {
+	root := NewRootCommand(func(context.Context, *Options) error { return nil })
+	cmd, args, err := root.Find([]string{"certs", "bootstrap", "--namespace", "x"})
+	if err != nil {
+		t.Fatalf("find certs bootstrap: %v", err)
+	}
+	if cmd.Name() != "bootstrap" || cmd.Parent().Name() != "certs" {
+		t.Fatalf("found %q under %q, want bootstrap under certs", cmd.Name(), cmd.Parent().Name())
+	}
+	if err := cmd.ParseFlags(args); err != nil {
+		t.Fatalf("parse bootstrap flags: %v", err)
+	}
+	if got := cmd.Flags().Lookup("namespace").Value.String(); got != "x" {
+		t.Errorf("--namespace = %q, want x", got)
+	}
+}

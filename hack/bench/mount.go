@@ -178,12 +178,12 @@ func lostMount(ctx context.Context, o *Options, s *Section) error {
 	s.Rows = [][]string{{"s3fs SIGKILL → file readable at the target", fmt.Sprint(len(lat)), Ms(p50), Ms(p99), Ms(Percentile(lat, 100)),
 		Ms(interval), Ratio(float64(p50), float64(interval)), Verdict(p50.Seconds(), 3, "s")}}
 	s.Notes = append(s.Notes,
-		fmt.Sprintf("Baseline: the agent's own periodic check (%s, the shipped default); a loss is noticed on average half an interval later (%s), and the rest of the time is starting s3fs at the staging directory, waiting for it to answer and bind-mounting it over the dead target.", interval, Ms(interval/2)),
+		fmt.Sprintf("Baseline: the agent's own periodic check (%s, the shipped default); a pure poll at that period notices a loss %s later on average, before any repair.", interval, Ms(interval/2)),
 		"The first run kills the s3fs that stands in for the CSI driver's; later runs kill the agent's own staging s3fs. Readable means a file written before the loss reads back with its content.",
 		fmt.Sprintf("Check interval %s, statfs timeout %s (shipped defaults).", interval, cfg.S3.StatfsTimeout.Duration))
 	if sum, n, ok := histogram(reg, "pvrescue_s3_time_to_restore_seconds"); ok && n > 0 {
 		mean := time.Duration(sum / float64(n) * float64(time.Second))
-		s.Notes = append(s.Notes, fmt.Sprintf("Split by the agent's own histogram pvrescue_s3_time_to_restore_seconds (from finding the mount dead to the restored bind answering): mean %s over %d restores, against a mean of %s from the kill: the difference is the time to notice the loss (the check interval, plus statfs on the dead mount).",
+		s.Notes = append(s.Notes, fmt.Sprintf("Split by the agent's own histogram pvrescue_s3_time_to_restore_seconds (from finding the mount dead to the restored bind answering): mean %s over %d restores, against a mean of %s from the kill: the difference is the time to notice the loss; the rest is the repair (starting s3fs at the staging directory, waiting for it to answer, binding it over the dead target).",
 			Ms(mean), n, Ms(meanOf(lat))))
 	}
 	return nil

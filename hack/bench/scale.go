@@ -70,7 +70,12 @@ func scale(ctx context.Context, o *Options, s *Section) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
+	// The agents' S3 restorers mount a tmpfs for credentials under their state dirs and leave it
+	// (by design, for the next agent): unmount everything under tmp once they have stopped.
+	defer func() {
+		sweepMounts(tmp)
+		_ = os.RemoveAll(tmp)
+	}()
 	// The agent only accepts local paths under /dev: give it present ones there, in a directory
 	// of the bench's own, removed afterwards (symlinks to /dev/null; nothing reads them).
 	devDir, err := os.MkdirTemp("/dev", "pvrescue-bench-")

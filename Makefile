@@ -78,6 +78,7 @@ demo: kube-binaries-all e2e-deps versitygw ## Narrated end-to-end run on a real 
 demo-down: ## Remove every process, mount, loop device and file make demo (or a crashed e2e run) left.
 	cd e2e && $(GO) run ./cmd/pvrescue-e2e down --work-dir $(CURDIR)/e2e/.work/suite
 	cd e2e && $(GO) run ./cmd/pvrescue-e2e down --work-dir $(CURDIR)/e2e/.work/cluster
+	@rmdir $(CURDIR)/e2e/.work 2>/dev/null || true
 
 .PHONY: fuzz
 fuzz: ## Run the admission handler fuzzer for 60s.

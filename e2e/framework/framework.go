@@ -60,7 +60,7 @@ func Up(t *testing.T, name string) *cluster.Cluster {
 	t.Logf("cluster up in %s: node %s Ready, apiserver %s", time.Since(start).Round(100*time.Millisecond), o.NodeName, c.Server)
 	t.Cleanup(func() {
 		if Demo() {
-			fmt.Printf("\n=== The cluster stays up (make demo). Use it with:\n\n    export KUBECONFIG=%s\n    kubectl get pods -A -o wide\n\nLogs of every component: %s\nRemove everything: make demo-down\n", c.Kubeconfig, o.LogDir())
+			fmt.Printf("\n=== The cluster stays up (make demo). Use it with:\n\n    export KUBECONFIG=%s\n    kubectl get pods -A -o wide\n\nWhere to look:\n    kubectl describe pod -n e2e-local app-0          # the guard init container, the exec wrapper\n    kubectl get events -A --sort-by=.lastTimestamp   # the agent's events (fake created, evicted, restored)\n    kubectl get pv -o custom-columns=NAME:.metadata.name,FAKE:.metadata.annotations.pvrescue\\.io/fake-device\n    kubectl logs -n pvrescue-system ds/pvrescue-agent\n    curl -s http://$(kubectl get pod -n pvrescue-system -l app.kubernetes.io/name=pvrescue-agent -o jsonpath='{.items[0].status.podIP}'):8080/metrics | grep ^pvrescue\n\nLogs of every component: %s\nRemove everything: make demo-down\n", c.Kubeconfig, o.LogDir())
 			return
 		}
 		if t.Failed() {

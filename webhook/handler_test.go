@@ -147,6 +147,80 @@ func TestHandlerPatchIsValidAndIdempotent(t *testing.T) {
 	}
 }
 
+// A pod carrying managedFields gets a patch that never touches them and that, applied to the
+// original object, gives the same pod as for the pod without them.
+func TestHandlerPatchKeepsManagedFields(t *testing.T) {
+	_, objs := loadCase(t, "testdata/golden/several-containers.yaml")
+	wh := NewWebhook(newMutator(objs...), nil)
+	plain := podJSON(t, "testdata/golden/several-containers.yaml")
+
+	var pod map[string]any
+	if err := json.Unmarshal(plain, &pod); err != nil {
+		t.Fatal(err)
+	}
+	managed := []any{map[string]any{
+		"manager": "kubectl", "operation": "Update", "apiVersion": "v1", "fieldsType": "FieldsV1",
+		"fieldsV1": map[string]any{"f:spec": map[string]any{"f:containers": map[string]any{}}},
+	}}
+	pod["metadata"].(map[string]any)["managedFields"] = managed
+	withMF, err := json.Marshal(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	apply := func(raw []byte) map[string]any {
+		t.Helper()
+		r := serve(t, wh, review("Pod", "pods", "CREATE", "apps", raw)).Response
+		if !r.Allowed || len(r.Patch) == 0 {
+			t.Fatalf("admission allowed=%v patch=%q", r.Allowed, r.Patch)
+		}
+		if bytes.Contains(r.Patch, []byte("managedFields")) {
+			t.Errorf("patch touches managedFields: %s", r.Patch)
+		}
+		patch, err := jsonpatch.DecodePatch(r.Patch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := patch.Apply(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(out, &m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	got, want := apply(withMF), apply(plain)
+	if diff := cmp.Diff(managed, got["metadata"].(map[string]any)["managedFields"]); diff != "" {
+		t.Errorf("managedFields changed (-want +got):\n%s", diff)
+	}
+	delete(got["metadata"].(map[string]any), "managedFields")
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("mutated pod differs with managedFields present (-without +with):\n%s", diff)
+	}
+}
+
+func TestWithoutManagedFields(t *testing.T) {
+	tests := []struct {
+		name, in, want string
+		ok             bool
+	}{
+		{"none", `{"metadata":{"name":"a"}}`, "", false},
+		{"not an object", `[1,2]`, "", false},
+		{"only in a string elsewhere", `{"metadata":{"name":"a"},"x":"managedFields"}`, "", false},
+		{"removed", `{"metadata":{"managedFields":[{"manager":"m"}],"name":"a"},"spec":{"b":1}}`, `{"metadata":{"name":"a"},"spec":{"b":1}}`, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, ok := withoutManagedFields([]byte(tt.in))
+			if ok != tt.ok || (ok && string(out) != tt.want) {
+				t.Errorf("withoutManagedFields(%s) = %s, %v; want %s, %v", tt.in, out, ok, tt.want, tt.ok)
+			}
+		})
+	}
+}
+
 func TestConfigurationBuilder(t *testing.T) {
 	a := NewMutatingWebhookConfiguration(ConfigurationOptions{CABundle: []byte("CA")})
 	b := NewMutatingWebhookConfiguration(ConfigurationOptions{CABundle: []byte("CA")})

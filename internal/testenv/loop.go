@@ -78,28 +78,30 @@ func AttachLoopT(t testing.TB, image string, r LoopRange) *Loop {
 	return l
 }
 
-// LoopNodesT removes, when the test ends, the /dev/loopN nodes in r that appear during the test
+// LoopNodesT removes, when the test ends, the /dev/loopN nodes in r that appeared during the test
 // and are not attached then: nodes the code under test (the agent) made with mknod.
 func LoopNodesT(t testing.TB, r LoopRange) {
 	t.Helper()
-	before := loopNodes(r)
+	remove := NewLoopNodes(r)
 	t.Cleanup(func() {
-		if _, err := RemoveLoopNodes(r, func(minor int) bool { _, ok := before[minor]; return ok }); err != nil {
+		if _, err := remove(); err != nil {
 			t.Errorf("remove loop nodes in %s: %v", r, err)
 		}
 	})
 }
 
-// loopNodes lists the /dev/loopN nodes present in r.
-func loopNodes(r LoopRange) map[int]string {
-	out := map[int]string{}
+// NewLoopNodes notes the /dev/loopN nodes in r that exist now; the function it returns removes
+// the ones that appeared since and are not attached (and their unbound kernel devices).
+func NewLoopNodes(r LoopRange) func() ([]string, error) {
+	before := map[int]bool{}
 	for n := r.First; n <= r.Last; n++ {
-		p := LoopDevPath(n)
-		if _, err := os.Lstat(p); err == nil {
-			out[n] = p
+		if _, err := os.Lstat(LoopDevPath(n)); err == nil {
+			before[n] = true
 		}
 	}
-	return out
+	return func() ([]string, error) {
+		return RemoveLoopNodes(r, func(minor int) bool { return before[minor] })
+	}
 }
 
 // LoopDevPath is /dev/loopN.

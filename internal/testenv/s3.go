@@ -108,7 +108,7 @@ func WaitListening(ctx context.Context, addr string, exited func() error) error 
 	return Poll(ctx, 50*time.Millisecond, func(ctx context.Context) (bool, error) {
 		if exited != nil {
 			if err := exited(); err != nil {
-				return false, err
+				return false, Abort(err)
 			}
 		}
 		return Listening(ctx, addr)

@@ -92,7 +92,7 @@ func StartS3fs(ctx context.Context, s S3Config, spec S3fsSpec) (*S3fsMount, erro
 	err = Poll(ctx, 20*time.Millisecond, func(context.Context) (bool, error) {
 		select {
 		case <-m.done:
-			return false, fmt.Errorf("s3fs: %w: %s", ErrExited, strings.TrimSpace(m.Log()))
+			return false, Abort(fmt.Errorf("s3fs: %w: %s", ErrExited, strings.TrimSpace(m.Log())))
 		default:
 		}
 		ok, fstype := MountedAt(spec.MountPoint)

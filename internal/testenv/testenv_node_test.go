@@ -4,6 +4,7 @@ package testenv
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -126,9 +127,12 @@ func TestS3AndS3fs(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(m.MountPoint, "hello"), []byte("hi"), 0o644); err != nil {
 		t.Fatalf("write through s3fs: %v\n%s", err, m.Log())
 	}
-	WaitFor(t, 10*time.Second, "the object in the bucket directory", func() (bool, error) {
+	WaitFor(t, 10*time.Second, "the object in the bucket directory", func() error {
 		b, err := os.ReadFile(filepath.Join(s.Dir, "bkt", "hello"))
-		return string(b) == "hi", err
+		if err == nil && string(b) != "hi" {
+			err = fmt.Errorf("content %q", b)
+		}
+		return err
 	})
 	if pids := S3fsPIDs(m.MountPoint); len(pids) != 1 || pids[0] != m.Cmd.Process.Pid {
 		t.Errorf("S3fsPIDs(%s) = %v, want [%d]", m.MountPoint, pids, m.Cmd.Process.Pid)

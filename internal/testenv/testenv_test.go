@@ -117,3 +117,15 @@ func TestS3ConfigKeepsKeysOffTheCommandLine(t *testing.T) {
 		t.Errorf("Endpoint = %q", c.Endpoint())
 	}
 }
+
+func TestPollAbortEndsAtOnce(t *testing.T) {
+	gone := errors.New("server exited")
+	calls := 0
+	err := Poll(t.Context(), time.Millisecond, func(context.Context) (bool, error) {
+		calls++
+		return false, Abort(gone)
+	})
+	if err != gone || calls != 1 {
+		t.Fatalf("Poll = %v after %d calls, want the aborting error after 1", err, calls)
+	}
+}

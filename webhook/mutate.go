@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/internal/contract"
@@ -139,10 +140,10 @@ func Mutate(pod *corev1.Pod, cls Classification, cfg *config.Config) Result {
 	install := guard || p.needsHelper
 	var ours []corev1.Container
 	if guard {
-		ours = append(ours, ownContainer(existingGuard, guardContainer(cfg, devs, policy)))
+		ours = append(ours, ownContainer(existingGuard, guardContainer(cfg, pod.Spec.SecurityContext, devs, policy)))
 	}
 	if install {
-		ours = append(ours, ownContainer(existingInstall, installContainer(cfg)))
+		ours = append(ours, ownContainer(existingInstall, installContainer(cfg, pod.Spec.SecurityContext)))
 	}
 	// Keep a nil slice nil, so a pod without init containers round-trips unchanged.
 	if len(ours) > 0 || len(userInit) != len(pod.Spec.InitContainers) {
@@ -345,7 +346,24 @@ func sharedMount(cfg *config.Config) corev1.VolumeMount {
 	return corev1.VolumeMount{Name: contract.VolumeName, MountPath: cfg.Helper.MountPath}
 }
 
-func helperContainer(cfg *config.Config, name string, args []string) corev1.Container {
+// securityContext satisfies Pod Security "restricted" on its own: non-root, no privilege
+// escalation, no capabilities, RuntimeDefault seccomp, read-only root. The user is the pod's when
+// the pod names a non-root one (policies may pin the pod's user range), else the helper image's.
+func securityContext(cfg *config.Config, pod *corev1.PodSecurityContext) *corev1.SecurityContext {
+	sc := &corev1.SecurityContext{
+		RunAsNonRoot:             ptr.To(true),
+		AllowPrivilegeEscalation: ptr.To(false),
+		ReadOnlyRootFilesystem:   ptr.To(true),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+	if pod == nil || pod.RunAsUser == nil || *pod.RunAsUser == 0 {
+		sc.RunAsUser = ptr.To(cfg.Helper.RunAsUser)
+	}
+	return sc
+}
+
+func helperContainer(cfg *config.Config, pod *corev1.PodSecurityContext, name string, args []string) corev1.Container {
 	return corev1.Container{
 		Name:            name,
 		Image:           cfg.Helper.Image,
@@ -353,6 +371,8 @@ func helperContainer(cfg *config.Config, name string, args []string) corev1.Cont
 		Command:         []string{contract.HelperBinaryInImage},
 		Args:            args,
 		VolumeMounts:    []corev1.VolumeMount{sharedMount(cfg)},
+		Resources:       cfg.Helper.Resources.Requirements(),
+		SecurityContext: securityContext(cfg, pod),
 		// The API server's defaults, set here so a re-mutation compares equal; the guard's summary
 		// goes to this file so `kubectl describe pod` shows it.
 		TerminationMessagePath:   corev1.TerminationMessagePathDefault,
@@ -360,7 +380,7 @@ func helperContainer(cfg *config.Config, name string, args []string) corev1.Cont
 	}
 }
 
-func guardContainer(cfg *config.Config, devs []device, policy string) corev1.Container {
+func guardContainer(cfg *config.Config, pod *corev1.PodSecurityContext, devs []device, policy string) corev1.Container {
 	args := []string{contract.CmdGuard}
 	vds := make([]corev1.VolumeDevice, 0, len(devs))
 	for _, d := range devs {
@@ -369,13 +389,13 @@ func guardContainer(cfg *config.Config, devs []device, policy string) corev1.Con
 	}
 	args = append(args, contract.FlagPolicy, policy, contract.FlagOut, cfg.Helper.MountPath,
 		contract.FlagFakeSize, strconv.FormatInt(cfg.LocalBlock.FakeDeviceSizeBytes, 10))
-	c := helperContainer(cfg, contract.GuardContainerName, args)
+	c := helperContainer(cfg, pod, contract.GuardContainerName, args)
 	c.VolumeDevices = vds
 	return c
 }
 
-func installContainer(cfg *config.Config) corev1.Container {
-	return helperContainer(cfg, contract.InstallContainerName,
+func installContainer(cfg *config.Config, pod *corev1.PodSecurityContext) corev1.Container {
+	return helperContainer(cfg, pod, contract.InstallContainerName,
 		[]string{contract.CmdInstall, contract.FlagTo, path.Join(cfg.Helper.MountPath, contract.HelperBinDir)})
 }
 
@@ -389,5 +409,6 @@ func ownContainer(existing *corev1.Container, fresh corev1.Container) corev1.Con
 	c.Image, c.ImagePullPolicy = fresh.Image, fresh.ImagePullPolicy
 	c.Command, c.Args = fresh.Command, fresh.Args
 	c.VolumeMounts, c.VolumeDevices = fresh.VolumeMounts, fresh.VolumeDevices
+	c.Resources, c.SecurityContext = fresh.Resources, fresh.SecurityContext
 	return c
 }

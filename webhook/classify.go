@@ -46,18 +46,12 @@ type VolumeClass struct {
 	Source string
 }
 
-// SkippedVolume is a volume that could not be classified; the webhook warns about it.
-type SkippedVolume struct {
-	Volume string `json:"volume"`
-	Reason string `json:"reason"`
-}
-
 // Classification of all volumes of one pod.
 type Classification struct {
 	// Volumes by pod volume name; volumes of no interest are absent.
 	Volumes map[string]VolumeClass
 	// Skipped volumes, in pod order.
-	Skipped []SkippedVolume
+	Skipped []Skip
 }
 
 // Is reports whether the named volume has kind k.
@@ -81,7 +75,7 @@ func (c *Classifier) Classify(ctx context.Context, ns string, pod *corev1.Pod) C
 		v := &pod.Spec.Volumes[i]
 		vc, err := c.classifyVolume(ctx, ns, pod.Name, v)
 		if err != nil {
-			out.Skipped = append(out.Skipped, SkippedVolume{Volume: v.Name, Reason: err.Error()})
+			out.Skipped = append(out.Skipped, Skip{Volume: v.Name, Reason: err.Error()})
 			continue
 		}
 		if vc.Kind != KindOther {

@@ -44,7 +44,7 @@ func TestMutationKeepsPodSecurityRestricted(t *testing.T) {
 			}
 			compliant++
 			got := pod.DeepCopy()
-			newMutator(objs...).Mutate(context.Background(), pod.Namespace, got)
+			newDefaulter(objs...).Default(context.Background(), pod.Namespace, got)
 			if reasons := restricted(t, got); len(reasons) > 0 {
 				t.Errorf("a restricted-compliant pod became non-compliant: %s", strings.Join(reasons, "; "))
 			}
@@ -61,7 +61,7 @@ func TestMutationKeepsPodSecurityRestricted(t *testing.T) {
 func TestInjectedContainersAreRestricted(t *testing.T) {
 	cfg := testConfig()
 	for _, psc := range []*corev1.PodSecurityContext{nil, {}, {RunAsUser: ptrTo[int64](0)}, {RunAsUser: ptrTo[int64](1000), RunAsNonRoot: ptrTo(true)}} {
-		for _, c := range []corev1.Container{guardContainer(cfg, psc, []device{{volume: "d", path: "/dev/d", claim: "d"}}, "filter"), installContainer(cfg, psc)} {
+		for _, c := range []corev1.Container{guardContainer(cfg, psc, "pvrescue", &guardPlan{name: "pvrescue-guard", out: "/pvrescue", devs: []device{{volume: "d", path: "/dev/d", claim: "d"}}}, "filter"), installContainer(cfg, psc, "pvrescue", "pvrescue-install")} {
 			pod := &corev1.Pod{Spec: corev1.PodSpec{
 				SecurityContext: psc,
 				InitContainers:  []corev1.Container{c},

@@ -220,7 +220,7 @@ func webhookLoad(ctx context.Context, o *Options, s *Section) error {
 	if err != nil {
 		return err
 	}
-	mut := &webhook.Mutator{Config: cfg, Namespace: "pvrescue-system",
+	mut := &webhook.Defaulter{Config: cfg, Namespace: "pvrescue-system",
 		Classifier: &webhook.Classifier{Config: cfg, Lookup: webhook.ReaderLookup{Cache: cache, Live: live}}}
 
 	certDir, err := os.MkdirTemp("", "pvrescue-bench-certs-")

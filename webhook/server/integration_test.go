@@ -180,7 +180,7 @@ func TestIntegrationWebhook(t *testing.T) {
 		// The API server re-admits nothing more: our own output is a fixed point of the mutation.
 		again := got.DeepCopy()
 		cls := (&webhook.Classifier{Config: testConfig(), Lookup: webhook.ReaderLookup{Cache: mgr.GetAPIReader()}}).Classify(ctx, "apps", again)
-		webhook.Mutate(again, cls, testConfig())
+		webhook.Inject(again, cls, testConfig())
 		if !equalJSON(t, got.Spec, again.Spec) || again.Annotations[contract.AnnotationStatus] != got.Annotations[contract.AnnotationStatus] {
 			t.Errorf("stored pod is not a fixed point of Mutate")
 		}

@@ -16,19 +16,19 @@ import (
 	"github.com/pvrescue/pvrescue/webhook"
 )
 
-func mutator(b *testing.B) (*webhook.Mutator, *config.Config) {
+func defaulter(b *testing.B) (*webhook.Defaulter, *config.Config) {
 	b.Helper()
 	cfg := config.Default()
 	objs, err := workload.Objects(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
-	return &webhook.Mutator{Config: cfg, Namespace: "pvrescue-system",
+	return &webhook.Defaulter{Config: cfg, Namespace: "pvrescue-system",
 		Classifier: &webhook.Classifier{Config: cfg, Lookup: webhook.NewStaticLookup(objs...)}}, cfg
 }
 
 func BenchmarkClassify4PVC(b *testing.B) {
-	m, _ := mutator(b)
+	m, _ := defaulter(b)
 	pod := workload.FourPVCPod()
 	ctx := context.Background()
 	var c webhook.Classification
@@ -41,14 +41,14 @@ func BenchmarkClassify4PVC(b *testing.B) {
 	}
 }
 
-func BenchmarkMutate4PVC(b *testing.B) {
-	m, cfg := mutator(b)
+func BenchmarkInject4PVC(b *testing.B) {
+	m, cfg := defaulter(b)
 	orig := workload.FourPVCPod()
 	cls := m.Classifier.Classify(context.Background(), workload.Namespace, orig)
-	var res webhook.Result
+	var res webhook.Injection
 	for b.Loop() {
 		pod := orig.DeepCopy()
-		res = webhook.Mutate(pod, cls, cfg)
+		res = webhook.Inject(pod, cls, cfg)
 	}
 	if !res.Injected() {
 		b.Fatal("nothing injected")
@@ -56,7 +56,7 @@ func BenchmarkMutate4PVC(b *testing.B) {
 }
 
 func BenchmarkDeepCopy4PVC(b *testing.B) {
-	// The copy in BenchmarkMutate4PVC, alone, to subtract it.
+	// The copy in BenchmarkInject4PVC, alone, to subtract it.
 	orig := workload.FourPVCPod()
 	for b.Loop() {
 		_ = orig.DeepCopy()
@@ -70,7 +70,7 @@ func (noop) Default(context.Context, *corev1.Pod) error { return nil }
 // BenchmarkHandler runs the whole admission handler (decode, classify, mutate, JSON patch) beside
 // the no-op defaulter on the same framework: the floor.
 func BenchmarkHandler(b *testing.B) {
-	m, _ := mutator(b)
+	m, _ := defaulter(b)
 	scheme := runtime.NewScheme()
 	_ = corev1.AddToScheme(scheme) // built-in group cannot fail
 	handlers := []struct {

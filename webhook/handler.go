@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -82,16 +83,16 @@ func (h *Handler) handle(ctx context.Context, req admission.Request) (Injection,
 	if ns == "" {
 		ns = pod.Namespace
 	}
-	noAnnotations := pod.Annotations == nil
+	// Without annotations the patch adds the map under metadata; a pod with no metadata at all
+	// (the API server always sends it, other callers may not) needs metadata itself added.
+	metaUnsure := reflect.ValueOf(pod.ObjectMeta).IsZero()
 	ctx, cancel := context.WithTimeout(ctx, h.timeout)
 	defer cancel()
 	in := h.defaulter.Default(ctx, ns, pod)
 	if len(in.Patch) == 0 {
 		return in, admission.Allowed("")
 	}
-	if noAnnotations && !hasMetadata(req.Object.Raw) {
-		// Inject adds the annotations map under metadata; an object without metadata (the API
-		// server always sends it, other callers may not) needs metadata itself added.
+	if metaUnsure && !hasMetadata(req.Object.Raw) {
 		for i, op := range in.Patch {
 			if op.Path == "/metadata/annotations" {
 				in.Patch[i].Path, in.Patch[i].Value = "/metadata", map[string]any{"annotations": op.Value}

@@ -12,6 +12,7 @@ import (
 	"github.com/go-logr/logr"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 	kjson "sigs.k8s.io/json"
 )
@@ -72,10 +73,11 @@ func (h *Handler) handle(ctx context.Context, req admission.Request) (Injection,
 	if len(req.Object.Raw) == 0 {
 		return bad("the request carries no pod object")
 	}
-	pod := &corev1.Pod{}
-	if err := kjson.UnmarshalCaseSensitivePreserveInts(req.Object.Raw, pod); err != nil {
+	var obj admissionPod
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(req.Object.Raw, &obj); err != nil {
 		return bad("decode the pod: %v", err)
 	}
+	pod := &corev1.Pod{TypeMeta: obj.TypeMeta, ObjectMeta: obj.Metadata.ObjectMeta, Spec: obj.Spec}
 	if (pod.Kind != "" || pod.APIVersion != "") && (pod.Kind != podKind.Kind || pod.APIVersion != podKind.GroupVersion().String()) {
 		return bad("the object is a %s %s, not a v1 Pod", pod.APIVersion, pod.Kind)
 	}
@@ -101,6 +103,22 @@ func (h *Handler) handle(ctx context.Context, req admission.Request) (Injection,
 	}
 	return in, admission.Patched("", in.Patch...)
 }
+
+// admissionPod is the part of a pod the handler decodes: managedFields (often most of a large
+// pod's bytes, never looked at, never patched) and status are skipped, not decoded.
+type admissionPod struct {
+	metav1.TypeMeta `json:",inline"`
+	Metadata        struct {
+		metav1.ObjectMeta `json:",inline"`
+		ManagedFields     skipJSON `json:"managedFields"`
+	} `json:"metadata"`
+	Spec corev1.PodSpec `json:"spec"`
+}
+
+// skipJSON accepts any JSON value and keeps nothing of it.
+type skipJSON struct{}
+
+func (*skipJSON) UnmarshalJSON([]byte) error { return nil }
 
 // hasMetadata reports whether the JSON object raw has a metadata member (null counts as none).
 func hasMetadata(raw []byte) bool {

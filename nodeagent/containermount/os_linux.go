@@ -81,17 +81,18 @@ type attachResult struct {
 
 // AttachInNamespace implements Namespaces.
 //
-// The work runs on a goroutine that locks its OS thread and never unlocks it: the thread gets a
-// private fs_struct (unshare CLONE_FS, which setns(CLONE_NEWNS) demands) and ends up inside the
-// container's namespace, so the Go runtime must retire it when the goroutine returns rather than
-// hand it to other goroutines.
+// The work runs on an OS thread of its own that never serves another goroutine: it gets a
+// private fs_struct (unshare CLONE_FS, which setns(CLONE_NEWNS) demands) and visits the
+// container's namespace, so it is never unlocked and the Go runtime ends it when the goroutine
+// returns. It is never the main thread: Go cannot end that one (it would stay wedged, and
+// /proc/self/* of the whole agent — s3mount reads /proc/self/mountinfo — would describe the
+// container's namespace; seen in the node test before this rule).
 func (n RealNamespaces) AttachInNamespace(ctx context.Context, ns NamespaceRef, livePath string, attaches []Attach) ([]error, error) {
 	done := make(chan attachResult, 1)
-	go func() {
-		runtime.LockOSThread()
+	go onPrivateThread(func() {
 		errs, err := n.attachLocked(ns, livePath, attaches)
 		done <- attachResult{errs, err}
-	}()
+	})
 	select {
 	case r := <-done:
 		return r.errs, r.err
@@ -100,6 +101,26 @@ func (n RealNamespaces) AttachInNamespace(ctx context.Context, ns NamespaceRef, 
 		// finishes on its own and its result is dropped.
 		return nil, fmt.Errorf("attach in mount namespace %d: %w", ns.Inode, ctx.Err())
 	}
+}
+
+// onPrivateThread runs f on a locked OS thread other than the main thread and lets the runtime
+// retire that thread afterwards.
+func onPrivateThread(f func()) {
+	runtime.LockOSThread()
+	if unix.Gettid() != unix.Getpid() {
+		f() // no UnlockOSThread: the thread ends with this goroutine
+		return
+	}
+	// We hold the main thread: keep it locked to this goroutine, so the worker below cannot be
+	// scheduled on it, and release it untouched afterwards.
+	finished := make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		defer close(finished)
+		f()
+	}()
+	<-finished
+	runtime.UnlockOSThread()
 }
 
 func (n RealNamespaces) attachLocked(ns NamespaceRef, livePath string, attaches []Attach) ([]error, error) {
@@ -133,7 +154,13 @@ func (n RealNamespaces) attachLocked(ns NamespaceRef, livePath string, attaches 
 		trees[i] = fd
 	}
 
-	// 2. Enter the container's namespace through a pid that still lives in it.
+	// 2. Enter the container's namespace through a pid that still lives in it, and come back
+	// before the thread ends.
+	own, err := unix.Open("/proc/thread-self/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%w: open own mount namespace: %w", ErrSetns, err)
+	}
+	defer unix.Close(own)
 	nsfd, err := n.openNamespace(ns)
 	if err != nil {
 		return nil, err
@@ -142,6 +169,7 @@ func (n RealNamespaces) attachLocked(ns NamespaceRef, livePath string, attaches 
 	if err := unix.Setns(nsfd, unix.CLONE_NEWNS); err != nil {
 		return nil, fmt.Errorf("%w %d: setns: %w", ErrSetns, ns.Inode, err)
 	}
+	defer func() { _ = unix.Setns(own, unix.CLONE_NEWNS) }()
 
 	// 3. Stack each clone on the dead mount; from here paths are the container's.
 	for i, a := range attaches {

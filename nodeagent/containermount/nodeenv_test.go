@@ -109,9 +109,15 @@ type container struct {
 // then sleeps there; ready is a file the script creates last.
 func (e *s3Env) startContainer(name, propagation, script string) *container {
 	e.t.Helper()
+	return e.startContainerArgs(name, []string{"-m", "--propagation", propagation}, script)
+}
+
+// startContainerArgs is startContainer with the unshare(1) options given.
+func (e *s3Env) startContainerArgs(name string, unshareArgs []string, script string) *container {
+	e.t.Helper()
 	ready := filepath.Join(e.dir, name+".ready")
-	cmd := exec.Command("unshare", "-m", "--propagation", propagation, "sh", "-ec",
-		script+"\ntouch "+ready+"\nexec sleep 3600")
+	args := append(append([]string(nil), unshareArgs...), "sh", "-ec", script+"\ntouch "+ready+"\nexec sleep 3600")
+	cmd := exec.Command("unshare", args...)
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
 	must(e.t, cmd.Start())

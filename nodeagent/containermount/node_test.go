@@ -40,7 +40,7 @@ type node struct {
 	driver   *os.Process
 }
 
-func newNode(t *testing.T) *node {
+func newNode(t testing.TB) *node {
 	e := newS3Env(t)
 	e.file("pv1/root.txt", "volume root\n")
 	e.file("pv1/sub/dir/sub.txt", "subdirectory\n")
@@ -106,7 +106,7 @@ func (n *node) request(containers ...string) containermount.RemountRequest {
 	return containermount.RemountRequest{Pod: pod, DeadDevice: n.deadDev, DeadRoot: n.deadRoot, LivePath: n.target}
 }
 
-func read(t *testing.T, p string) string {
+func read(t testing.TB, p string) string {
 	t.Helper()
 	b, err := os.ReadFile(p)
 	if err != nil {

@@ -30,14 +30,14 @@ const (
 // s3Env is a versitygw S3 server with one bucket, a shared scratch directory (as kubelet's
 // root is shared) and s3fs mounts of the bucket; everything is torn down when the test ends.
 type s3Env struct {
-	t        *testing.T
+	t        testing.TB
 	dir      string
 	s3dir    string
 	endpoint string
 	passwd   string
 }
 
-func newS3Env(t *testing.T) *s3Env {
+func newS3Env(t testing.TB) *s3Env {
 	testenv.RequireRoot(t)
 	testenv.RequireCommand(t, "s3fs", "apt-get install s3fs")
 	testenv.RequireCommand(t, "unshare", "apt-get install util-linux")
@@ -149,7 +149,7 @@ func (e *s3Env) join(c *container) *container {
 // path returns a path inside the container's namespace, reachable from the host.
 func (c *container) path(p string) string { return fmt.Sprintf("/proc/%d/root%s", c.pid, p) }
 
-func (c *container) table(t *testing.T) containermount.MountTable {
+func (c *container) table(t testing.TB) containermount.MountTable {
 	t.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", c.pid))
 	must(t, err)

@@ -31,6 +31,9 @@ var (
 	// ErrNotRestored: LivePath does not hold a live mount (nothing there, or still the dead
 	// connection); nothing was touched.
 	ErrNotRestored = errors.New("no live mount at the restored path")
+	// ErrNoHostPID: the agent is pid 1 of its own PID namespace, so it cannot see any
+	// container's processes (the DaemonSet lacks hostPID: true).
+	ErrNoHostPID = errors.New("agent does not share the host's PID namespace (hostPID: true is needed)")
 )
 
 // Options tune the remounter.
@@ -107,6 +110,9 @@ func (r *Remounter) RemountInContainers(ctx context.Context, req RemountRequest)
 		"pod", pod.Namespace+"/"+pod.Name, "device", req.DeadDevice, "livePath", req.LivePath)
 
 	self := r.os.Proc.Self()
+	if self == 1 {
+		return res, ErrNoHostPID
+	}
 	live, err := r.liveMount(self, req)
 	if err != nil {
 		return res, err

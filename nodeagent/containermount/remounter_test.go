@@ -461,3 +461,15 @@ func counter(t *testing.T, reg *prometheus.Registry, result, reason string) floa
 	}
 	return 0
 }
+
+func TestRemountNeedsHostPID(t *testing.T) {
+	c := newFakeCluster(t)
+	c.node.SelfPid = 1 // the agent is pid 1 of a PID namespace of its own
+	h := newHarness(t, c.node.OS(), Options{})
+	if _, err := h.r.RemountInContainers(ctxFor(t), c.req()); !errors.Is(err, ErrNoHostPID) {
+		t.Errorf("err = %v, want ErrNoHostPID", err)
+	}
+	if len(c.node.Calls) != 0 {
+		t.Errorf("%d attach calls without hostPID", len(c.node.Calls))
+	}
+}

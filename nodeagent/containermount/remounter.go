@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -59,6 +60,9 @@ func (o Options) Validate() error {
 
 // Remounter puts a restored mount back into the running containers of a pod.
 type Remounter struct {
+	// mu serialises passes: two passes planning on the same container at once would both see
+	// the dead mount, and the second would report the first's fix as target_changed.
+	mu      sync.Mutex
 	os      OS
 	rec     record.EventRecorder
 	metrics *Metrics
@@ -100,6 +104,8 @@ func (r *Remounter) Metrics() *Metrics { return r.metrics }
 // reported in Failed and does not stop the others; the error is for a request that could not be
 // worked on at all.
 func (r *Remounter) RemountInContainers(ctx context.Context, req RemountRequest) (RemountResult, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	start := r.opts.Clock.Now()
 	res := RemountResult{Failed: map[string]error{}}
 	if err := validate(&req); err != nil {

@@ -473,3 +473,25 @@ func TestRemountNeedsHostPID(t *testing.T) {
 		t.Errorf("%d attach calls without hostPID", len(c.node.Calls))
 	}
 }
+
+func TestRemountConcurrentPassesFixOnce(t *testing.T) {
+	c := newFakeCluster(t)
+	h := newHarness(t, c.node.OS(), Options{})
+	results := make(chan RemountResult, 2)
+	for i := 0; i < 2; i++ {
+		go func() {
+			res, err := h.r.RemountInContainers(ctxFor(t), c.req())
+			if err != nil {
+				t.Error(err)
+			}
+			results <- res
+		}()
+	}
+	a, b := <-results, <-results
+	if len(a.Fixed)+len(b.Fixed) != 3 || len(a.Failed)+len(b.Failed) != 0 || a.Untouched+b.Untouched != 1+4 {
+		t.Errorf("two concurrent passes: %+v and %+v; want 3 fixed in total, no failures", a, b)
+	}
+	if len(c.node.Violations) != 0 {
+		t.Errorf("violations: %v", c.node.Violations)
+	}
+}

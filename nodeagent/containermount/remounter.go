@@ -41,13 +41,11 @@ var (
 type Options struct {
 	// NamespaceTimeout bounds the kernel work inside one container's namespace.
 	NamespaceTimeout time.Duration
-	// Clock measures the restore-to-fixed time; nil means the real clock.
-	Clock clock.PassiveClock
 }
 
 // NewOptions returns the defaults.
 func NewOptions() Options {
-	return Options{NamespaceTimeout: 10 * time.Second, Clock: clock.RealClock{}}
+	return Options{NamespaceTimeout: 10 * time.Second}
 }
 
 // Validate reports options that cannot work.
@@ -65,21 +63,21 @@ type Remounter struct {
 	mu      sync.Mutex
 	os      OS
 	rec     record.EventRecorder
+	clock   clock.PassiveClock
 	metrics *Metrics
 	opts    Options
 }
 
-var _ ContainerRemounter = (*Remounter)(nil)
-
-// New builds a remounter from the agent's shared dependencies (Recorder and Registerer are
-// used; a nil Recorder emits no Events), the OS seam and options (zero fields get defaults).
+// New builds a remounter from the agent's shared dependencies (Recorder, Registerer and Clock
+// are used; a nil Recorder emits no Events, a nil Clock is the real one), the OS seam and
+// options (zero fields get defaults).
 func New(deps nodeagent.Deps, os OS, opts Options) (*Remounter, error) {
-	def := NewOptions()
 	if opts.NamespaceTimeout == 0 {
-		opts.NamespaceTimeout = def.NamespaceTimeout
+		opts.NamespaceTimeout = NewOptions().NamespaceTimeout
 	}
-	if opts.Clock == nil {
-		opts.Clock = def.Clock
+	var clk clock.PassiveClock = clock.RealClock{}
+	if deps.Clock != nil {
+		clk = deps.Clock
 	}
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -91,7 +89,7 @@ func New(deps nodeagent.Deps, os OS, opts Options) (*Remounter, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Remounter{os: os, rec: deps.Recorder, metrics: m, opts: opts}, nil
+	return &Remounter{os: os, rec: deps.Recorder, clock: clk, metrics: m, opts: opts}, nil
 }
 
 // Metrics returns the remounter's metrics.
@@ -106,7 +104,7 @@ func (r *Remounter) Metrics() *Metrics { return r.metrics }
 func (r *Remounter) RemountInContainers(ctx context.Context, req RemountRequest) (RemountResult, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	start := r.opts.Clock.Now()
+	start := r.clock.Now()
 	res := RemountResult{Failed: map[string]error{}}
 	if err := validate(&req); err != nil {
 		return res, err
@@ -334,7 +332,7 @@ func (r *Remounter) fail(res *RemountResult, label, mountPoint string, err error
 
 func (r *Remounter) report(pod *corev1.Pod, res RemountResult, fixedLabels []string, start time.Time) {
 	if len(res.Fixed) > 0 {
-		r.metrics.Duration.Observe(r.opts.Clock.Since(start).Seconds())
+		r.metrics.Duration.Observe(r.clock.Since(start).Seconds())
 	}
 	if r.rec == nil {
 		return

@@ -108,10 +108,7 @@ func newHarness(t *testing.T, os OS, opts Options) *harness {
 	t.Helper()
 	h := &harness{rec: record.NewFakeRecorder(20), reg: prometheus.NewRegistry(),
 		clock: clocktesting.NewFakeClock(time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC))}
-	if opts.Clock == nil {
-		opts.Clock = h.clock
-	}
-	r, err := New(nodeagent.Deps{Recorder: h.rec, Registerer: h.reg}, os, opts)
+	r, err := New(nodeagent.Deps{Recorder: h.rec, Registerer: h.reg, Clock: h.clock}, os, opts)
 	must(t, err)
 	h.r, h.metrics = r, r.Metrics()
 	return h

@@ -116,7 +116,13 @@ func (e *s3Env) startContainer(name, propagation, script string) *container {
 func (e *s3Env) startContainerArgs(name string, unshareArgs []string, script string) *container {
 	e.t.Helper()
 	ready := filepath.Join(e.dir, name+".ready")
-	args := append(append([]string(nil), unshareArgs...), "sh", "-ec", script+"\ntouch "+ready+"\nexec sleep 3600")
+	return e.startContainerRaw(name, unshareArgs, script+"\ntouch "+ready+"\nexec sleep 3600", ready)
+}
+
+// startContainerRaw runs script (which must create ready and then sleep) under unshare(1).
+func (e *s3Env) startContainerRaw(name string, unshareArgs []string, script, ready string) *container {
+	e.t.Helper()
+	args := append(append([]string(nil), unshareArgs...), "sh", "-ec", script)
 	cmd := exec.Command("unshare", args...)
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out

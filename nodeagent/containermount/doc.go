@@ -55,8 +55,9 @@
 // STATX_MNT_ID (5.8) and mount_setattr (5.12), so Linux ≥ 5.12. On an older kernel each attach
 // fails (reason "source", ENOSYS) and the liveness probe remains the fallback. Capabilities:
 // CAP_SYS_ADMIN (open_tree, mount_setattr, move_mount, setns into a mount namespace),
-// CAP_SYS_CHROOT (setns CLONE_NEWNS), CAP_SYS_PTRACE (opening /proc/<pid>/ns/mnt of processes of
-// other users); the agent's privileged container has them. The agent pod needs hostPID: true to
+// CAP_SYS_CHROOT (setns CLONE_NEWNS), and ptrace read access to the container's processes for
+// /proc/<pid>/ns/mnt (PTRACE_MODE_READ_FSCREDS: CAP_SYS_PTRACE when they run as another user);
+// the agent's privileged container has all of them (the node tests run as root with all of them). The agent pod needs hostPID: true to
 // see container processes; without it the agent is pid 1 of its own PID namespace and
 // RemountInContainers returns ErrNoHostPID without touching anything.
 //

@@ -492,3 +492,20 @@ func TestRemountConcurrentPassesFixOnce(t *testing.T) {
 		t.Errorf("violations: %v", c.node.Violations)
 	}
 }
+
+// The fake itself must catch the breaches it exists to catch.
+func TestFakeNodeRecordsViolations(t *testing.T) {
+	c := newFakeCluster(t)
+	ns := c.node.OS().NS
+	_, err := ns.AttachInNamespace(context.Background(), NamespaceRef{Inode: agentNS, Pids: []int{agentPid}}, livePath, nil)
+	must(t, err)
+	errs, err := ns.AttachInNamespace(context.Background(), NamespaceRef{Inode: 2, Pids: []int{20}}, livePath,
+		[]Attach{{Offset: "../escape", Target: "/data", ExpectMountID: 400}})
+	must(t, err)
+	if len(c.node.Violations) != 2 || !errors.Is(errs[0], ErrSource) {
+		t.Errorf("violations = %q, errs = %v; want the agent's namespace and the escaping offset recorded", c.node.Violations, errs)
+	}
+	if top, _ := c.node.Table(2).Top("/data"); top.ID != 400 {
+		t.Errorf("an escaping offset was attached: %+v", top)
+	}
+}

@@ -190,7 +190,7 @@ func (n fakeNS) AttachInNamespace(ctx context.Context, ref NamespaceRef, livePat
 			continue
 		}
 		opts := []string{"rw"}
-		if a.ReadOnly {
+		if a.ReadOnly || live.ReadOnly() { // flags are only added to the clone of the live mount
 			opts[0] = "ro"
 		}
 		for _, o := range []struct {

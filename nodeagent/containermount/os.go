@@ -59,7 +59,8 @@ type Attach struct {
 	// symlinks; it must still reach the mount ExpectMountID.
 	Target        string
 	ExpectMountID int
-	// Flags of the new mount, set on the clone while it is still detached.
+	// Flags added to the clone while it is still detached (never cleared: a flag of the live
+	// mount stays).
 	ReadOnly, NoSuid, NoDev, NoExec bool
 	// Slave makes the new mount a slave (as HostToContainer's mounts are); otherwise private.
 	Slave bool

@@ -204,14 +204,14 @@ func cloneBeneath(root int, a Attach) (int, error) {
 	if a.Slave {
 		attr.Propagation = unix.MS_SLAVE
 	}
+	// Flags are only ever added: the new mount is at least as restricted as both the container's
+	// dead mount and the live mount it is cloned from.
 	for _, f := range []struct {
 		on   bool
 		flag uint64
 	}{{a.ReadOnly, unix.MOUNT_ATTR_RDONLY}, {a.NoSuid, unix.MOUNT_ATTR_NOSUID}, {a.NoDev, unix.MOUNT_ATTR_NODEV}, {a.NoExec, unix.MOUNT_ATTR_NOEXEC}} {
 		if f.on {
 			attr.Attr_set |= f.flag
-		} else {
-			attr.Attr_clr |= f.flag
 		}
 	}
 	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, attr); err != nil {

@@ -308,8 +308,8 @@ func verify(after MountTable, readErr error, t Target, live Mount) error {
 		return fmt.Errorf("%w: %s shows device %s, want %s", ErrVerify, t.MountPoint, top.Dev, live.Dev)
 	case top.Root != want:
 		return fmt.Errorf("%w: %s shows %q of the volume, want %q", ErrVerify, t.MountPoint, top.Root, want)
-	case top.ReadOnly() != t.ReadOnly:
-		return fmt.Errorf("%w: %s read-only=%t, want %t", ErrVerify, t.MountPoint, top.ReadOnly(), t.ReadOnly)
+	case top.ReadOnly() != (t.ReadOnly || live.ReadOnly()):
+		return fmt.Errorf("%w: %s read-only=%t, want %t", ErrVerify, t.MountPoint, top.ReadOnly(), t.ReadOnly || live.ReadOnly())
 	}
 	return nil
 }

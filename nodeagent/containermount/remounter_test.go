@@ -509,3 +509,21 @@ func TestFakeNodeRecordsViolations(t *testing.T) {
 		t.Errorf("an escaping offset was attached: %+v", top)
 	}
 }
+
+func TestRemountNeverWidensTheLiveMount(t *testing.T) {
+	c := newFakeCluster(t)
+	// The host restored the target read-only (a read-only PV); app's dead mount was writable.
+	must(t, c.node.SetTable(agentNS, `1 0 0:21 / / rw - overlay overlay rw
+300 1 `+deadDev+` / `+livePath+` rw - fuse.s3fs s3fs rw
+301 300 `+liveDev+` / `+livePath+` ro - fuse.s3fs s3fs rw
+`))
+	h := newHarness(t, c.node.OS(), Options{})
+	res, err := h.r.RemountInContainers(ctxFor(t), c.req())
+	must(t, err)
+	if len(res.Fixed) != 3 || len(res.Failed) != 0 {
+		t.Fatalf("result = %+v, want 3 fixed", res)
+	}
+	if top, _ := c.node.Table(2).Top("/data"); !top.ReadOnly() {
+		t.Errorf("app's /data became writable although the live mount is read-only: %+v", top)
+	}
+}

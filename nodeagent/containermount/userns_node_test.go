@@ -4,15 +4,18 @@ package containermount_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"syscall"
 	"testing"
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
+	"golang.org/x/sys/unix"
 )
 
 // TestNodeUserNamespacedContainer: a container in a user namespace of its own, whose mount
@@ -51,5 +54,27 @@ func TestNodeUserNamespacedContainer(t *testing.T) {
 		if got := read(t, p+"/root.txt"); got != "volume root\n" {
 			t.Errorf("%s/root.txt = %q", p, got)
 		}
+	}
+}
+
+// TestNodeReadOnlyLiveMount: when the host restored the target read-only, a container whose dead
+// mount was writable gets a read-only mount (flags are only ever added), and the pass says so.
+func TestNodeReadOnlyLiveMount(t *testing.T) {
+	n := newNode(t)
+	app, data, _ := n.appContainer("app")
+	n.kill()
+	n.restore()
+	must(t, unix.Mount("", n.target, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""))
+	r, _ := n.remounter(inPod(map[int]string{app.pid: "app"}))
+	res, err := r.RemountInContainers(logr.NewContext(context.Background(), testr.New(t)), n.request("app"))
+	must(t, err)
+	if !slices.Contains(res.Fixed, "app:"+data) || len(res.Failed) != 0 {
+		t.Fatalf("result = %+v; want app:%s fixed", res, data)
+	}
+	if got := read(t, app.path(data)+"/root.txt"); got != "volume root\n" {
+		t.Errorf("/data/root.txt = %q", got)
+	}
+	if err := os.WriteFile(app.path(data)+"/x", []byte("x"), 0o644); !errors.Is(err, syscall.EROFS) {
+		t.Errorf("write through a clone of a read-only live mount: %v, want EROFS", err)
 	}
 }

@@ -114,7 +114,9 @@ func TestIntegrationWebhook(t *testing.T) {
 	}
 
 	enabled := map[string]string{contract.LabelInject: contract.LabelInjectEnabled}
-	for name, labels := range map[string]map[string]string{"apps": enabled, "plain": nil, "pvrescue-system": enabled} {
+	secure := map[string]string{contract.LabelInject: contract.LabelInjectEnabled,
+		"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"}
+	for name, labels := range map[string]map[string]string{"apps": enabled, "plain": nil, "pvrescue-system": enabled, "secure": secure} {
 		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -128,7 +130,7 @@ func TestIntegrationWebhook(t *testing.T) {
 	if _, err := cs.CoreV1().Namespaces().Update(ctx, ks, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	for _, ns := range []string{"apps", "plain", "pvrescue-system", "kube-system"} {
+	for _, ns := range []string{"apps", "plain", "pvrescue-system", "kube-system", "secure"} {
 		_, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{})
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
@@ -143,7 +145,7 @@ func TestIntegrationWebhook(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, ns := range []string{"apps", "plain", "kube-system"} {
+	for _, ns := range []string{"apps", "plain", "kube-system", "secure"} {
 		for _, p := range []*corev1.PersistentVolumeClaim{
 			claim("data1", "local-ssd", corev1.PersistentVolumeBlock),
 			claim("bucket", "s3", corev1.PersistentVolumeFilesystem),
@@ -180,10 +182,26 @@ func TestIntegrationWebhook(t *testing.T) {
 		// The API server re-admits nothing more: our own output is a fixed point of the mutation.
 		again := got.DeepCopy()
 		cls := (&webhook.Classifier{Config: testConfig(), Lookup: webhook.ReaderLookup{Cache: mgr.GetAPIReader()}}).Classify(ctx, "apps", again)
-		webhook.Mutate(again, cls, testConfig())
+		webhook.Inject(again, cls, testConfig())
 		if !equalJSON(t, got.Spec, again.Spec) || again.Annotations[contract.AnnotationStatus] != got.Annotations[contract.AnnotationStatus] {
 			t.Errorf("stored pod is not a fixed point of Mutate")
 		}
+	})
+
+	// The reproduction: a compliant pod in a namespace that both opts in and enforces Pod
+	// Security "restricted" is admitted, mutated.
+	t.Run("restricted namespace: compliant pod admitted and mutated", func(t *testing.T) {
+		w := workload("locked")
+		w.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{
+			RunAsNonRoot: ptr.To(true), AllowPrivilegeEscalation: ptr.To(false),
+			Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		}
+		p, err := cs.CoreV1().Pods("secure").Create(ctx, w, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("refused: %v", err)
+		}
+		assertMutated(t, p)
 	})
 
 	t.Run("missing claim: admitted with a warning", func(t *testing.T) {

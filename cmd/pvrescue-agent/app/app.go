@@ -84,12 +84,7 @@ func NewCommand(run RunFunc) *cobra.Command {
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.Validate(); err != nil {
-				return err
-			}
-			return run(cmd.Context(), o)
-		},
+		RunE:          kubecmd.RunE(o, run),
 	}
 	o.AddFlags(cmd.Flags())
 	return cmd

@@ -120,12 +120,7 @@ func NewServeCommand(serve ServeFunc) *cobra.Command {
 		Use:   "serve",
 		Short: "Serve the admission webhook over TLS",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.Validate(); err != nil {
-				return err
-			}
-			return serve(cmd.Context(), o)
-		},
+		RunE:  kubecmd.RunE(o, serve),
 	}
 	o.AddFlags(cmd.Flags())
 	return cmd

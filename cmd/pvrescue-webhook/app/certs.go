@@ -8,6 +8,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/pvrescue/pvrescue/certs"
+	"github.com/pvrescue/pvrescue/internal/cmdutil/kubecmd"
 )
 
 // NewCertsCommand returns `certs` with its `bootstrap` subcommand. newClient is called only when
@@ -40,12 +41,7 @@ that finds everything valid writes nothing. Do not use it together with cert-man
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.Validate(); err != nil {
-				return err
-			}
-			return run(cmd.Context(), o)
-		},
+		RunE:          kubecmd.RunE(o, run),
 	}
 	o.AddFlags(cmd.Flags())
 	return cmd

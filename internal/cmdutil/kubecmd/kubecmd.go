@@ -127,3 +127,18 @@ func RESTConfig(kubeconfig string) (*rest.Config, error) {
 	}
 	return c, nil
 }
+
+// Validator is an options struct that checks itself.
+type Validator interface{ Validate() error }
+
+// RunE is the RunE of a command with options o: it validates o and calls run with the command's
+// context. Commands are built with a run function so their flag parsing is table-tested without
+// starting anything.
+func RunE[O Validator](o O, run func(context.Context, O) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, _ []string) error {
+		if err := o.Validate(); err != nil {
+			return err
+		}
+		return run(cmd.Context(), o)
+	}
+}

@@ -98,3 +98,23 @@ current-context: x
 		t.Fatal("a missing kubeconfig file was accepted")
 	}
 }
+
+type opts struct{ ok bool }
+
+func (o *opts) Validate() error {
+	if !o.ok {
+		return errors.New("invalid")
+	}
+	return nil
+}
+
+func TestRunEValidatesFirst(t *testing.T) {
+	ran := false
+	run := func(context.Context, *opts) error { ran = true; return nil }
+	if err := RunE(&opts{}, run)(&cobra.Command{}, nil); err == nil || ran {
+		t.Fatalf("invalid options: err %v, ran %v", err, ran)
+	}
+	if err := RunE(&opts{ok: true}, run)(&cobra.Command{}, nil); err != nil || !ran {
+		t.Fatalf("valid options: err %v, ran %v", err, ran)
+	}
+}

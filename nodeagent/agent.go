@@ -17,20 +17,49 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
 
 	"github.com/pvrescue/pvrescue/internal/config"
 )
 
-// Deps is what every runnable of the agent gets.
+// Deps is what every rescue of the agent gets; each rescue is built the same way:
+// New(deps Deps, os <the rescue's OS seam>, opts <the rescue's Options>).
 type Deps struct {
 	// NodeName is this node (from the downward API).
 	NodeName string
 	Config   *config.Config
-	Client   kubernetes.Interface
+	// Client is for writes (Events, status, evictions) and the rare uncached read.
+	Client kubernetes.Interface
+	// View is the node-scoped read side shared by every rescue: pods on this node from one
+	// informer, PVs/PVCs/StorageClasses read on demand. Never list or watch cluster-wide objects.
+	View ClusterView
 	// Recorder emits Events as component "pvrescue-agent", host NodeName.
 	Recorder record.EventRecorder
 	// Registerer is the agent's own Prometheus registry.
 	Registerer prometheus.Registerer
+	// Clock is the one time source; tests pass k8s.io/utils/clock/testing's fake.
+	Clock clock.WithTicker
+	// Remounter, when set, puts restored mounts back into running containers.
+	Remounter ContainerRemounter
+}
+
+// Validate reports a missing required dependency.
+func (d Deps) Validate() error {
+	switch {
+	case d.NodeName == "":
+		return errors.New("nodeagent: Deps.NodeName is required")
+	case d.Config == nil:
+		return errors.New("nodeagent: Deps.Config is required")
+	case d.Client == nil:
+		return errors.New("nodeagent: Deps.Client is required")
+	case d.View == nil:
+		return errors.New("nodeagent: Deps.View is required")
+	case d.Recorder == nil:
+		return errors.New("nodeagent: Deps.Recorder is required")
+	case d.Clock == nil:
+		return errors.New("nodeagent: Deps.Clock is required")
+	}
+	return nil
 }
 
 // Runnable is one long-running part of the agent. Run returns nil when ctx is done.

@@ -69,7 +69,7 @@ func TestIntegrationWebhook(t *testing.T) {
 
 	certDir := t.TempDir()
 	caPEM := writeServingCert(t, certDir, "127.0.0.1")
-	port, healthPort := freePort(t), freePort(t)
+	port, healthPort := testenv.FreePort(t), testenv.FreePort(t)
 
 	reg := prometheus.NewRegistry()
 	mgr, err := NewManager(restCfg, Options{
@@ -84,7 +84,7 @@ func TestIntegrationWebhook(t *testing.T) {
 	go func() { mgrDone <- mgr.Start(mgrCtx) }()
 	t.Cleanup(func() { stopWebhook(); <-mgrDone })
 
-	waitFor(t, 30*time.Second, "webhook /readyz", func() error {
+	testenv.WaitFor(t, 30*time.Second, "webhook /readyz", func() error {
 		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", healthPort))
 		if err != nil {
 			return err
@@ -157,7 +157,7 @@ func TestIntegrationWebhook(t *testing.T) {
 	}
 
 	// The API server picks up a new configuration asynchronously: dry-run until it is in effect.
-	waitFor(t, 30*time.Second, "configuration in effect", func() error {
+	testenv.WaitFor(t, 30*time.Second, "configuration in effect", func() error {
 		p, err := cs.CoreV1().Pods("apps").Create(ctx, workload("probe"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err != nil {
 			return err
@@ -271,7 +271,7 @@ func TestIntegrationWebhook(t *testing.T) {
 		pool := x509.NewCertPool()
 		pool.AppendCertsFromPEM(newCA)
 		start := time.Now()
-		waitFor(t, 30*time.Second, "new certificate served", func() error {
+		testenv.WaitFor(t, 30*time.Second, "new certificate served", func() error {
 			c, err := tls.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port), &tls.Config{RootCAs: pool})
 			if err != nil {
 				return err
@@ -288,7 +288,7 @@ func TestIntegrationWebhook(t *testing.T) {
 		if _, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 30*time.Second, "mutation with the new CA", func() error {
+		testenv.WaitFor(t, 30*time.Second, "mutation with the new CA", func() error {
 			p, err := cs.CoreV1().Pods("apps").Create(ctx, workload("after-rotation"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 			if err != nil {
 				return err
@@ -438,31 +438,6 @@ func labelValue(m *dto.Metric, name string) string {
 		}
 	}
 	return ""
-}
-
-func waitFor(t *testing.T, timeout time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still failing after %s: %v", what, timeout, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // checkTLS connects like the API server would: the CA verifies the server, TLS >= 1.2, and

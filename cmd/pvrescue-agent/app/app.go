@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/clock"
 
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/nodeagent"
@@ -121,7 +122,16 @@ func Run(ctx context.Context, o *Options) error {
 	defer stopEvents()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	deps := nodeagent.Deps{NodeName: o.NodeName, Config: cfg, Client: client, Recorder: recorder, Registerer: reg}
+	view, err := nodeagent.NewKubeView(client, o.NodeName, clock.RealClock{}, nodeagent.ViewOptions{})
+	if err != nil {
+		return err
+	}
+	if err := view.Start(ctx); err != nil {
+		return err
+	}
+	defer view.Shutdown()
+	deps := nodeagent.Deps{NodeName: o.NodeName, Config: cfg, Client: client, View: view, Recorder: recorder,
+		Registerer: reg, Clock: clock.RealClock{}}
 
 	agent := nodeagent.New(nodeagent.Options{MetricsAddr: o.MetricsBindAddress, HealthAddr: o.HealthProbeBindAddress}, reg)
 	ld, err := localdisk.NewController(deps, localdisk.NewRealHost(cfg.StateDir), localdisk.ControllerOptions{})

@@ -1,0 +1,291 @@
+package nodeagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
+)
+
+// ClusterView is what one agent reads of the cluster, scoped to its own node so that the
+// apiserver's cost of N agents grows with what runs on each node, not with the cluster:
+//
+//   - pods bound to this node and this Node object come from one shared informer factory, each
+//     informer limited by a field selector (spec.nodeName, metadata.name);
+//   - PVs, PVCs, StorageClasses and CSIDrivers are read on demand by name — only the ones this
+//     node's pods and this node's rescue state name — and kept for a short TTL in a bounded cache;
+//   - Secrets are never cached.
+//
+// Everything returned is shared: callers must not modify it. managedFields are stripped.
+type ClusterView interface {
+	// Pods lists the pods bound to this node.
+	Pods() corelisters.PodLister
+	// OnPodChange registers f, called after any add, update or delete of a pod on this node.
+	// Register before Start.
+	OnPodChange(f func())
+	// Node returns this node from the cache.
+	Node() (*corev1.Node, error)
+	PersistentVolume(ctx context.Context, name string) (*corev1.PersistentVolume, error)
+	PersistentVolumeClaim(ctx context.Context, namespace, name string) (*corev1.PersistentVolumeClaim, error)
+	StorageClass(ctx context.Context, name string) (*storagev1.StorageClass, error)
+	CSIDriver(ctx context.Context, name string) (*storagev1.CSIDriver, error)
+	// Secret is always a live read.
+	Secret(ctx context.Context, namespace, name string) (*corev1.Secret, error)
+	// Forget drops a cached object so the next read is live (after a write, or on a hint that it
+	// changed). kind is "PersistentVolume", "PersistentVolumeClaim", "StorageClass" or "CSIDriver".
+	Forget(kind, namespace, name string)
+}
+
+// ViewOptions tune the on-demand cache.
+type ViewOptions struct {
+	// TTL is how long an object read on demand is served from memory (default 30s).
+	TTL time.Duration
+	// NotFoundTTL is how long a NotFound answer is remembered (default 5s).
+	NotFoundTTL time.Duration
+	// MaxEntries bounds the cache; the oldest entries go first (default 4096).
+	MaxEntries int
+}
+
+func (o *ViewOptions) defaults() {
+	if o.TTL <= 0 {
+		o.TTL = 30 * time.Second
+	}
+	if o.NotFoundTTL <= 0 {
+		o.NotFoundTTL = 5 * time.Second
+	}
+	if o.MaxEntries <= 0 {
+		o.MaxEntries = 4096
+	}
+}
+
+// KubeView is the ClusterView of a running agent.
+type KubeView struct {
+	client  kubernetes.Interface
+	clock   clock.PassiveClock
+	opts    ViewOptions
+	factory informers.SharedInformerFactory
+	pods    cache.SharedIndexInformer
+	nodes   cache.SharedIndexInformer
+
+	mu      sync.Mutex
+	entries map[string]viewEntry
+	order   []string // insertion order, for eviction
+	podFns  []func()
+}
+
+type viewEntry struct {
+	obj     runtime.Object
+	err     error // a NotFound answer
+	expires time.Time
+}
+
+// NewKubeView builds the view of nodeName; Start runs it.
+func NewKubeView(client kubernetes.Interface, nodeName string, clk clock.PassiveClock, opts ViewOptions) (*KubeView, error) {
+	if client == nil || nodeName == "" {
+		return nil, errors.New("nodeagent: a client and a node name are required for the cluster view")
+	}
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	opts.defaults()
+	v := &KubeView{client: client, clock: clk, opts: opts, entries: map[string]viewEntry{}}
+	v.factory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(StripManagedFields))
+	v.pods = v.factory.InformerFor(&corev1.Pod{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return newFilteredPodInformer(c, "spec.nodeName", nodeName, resync)
+	})
+	v.nodes = v.factory.InformerFor(&corev1.Node{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return newFilteredNodeInformer(c, nodeName, resync)
+	})
+	if _, err := v.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { v.podChanged() },
+		UpdateFunc: func(any, any) { v.podChanged() },
+		DeleteFunc: func(any) { v.podChanged() },
+	}); err != nil {
+		return nil, fmt.Errorf("nodeagent: pod handler: %w", err)
+	}
+	return v, nil
+}
+
+func newFilteredPodInformer(c kubernetes.Interface, field, value string, resync time.Duration) cache.SharedIndexInformer {
+	return coreinformers.NewFilteredPodInformer(c, metav1.NamespaceAll, resync,
+		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector(field, value).String()
+		})
+}
+
+func newFilteredNodeInformer(c kubernetes.Interface, name string, resync time.Duration) cache.SharedIndexInformer {
+	return coreinformers.NewFilteredNodeInformer(c, resync, cache.Indexers{}, func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
+	})
+}
+
+// StripManagedFields is an informer transform dropping managedFields, which can be most of an
+// object's size and are never read by the agent.
+func StripManagedFields(obj any) (any, error) {
+	if m, err := metaAccessor(obj); err == nil {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+func (v *KubeView) podChanged() {
+	v.mu.Lock()
+	fns := append([]func(){}, v.podFns...)
+	v.mu.Unlock()
+	for _, f := range fns {
+		f()
+	}
+}
+
+// Start starts the informers and waits for their caches; the informers stop with ctx.
+func (v *KubeView) Start(ctx context.Context) error {
+	v.factory.Start(ctx.Done())
+	for typ, ok := range v.factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("nodeagent: cache of %v did not sync: %w", typ, ctx.Err())
+		}
+	}
+	return nil
+}
+
+// Shutdown waits for the informers to stop (after ctx of Start is done).
+func (v *KubeView) Shutdown() { v.factory.Shutdown() }
+
+// Pods implements ClusterView.
+func (v *KubeView) Pods() corelisters.PodLister { return corelisters.NewPodLister(v.pods.GetIndexer()) }
+
+// OnPodChange implements ClusterView.
+func (v *KubeView) OnPodChange(f func()) {
+	v.mu.Lock()
+	v.podFns = append(v.podFns, f)
+	v.mu.Unlock()
+}
+
+// Node implements ClusterView.
+func (v *KubeView) Node() (*corev1.Node, error) {
+	items := v.nodes.GetStore().List()
+	if len(items) == 0 {
+		return nil, apierrors.NewNotFound(corev1.Resource("nodes"), "")
+	}
+	return items[0].(*corev1.Node), nil
+}
+
+// PersistentVolume implements ClusterView.
+func (v *KubeView) PersistentVolume(ctx context.Context, name string) (*corev1.PersistentVolume, error) {
+	obj, err := v.get(ctx, "PersistentVolume", "", name, func(ctx context.Context) (runtime.Object, error) {
+		return v.client.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*corev1.PersistentVolume), nil
+}
+
+// PersistentVolumeClaim implements ClusterView.
+func (v *KubeView) PersistentVolumeClaim(ctx context.Context, namespace, name string) (*corev1.PersistentVolumeClaim, error) {
+	obj, err := v.get(ctx, "PersistentVolumeClaim", namespace, name, func(ctx context.Context) (runtime.Object, error) {
+		return v.client.CoreV1().PersistentVolumeClaims(namespace).Get(ctx, name, metav1.GetOptions{})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*corev1.PersistentVolumeClaim), nil
+}
+
+// StorageClass implements ClusterView.
+func (v *KubeView) StorageClass(ctx context.Context, name string) (*storagev1.StorageClass, error) {
+	obj, err := v.get(ctx, "StorageClass", "", name, func(ctx context.Context) (runtime.Object, error) {
+		return v.client.StorageV1().StorageClasses().Get(ctx, name, metav1.GetOptions{})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*storagev1.StorageClass), nil
+}
+
+// CSIDriver implements ClusterView.
+func (v *KubeView) CSIDriver(ctx context.Context, name string) (*storagev1.CSIDriver, error) {
+	obj, err := v.get(ctx, "CSIDriver", "", name, func(ctx context.Context) (runtime.Object, error) {
+		return v.client.StorageV1().CSIDrivers().Get(ctx, name, metav1.GetOptions{})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*storagev1.CSIDriver), nil
+}
+
+// Secret implements ClusterView: always live, never kept.
+func (v *KubeView) Secret(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
+	return v.client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+}
+
+// Forget implements ClusterView.
+func (v *KubeView) Forget(kind, namespace, name string) {
+	v.mu.Lock()
+	delete(v.entries, viewKey(kind, namespace, name))
+	v.mu.Unlock()
+}
+
+func viewKey(kind, namespace, name string) string { return kind + "/" + namespace + "/" + name }
+
+func (v *KubeView) get(ctx context.Context, kind, namespace, name string, read func(context.Context) (runtime.Object, error)) (runtime.Object, error) {
+	key := viewKey(kind, namespace, name)
+	now := v.clock.Now()
+	v.mu.Lock()
+	if e, ok := v.entries[key]; ok && now.Before(e.expires) {
+		v.mu.Unlock()
+		return e.obj, e.err
+	}
+	v.mu.Unlock()
+	obj, err := read(ctx)
+	switch {
+	case err == nil:
+		if _, serr := StripManagedFields(obj); serr != nil {
+			return nil, serr
+		}
+		v.store(key, viewEntry{obj: obj, expires: now.Add(v.opts.TTL)})
+		return obj, nil
+	case apierrors.IsNotFound(err):
+		v.store(key, viewEntry{err: err, expires: now.Add(v.opts.NotFoundTTL)})
+		return nil, err
+	default:
+		return nil, fmt.Errorf("read %s %s: %w", kind, name, err)
+	}
+}
+
+func (v *KubeView) store(key string, e viewEntry) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if _, ok := v.entries[key]; !ok {
+		v.order = append(v.order, key)
+	}
+	v.entries[key] = e
+	for len(v.entries) > v.opts.MaxEntries && len(v.order) > 0 {
+		oldest := v.order[0]
+		v.order = v.order[1:]
+		delete(v.entries, oldest)
+	}
+	if len(v.order) > 2*v.opts.MaxEntries { // drop keys already forgotten
+		kept := v.order[:0]
+		for _, k := range v.order {
+			if _, ok := v.entries[k]; ok {
+				kept = append(kept, k)
+			}
+		}
+		v.order = kept
+	}
+}

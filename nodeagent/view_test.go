@@ -1,0 +1,173 @@
+package nodeagent
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+func countGets(cs *fake.Clientset, resource string) int {
+	n := 0
+	for _, a := range cs.Actions() {
+		if a.GetVerb() == "get" && a.GetResource().Resource == resource {
+			n++
+		}
+	}
+	return n
+}
+
+func TestKubeViewCachesReadsForTTLAndStripsManagedFields(t *testing.T) {
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv1",
+		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kube-controller-manager"}}}}
+	cs := fake.NewClientset(pv)
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	v, err := NewKubeView(cs, "n1", clk, ViewOptions{TTL: 10 * time.Second, NotFoundTTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		got, err := v.PersistentVolume(ctx, "pv1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got.ManagedFields) != 0 {
+			t.Fatalf("managedFields kept: %v", got.ManagedFields)
+		}
+	}
+	if n := countGets(cs, "persistentvolumes"); n != 1 {
+		t.Fatalf("3 reads within the TTL made %d GETs, want 1", n)
+	}
+	clk.Step(11 * time.Second)
+	if _, err := v.PersistentVolume(ctx, "pv1"); err != nil {
+		t.Fatal(err)
+	}
+	if n := countGets(cs, "persistentvolumes"); n != 2 {
+		t.Fatalf("read after the TTL made %d GETs in all, want 2", n)
+	}
+	v.Forget("PersistentVolume", "", "pv1")
+	if _, err := v.PersistentVolume(ctx, "pv1"); err != nil {
+		t.Fatal(err)
+	}
+	if n := countGets(cs, "persistentvolumes"); n != 3 {
+		t.Fatalf("read after Forget made %d GETs in all, want 3", n)
+	}
+
+	// NotFound is remembered for NotFoundTTL only.
+	for i := 0; i < 2; i++ {
+		if _, err := v.PersistentVolumeClaim(ctx, "ns", "gone"); !apierrors.IsNotFound(err) {
+			t.Fatalf("missing claim: err = %v, want NotFound", err)
+		}
+	}
+	if n := countGets(cs, "persistentvolumeclaims"); n != 1 {
+		t.Fatalf("two reads of a missing claim made %d GETs, want 1", n)
+	}
+	clk.Step(3 * time.Second)
+	if _, err := v.PersistentVolumeClaim(ctx, "ns", "gone"); !apierrors.IsNotFound(err) {
+		t.Fatalf("err = %v", err)
+	}
+	if n := countGets(cs, "persistentvolumeclaims"); n != 2 {
+		t.Fatalf("read after NotFoundTTL made %d GETs in all, want 2", n)
+	}
+}
+
+func TestKubeViewBoundsItsCache(t *testing.T) {
+	var objs []corev1.PersistentVolume
+	cs := fake.NewClientset()
+	for _, n := range []string{"a", "b", "c"} {
+		pv := corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: n}}
+		objs = append(objs, pv)
+		if _, err := cs.CoreV1().PersistentVolumes().Create(context.Background(), &pv, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v, err := NewKubeView(cs, "n1", clocktesting.NewFakeClock(time.Unix(0, 0)), ViewOptions{MaxEntries: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pv := range objs {
+		if _, err := v.PersistentVolume(context.Background(), pv.Name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(v.entries) != 2 {
+		t.Fatalf("cache holds %d entries, want at most 2", len(v.entries))
+	}
+	if _, ok := v.entries[viewKey("PersistentVolume", "", "a")]; ok {
+		t.Fatal("the oldest entry was kept past the bound")
+	}
+}
+
+func TestKubeViewSecretsAreNeverCached(t *testing.T) {
+	cs := fake.NewClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: "ns"}})
+	v, err := NewKubeView(cs, "n1", nil, ViewOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		if _, err := v.Secret(context.Background(), "ns", "s"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := countGets(cs, "secrets"); n != 2 {
+		t.Fatalf("two secret reads made %d GETs, want 2 (never cached)", n)
+	}
+}
+
+func TestKubeViewPodsAndNodeFromInformers(t *testing.T) {
+	cs := fake.NewClientset(
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}},
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns",
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "x"}}}, Spec: corev1.PodSpec{NodeName: "n1"}},
+	)
+	v, err := NewKubeView(cs, "n1", nil, ViewOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := make(chan struct{}, 10)
+	v.OnPodChange(func() { changed <- struct{}{} })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() { cancel(); v.Shutdown() }()
+	if err := v.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-changed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no pod change callback for the initial pod")
+	}
+	p, err := v.Pods().Pods("ns").Get("p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.ManagedFields) != 0 {
+		t.Fatal("pod managedFields kept in the informer cache")
+	}
+	if n, err := v.Node(); err != nil || n.Name != "n1" {
+		t.Fatalf("Node() = %v, %v", n, err)
+	}
+	// The informers ask the apiserver for this node's objects only.
+	want := map[string]string{"pods": "spec.nodeName=n1", "nodes": "metadata.name=n1"}
+	seen := 0
+	for _, a := range cs.Actions() {
+		la, ok := a.(k8stesting.ListAction)
+		if !ok {
+			continue
+		}
+		seen++
+		res := a.GetResource().Resource
+		if got := la.GetListRestrictions().Fields.String(); got != want[res] {
+			t.Errorf("list of %s used field selector %q, want %q", res, got, want[res])
+		}
+	}
+	if seen != 2 {
+		t.Errorf("saw %d list calls, want 2 (pods, node)", seen)
+	}
+}

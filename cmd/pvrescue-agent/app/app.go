@@ -124,7 +124,7 @@ func Run(ctx context.Context, o *Options) error {
 		Registerer: reg, Clock: clock.RealClock{}}
 
 	agent := nodeagent.New(nodeagent.Options{MetricsAddr: o.MetricsBindAddress, HealthAddr: o.HealthProbeBindAddress}, reg)
-	ld, err := localdisk.NewController(deps, localdisk.NewRealHost(cfg.StateDir), localdisk.ControllerOptions{})
+	ld, err := localdisk.New(deps, localdisk.NewRealOS(cfg.StateDir), localdisk.NewOptions())
 	if err != nil {
 		return err
 	}

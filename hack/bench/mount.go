@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
 
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/nodeagent"
@@ -135,8 +136,17 @@ func lostMount(ctx context.Context, o *Options, s *Section) error {
 	rec, stopRec := nodeagent.NewRecorder(cs, s3Node)
 	defer stopRec()
 	reg := prometheus.NewRegistry()
-	r, err := s3mount.New(s3mount.Deps{Client: cs, NodeName: s3Node, Config: cfg, Recorder: rec,
-		Registerer: reg, OS: s3mount.NewOS()})
+	view, err := nodeagent.NewKubeView(cs, s3Node, clock.RealClock{}, nodeagent.ViewOptions{})
+	if err != nil {
+		return err
+	}
+	if err := view.Start(ctx); err != nil {
+		return err
+	}
+	defer view.Shutdown()
+	deps := nodeagent.Deps{NodeName: s3Node, Config: cfg, Client: cs, View: view, Recorder: rec,
+		Registerer: reg, Clock: clock.RealClock{}}
+	r, err := s3mount.New(deps, s3mount.NewOS(), s3mount.NewOptions())
 	if err != nil {
 		return err
 	}
@@ -254,7 +264,8 @@ func seedS3(ctx context.Context, cs kubernetes.Interface, cfg *config.Config, dr
 					ClaimRef: &corev1.ObjectReference{Namespace: s3NS, Name: s3PV},
 					PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
 						Driver: driver, VolumeHandle: s3Bucket + "/" + s3PV,
-						VolumeAttributes: map[string]string{"mounter": "s3fs", "capacity": "1073741824"}}},
+						VolumeAttributes:     map[string]string{"mounter": "s3fs", "capacity": "1073741824"},
+						NodePublishSecretRef: &corev1.SecretReference{Name: "s3-creds", Namespace: s3NS}}},
 				}}, metav1.CreateOptions{})
 			return err
 		},

@@ -117,3 +117,10 @@ func PVFromFSName(source string) (string, bool) {
 	}
 	return source[len(fsNamePrefix):], true
 }
+
+// TmpRoot holds s3fs's temporary files, one directory per PV, inside the state directory (not
+// the agent container's small /tmp).
+func (l Layout) TmpRoot() string { return filepath.Join(l.Root(), "tmp") }
+
+// TmpDir is the s3fs tmpdir of one PV.
+func (l Layout) TmpDir(pvName string) string { return filepath.Join(l.TmpRoot(), pvName) }

@@ -160,27 +160,37 @@ func (r *Restorer) stopStaging(pv string, wait bool) {
 	}
 }
 
-// bindTarget binds the staging mount onto one target whose top mount is dead. Stacks stay
-// bounded: dead mounts of ours at the target are removed first, so the target never holds more
-// than the driver's dead mount plus one live mount of ours.
+// bindTarget binds the bridge's staging mount onto one dead target.
 func (r *Restorer) bindTarget(ctx context.Context, stagingPath string, t target) error {
+	dead, ro, ok, err := r.handBack(ctx, stagingPath, t)
+	if err != nil || !ok {
+		return err
+	}
+	r.restored(ctx, t, MethodBridge, ro, dead, "fresh s3fs bound over the dead mount")
+	return nil
+}
+
+// handBack puts the live mount at source on top of the dead target t. Stacks stay bounded: dead
+// mounts of ours at the target are removed first, so the target never holds more than the
+// driver's dead mount plus one live mount. ok=false (and nothing done) when the target is not
+// mounted or answers again. It returns the dead mounts running containers may still hold.
+func (r *Restorer) handBack(ctx context.Context, source string, t target) (dead []MountInfo, ro, ok bool, err error) {
 	log := logr.FromContextOrDiscard(ctx)
 	table, err := r.os.Mounter.MountTable()
 	if err != nil {
-		return err
+		return nil, false, false, err
 	}
 	if !table.IsMountPoint(t.path) {
-		return nil // torn down meanwhile: nothing to restore, and never mount onto a plain dir
+		return nil, false, false, nil // torn down meanwhile: never mount onto a plain dir
 	}
 	serr := r.os.Statfs.Statfs(ctx, t.path, r.cfg.S3.StatfsTimeout.Duration)
 	if !IsDead(serr) && !r.hungTooLong(t.path) {
-		return nil // healthy again (or unknown): never stack onto it
+		return nil, false, false, nil // healthy again (or unknown): never stack onto it
 	}
-	var dead []MountInfo // the dead mounts running containers may still hold
 	for {
-		top, ok := table.Top(t.path)
-		if !ok {
-			return nil
+		top, found := table.Top(t.path)
+		if !found {
+			return nil, false, false, nil
 		}
 		if _, ours := PVFromFSName(top.Source); !ours {
 			dead = append(dead, top)
@@ -188,27 +198,32 @@ func (r *Restorer) bindTarget(ctx context.Context, stagingPath string, t target)
 		}
 		// Our own dead bind: remove it before the next goes on (it is provably ours: our fsname).
 		if err := r.os.Mounter.Unmount(t.path, true); err != nil {
-			return fmt.Errorf("%w: removing our dead bind at %s: %w", ErrMount, t.path, err)
+			return nil, false, false, fmt.Errorf("%w: removing our dead bind at %s: %w", ErrMount, t.path, err)
 		}
 		dead = append(dead, top)
 		log.Info("removed our dead bind before restoring", "path", t.path, "dev", top.Dev)
 		if table, err = r.os.Mounter.MountTable(); err != nil {
-			return err
+			return nil, false, false, err
 		}
 	}
 	if serr := r.os.Statfs.Statfs(ctx, t.path, r.cfg.S3.StatfsTimeout.Duration); !IsDead(serr) && !r.hungTooLong(t.path) {
-		return nil // what is left answers: nothing to stack
+		return nil, false, false, nil // what is left answers: nothing to stack
 	}
-	ro := t.readOnly
-	if top, ok := table.Top(t.path); ok && top.ReadOnly() {
+	ro = t.readOnly
+	if top, found := table.Top(t.path); found && top.ReadOnly() {
 		ro = true
 	}
-	if err := r.os.Mounter.Bind(stagingPath, t.path, ro); err != nil {
-		return err
+	if err := r.os.Mounter.Bind(source, t.path, ro); err != nil {
+		return nil, false, false, err
 	}
 	if err := r.os.Statfs.Statfs(ctx, t.path, r.cfg.S3.StatfsTimeout.Duration); err != nil {
-		return fmt.Errorf("%w: bind at %s does not answer: %w", ErrMount, t.path, err)
+		return nil, false, false, fmt.Errorf("%w: bind at %s does not answer: %w", ErrMount, t.path, err)
 	}
+	return dead, ro, true, nil
+}
+
+// restored records a restored target: timers, metrics, log, Event, and the container remount.
+func (r *Restorer) restored(ctx context.Context, t target, method string, ro bool, dead []MountInfo, how string) {
 	r.mu.Lock()
 	since, ok := r.deadSince[t.path]
 	delete(r.deadSince, t.path)
@@ -218,13 +233,13 @@ func (r *Restorer) bindTarget(ctx context.Context, stagingPath string, t target)
 	if ok {
 		r.metrics.TimeToRestore.Observe(elapsed.Seconds())
 	}
-	r.metrics.Restores.WithLabelValues(MethodBridge, "success").Inc()
+	r.metrics.Restores.WithLabelValues(method, "success").Inc()
 	r.metrics.MountHealthy.WithLabelValues(t.pv, t.pod.Namespace, t.pod.Name).Set(1)
-	log.Info("restored S3 mount", "pod", klogRef(t.pod), "pv", t.pv, "path", t.path, "readOnly", ro, "afterDetection", elapsed)
+	logr.FromContextOrDiscard(ctx).Info("restored S3 mount", "method", method, "pod", klogRef(t.pod), "pv", t.pv, "path", t.path,
+		"readOnly", ro, "afterDetection", elapsed)
 	r.d.Recorder.Eventf(t.pod, corev1.EventTypeNormal, EventMountRestored,
-		"S3 volume %s mounted again (fresh s3fs bound over the dead mount%s)", t.pv, map[bool]string{true: ", read-only", false: ""}[ro])
+		"S3 volume %s mounted again (%s%s)", t.pv, how, map[bool]string{true: ", read-only", false: ""}[ro])
 	r.remount(ctx, t, dead)
-	return nil
 }
 
 // hungTooLong reports whether path's statfs has been timing out for HungAfter.

@@ -351,3 +351,9 @@ func (l *EventLog) Count(object, typ, reason, prefix string) int {
 	}
 	return n
 }
+
+func (f *FakeNode) isDead(dev string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.dead[dev]
+}

@@ -191,7 +191,13 @@ func TestParseOptions(t *testing.T) {
 	}
 }
 
+// pvFixture is a yandex PV; "mounter: s3fs" is set unless attrs name a mounter.
 func pvFixture(handle string, attrs map[string]string, ref *corev1.SecretReference) *corev1.PersistentVolume {
+	a := map[string]string{"mounter": "s3fs"}
+	for k, v := range attrs {
+		a[k] = v
+	}
+	attrs = a
 	return &corev1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: "pv-a"},
 		Spec: corev1.PersistentVolumeSpec{
@@ -233,7 +239,28 @@ func TestResolveVolume(t *testing.T) {
 			pv:   pvFixture("opaque-id", map[string]string{"bucket": "bbb", "prefix": "/some/dir/"}, ref),
 			want: Volume{PV: "pv-a", Driver: "ru.yandex.s3.csi", Handle: "opaque-id", Bucket: "bbb", Prefix: "some/dir", SecretRef: ref},
 		},
-		{name: "geesefs mounter", pv: pvFixture("bbb", map[string]string{"mounter": "geesefs"}, ref), wantErr: ErrUnsupported},
+		{name: "geesefs mounter", pv: pvFixture("bbb", map[string]string{"mounter": "geesefs"}, ref), wantErr: ErrCannotReproduce},
+		{name: "yandex without mounter attribute runs geesefs", pv: func() *corev1.PersistentVolume {
+			pv := pvFixture("bbb", nil, ref)
+			delete(pv.Spec.CSI.VolumeAttributes, "mounter")
+			return pv
+		}(), wantErr: ErrCannotReproduce},
+		{name: "ctrox mounts <prefix>/csi-fs", pv: func() *corev1.PersistentVolume {
+			pv := pvFixture("bbb/pvc-3", nil, ref)
+			pv.Spec.CSI.Driver = "ch.ctrox.csi.s3-driver"
+			return pv
+		}(), want: Volume{PV: "pv-a", Driver: "ch.ctrox.csi.s3-driver", Handle: "bbb/pvc-3", Bucket: "bbb", Prefix: "pvc-3/csi-fs", SecretRef: ref}},
+		{name: "ctrox with usePrefix mounts the prefix itself", pv: func() *corev1.PersistentVolume {
+			pv := pvFixture("bbb/pvc-3", map[string]string{"usePrefix": "true"}, ref)
+			pv.Spec.CSI.Driver = "ch.ctrox.csi.s3-driver"
+			return pv
+		}(), want: Volume{PV: "pv-a", Driver: "ch.ctrox.csi.s3-driver", Handle: "bbb/pvc-3", Bucket: "bbb", Prefix: "pvc-3", SecretRef: ref}},
+		{name: "ctrox without mounter attribute", pv: func() *corev1.PersistentVolume {
+			pv := pvFixture("bbb", nil, ref)
+			pv.Spec.CSI.Driver = "ch.ctrox.csi.s3-driver"
+			delete(pv.Spec.CSI.VolumeAttributes, "mounter")
+			return pv
+		}(), wantErr: ErrCannotReproduce},
 		{name: "no secret on the PV", pv: pvFixture("bbb", nil, nil), wantErr: ErrNoSecretRef},
 		{name: "empty handle", pv: pvFixture("", nil, ref), wantErr: ErrNoBucket},
 		{name: "bad options", pv: pvFixture("bbb", map[string]string{"options": "--dir-mode 0777"}, ref), wantErr: ErrBadOptions},

@@ -33,7 +33,9 @@ func TestInjectionRefusedWithEventNothingStarted(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			pv := pvObj("pv-a", testDriver, false)
-			pv.Spec.CSI.VolumeAttributes = tt.attrs
+			for k, v := range tt.attrs {
+				pv.Spec.CSI.VolumeAttributes[k] = v
+			}
 			w := newWorld(t, secretObj("creds", tt.secret), pv, pvcObj("data", "pv-a"), podObj("app", "uid-1", "data", false))
 			target := w.publish("uid-1", "pv-a")
 			w.node.KillMount(target)

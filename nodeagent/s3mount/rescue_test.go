@@ -42,6 +42,7 @@ type world struct {
 	clock   *clocktesting.FakeClock
 	events  *EventLog
 	remount *fakeRemounter
+	csi     *FakeCSI
 	r       *Restorer
 	ctx     context.Context
 }
@@ -69,7 +70,11 @@ func (w *world) deps() nodeagent.Deps {
 
 func (w *world) start() {
 	w.t.Helper()
-	r, err := New(w.deps(), w.node.OS(), Options{BackoffInitial: 2 * time.Second, BackoffMax: 10 * time.Second, KillGrace: time.Millisecond})
+	os := w.node.OS()
+	if w.csi != nil {
+		os.CSI = w.csi
+	}
+	r, err := New(w.deps(), os, Options{BackoffInitial: 2 * time.Second, BackoffMax: 10 * time.Second, KillGrace: time.Millisecond})
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -146,6 +151,7 @@ func pvObj(name, driver string, readOnly bool) *corev1.PersistentVolume {
 			StorageClassName: "s3",
 			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
 				Driver: driver, VolumeHandle: "bkt/" + name, ReadOnly: readOnly,
+				VolumeAttributes:     map[string]string{"mounter": "s3fs"},
 				NodePublishSecretRef: &corev1.SecretReference{Name: "creds", Namespace: "default"}}},
 		},
 	}

@@ -3,6 +3,8 @@ package s3mount
 import (
 	"context"
 	"errors"
+	"fmt"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -10,24 +12,69 @@ import (
 	"github.com/pvrescue/pvrescue/nodeagent"
 )
 
-// restore brings back one PV: a healthy bridge (staging) mount, then a bind onto each dead target.
-func (r *Restorer) restore(ctx context.Context, pv string, ts []target) {
-	log := logr.FromContextOrDiscard(ctx).WithValues("pv", pv)
+// restore brings back one PV's dead targets: through its own driver when the driver may be
+// replayed and answers (primary), else — once the targets have been dead for BridgeAfter — with
+// our own s3fs bridge, when the dead mount is one our s3fs can reproduce.
+func (r *Restorer) restore(ctx context.Context, pvName string, ts []target) {
+	log := logr.FromContextOrDiscard(ctx).WithValues("pv", pvName)
 	defer func() {
 		r.mu.Lock()
-		delete(r.inflight, pv)
+		delete(r.inflight, pvName)
 		r.mu.Unlock()
 	}()
-	stagingPath := r.layout.Staging(pv)
-	err := r.ensureStaging(ctx, pv)
-	if err != nil {
-		log.Error(err, "restore failed", "reason", Reason(err))
-		r.metrics.Restores.WithLabelValues(MethodBridge, "failure").Inc()
+	pv, err := r.d.View.PersistentVolume(ctx, pvName)
+	if err != nil || pv.Spec.CSI == nil {
+		err = fmt.Errorf("get PV %s: %w", pvName, errors.Join(err, ErrNotS3))
 		r.failed(ts, err)
-		r.backoff(pv)
+		r.backoff(pvName)
 		return
 	}
+	if r.os.CSI != nil && r.cfg.MayReplay(pv.Spec.CSI.Driver) {
+		rerr := r.replay(ctx, pv, ts)
+		if rerr == nil {
+			r.mu.Lock()
+			delete(r.retry, pvName)
+			r.mu.Unlock()
+			return
+		}
+		r.metrics.Restores.WithLabelValues(MethodReplay, "failure").Inc()
+		if !errors.Is(rerr, ErrDriverDown) {
+			log.Error(rerr, "replay through the driver failed", "reason", Reason(rerr))
+			r.failed(ts, rerr)
+		} else {
+			log.V(1).Info("driver does not answer", "err", rerr.Error())
+		}
+		if wait := r.bridgeWait(ts); wait > 0 {
+			log.V(1).Info("waiting for the driver before bridging", "wait", wait)
+			if !errors.Is(rerr, ErrDriverDown) {
+				r.backoff(pvName)
+			}
+			return
+		}
+	}
+	var bridgeable []target
 	for _, t := range ts {
+		if berr := r.bridgeable(t); berr != nil {
+			r.metrics.Restores.WithLabelValues(MethodBridge, "failure").Inc()
+			r.failed([]target{t}, berr)
+			err = errors.Join(err, berr)
+			continue
+		}
+		bridgeable = append(bridgeable, t)
+	}
+	if len(bridgeable) == 0 {
+		r.backoff(pvName)
+		return
+	}
+	stagingPath := r.layout.Staging(pvName)
+	if serr := r.ensureStaging(ctx, pvName); serr != nil {
+		log.Error(serr, "restore failed", "reason", Reason(serr))
+		r.metrics.Restores.WithLabelValues(MethodBridge, "failure").Inc()
+		r.failed(bridgeable, serr)
+		r.backoff(pvName)
+		return
+	}
+	for _, t := range bridgeable {
 		if berr := r.bindTarget(ctx, stagingPath, t); berr != nil {
 			err = errors.Join(err, berr)
 			r.metrics.Restores.WithLabelValues(MethodBridge, "failure").Inc()
@@ -35,12 +82,47 @@ func (r *Restorer) restore(ctx context.Context, pv string, ts []target) {
 		}
 	}
 	if err != nil {
-		r.backoff(pv)
+		r.backoff(pvName)
 		return
 	}
 	r.mu.Lock()
-	delete(r.retry, pv)
+	delete(r.retry, pvName)
 	r.mu.Unlock()
+}
+
+// bridgeWait is how much longer the targets must stay dead before a bridge (0: now).
+func (r *Restorer) bridgeWait(ts []target) time.Duration {
+	after := r.cfg.S3.BridgeAfter.Duration
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var wait time.Duration
+	for _, t := range ts {
+		since, ok := r.deadSince[t.path]
+		if !ok {
+			continue
+		}
+		wait = max(wait, after-r.clk.Since(since))
+	}
+	return wait
+}
+
+// bridgeable: our s3fs can stand in only for a dead fuse.s3fs mount of the driver.
+func (r *Restorer) bridgeable(t target) error {
+	table, err := r.os.Mounter.MountTable()
+	if err != nil {
+		return err
+	}
+	stack := table.Stack(t.path)
+	for i := len(stack) - 1; i >= 0; i-- {
+		if _, ours := PVFromFSName(stack[i].Source); ours {
+			continue
+		}
+		if stack[i].FSType != "fuse.s3fs" {
+			return fmt.Errorf("%w: the driver's dead mount is %q, not fuse.s3fs", ErrCannotReproduce, stack[i].FSType)
+		}
+		return nil
+	}
+	return nil
 }
 
 func (r *Restorer) failed(ts []target, err error) {

@@ -23,6 +23,8 @@ var (
 	ErrSecretKeyMissing = errors.New("credentials secret lacks a required key")
 	ErrS3fs             = errors.New("s3fs did not mount")
 	ErrMount            = errors.New("mount operation failed")
+	ErrReplay           = errors.New("the driver refused the replayed call")
+	ErrCannotReproduce  = errors.New("the dead mount cannot be reproduced by our s3fs")
 )
 
 const (
@@ -89,8 +91,14 @@ func ResolveVolume(pv *corev1.PersistentVolume, p config.S3Parameters) (Volume, 
 		Region:   get(p.Region),
 		ReadOnly: csi.ReadOnly || slices.Contains(pv.Spec.MountOptions, "ro"),
 	}
-	if m := get(attrMounter); m != "" && m != "s3fs" {
-		return Volume{}, fmt.Errorf("%w: mounter %q (only s3fs can be restored)", ErrUnsupported, m)
+	prof := bridgeProfiles[csi.Driver]
+	m := get(attrMounter)
+	if m == "" && prof.defaultMounter != "s3fs" {
+		return Volume{}, fmt.Errorf("%w: %s has no %q attribute; the driver's default (%s) is not s3fs", ErrCannotReproduce,
+			pv.Name, attrMounter, orUnknown(prof.defaultMounter))
+	}
+	if m != "" && m != "s3fs" {
+		return Volume{}, fmt.Errorf("%w: mounter %q (only s3fs can be bridged)", ErrCannotReproduce, m)
 	}
 	// Common s3fs drivers use "bucket/prefix" or "bucket" as the volume handle.
 	hBucket, hPrefix, _ := strings.Cut(csi.VolumeHandle, "/")
@@ -105,6 +113,9 @@ func ResolveVolume(pv *corev1.PersistentVolume, p config.S3Parameters) (Volume, 
 		v.Prefix = hPrefix
 	}
 	v.Prefix = strings.Trim(v.Prefix, "/")
+	if prof.subdir != "" && get(prof.usePrefixAttr) != "true" {
+		v.Prefix = strings.Trim(v.Prefix+"/"+prof.subdir, "/")
+	}
 	if v.Bucket == "" {
 		return Volume{}, fmt.Errorf("%w: handle %q", ErrNoBucket, csi.VolumeHandle)
 	}
@@ -131,6 +142,31 @@ func ResolveVolume(pv *corev1.PersistentVolume, p config.S3Parameters) (Volume, 
 	}
 	v.SecretRef = ref
 	return v, nil
+}
+
+// bridgeProfile says how a driver lays out its mount, so our s3fs reproduces it.
+type bridgeProfile struct {
+	// defaultMounter is the FUSE program the driver runs without a "mounter" attribute ("" unknown).
+	defaultMounter string
+	// subdir is appended to the prefix unless the usePrefixAttr attribute is "true".
+	subdir        string
+	usePrefixAttr string
+}
+
+// bridgeProfiles are the built-in layouts of drivers seen in the field: ru.yandex.s3.csi runs
+// geesefs unless told "mounter: s3fs"; ch.ctrox.csi.s3-driver mounts bucket:/<prefix>/csi-fs
+// unless usePrefix is set (its default mounter is not assumed). Other drivers need an explicit
+// "mounter: s3fs".
+var bridgeProfiles = map[string]bridgeProfile{
+	"ru.yandex.s3.csi":       {defaultMounter: "geesefs"},
+	"ch.ctrox.csi.s3-driver": {subdir: "csi-fs", usePrefixAttr: "usePrefix"},
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
 }
 
 // CredentialsRef picks the secret kubelet hands the driver for the call that starts its FUSE
@@ -299,6 +335,9 @@ func Reason(err error) string {
 		{ErrUnsupported, "BadVolumeAttributes"},
 		{ErrBadOptions, "BadVolumeAttributes"},
 		{ErrS3fs, "S3fsFailed"},
+		{ErrCannotReproduce, "CannotReproduce"},
+		{ErrReplay, "ReplayFailed"},
+		{ErrDriverDown, "DriverDown"},
 		{ErrMount, "MountFailed"},
 	} {
 		if errors.Is(err, r.err) {

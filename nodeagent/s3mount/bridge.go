@@ -192,11 +192,12 @@ func (r *Restorer) handBack(ctx context.Context, source string, t target) (dead 
 		if !found {
 			return nil, false, false, nil
 		}
-		if _, ours := PVFromFSName(top.Source); !ours {
+		if _, ours := PVFromFSName(top.Source); !ours && !r.isHanded(t.path, top) {
 			dead = append(dead, top)
 			break
 		}
-		// Our own dead bind: remove it before the next goes on (it is provably ours: our fsname).
+		// Our own dead bind: remove it before the next goes on (provably ours: our fsname, or the
+		// device we recorded when we handed the driver's mount back).
 		if err := r.os.Mounter.Unmount(t.path, true); err != nil {
 			return nil, false, false, fmt.Errorf("%w: removing our dead bind at %s: %w", ErrMount, t.path, err)
 		}

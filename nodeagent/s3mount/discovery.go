@@ -165,6 +165,16 @@ func (r *Restorer) pruneState(targets []target) {
 			delete(r.healthy, p)
 		}
 	}
+	pruned := false
+	for p := range r.handed {
+		if !paths[p] {
+			delete(r.handed, p)
+			pruned = true
+		}
+	}
+	if pruned {
+		_ = r.saveHandedLocked()
+	}
 	for pv := range r.retry {
 		if !pvs[pv] && !r.inflight[pv] {
 			delete(r.retry, pv)

@@ -119,6 +119,15 @@ func (r *Restorer) republish(ctx context.Context, node CSINode, pv *corev1.Persi
 		return fmt.Errorf("%w: NodePublishVolume: %w", ErrReplay, err)
 	}
 	dead, ro, ok, herr := r.handBack(ctx, fresh, t)
+	if herr == nil && ok {
+		if table, terr := r.os.Mounter.MountTable(); terr == nil {
+			if top, found := table.Top(t.path); found {
+				if rerr := r.recordHanded(t.path, top.Dev); rerr != nil {
+					logr.FromContextOrDiscard(ctx).Error(rerr, "recording the replayed mount", "path", t.path)
+				}
+			}
+		}
+	}
 	// The fresh directory is ours; the target (or nothing) now holds the driver's mount.
 	if uerr := r.os.Mounter.Unmount(fresh, true); uerr != nil {
 		herr = errors.Join(herr, uerr)

@@ -156,3 +156,32 @@ func TestNoBridgeForAMountWeCannotReproduce(t *testing.T) {
 }
 
 var stageSecret = map[string]string{"accessKeyID": "AKSTAGE", "secretAccessKey": "SKSTAGE-secret"}
+
+// The driver's FUSE process dies three times in a row (once across an agent restart): restored
+// through the driver each time, and the target never holds more than the first dead mount plus
+// one live one — the dead mounts we handed back are recognised by their recorded device.
+func TestReplayStackStaysBounded(t *testing.T) {
+	w, target := replayWorld(t, false)
+	w.node.KillMount(target)
+	w.start()
+	for i := 0; i < 3; i++ {
+		if i == 2 { // a new agent: the record of handed-back mounts is read from the state dir
+			w.start()
+		}
+		w.node.KillMount(target)
+		w.clock.Step(time.Second)
+		w.sync()
+		if err := w.node.OS().Statfs.Statfs(context.Background(), target, time.Second); err != nil {
+			t.Fatalf("after death %d: target %v", i+1, err)
+		}
+		if n := len(w.node.Table().Stack(target)); n != 2 {
+			t.Errorf("after death %d: %d mounts at the target, want 2", i+1, n)
+		}
+	}
+	if n := len(w.csi.Publish); n != 4 {
+		t.Errorf("NodePublishVolume calls %d, want 4", n)
+	}
+	if n := len(w.node.Started()); n != 0 {
+		t.Errorf("started %d s3fs of ours", n)
+	}
+}

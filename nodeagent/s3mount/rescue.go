@@ -105,6 +105,7 @@ type Restorer struct {
 	deadSince map[string]time.Time   // by target path
 	hungSince map[string]time.Time   // by target path: first statfs timeout of a run of them
 	healthy   map[string]healthKey   // by target path: the pvrescue_s3_mount_healthy series
+	handed    map[string]string      // by target path: device of the mount a replay handed back
 }
 
 type healthKey struct{ pv, namespace, pod string }
@@ -146,6 +147,7 @@ func New(deps nodeagent.Deps, os OS, opts Options) (*Restorer, error) {
 		deadSince: map[string]time.Time{},
 		hungSince: map[string]time.Time{},
 		healthy:   map[string]healthKey{},
+		handed:    map[string]string{},
 	}
 	deps.View.OnPodChange(r.poke)
 	return r, nil
@@ -204,6 +206,9 @@ func (r *Restorer) Prepare(ctx context.Context) error {
 			return fmt.Errorf("s3mount: credentials tmpfs: %w", err)
 		}
 		logr.FromContextOrDiscard(ctx).V(1).Info("mounted tmpfs for credentials", "path", r.layout.CredsDir())
+	}
+	if err := r.loadHanded(); err != nil {
+		logr.FromContextOrDiscard(ctx).Error(err, "reading the record of replayed mounts; starting empty")
 	}
 	if err := r.adopt(ctx); err != nil {
 		logr.FromContextOrDiscard(ctx).Error(err, "re-adopting staging mounts")

@@ -76,15 +76,12 @@ func (r *Restorer) deadDriverMount(ctx context.Context, path string, top MountIn
 }
 
 // cleanupStagings stops staging mounts no target on this node uses any more.
-func (r *Restorer) cleanupStagings(ctx context.Context, table MountTable, targets []target, live map[string]bool) {
+func (r *Restorer) cleanupStagings(ctx context.Context, table MountTable, live map[string]bool) {
 	log := logr.FromContextOrDiscard(ctx)
+	// A bridge is used while a bind of ours is on a live pod's target (even when discovery missed
+	// the pod's volume this round: stopping s3fs would kill that pod's mount), or a restore of its
+	// PV is in flight. A bridge whose targets all moved to the driver's mount is retired.
 	used := map[string]bool{}
-	for _, t := range targets {
-		used[t.pv] = true
-	}
-	// A bind of ours on a live pod's target also keeps its staging, even when discovery missed
-	// the pod's volume this round (vol_data.json unreadable, a read failing): stopping s3fs
-	// would kill that pod's mount.
 	for _, m := range table {
 		pv, ours := PVFromFSName(m.Source)
 		if !ours {

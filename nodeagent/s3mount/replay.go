@@ -112,10 +112,7 @@ func (r *Restorer) republish(ctx context.Context, node CSINode, pv *corev1.Persi
 	if err := r.freshDir(fresh, table); err != nil {
 		return err
 	}
-	if err := node.NodePublish(ctx, &csi.NodePublishVolumeRequest{
-		VolumeId: pv.Spec.CSI.VolumeHandle, StagingTargetPath: stagingPath, TargetPath: fresh,
-		VolumeCapability: capability, Readonly: t.readOnly, Secrets: secrets, VolumeContext: volCtx,
-	}); err != nil {
+	if err := node.NodePublish(ctx, publishRequest(pv, capability, stagingPath, fresh, t.readOnly, secrets, volCtx)); err != nil {
 		return fmt.Errorf("%w: NodePublishVolume: %w", ErrReplay, err)
 	}
 	dead, ro, ok, herr := r.handBack(ctx, fresh, t)
@@ -205,5 +202,14 @@ func VolumeCapability(pv *corev1.PersistentVolume) *csi.VolumeCapability {
 		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{
 			FsType: pv.Spec.CSI.FSType, MountFlags: pv.Spec.MountOptions}},
 		AccessMode: &csi.VolumeCapability_AccessMode{Mode: mode},
+	}
+}
+
+// publishRequest is kubelet's NodePublishVolume request for pv at targetPath.
+func publishRequest(pv *corev1.PersistentVolume, capability *csi.VolumeCapability, stagingPath, targetPath string, ro bool,
+	secrets, volCtx map[string]string) *csi.NodePublishVolumeRequest {
+	return &csi.NodePublishVolumeRequest{
+		VolumeId: pv.Spec.CSI.VolumeHandle, StagingTargetPath: stagingPath, TargetPath: targetPath,
+		VolumeCapability: capability, Readonly: ro, Secrets: secrets, VolumeContext: volCtx,
 	}
 }

@@ -185,3 +185,37 @@ func TestReplayStackStaysBounded(t *testing.T) {
 		t.Errorf("started %d s3fs of ours", n)
 	}
 }
+
+// Plugin kept down → the bridge restores; plugin back → the volume moves to the driver's own
+// mount and the bridge is retired (its s3fs stopped), the stack still the dead mount + one live.
+func TestBridgeRetiredWhenTheDriverAnswersAgain(t *testing.T) {
+	w, target := replayWorld(t, false)
+	w.csi.Down = true
+	w.node.KillMount(target)
+	w.start()
+	w.clock.Step(11 * time.Second)
+	w.sync()
+	if top, _ := w.node.Table().Top(target); top.Source != FSName("pv-a") {
+		t.Fatalf("not bridged: top %+v", top)
+	}
+	w.csi.Down = false
+	w.clock.Step(2 * time.Second)
+	w.sync() // the driver answers: swap
+	w.sync() // the bridge has no bind left: retired
+	stack := w.node.Table().Stack(target)
+	if got := sources(stack); !slices.Equal(got, []string{"s3fs", "s3fs"}) {
+		t.Errorf("target stack %v, want the dead driver mount + the driver's new mount", got)
+	}
+	if err := w.node.OS().Statfs.Statfs(context.Background(), target, time.Second); err != nil {
+		t.Errorf("target after the swap: %v", err)
+	}
+	if p := w.node.Processes(); len(p) != 1 || !p[0].Exited() {
+		t.Errorf("bridge s3fs not stopped after the swap")
+	}
+	if got := value(t, w.r.Metrics().BridgesActive); got != 0 {
+		t.Errorf("bridges_active = %v, want 0", got)
+	}
+	if w.node.Table().IsMountPoint(Layout{StateDir: testState}.Staging("pv-a")) {
+		t.Error("bridge staging mount left")
+	}
+}

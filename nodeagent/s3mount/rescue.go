@@ -264,12 +264,13 @@ func (r *Restorer) Sync(ctx context.Context) error {
 		}
 	}
 	r.startRestores(ctx, needs)
+	r.startRetires(ctx, r.bridgedTargets(table, targets))
 	if live == nil {
 		return nil // pod listing failed: do not mistake every pod for gone
 	}
 	r.pruneState(targets)
 	r.cleanupTargets(ctx, table, live)
-	r.cleanupStagings(ctx, table, targets, live)
+	r.cleanupStagings(ctx, table, live)
 	return nil
 }
 

@@ -219,3 +219,30 @@ func TestBridgeRetiredWhenTheDriverAnswersAgain(t *testing.T) {
 		t.Error("bridge staging mount left")
 	}
 }
+
+// Our bridge dies while the driver is still down: bridged again at once, without a second
+// BridgeAfter wait.
+func TestRebridgeWithoutWaitingAgain(t *testing.T) {
+	w, target := replayWorld(t, false)
+	w.csi.Down = true
+	w.node.KillMount(target)
+	w.start()
+	w.clock.Step(11 * time.Second)
+	w.sync()
+	if n := len(w.node.Started()); n != 1 {
+		t.Fatalf("first bridge: %d s3fs", n)
+	}
+	w.clock.Step(11 * time.Second) // past the crash-loop window
+	w.node.Processes()[0].Crash()
+	w.clock.Step(time.Second)
+	w.sync()
+	if n := len(w.node.Started()); n != 2 {
+		t.Fatalf("after our bridge died: %d s3fs started, want 2 (no second wait)", n)
+	}
+	if err := w.node.OS().Statfs.Statfs(context.Background(), target, time.Second); err != nil {
+		t.Errorf("target: %v", err)
+	}
+	if n := len(w.node.Table().Stack(target)); n != 2 {
+		t.Errorf("stack %d, want 2", n)
+	}
+}

@@ -90,9 +90,20 @@ func (r *Restorer) restore(ctx context.Context, pvName string, ts []target) {
 	r.mu.Unlock()
 }
 
-// bridgeWait is how much longer the targets must stay dead before a bridge (0: now).
+// bridgeWait is how much longer the targets must stay dead before a bridge (0: now). A target
+// whose top mount is our own dead bridge is bridged again at once: its driver was already found
+// down, and waiting again would only lengthen the outage.
 func (r *Restorer) bridgeWait(ts []target) time.Duration {
 	after := r.cfg.S3.BridgeAfter.Duration
+	if table, err := r.os.Mounter.MountTable(); err == nil {
+		for _, t := range ts {
+			if top, ok := table.Top(t.path); ok {
+				if _, ours := PVFromFSName(top.Source); ours {
+					return 0
+				}
+			}
+		}
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var wait time.Duration

@@ -16,6 +16,9 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csitest"
@@ -103,4 +106,25 @@ func TestNodeReplayThroughDriver(t *testing.T) {
 	if out, err := ctr("cat r-2.txt"); err != nil || out != "r-2" {
 		t.Errorf("after the agent stopped: %q, %v", out, err)
 	}
+
+	// Teardown: the pod is deleted; kubelet calls NodeUnpublishVolume, which (as the field
+	// drivers do) unmounts the top mount only. The agent removes the dead driver mount left
+	// below, so the target holds no mount and kubelet can finish.
+	e.agent(30 * time.Second)
+	must(t, e.client.CoreV1().Pods(ns).Delete(context.Background(), pod.Name, *metav1.NewDeleteOptions(0)))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	must(t, unpublish(ctx, s3mount.PluginSocket(e.kubelet, driver), target))
+	waitFor(t, 10*time.Second, "target holds no mount after kubelet's unpublish", func() bool { return len(stackAt(target)) == 0 })
+}
+
+// unpublish calls NodeUnpublishVolume as kubelet does.
+func unpublish(ctx context.Context, socket, target string) error {
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_, err = csi.NewNodeClient(conn).NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: bucket + "/pv-r", TargetPath: target})
+	return err
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
 // Volume-context keys kubelet adds when the CSIDriver sets podInfoOnMount.
@@ -169,8 +170,12 @@ func (r *Restorer) volumeContext(ctx context.Context, pv *corev1.PersistentVolum
 		out[k] = v
 	}
 	drv, err := r.d.View.CSIDriver(ctx, pv.Spec.CSI.Driver)
+	if apierrors.IsNotFound(err) {
+		return out, nil // no CSIDriver object: kubelet adds no pod info either
+	}
 	if err != nil {
-		return out, nil //nolint:nilerr // no CSIDriver object: kubelet adds no pod info either
+		// Never replay with a context that may lack what kubelet would add.
+		return nil, fmt.Errorf("%w: read CSIDriver %s: %w", ErrReplay, pv.Spec.CSI.Driver, err)
 	}
 	if drv.Spec.PodInfoOnMount != nil && *drv.Spec.PodInfoOnMount {
 		out[ctxPodName] = pod.Name

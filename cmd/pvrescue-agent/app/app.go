@@ -129,9 +129,7 @@ func Run(ctx context.Context, o *Options) error {
 		return err
 	}
 	agent.Add("localdisk", ld)
-	s3, err := s3mount.New(s3mount.Deps{
-		Client: client, NodeName: o.NodeName, Config: cfg, Recorder: recorder, Registerer: reg, OS: s3mount.NewOS(),
-	})
+	s3, err := s3mount.New(deps, s3mount.NewOS(), s3mount.NewOptions())
 	if err != nil {
 		return err
 	}

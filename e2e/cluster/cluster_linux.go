@@ -29,6 +29,7 @@ import (
 
 	"github.com/pvrescue/pvrescue/e2e/images"
 	"github.com/pvrescue/pvrescue/internal/config"
+	"github.com/pvrescue/pvrescue/internal/testenv"
 )
 
 // Cluster is a running single-node cluster.
@@ -246,45 +247,26 @@ func (c *Cluster) Process(name string) *Process { return c.procs[name] }
 func (c *Cluster) Wait(ctx context.Context, timeout time.Duration, what string, cond func(context.Context) (bool, error)) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	var last error
-	t := time.NewTicker(200 * time.Millisecond)
-	defer t.Stop()
-	for {
+	err := testenv.Poll(ctx, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
 		for _, n := range c.order {
 			if err := c.procs[n].Exited(); err != nil {
-				return fmt.Errorf("waiting for %s: %w", what, err)
+				return false, testenv.Abort(fmt.Errorf("waiting for %s: %w", what, err))
 			}
 		}
-		ok, err := cond(ctx)
-		if ok {
-			return nil
-		}
-		if err != nil {
-			last = err
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("timed out after %s waiting for %s (last: %v)", timeout, what, last)
-		case <-t.C:
-		}
+		return cond(ctx)
+	})
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("timed out after %s waiting for %s: %w", timeout, what, err)
 	}
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	return err
 }
 
 func (c *Cluster) startEtcd(ctx context.Context) error {
-	cp, err := freePort()
+	cp, err := testenv.PickPort("")
 	if err != nil {
 		return err
 	}
-	pp, err := freePort()
+	pp, err := testenv.PickPort("")
 	if err != nil {
 		return err
 	}
@@ -321,7 +303,7 @@ func httpOK(ctx context.Context, hc *http.Client, url string) (bool, error) {
 }
 
 func (c *Cluster) startAPIServer(ctx context.Context) error {
-	port, err := freePort()
+	port, err := testenv.PickPort("")
 	if err != nil {
 		return err
 	}

@@ -41,6 +41,8 @@ func setupNode(t *testing.T) *nodeEnv {
 	e.devPath = filepath.Join(e.byID, "nvme-disk1")
 	e.host = NewRealHost(e.state)
 	e.r = e.reconciler(t)
+	// Runs after detachUnder: removes the loop nodes the reconciler made for its fakes.
+	testenv.LoopNodesT(t, testenv.LoopRange{First: nodeFirstLoop, Last: nodeFirstLoop + 19})
 	t.Cleanup(func() { detachUnder(t, e.state) })
 	return e
 }

@@ -98,6 +98,12 @@ func TestAgentMountsMatchConfig(t *testing.T) {
 	if !nodeName {
 		t.Errorf("NODE_NAME must come from the downward API (spec.nodeName)")
 	}
+	// containermount finds container processes in /proc: without the host's PID namespace it
+	// sees none and the flag must say so.
+	remount := slices.Contains(c.Args, "--container-remount=true")
+	if ds.Spec.Template.Spec.HostPID != remount {
+		t.Errorf("hostPID %v with --container-remount=true %v: container remount needs hostPID and hostPID is only for it", ds.Spec.Template.Spec.HostPID, remount)
+	}
 	if len(ds.Spec.Template.Spec.Tolerations) != 1 || ds.Spec.Template.Spec.Tolerations[0].Operator != corev1.TolerationOpExists || ds.Spec.Template.Spec.Tolerations[0].Key != "" {
 		t.Errorf("agent must tolerate every taint, got %+v", ds.Spec.Template.Spec.Tolerations)
 	}

@@ -34,8 +34,8 @@ func runScale(ctx context.Context, o *Options) Section {
 	s := Section{
 		Title: "Agent at cluster scale: CPU, memory and apiserver requests",
 		RanAgainst: fmt.Sprintf("the built bin/pvrescue-agent as its own process against a real kube-apiserver %s (envtest) "+
-			"holding %d local block PVs bound to its node (paths present) and %d running pods with S3 volumes (PV+PVC each) "+
-			"on its node. Baseline: the agent with only those objects in the cluster. Then %d PVs and %d PVCs bound to "+
+			"holding %d running pods on its node each using a local block PV (PV+PVC, path present) and %d running pods with "+
+			"S3 volumes (PV+PVC each) on its node. Baseline: the agent with only those objects in the cluster. Then %d PVs and %d PVCs bound to "+
 			"other nodes are added and a fresh agent of the same binary is measured the same way. The node's fake-device "+
 			"label is off and stateDir/kubeletDir are temporary directories, so the agent creates nothing on the host.",
 			KubeVersion, scalePVs, scalePods, o.ScaleOthers, o.ScaleOthers),
@@ -408,7 +408,7 @@ func seedScale(ctx context.Context, cs kubernetes.Interface, cfg *config.Config,
 			return err
 		}
 		jobs = append(jobs, func() error {
-			return createLocalPV(ctx, cs, fmt.Sprintf("bench-scale-local-%d", i), path, node, cfg.LocalBlock.StorageClasses[0])
+			return createLocalPod(ctx, cs, ns, node, path, cfg.LocalBlock.StorageClasses[0], i)
 		})
 	}
 	driver := cfg.S3.Drivers[0]
@@ -441,6 +441,41 @@ func seedScale(ctx context.Context, cs kubernetes.Interface, cfg *config.Config,
 		return fmt.Errorf("seed: %d errors, first: %w", len(errs), errs[0])
 	}
 	return nil
+}
+
+// createLocalPod creates a local block PV (present path) bound to a claim used by a running pod
+// on node: the agent finds local volumes through the pods of its node.
+func createLocalPod(ctx context.Context, cs kubernetes.Interface, ns, node, path, class string, i int) error {
+	name := fmt.Sprintf("bench-scale-local-%d", i)
+	block := corev1.PersistentVolumeBlock
+	if _, err := cs.CoreV1().PersistentVolumes().Create(ctx, &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:    corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("64Mi")},
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, StorageClassName: class, VolumeMode: &block,
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			ClaimRef:                      &corev1.ObjectReference{Namespace: ns, Name: name},
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: path}},
+			NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{node}}}}}}},
+		}}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, StorageClassName: &class, VolumeName: name, VolumeMode: &block,
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("64Mi")}}}}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "app", Image: "busybox",
+			VolumeDevices: []corev1.VolumeDevice{{Name: "data", DevicePath: "/dev/data"}}}},
+			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: name}}}}}}
+	p, err := cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	p.Status.Phase = corev1.PodRunning
+	_, err = cs.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+	return err
 }
 
 func createS3Pod(ctx context.Context, cs kubernetes.Interface, ns, node, driver string, i int) error {

@@ -2,8 +2,6 @@ package monitoring_test
 
 import (
 	"bytes"
-	"encoding/json"
-	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -145,33 +143,10 @@ func githubAnchor(heading string) string {
 	return b.String()
 }
 
-// metricNames parses expr and returns every metric name it selects.
-func metricNames(expr string) ([]string, error) {
-	e, err := promql.ParseExpr(expr)
-	if err != nil {
-		return nil, err
-	}
-	var names []string
-	var inspectErr error
-	parser.Inspect(e, func(n parser.Node, _ []parser.Node) error {
-		vs, ok := n.(*parser.VectorSelector)
-		if !ok {
-			return nil
-		}
-		if vs.Name == "" {
-			inspectErr = fmt.Errorf("selector %s names no metric", vs)
-			return nil
-		}
-		names = append(names, vs.Name)
-		return nil
-	})
-	return names, inspectErr
-}
-
 func TestAlertsUseKnownMetrics(t *testing.T) {
 	for _, g := range rules(t).Groups {
 		for _, r := range g.Rules {
-			names, err := metricNames(r.Expr)
+			names, err := monitoring.MetricNames(r.Expr)
 			if err != nil {
 				t.Errorf("%s: %v", r.Alert, err)
 			}
@@ -199,44 +174,19 @@ func TestKnownMetricNamesFollowConventions(t *testing.T) {
 	}
 }
 
-type panel struct {
-	ID         int     `json:"id"`
-	Type       string  `json:"type"`
-	Title      string  `json:"title"`
-	Panels     []panel `json:"panels"`
-	Datasource *struct {
-		UID string `json:"uid"`
-	} `json:"datasource"`
-	GridPos struct{ H, W, X, Y int } `json:"gridPos"`
-	Targets []struct {
-		Expr string `json:"expr"`
-	} `json:"targets"`
-}
-
-// grafanaVars are Grafana's own range variables, replaced by a duration before parsing, as Grafana does.
-var grafanaVars = strings.NewReplacer("$__rate_interval", "5m", "$__interval", "1m", "$__range", "1h")
-
 // Every dashboard panel has a title and a query per target that parses and uses known metrics only.
 func TestDashboard(t *testing.T) {
-	b, err := monitoring.FS.ReadFile(monitoring.DashboardFile)
+	d, err := monitoring.LoadDashboard()
 	if err != nil {
 		t.Fatal(err)
-	}
-	var d struct {
-		UID    string  `json:"uid"`
-		Title  string  `json:"title"`
-		Panels []panel `json:"panels"`
-	}
-	if err := json.Unmarshal(b, &d); err != nil {
-		t.Fatalf("dashboard.json: %v", err)
 	}
 	if d.UID == "" || d.Title == "" {
 		t.Errorf("dashboard needs uid and title")
 	}
 	ids := map[int]bool{}
 	var queries int
-	var walk func([]panel)
-	walk = func(ps []panel) {
+	var walk func([]monitoring.Panel)
+	walk = func(ps []monitoring.Panel) {
 		for _, p := range ps {
 			if ids[p.ID] {
 				t.Errorf("panel id %d used twice", p.ID)
@@ -260,7 +210,7 @@ func TestDashboard(t *testing.T) {
 			}
 			for _, tg := range p.Targets {
 				queries++
-				names, err := metricNames(grafanaVars.Replace(tg.Expr))
+				names, err := monitoring.MetricNames(monitoring.ExpandGrafanaVars(tg.Expr))
 				if err != nil {
 					t.Errorf("panel %q: %q: %v", p.Title, tg.Expr, err)
 				}

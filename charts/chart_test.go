@@ -78,7 +78,8 @@ agent:
       requiredDuringSchedulingIgnoredDuringExecution:
         nodeSelectorTerms: [{matchExpressions: [{key: kubernetes.io/os, operator: In, values: [linux]}]}]
   priorityClassName: my-node-critical
-  hostPID: true
+  hostPID: false
+  containerRemount: false
 config:
   localBlock: {storageClasses: [fast-local]}
   kubeletDir: /var/lib/k0s/kubelet
@@ -378,7 +379,8 @@ func TestValuesApplied(t *testing.T) {
 	check("agent tolerations", aps.Tolerations[0].Key, "dedicated")
 	check("agent affinity", aps.Affinity != nil && aps.Affinity.NodeAffinity != nil, true)
 	check("agent priorityClass", aps.PriorityClassName, "my-node-critical")
-	check("agent hostPID", aps.HostPID, true)
+	check("agent hostPID", aps.HostPID, false)
+	check("agent container remount off", ac.Args[len(ac.Args)-1], "--container-remount=false")
 
 	// The config: values merged over defaults, helper image following the webhook image, and the
 	// agent's host mounts following the config's directories.
@@ -415,7 +417,9 @@ func TestRenderedObjectsDecodeStrictly(t *testing.T) {
 		"ClusterRole":         func() any { return &rbacv1.ClusterRole{} }, "ClusterRoleBinding": func() any { return &rbacv1.ClusterRoleBinding{} },
 		"Role": func() any { return &rbacv1.Role{} }, "RoleBinding": func() any { return &rbacv1.RoleBinding{} },
 		"Job": func() any { return &batchv1.Job{} }, "CronJob": func() any { return &batchv1.CronJob{} },
-		"MutatingWebhookConfiguration": func() any { return &admissionregistrationv1.MutatingWebhookConfiguration{} },
+		"MutatingWebhookConfiguration":     func() any { return &admissionregistrationv1.MutatingWebhookConfiguration{} },
+		"ValidatingAdmissionPolicy":        func() any { return &admissionregistrationv1.ValidatingAdmissionPolicy{} },
+		"ValidatingAdmissionPolicyBinding": func() any { return &admissionregistrationv1.ValidatingAdmissionPolicyBinding{} },
 	}
 	for name := range cases {
 		for _, o := range render(t, values(t, name), charts.DefaultRelease()) {

@@ -28,6 +28,7 @@ import (
 	"github.com/pvrescue/pvrescue/internal/kubectlplugin"
 	"github.com/pvrescue/pvrescue/internal/testenv"
 	"github.com/pvrescue/pvrescue/manifests"
+	"github.com/pvrescue/pvrescue/webhook"
 )
 
 // The plugin against a real kube-apiserver: the objects pvrescue's components write are seeded
@@ -306,8 +307,13 @@ func seed(t *testing.T, ctx context.Context, c kubernetes.Interface, now time.Ti
 		}
 		must[*corev1.Pod](t)(c.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}))
 	}
-	// What the webhook writes (webhook.Injection as JSON).
-	pod("app", "reader-0", "node-a", "bucket", map[string]string{contract.AnnotationStatus: `{"install":true,"containers":[{"name":"app","injected":["probe","propagation"]}]}`}, nil)
+	// What the webhook writes: its own Injection type as JSON, so the seed cannot drift from it.
+	status, err := json.Marshal(webhook.Injection{Install: contract.InstallContainerName,
+		Containers: []webhook.ContainerStatus{{Name: "app", Injected: []string{"probe", "propagation"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod("app", "reader-0", "node-a", "bucket", map[string]string{contract.AnnotationStatus: string(status)}, nil)
 	pod("app", "unprotected-0", "node-a", "data1", nil, nil)
 	pod("app", "unprotected-s3", "node-b", "bucket", nil, nil)
 	pod("app", "opted-out", "node-b", "bucket", nil, map[string]string{contract.LabelInject: "false"})

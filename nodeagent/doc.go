@@ -46,15 +46,22 @@
 // the agent listed and watched every PV twice and every PVC and StorageClass once, so its memory
 // and its share of the apiserver grew with the cluster (issue 14).
 //
-// Measured 2026-12-01 (2 shared cores, agent with the local-disk and S3 rescues reading through
-// this view, TTL 30s, client-go's default 5 QPS): baseline 48.5 MiB RSS, 1.15 % of a core; with
-// the 100,000 objects of other nodes added 50.3 MiB (1.04×), 0.60 % (CPU is noise at this level);
-// LIST/WATCH of PVs and PVCs from the agent: 0 in both runs; its requests in the large run were
-// LIST+WATCH of pods and of its node (field-selected) and 78 PV + 79 PVC GETs in 31 s — exactly
-// the 5 QPS limit, i.e. the first pass over the node's 1,400 objects was throttled. Hence the
-// 10-minute TTL (steady state ≈ 2.3 GET/s for that node) and kubelet's 50/100 QPS for the agent.
-// For comparison, BENCHMARKS.md before this change: 43.2 MiB and 0.45 % for the same node's
-// objects with the rescues' own cluster-wide PV/PVC/StorageClass informers.
+// Measured 2026-12-01 on 2 shared cores, the agent's local-disk and S3 rescues reading through
+// this view (their branches merged for the measurement), 500 local + 200 S3 pods on the node:
+//
+//	run                                     RSS        CPU (1 core)  PV/PVC LIST+WATCH  PV / PVC GETs
+//	own node only (baseline)                53.8 MiB   3.10 %        0                  —
+//	+ 50,000 PVs + 50,000 PVCs elsewhere    54.7 MiB   2.80 %        0                  700 / 700 in 31 s
+//	                                        (1.02×)    (0.90×)
+//
+// The GETs are the first pass: each of the node's 1,400 objects read once, then served from the
+// cache for the TTL (10 min: steady state ≈ 2.3 GET/s for this node). The agent's other requests
+// were one LIST and two WATCHes each of pods and of its node (field-selected) and one nodes/status
+// patch. An earlier run with a 30 s TTL and client-go's default 5 QPS showed 78 PV + 79 PVC GETs
+// in 31 s — the first pass throttled to minutes — hence the 10-minute TTL and kubelet's 50/100
+// QPS for the agent. Before the view (BENCHMARKS.md of 2026-11-30, 500 local PVs without pods +
+// 200 S3 pods, the rescues with their own cluster-wide PV/PVC/StorageClass informers): 43.2 MiB,
+// 0.45 %, and every PV and PVC of the cluster listed, watched and kept by every agent.
 //
 // # Health
 //

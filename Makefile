@@ -45,7 +45,7 @@ docker-build: ## Build the container images with docker or podman (needs a runni
 ##@ Test
 
 .PHONY: test
-test: lint unit integration node e2e ## Run every test layer (unit, integration, node, e2e).
+test: deps lint unit integration node e2e ## Run every test layer (unit, integration, node, e2e).
 
 .PHONY: unit
 unit: ## Fast unit tests: pure functions and fakes, no root, no cluster.
@@ -127,13 +127,29 @@ $(BIN)/versitygw:
 	  mkdir -p $(CACHE_DIR) && cp $@ $(CACHE_DIR)/versitygw-$(VERSITYGW_VERSION); \
 	fi
 
+# Every host prerequisite is owned here: apt packages and kernel modules (hack/install-deps.sh),
+# the Kubernetes binaries and versitygw (built above, cached by version), loop devices (each test
+# makes and removes its own; fresh-devices resets them). No sysctl needs changing.
+.PHONY: deps
+deps: ## Install every host prerequisite of the tests (apt packages, kernel modules), when missing.
+	hack/install-deps.sh node e2e monitoring
+
 .PHONY: node-deps
-node-deps: ## Install host packages the node tests need (apt, when missing).
+node-deps: ## Install host packages and kernel modules the node tests need, when missing.
 	hack/install-deps.sh node
 
 .PHONY: e2e-deps
-e2e-deps: ## Install host packages the e2e suite needs (apt, when missing).
+e2e-deps: ## Install host packages and kernel modules the e2e suite needs, when missing.
 	hack/install-deps.sh node e2e
+
+.PHONY: monitoring-deps
+monitoring-deps: ## Install promtool (Debian prometheus) for the alert-rule tests, when missing.
+	hack/install-deps.sh monitoring
+
+.PHONY: fresh-devices
+fresh-devices: ## Remove unattached loop devices above loop7, as on a fresh machine (root; CI runs it first).
+	@[ "$$(id -u)" = 0 ] || { echo "make fresh-devices needs root" >&2; exit 1; }
+	$(GO) run ./hack/freshdevices
 
 .PHONY: clean
 clean: ## Remove built binaries (keeps the version cache in $(CACHE_DIR)).

@@ -10,14 +10,16 @@ import (
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/pvrescue/pvrescue/internal/contract"
 )
 
 // Default names of the webhook's TLS objects, shared by the manifests, the bootstrap command and tests.
 const (
-	DefaultNamespace     = "pvrescue-system"
-	DefaultService       = "pvrescue-webhook"
-	DefaultSecret        = "pvrescue-webhook-tls"
-	DefaultWebhookConfig = "pvrescue-webhook"
+	DefaultNamespace     = contract.Namespace
+	DefaultService       = contract.Service
+	DefaultSecret        = contract.ServingSecret
+	DefaultWebhookConfig = contract.WebhookConfiguration
 
 	// DefaultSelfSignedIssuer signs only the CA certificate.
 	DefaultSelfSignedIssuer = "pvrescue-selfsigned"
@@ -25,7 +27,7 @@ const (
 	DefaultCA = "pvrescue-ca"
 
 	// AnnotationInjectCAFrom is cert-manager's cainjector annotation ("namespace/certificate").
-	AnnotationInjectCAFrom = "cert-manager.io/inject-ca-from"
+	AnnotationInjectCAFrom = contract.AnnotationInjectCAFrom
 )
 
 // Names of the cert-manager objects; the zero value of a field means its default.

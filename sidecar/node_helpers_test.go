@@ -97,37 +97,11 @@ func run(t *testing.T, name string, args ...string) string {
 	return strings.TrimSpace(string(out))
 }
 
-// attachLoop creates a sparse image of size bytes and attaches it to a free loop device with
-// `losetup --find --show`; the device is detached when the test ends. Only loops made here are
-// ever detached.
+// attachLoop attaches a sparse image of size bytes (in dir) to a free loop device of the tests'
+// range and returns its node; the device and any node made for it go when the test ends.
 func attachLoop(t *testing.T, dir string, size int64) string {
 	t.Helper()
-	testenv.RequireRoot(t)
-	testenv.RequireCommand(t, "losetup", "apt-get install util-linux")
-	f, err := os.CreateTemp(dir, "img-*")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Truncate(size); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	dev := run(t, "losetup", "--find", "--show", f.Name())
-	t.Cleanup(func() {
-		if out, err := exec.Command("losetup", "-d", dev).CombinedOutput(); err != nil {
-			t.Errorf("detach %s: %v: %s", dev, err, out)
-		}
-	})
-	// losetup can return before udev-less devtmpfs shows the node; wait briefly for it.
-	for i := 0; ; i++ {
-		if _, err := os.Stat(dev); err == nil {
-			break
-		} else if i == 50 {
-			t.Fatalf("%s attached but its node never appeared: %v", dev, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return dev
+	return testenv.LoopDevice(t, dir, size).Dev
 }
 
 // mknodLike makes a block node at path with the same device number as dev, the way a container
@@ -155,34 +129,10 @@ func mknodChar(t *testing.T, path string) {
 	}
 }
 
-// isMountPoint reports whether path is a mount point in /proc/self/mountinfo (and its fs type).
-func isMountPoint(t *testing.T, path string) (bool, string) {
-	t.Helper()
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 10 || f[4] != path {
-			continue
-		}
-		for i, x := range f {
-			if x == "-" && i+1 < len(f) {
-				return true, f[i+1]
-			}
-		}
-	}
-	return false, ""
-}
-
 // lazyUnmount detaches a mount even when its FUSE daemon is dead or stopped.
 func lazyUnmount(t *testing.T, path string) {
 	t.Helper()
-	if ok, _ := isMountPoint(t, path); !ok {
-		return
-	}
-	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil {
-		t.Errorf("umount -l %s: %v", path, err)
+	if err := testenv.LazyUnmount(path); err != nil {
+		t.Error(err)
 	}
 }

@@ -12,7 +12,7 @@ import (
 
 func BenchmarkClassify(b *testing.B) {
 	pod, objs := loadCase(b, "testdata/golden/several-containers.yaml")
-	m := newMutator(objs...)
+	m := newDefaulter(objs...)
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
@@ -20,27 +20,27 @@ func BenchmarkClassify(b *testing.B) {
 	}
 }
 
-func BenchmarkMutate(b *testing.B) {
+func BenchmarkInject(b *testing.B) {
 	for _, name := range []string{"local-block", "s3-pvc", "several-containers", "already-mutated", "no-pvc"} {
 		b.Run(name, func(b *testing.B) {
 			pod, objs := loadCase(b, "testdata/golden/"+name+".yaml")
-			m := newMutator(objs...)
+			m := newDefaulter(objs...)
 			cls := m.Classifier.Classify(context.Background(), "apps", pod)
 			b.ReportAllocs()
 			for b.Loop() {
-				Mutate(pod.DeepCopy(), cls, m.Config)
+				Inject(pod.DeepCopy(), cls, m.Config)
 			}
 		})
 	}
 }
 
-// BenchmarkMutateAdmission is one whole admission: HTTP body decode, classification, mutation,
+// BenchmarkAdmission is one whole admission: HTTP body decode, classification, mutation,
 // JSON patch and response encoding.
-func BenchmarkMutateAdmission(b *testing.B) {
+func BenchmarkAdmission(b *testing.B) {
 	file := "testdata/golden/several-containers.yaml"
 	_, objs := loadCase(b, file)
 	body := review("Pod", "pods", "CREATE", "apps", podJSON(b, file))
-	wh := NewWebhook(newMutator(objs...), nil)
+	wh := NewWebhook(newDefaulter(objs...), nil)
 	b.ReportAllocs()
 	for b.Loop() {
 		req := httptest.NewRequest(http.MethodPost, Path, bytes.NewReader(body))

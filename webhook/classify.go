@@ -31,7 +31,8 @@ const (
 var ErrNotFound = errors.New("not found")
 
 // Lookup reads the objects classification needs. Implementations: ReaderLookup (informer cache with
-// a live fallback) and StaticLookup (fixed objects, for tests and benchmarks).
+// a live fallback) and StaticLookup (fixed objects, for tests and benchmarks). The objects returned
+// may be shared with the cache: callers only read them (classification does).
 type Lookup interface {
 	PVC(ctx context.Context, namespace, name string) (*corev1.PersistentVolumeClaim, error)
 	StorageClass(ctx context.Context, name string) (*storagev1.StorageClass, error)
@@ -46,18 +47,12 @@ type VolumeClass struct {
 	Source string
 }
 
-// SkippedVolume is a volume that could not be classified; the webhook warns about it.
-type SkippedVolume struct {
-	Volume string `json:"volume"`
-	Reason string `json:"reason"`
-}
-
 // Classification of all volumes of one pod.
 type Classification struct {
 	// Volumes by pod volume name; volumes of no interest are absent.
 	Volumes map[string]VolumeClass
 	// Skipped volumes, in pod order.
-	Skipped []SkippedVolume
+	Skipped []Skip
 }
 
 // Is reports whether the named volume has kind k.
@@ -81,7 +76,7 @@ func (c *Classifier) Classify(ctx context.Context, ns string, pod *corev1.Pod) C
 		v := &pod.Spec.Volumes[i]
 		vc, err := c.classifyVolume(ctx, ns, pod.Name, v)
 		if err != nil {
-			out.Skipped = append(out.Skipped, SkippedVolume{Volume: v.Name, Reason: err.Error()})
+			out.Skipped = append(out.Skipped, Skip{Volume: v.Name, Reason: err.Error()})
 			continue
 		}
 		if vc.Kind != KindOther {
@@ -197,7 +192,8 @@ func (r ReaderLookup) StorageClass(ctx context.Context, name string) (*storagev1
 }
 
 func (r ReaderLookup) get(ctx context.Context, key client.ObjectKey, obj client.Object) error {
-	err := r.Cache.Get(ctx, key, obj)
+	// Classification only reads the object: skip the cache's deep copy (most of a lookup's cost).
+	err := r.Cache.Get(ctx, key, obj, client.UnsafeDisableDeepCopy)
 	if err == nil {
 		return nil
 	}
@@ -237,7 +233,7 @@ func NewStaticLookup(objs ...client.Object) *StaticLookup {
 // PVC implements Lookup.
 func (s *StaticLookup) PVC(_ context.Context, namespace, name string) (*corev1.PersistentVolumeClaim, error) {
 	if p, ok := s.PVCs[namespace+"/"+name]; ok {
-		return p.DeepCopy(), nil
+		return p, nil
 	}
 	return nil, ErrNotFound
 }
@@ -245,7 +241,7 @@ func (s *StaticLookup) PVC(_ context.Context, namespace, name string) (*corev1.P
 // StorageClass implements Lookup.
 func (s *StaticLookup) StorageClass(_ context.Context, name string) (*storagev1.StorageClass, error) {
 	if sc, ok := s.StorageClasses[name]; ok {
-		return sc.DeepCopy(), nil
+		return sc, nil
 	}
 	return nil, ErrNotFound
 }

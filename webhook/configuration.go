@@ -8,12 +8,12 @@ import (
 	"github.com/pvrescue/pvrescue/internal/contract"
 )
 
-// Names of the deployed webhook.
+// Names of the deployed webhook; those shared with certs/ and manifests/ live in internal/contract.
 const (
-	ConfigurationName = "pvrescue-webhook"
+	ConfigurationName = contract.WebhookConfiguration
 	WebhookName       = "pod.pvrescue.io"
-	DefaultService    = "pvrescue-webhook"
-	DefaultNamespace  = "pvrescue-system"
+	DefaultService    = contract.Service
+	DefaultNamespace  = contract.Namespace
 	// MatchConditionName names the CEL condition that keeps pods without claims away.
 	MatchConditionName = "has-persistent-volumes"
 	// MatchConditionExpression is the CEL twin of HasCandidateVolumes.
@@ -38,7 +38,7 @@ type ConfigurationOptions struct {
 }
 
 // AnnotationInjectCAFrom is cert-manager's cainjector annotation.
-const AnnotationInjectCAFrom = "cert-manager.io/inject-ca-from"
+const AnnotationInjectCAFrom = contract.AnnotationInjectCAFrom
 
 // NewMutatingWebhookConfiguration builds the configuration deterministically: the same options
 // always give the same object, so the manifests can be checked against it.

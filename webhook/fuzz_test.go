@@ -31,7 +31,7 @@ func FuzzAdmission(f *testing.F) {
 	f.Add(review("Pod", "pods", "CREATE", "apps", []byte(`{"apiVersion":"v1","kind":"Pod","spec":{"volumes":[{"name":"x","csi":null}]}}`)))
 	f.Add(review("Pod", "pods", "CREATE", "apps", []byte(`{"apiVersion":"v1","kind":"Pod","spec":{"volumes":[{"name":"pvrescue","hostPath":{"path":"/"}},{"name":"b","persistentVolumeClaim":{"claimName":"bucket"}}],"containers":[{"name":"a","volumeMounts":[{"name":"b","mountPath":"/pvrescue"}]}]}}`)))
 
-	wh := NewWebhook(newMutator(objs...), nil)
+	wh := NewWebhook(newDefaulter(objs...), nil)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		r := serve(t, wh, body).Response
 		if r.Result == nil {

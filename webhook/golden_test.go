@@ -9,8 +9,9 @@ import (
 	"strings"
 	"testing"
 
-	jsonpatch "github.com/evanphx/json-patch/v5"
+	jsonpatchapply "github.com/evanphx/json-patch/v5"
 	"github.com/google/go-cmp/cmp"
+	jsonpatch "gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -33,9 +34,11 @@ func testConfig() *config.Config {
 }
 
 type golden struct {
-	Outcome  Outcome     `json:"outcome"`
-	Warnings []string    `json:"warnings"`
-	Pod      *corev1.Pod `json:"pod"`
+	Result   string                         `json:"result"`
+	Reason   string                         `json:"reason"`
+	Warnings []string                       `json:"warnings"`
+	Patch    []jsonpatch.JsonPatchOperation `json:"patch"`
+	Pod      *corev1.Pod                    `json:"pod"`
 }
 
 func loadCase(t testing.TB, file string) (*corev1.Pod, []client.Object) {
@@ -79,9 +82,9 @@ func loadCase(t testing.TB, file string) (*corev1.Pod, []client.Object) {
 	return pod, objs
 }
 
-func newMutator(objs ...client.Object) *Mutator {
+func newDefaulter(objs ...client.Object) *Defaulter {
 	cfg := testConfig()
-	return &Mutator{Config: cfg, Classifier: &Classifier{Config: cfg, Lookup: NewStaticLookup(objs...)}, Namespace: "pvrescue-system"}
+	return &Defaulter{Config: cfg, Classifier: &Classifier{Config: cfg, Lookup: NewStaticLookup(objs...)}, Namespace: "pvrescue-system"}
 }
 
 func TestGolden(t *testing.T) {
@@ -93,12 +96,12 @@ func TestGolden(t *testing.T) {
 		name := strings.TrimSuffix(filepath.Base(in), ".yaml")
 		t.Run(name, func(t *testing.T) {
 			pod, objs := loadCase(t, in)
-			m := newMutator(objs...)
+			m := newDefaulter(objs...)
 			ctx := context.Background()
 
 			got := pod.DeepCopy()
-			o := m.Mutate(ctx, pod.Namespace, got)
-			g := golden{Outcome: Outcome{Result: o.Result, Reason: o.Reason}, Warnings: o.Warnings, Pod: got}
+			o := m.Default(ctx, pod.Namespace, got)
+			g := golden{Result: o.Result, Reason: o.Reason, Warnings: o.Warnings, Patch: o.Patch, Pod: got}
 			out, err := json.MarshalIndent(g, "", "  ")
 			if err != nil {
 				t.Fatal(err)
@@ -125,11 +128,19 @@ func TestGolden(t *testing.T) {
 				}
 			}
 
-			// Idempotency: mutating the output again changes nothing and says the same.
+			// The patch alone, applied to the input's JSON, gives the golden pod.
+			if d := cmp.Diff(got, applyPatch(t, pod, o.Patch)); d != "" {
+				t.Errorf("the patch applied to the input differs from the golden pod (-golden +patched):\n%s", d)
+			}
+
+			// Idempotency: mutating the output again records no operation, changes nothing and says the same.
 			again := got.DeepCopy()
-			o2 := m.Mutate(ctx, pod.Namespace, again)
+			o2 := m.Default(ctx, pod.Namespace, again)
 			if d := cmp.Diff(got, again); d != "" {
 				t.Errorf("second mutation changed the pod (-first +second):\n%s", d)
+			}
+			if len(o2.Patch) != 0 {
+				t.Errorf("second mutation recorded operations: %+v", o2.Patch)
 			}
 			if d := cmp.Diff(o.Warnings, o2.Warnings); d != "" {
 				t.Errorf("second mutation warned differently:\n%s", d)
@@ -138,7 +149,7 @@ func TestGolden(t *testing.T) {
 			// The admission path (decode, defaulter, JSON patch) yields the same pod.
 			patched, warnings := admitThroughHandler(t, m, pod)
 			if d := cmp.Diff(got, patched); d != "" {
-				t.Errorf("patched pod differs from Mutate's (-mutate +patch):\n%s", d)
+				t.Errorf("patched pod differs from Default's (-default +patch):\n%s", d)
 			}
 			if d := cmp.Diff(o.Warnings, warnings); d != "" {
 				t.Errorf("handler warnings differ (-mutate +handler):\n%s", d)
@@ -147,8 +158,36 @@ func TestGolden(t *testing.T) {
 	}
 }
 
+// applyPatch applies ops to the JSON of pod, as the API server does, and decodes the result.
+func applyPatch(t testing.TB, pod *corev1.Pod, ops []jsonpatch.JsonPatchOperation) *corev1.Pod {
+	t.Helper()
+	raw, err := json.Marshal(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := raw
+	if len(ops) > 0 {
+		p, err := json.Marshal(ops)
+		if err != nil {
+			t.Fatal(err)
+		}
+		patch, err := jsonpatchapply.DecodePatch(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out, err = patch.Apply(raw); err != nil {
+			t.Fatalf("apply patch: %v\n%s", err, p)
+		}
+	}
+	got := &corev1.Pod{}
+	if err := json.Unmarshal(out, got); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
 // admitThroughHandler sends pod through the admission handler and applies the returned patch.
-func admitThroughHandler(t testing.TB, m *Mutator, pod *corev1.Pod) (*corev1.Pod, []string) {
+func admitThroughHandler(t testing.TB, m *Defaulter, pod *corev1.Pod) (*corev1.Pod, []string) {
 	t.Helper()
 	raw, err := json.Marshal(pod)
 	if err != nil {
@@ -172,7 +211,7 @@ func admitThroughHandler(t testing.TB, m *Mutator, pod *corev1.Pod) (*corev1.Pod
 		if err != nil {
 			t.Fatal(err)
 		}
-		patch, err := jsonpatch.DecodePatch(p)
+		patch, err := jsonpatchapply.DecodePatch(p)
 		if err != nil {
 			t.Fatal(err)
 		}

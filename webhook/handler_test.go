@@ -63,7 +63,7 @@ func TestHandlerHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wh := NewWebhook(newMutator(objs...), metrics)
+	wh := NewWebhook(newDefaulter(objs...), metrics)
 
 	cm := []byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x"}}`)
 	tests := []struct {
@@ -130,7 +130,7 @@ func reasonFor(result string) string {
 func TestHandlerPatchIsValidAndIdempotent(t *testing.T) {
 	raw := podJSON(t, "testdata/golden/several-containers.yaml")
 	_, objs := loadCase(t, "testdata/golden/several-containers.yaml")
-	wh := NewWebhook(newMutator(objs...), nil)
+	wh := NewWebhook(newDefaulter(objs...), nil)
 	r := serve(t, wh, review("Pod", "pods", "CREATE", "apps", raw)).Response
 	patch, err := jsonpatch.DecodePatch(r.Patch)
 	if err != nil {
@@ -151,7 +151,7 @@ func TestHandlerPatchIsValidAndIdempotent(t *testing.T) {
 // original object, gives the same pod as for the pod without them.
 func TestHandlerPatchKeepsManagedFields(t *testing.T) {
 	_, objs := loadCase(t, "testdata/golden/several-containers.yaml")
-	wh := NewWebhook(newMutator(objs...), nil)
+	wh := NewWebhook(newDefaulter(objs...), nil)
 	plain := podJSON(t, "testdata/golden/several-containers.yaml")
 
 	var pod map[string]any
@@ -198,26 +198,6 @@ func TestHandlerPatchKeepsManagedFields(t *testing.T) {
 	delete(got["metadata"].(map[string]any), "managedFields")
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("mutated pod differs with managedFields present (-without +with):\n%s", diff)
-	}
-}
-
-func TestWithoutManagedFields(t *testing.T) {
-	tests := []struct {
-		name, in, want string
-		ok             bool
-	}{
-		{"none", `{"metadata":{"name":"a"}}`, "", false},
-		{"not an object", `[1,2]`, "", false},
-		{"only in a string elsewhere", `{"metadata":{"name":"a"},"x":"managedFields"}`, "", false},
-		{"removed", `{"metadata":{"managedFields":[{"manager":"m"}],"name":"a"},"spec":{"b":1}}`, `{"metadata":{"name":"a"},"spec":{"b":1}}`, true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			out, ok := withoutManagedFields([]byte(tt.in))
-			if ok != tt.ok || (ok && string(out) != tt.want) {
-				t.Errorf("withoutManagedFields(%s) = %s, %v; want %s, %v", tt.in, out, ok, tt.want, tt.ok)
-			}
-		})
 	}
 }
 

@@ -46,7 +46,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
-func (m *Metrics) observe(o Outcome, d time.Duration) {
+func (m *Metrics) observe(o Injection, d time.Duration) {
 	if m == nil {
 		return
 	}

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -25,8 +24,6 @@ import (
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
 	controllerpkg "github.com/cert-manager/cert-manager/pkg/controller"
-	"github.com/cert-manager/cert-manager/pkg/controller/cainjector"
-	logf "github.com/cert-manager/cert-manager/pkg/logs"
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
 	"gomodules.xyz/jsonpatch/v2"
@@ -35,89 +32,34 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	// Each controller registers itself with controllerpkg.Known(); each issuer type with the issuer factory.
-	_ "github.com/cert-manager/cert-manager/pkg/controller/certificaterequests/approver"
-	_ "github.com/cert-manager/cert-manager/pkg/controller/certificaterequests/ca"
-	_ "github.com/cert-manager/cert-manager/pkg/controller/certificaterequests/selfsigned"
-	_ "github.com/cert-manager/cert-manager/pkg/controller/certificates/issuing"
-	_ "github.com/cert-manager/cert-manager/pkg/controller/certificates/keymanager"
-	_ "github.com/cert-manager/cert-manager/pkg/controller/certificates/readiness"
-	_ "github.com/cert-manager/cert-manager/pkg/controller/certificates/requestmanager"
-	_ "github.com/cert-manager/cert-manager/pkg/controller/certificates/revisionmanager"
-	_ "github.com/cert-manager/cert-manager/pkg/controller/certificates/trigger"
-	_ "github.com/cert-manager/cert-manager/pkg/controller/issuers"
-	_ "github.com/cert-manager/cert-manager/pkg/issuer/ca"
-	_ "github.com/cert-manager/cert-manager/pkg/issuer/selfsigned"
-
 	"github.com/pvrescue/pvrescue/certs"
+	"github.com/pvrescue/pvrescue/e2e/stack"
 	"github.com/pvrescue/pvrescue/internal/testenv"
 	"github.com/pvrescue/pvrescue/manifests"
 )
 
-// The cert-manager controllers `cert-manager controller` would run for CA and self-signed issuers.
-var controllers = []string{
-	"issuers",
-	"certificaterequests-approver",
-	"certificaterequests-issuer-selfsigned",
-	"certificaterequests-issuer-ca",
-	"certificates-trigger",
-	"certificates-issuing",
-	"certificates-key-manager",
-	"certificates-readiness",
-	"certificates-request-manager",
-	"certificates-revision-manager",
-}
-
 const annotationServed = "pvrescue.io/e2e-admitted"
 
-func certManagerCRDs(t *testing.T) string {
-	t.Helper()
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/cert-manager/cert-manager").Output()
-	if err != nil || strings.TrimSpace(string(out)) == "" {
-		t.Fatalf("locate the cert-manager module (run from the e2e module; `go mod download` fetches it): %v", err)
-	}
-	return filepath.Join(strings.TrimSpace(string(out)), "deploy", "crds")
-}
-
-// startAPIServer is testenv.APIServer plus --enable-aggregator-routing, so that the apiserver calls
-// the webhook Service through its EndpointSlice (there is no kube-proxy here), with TLS verified
-// for the Service's DNS name exactly as in a cluster.
+// startAPIServer is testenv's control plane with cert-manager's CRDs plus
+// --enable-aggregator-routing, so that the apiserver calls the webhook Service through its
+// EndpointSlice (there is no kube-proxy here), with TLS verified for the Service's DNS name
+// exactly as in a cluster.
 func startAPIServer(t *testing.T) (*envtest.Environment, *rest.Config) {
 	t.Helper()
-	dir := testenv.AssetsDir()
-	for _, b := range []string{"kube-apiserver", "etcd"} {
-		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
-			t.Fatalf("%s not found in %s: run `make kube-binaries`", b, dir)
-		}
-	}
-	env := &envtest.Environment{
-		BinaryAssetsDirectory: dir,
-		CRDDirectoryPaths:     []string{certManagerCRDs(t)},
-		ErrorIfCRDPathMissing: true,
-	}
-	env.ControlPlane.GetAPIServer().Configure().Set("enable-aggregator-routing", "true")
-	cfg, err := env.Start()
+	crds, err := stack.CertManagerCRDDir("")
 	if err != nil {
-		t.Fatalf("start kube-apiserver and etcd from %s: %v", dir, err)
+		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Logf("stop control plane: %v", err)
-		}
-	})
-	return env, cfg
+	return testenv.ControlPlane{CRDDirs: []string{crds},
+		APIServerFlags: map[string]string{"enable-aggregator-routing": "true"}}.Start(t)
 }
 
 // hostIP is a non-loopback address of this machine: Endpoints may not point at loopback.
@@ -138,18 +80,18 @@ func hostIP(t *testing.T) net.IP {
 
 func freePort(t *testing.T, ip net.IP) int {
 	t.Helper()
-	l, err := net.Listen("tcp", net.JoinHostPort(ip.String(), "0"))
+	p, err := testenv.PickPort(ip.String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return p
 }
 
-// startCertManager runs cert-manager's controllers and its cainjector until ctx ends.
+// startCertManager runs cert-manager's controllers and its cainjector (e2e/stack's wiring) until
+// the test ends, with a user of its own and certificate backoffs long enough that a renewal is
+// the rotation under test, not a retry.
 func startCertManager(ctx context.Context, t *testing.T, env *envtest.Environment, cfg *rest.Config) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(ctx)
 	user, err := env.AddUser(envtest.User{Name: "cert-manager", Groups: []string{"system:masters"}}, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -162,80 +104,22 @@ func startCertManager(ctx context.Context, t *testing.T, env *envtest.Environmen
 	if err := os.WriteFile(kcPath, kubeconfig, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmLog := testr.NewWithOptions(t, testr.Options{Verbosity: 0})
-	cmCtx := logf.NewContext(ctx, cmLog, "cert-manager")
-	factory, err := controllerpkg.NewContextFactory(cmCtx, controllerpkg.ContextOptions{
-		Kubeconfig:         kcPath,
-		KubernetesAPIQPS:   200,
-		KubernetesAPIBurst: 400,
-		IssuerOptions:      controllerpkg.IssuerOptions{ClusterResourceNamespace: "kube-system"},
-		CertificateOptions: controllerpkg.CertificateOptions{
+	m, err := stack.StartCertManager(ctx, cfg, stack.CertManagerOptions{
+		Kubeconfig: kcPath,
+		Log:        testr.NewWithOptions(t, testr.Options{Verbosity: 0}),
+		QPS:        200,
+		Burst:      400,
+		Certificates: controllerpkg.CertificateOptions{
 			CertificateRequestMinimumBackoffDuration: time.Hour,
 			CertificateRequestMaximumBackoffDuration: 32 * time.Hour,
 		},
+		OnError: func(component string, err error) { t.Errorf("cert-manager %s: %v", component, err) },
 	})
 	if err != nil {
-		t.Fatalf("cert-manager context: %v", err)
+		t.Fatalf("start cert-manager: %v", err)
 	}
-	var wg sync.WaitGroup
-	for _, name := range controllers {
-		construct, ok := controllerpkg.Known()[name]
-		if !ok {
-			t.Fatalf("cert-manager controller %q is not registered", name)
-		}
-		c, err := construct(factory)
-		if err != nil {
-			t.Fatalf("construct %s: %v", name, err)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := c.Run(2, cmCtx); err != nil {
-				t.Errorf("cert-manager controller %s: %v", name, err)
-			}
-		}()
-	}
-	shared, err := factory.Build()
-	if err != nil {
-		t.Fatal(err)
-	}
-	shared.SharedInformerFactory.Start(ctx.Done())
-	shared.KubeSharedInformerFactory.Start(ctx.Done())
 	// Stop the controllers before the apiserver (cleanups run last-in first-out).
-	t.Cleanup(func() { cancel(); wg.Wait() })
-
-	// The cainjector, as `cert-manager cainjector` runs it, limited to webhook configurations.
-	ctrl.SetLogger(cmLog.WithName("cainjector"))
-	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, cmapi.AddToScheme} {
-		if err := add(scheme); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// The cainjector's server-side apply field manager is derived from the user agent.
-	mgrCfg := rest.CopyConfig(cfg)
-	mgrCfg.UserAgent = "cert-manager-cainjector/v1.21.2"
-	mgr, err := ctrl.NewManager(mgrCfg, ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cainjector.RegisterAllInjectors(ctx, mgr, cainjector.SetupOptions{
-		EnableCertificatesDataSource: true,
-		EnabledReconcilersFor:        map[string]bool{"mutatingwebhookconfiguration": true},
-	}); err != nil {
-		t.Fatalf("cainjector: %v", err)
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if err := mgr.Start(ctx); err != nil {
-			t.Errorf("cainjector manager: %v", err)
-		}
-	}()
+	t.Cleanup(m.Stop)
 }
 
 // certDir mimics a kubelet Secret volume: files are symlinks through ..data, which is swapped

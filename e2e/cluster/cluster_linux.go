@@ -13,10 +13,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -28,7 +26,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/pvrescue/pvrescue/e2e/images"
-	"github.com/pvrescue/pvrescue/internal/config"
+	"github.com/pvrescue/pvrescue/internal/testenv"
 )
 
 // Cluster is a running single-node cluster.
@@ -246,45 +244,26 @@ func (c *Cluster) Process(name string) *Process { return c.procs[name] }
 func (c *Cluster) Wait(ctx context.Context, timeout time.Duration, what string, cond func(context.Context) (bool, error)) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	var last error
-	t := time.NewTicker(200 * time.Millisecond)
-	defer t.Stop()
-	for {
+	err := testenv.Poll(ctx, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
 		for _, n := range c.order {
 			if err := c.procs[n].Exited(); err != nil {
-				return fmt.Errorf("waiting for %s: %w", what, err)
+				return false, testenv.Abort(fmt.Errorf("waiting for %s: %w", what, err))
 			}
 		}
-		ok, err := cond(ctx)
-		if ok {
-			return nil
-		}
-		if err != nil {
-			last = err
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("timed out after %s waiting for %s (last: %v)", timeout, what, last)
-		case <-t.C:
-		}
+		return cond(ctx)
+	})
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("timed out after %s waiting for %s: %w", timeout, what, err)
 	}
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	return err
 }
 
 func (c *Cluster) startEtcd(ctx context.Context) error {
-	cp, err := freePort()
+	cp, err := testenv.PickPort("")
 	if err != nil {
 		return err
 	}
-	pp, err := freePort()
+	pp, err := testenv.PickPort("")
 	if err != nil {
 		return err
 	}
@@ -321,7 +300,7 @@ func httpOK(ctx context.Context, hc *http.Client, url string) (bool, error) {
 }
 
 func (c *Cluster) startAPIServer(ctx context.Context) error {
-	port, err := freePort()
+	port, err := testenv.PickPort("")
 	if err != nil {
 		return err
 	}
@@ -505,380 +484,5 @@ func defaultRouteIP() (string, error) {
 	return conn.LocalAddr().(*net.UDPAddr).IP.String(), nil
 }
 
-// Down stops every component and removes what the cluster made: containers, mounts under the work
-// and kubelet dirs, network namespaces, loop devices backed by files there, the bridge, the
-// iptables chain, kubelet's cgroups and the work dir (logs kept with KeepLogs). It is safe to call
-// on a half-started cluster and from another process (it finds processes by their pid files).
-func (c *Cluster) Down() error {
-	o := c.Opts
-	var errs []error
-	if c.Client != nil {
-		c.drain(60 * time.Second)
-	}
-	// kubelet goes first, or it would restart the containers being removed.
-	if p := c.procs["kubelet"]; p != nil {
-		errs = append(errs, p.Stop(15*time.Second))
-	} else {
-		KillRecorded(o.LogDir(), "kubelet")
-	}
-	errs = append(errs, c.removeContainers())
-	for i := len(c.order) - 1; i >= 0; i-- {
-		if n := c.order[i]; n != "kubelet" {
-			errs = append(errs, c.procs[n].Stop(10*time.Second))
-		}
-	}
-	c.procs, c.order = map[string]*Process{}, nil
-	if left := KillRecorded(o.LogDir()); len(left) > 0 {
-		o.logf("killed processes recorded in %s: %s", o.LogDir(), strings.Join(left, ", "))
-	}
-	if c.Registry != nil {
-		errs = append(errs, c.Registry.Close())
-		c.Registry = nil
-	}
-	errs = append(errs, detachNewForeignLoops(o.path(loopsBefore)))
-	removeNewLoopNodes(o.path(loopsBefore))
-	errs = append(errs, CleanHost(o.Bridge, append([]string{o.WorkDir, o.KubeletDir}, o.HostDirs...)...))
-	if b, err := os.ReadFile(o.path(createdDirs)); err == nil {
-		for _, d := range strings.Fields(string(b)) {
-			if d == o.KubeletDir || slices.Contains(o.HostDirs, d) {
-				errs = append(errs, os.RemoveAll(d))
-			}
-		}
-	}
-	errs = append(errs, removeWorkDir(o.WorkDir, o.KeepLogs))
-	return errors.Join(errs...)
-}
-
-// removeContainers deletes every container of our runc root (so they stop, and their cgroups go)
-// and kills the containerd shims serving our socket, which would otherwise outlive containerd.
-func (c *Cluster) removeContainers() error {
-	var errs []error
-	roots, _ := filepath.Glob(c.Opts.path("containerd", "runc", "*"))
-	for _, root := range roots {
-		out, err := exec.Command("runc", "--root", root, "list", "-q").Output()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("runc list in %s: %w", root, err))
-			continue
-		}
-		for _, id := range strings.Fields(string(out)) {
-			if b, err := exec.Command("runc", "--root", root, "delete", "--force", id).CombinedOutput(); err != nil {
-				errs = append(errs, fmt.Errorf("runc delete %s: %v: %s", id, err, b))
-			}
-		}
-	}
-	sock := c.Opts.path("run", "containerd.sock")
-	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	for _, f := range procs {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		args := strings.Split(string(b), "\x00")
-		if len(args) > 0 && strings.Contains(args[0], "containerd-shim") && strings.Contains(string(b), sock) {
-			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(f)))
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// CleanHost undoes the host-wide effects of a cluster whose files are under dirs.
-func CleanHost(bridge string, dirs ...string) error {
-	var errs []error
-	errs = append(errs, unmountUnder(dirs...))
-	errs = append(errs, removeNetns())
-	errs = append(errs, DetachLoopsUnder(dirs...))
-	if exec.Command("ip", "link", "show", bridge).Run() == nil {
-		if out, err := exec.Command("ip", "link", "del", bridge).CombinedOutput(); err != nil {
-			errs = append(errs, fmt.Errorf("delete bridge %s: %v: %s", bridge, err, out))
-		}
-	}
-	for _, hook := range []string{"PREROUTING", "OUTPUT"} {
-		for exec.Command("iptables", "-t", "nat", "-D", hook, "-j", iptablesChain).Run() == nil {
-		}
-	}
-	if exec.Command("iptables", "-t", "nat", "-F", iptablesChain).Run() == nil {
-		_ = exec.Command("iptables", "-t", "nat", "-X", iptablesChain).Run()
-	}
-	removeKubeCgroups()
-	errs = append(errs, removeDiskLinks())
-	return errors.Join(errs...)
-}
-
-// DiskLinkPrefix starts the name of every /dev/disk/by-id link of the suite's disks (and of the
-// agent's fakes standing in for them); teardown removes them all.
-const DiskLinkPrefix = "pvrescue-e2e-"
-
-func removeDiskLinks() error {
-	links, _ := filepath.Glob("/dev/disk/by-id/" + DiskLinkPrefix + "*")
-	var errs []error
-	for _, l := range links {
-		if err := os.Remove(l); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-func unmountUnder(roots ...string) error {
-	var errs []error
-	// Stacked and propagated mounts can reappear once a parent goes: a few passes.
-	for pass := 0; pass < 5; pass++ {
-		info, err := os.ReadFile("/proc/self/mountinfo")
-		if err != nil {
-			return err
-		}
-		mps := MountPointsUnder(string(info), roots...)
-		if len(mps) == 0 {
-			return nil
-		}
-		errs = nil
-		for _, mp := range mps {
-			if err := unix.Unmount(mp, 0); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-				if err2 := unix.Unmount(mp, unix.MNT_DETACH); err2 != nil && !errors.Is(err2, unix.EINVAL) {
-					errs = append(errs, fmt.Errorf("unmount %s: %w", mp, err2))
-				}
-			}
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// removeNetns removes the pod network namespaces containerd's CNI made (/run/netns/cni-*).
-func removeNetns() error {
-	var errs []error
-	ns, _ := filepath.Glob("/run/netns/cni-*")
-	for _, n := range ns {
-		if err := unix.Unmount(n, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
-			errs = append(errs, fmt.Errorf("unmount %s: %w", n, err))
-		}
-		if err := os.Remove(n); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
-		}
-	}
-	_ = os.Remove("/run/netns") // only when empty: containerd made it
-	return errors.Join(errs...)
-}
-
-// DetachLoopsUnder detaches every loop device whose backing file is under one of roots, and
-// removes the /dev/loopN node when N is at least 100 (numbers kept for devices made by mknod).
-func DetachLoopsUnder(roots ...string) error {
-	var errs []error
-	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil || !UnderAny(string(b), roots...) {
-			continue
-		}
-		dev := "/dev/" + filepath.Base(filepath.Dir(filepath.Dir(f)))
-		if err := DetachLoop(dev); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if n, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(dev), "loop")); err == nil && n >= 100 {
-			_ = os.Remove(dev)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// DetachLoop detaches a loop device (LOOP_CLR_FD). The kernel detaches lazily while it is open.
-func DetachLoop(dev string) error {
-	fd, err := unix.Open(dev, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("open %s: %w", dev, err)
-	}
-	defer unix.Close(fd)
-	if err := unix.IoctlSetInt(fd, unix.LOOP_CLR_FD, 0); err != nil && !errors.Is(err, unix.ENXIO) {
-		return fmt.Errorf("detach %s: %w", dev, err)
-	}
-	return nil
-}
-
-// removeKubeCgroups removes kubelet's kubepods cgroups (empty once the containers are deleted).
-func removeKubeCgroups() {
-	subs, _ := filepath.Glob("/sys/fs/cgroup/*/kubepods")
-	for _, s := range subs {
-		var dirs []string
-		_ = filepath.WalkDir(s, func(p string, d os.DirEntry, err error) error {
-			if err == nil && d.IsDir() {
-				dirs = append(dirs, p)
-			}
-			return nil
-		})
-		for i := len(dirs) - 1; i >= 0; i-- {
-			_ = unix.Rmdir(dirs[i])
-		}
-	}
-}
-
-func removeWorkDir(dir string, keepLogs bool) error {
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, e := range entries {
-		if keepLogs && e.Name() == "logs" {
-			continue
-		}
-		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if !keepLogs {
-		errs = append(errs, os.Remove(dir))
-	}
-	return errors.Join(errs...)
-}
-
 // IsNotFound is apierrors.IsNotFound, re-exported for the scenarios' waits.
 func IsNotFound(err error) bool { return apierrors.IsNotFound(err) }
-
-// Teardown removes a cluster left by another process (make demo-down), from its work dir alone.
-// When the apiserver still answers, workloads are drained first so kubelet and the agent release
-// their devices and mounts themselves.
-func Teardown(o *Options) error {
-	c := &Cluster{Opts: o, procs: map[string]*Process{}}
-	if cfg, err := clientcmd.BuildConfigFromFlags("", o.path("admin.kubeconfig")); err == nil {
-		cfg.Timeout = 5 * time.Second
-		if cs, err := kubernetes.NewForConfig(cfg); err == nil {
-			if _, err := cs.Discovery().ServerVersion(); err == nil {
-				c.Client = cs
-			}
-		}
-	}
-	return c.Down()
-}
-
-// systemNamespaces are left to the forced teardown.
-var systemNamespaces = map[string]bool{"default": true, "kube-system": true, "kube-public": true, "kube-node-lease": true}
-
-// drain deletes the test namespaces and every PV and waits (bounded) until their pods are gone, so
-// that kubelet unmaps block volumes (its loop "device locks") and unpublishes CSI volumes, and the
-// pvrescue agent retires its fakes, before the processes are killed. Best effort: whatever is left
-// is removed by force afterwards.
-func (c *Cluster) drain(timeout time.Duration) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	nss, err := c.Client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return
-	}
-	var user []string
-	for _, ns := range nss.Items {
-		if !systemNamespaces[ns.Name] && ns.Name != "pvrescue-system" {
-			user = append(user, ns.Name)
-			_ = c.Client.CoreV1().Namespaces().Delete(ctx, ns.Name, metav1.DeleteOptions{})
-		}
-	}
-	_ = c.Client.CoreV1().PersistentVolumes().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
-	c.Opts.logf("draining: deleting namespaces %v and every PV", user)
-	lastLeft := 0
-	for ctx.Err() == nil {
-		left := 0
-		for _, ns := range user {
-			pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-			if err == nil {
-				left += len(pods.Items)
-			}
-		}
-		pvs, err := c.Client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
-		if err == nil {
-			left += len(pvs.Items)
-		}
-		if left == 0 {
-			return
-		}
-		lastLeft = left
-		time.Sleep(250 * time.Millisecond)
-	}
-	c.Opts.logf("draining timed out after %s with %d pods/PVs left; removing the rest by force", timeout, lastLeft)
-}
-
-const loopsBefore = "loops-before"
-
-// recordLoops remembers the loop devices attached before the cluster started.
-func recordLoops(path string) error {
-	var lines []string
-	for dev, back := range attachedLoops() {
-		lines = append(lines, dev+" "+back)
-	}
-	for _, n := range agentLoopNodes() {
-		lines = append(lines, "node "+n)
-	}
-	return os.WriteFile(path, []byte(strings.Join(lines, "\n")), 0o644)
-}
-
-// agentLoopNodes lists the /dev/loopN nodes in the agent's range (config firstLoopMinor and the
-// next 31), which the agent makes with mknod for its fakes.
-func agentLoopNodes() []string {
-	first := config.Default().LocalBlock.FirstLoopMinor
-	var out []string
-	for n := first; n < first+32; n++ {
-		if p := fmt.Sprintf("/dev/loop%d", n); exists(p) {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-// removeNewLoopNodes removes the agent-range loop nodes that appeared since Up and are detached.
-func removeNewLoopNodes(beforeFile string) {
-	b, err := os.ReadFile(beforeFile)
-	if err != nil {
-		return
-	}
-	attached := attachedLoops()
-	for _, n := range agentLoopNodes() {
-		if !strings.Contains(string(b), "node "+n+"\n") && !strings.HasSuffix(string(b), "node "+n) {
-			if _, busy := attached[n]; !busy {
-				_ = os.Remove(n)
-			}
-		}
-	}
-}
-
-func attachedLoops() map[string]string {
-	m := map[string]string{}
-	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
-	for _, f := range files {
-		if b, err := os.ReadFile(f); err == nil {
-			m["/dev/"+filepath.Base(filepath.Dir(filepath.Dir(f)))] = strings.TrimSpace(string(b))
-		}
-	}
-	return m
-}
-
-// detachNewForeignLoops detaches loop devices attached since Up whose backing file was opened in
-// another mount namespace, which the kernel then names relative to that mount ("/" for kubelet's
-// device locks on bind-mounted device nodes, "/localdisk/…" for the agent's fakes in its state-dir
-// mount): paths under the work dir cannot name them.
-func detachNewForeignLoops(beforeFile string) error {
-	b, err := os.ReadFile(beforeFile)
-	if err != nil {
-		return nil // no record: never guess
-	}
-	before := map[string]string{}
-	for _, line := range strings.Split(string(b), "\n") {
-		if dev, back, ok := strings.Cut(line, " "); ok {
-			before[dev] = back
-		}
-	}
-	var errs []error
-	for dev, back := range attachedLoops() {
-		if prev, ok := before[dev]; ok && prev == back {
-			continue
-		}
-		if ForeignLoopBacking(back) {
-			errs = append(errs, DetachLoop(dev))
-			if n, err := strconv.Atoi(strings.TrimPrefix(dev, "/dev/loop")); err == nil && n >= 100 {
-				_ = os.Remove(dev)
-			}
-		}
-	}
-	return errors.Join(errs...)
-}

@@ -4,7 +4,6 @@ package deploy
 
 import (
 	"context"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -27,6 +26,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
+	"github.com/pvrescue/pvrescue/e2e/stack"
 	"github.com/pvrescue/pvrescue/internal/testenv"
 )
 
@@ -35,11 +35,11 @@ const namespace = "pvrescue-system"
 // certManagerCRDs finds deploy/crds of the cert-manager module this e2e module requires.
 func certManagerCRDs(t *testing.T) string {
 	t.Helper()
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/cert-manager/cert-manager").Output()
-	if err != nil || strings.TrimSpace(string(out)) == "" {
-		t.Fatalf("locate the cert-manager module (run from the e2e module; `go mod download` fetches it): %v", err)
+	dir, err := stack.CertManagerCRDDir("")
+	if err != nil {
+		t.Fatal(err)
 	}
-	return filepath.Join(strings.TrimSpace(string(out)), "deploy", "crds")
+	return dir
 }
 
 // render runs kustomize on manifests/ exactly as `kubectl apply -k` would.

@@ -6,14 +6,11 @@ package disks
 
 import (
 	"errors"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/pvrescue/pvrescue/e2e/cluster"
+	"github.com/pvrescue/pvrescue/internal/testenv"
 )
 
 // ByIDDir is where the disks are linked from, as udev does for real disks.
@@ -28,15 +25,16 @@ type Disk struct {
 	Image string
 	Dev   string // /dev/loopN
 	Size  int64
+	loop  *testenv.Loop
 }
 
 // Link is the disk's stable path.
 func (d *Disk) Link() string { return filepath.Join(ByIDDir, d.Name) }
 
-// Make creates an image of size bytes in dir, attaches it to /dev/loop<minor> (made with mknod
-// when missing) and links it from /dev/disk/by-id/<LinkPrefix><name>.
+// Make creates an image of size bytes in dir, attaches it to /dev/loop<minor> (the device and its
+// node made where missing, as the agent does) and links it from /dev/disk/by-id/<LinkPrefix><name>.
 func Make(dir, name string, minor int, size int64) (*Disk, error) {
-	d := &Disk{Name: LinkPrefix + name, Image: filepath.Join(dir, name+".img"), Dev: fmt.Sprintf("/dev/loop%d", minor), Size: size}
+	d := &Disk{Name: LinkPrefix + name, Image: filepath.Join(dir, name+".img"), Size: size}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -49,14 +47,10 @@ func Make(dir, name string, minor int, size int64) (*Disk, error) {
 		return nil, err
 	}
 	f.Close()
-	if _, err := os.Stat(d.Dev); errors.Is(err, os.ErrNotExist) {
-		if err := unix.Mknod(d.Dev, unix.S_IFBLK|0o660, int(unix.Mkdev(7, uint32(minor)))); err != nil {
-			return nil, fmt.Errorf("mknod %s: %w", d.Dev, err)
-		}
+	if d.loop, err = testenv.AttachLoop(d.Image, testenv.LoopRange{First: minor, Last: minor}); err != nil {
+		return nil, err
 	}
-	if out, err := exec.Command("losetup", d.Dev, d.Image).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("losetup %s %s: %v: %s", d.Dev, d.Image, err, out)
-	}
+	d.Dev = d.loop.Dev
 	if err := os.MkdirAll(ByIDDir, 0o755); err != nil {
 		return nil, err
 	}
@@ -84,8 +78,7 @@ func (d *Disk) Plug() error {
 func (d *Disk) Remove() error {
 	var errs []error
 	errs = append(errs, d.Unplug())
-	errs = append(errs, cluster.DetachLoop(d.Dev))
-	errs = append(errs, os.Remove(d.Dev))
+	errs = append(errs, d.loop.Detach())
 	errs = append(errs, os.Remove(d.Image))
 	return errors.Join(errs...)
 }

@@ -4,6 +4,7 @@ package scenarios
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/pvrescue/pvrescue/e2e/framework"
+	"github.com/pvrescue/pvrescue/internal/testenv"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -21,18 +23,16 @@ func isAlreadyExists(err error) bool { return apierrors.IsAlreadyExists(err) }
 // waitFor polls cond every 250ms and fails the test after timeout with cond's last reason.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for {
-		ok, why := cond()
-		if ok {
-			return
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	defer cancel()
+	err := testenv.Poll(ctx, 250*time.Millisecond, func(context.Context) (bool, error) {
+		if ok, why := cond(); !ok {
+			return false, errors.New(why)
 		}
-		last = why
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s (last: %s)", timeout, what, last)
-		}
-		time.Sleep(250 * time.Millisecond)
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("timed out after %s waiting for %s: %v", timeout, what, err)
 	}
 }
 

@@ -39,7 +39,7 @@ import (
 )
 
 // certManagerControllers are the cert-manager v1.21.2 controllers manifests/certificates.yaml needs
-// (self-signed and CA issuers), wired as e2e/certmanager's integration test does.
+// (self-signed and CA issuers); e2e/certmanager's integration test runs the same wiring.
 var certManagerControllers = []string{
 	"issuers",
 	"certificaterequests-approver",
@@ -63,10 +63,11 @@ type CertManager struct {
 // Stop ends the controllers.
 func (m *CertManager) Stop() { m.stop() }
 
-// CertManagerCRDDir is deploy/crds of the cert-manager module in the module cache.
-func CertManagerCRDDir(e2eDir string) (string, error) {
+// CertManagerCRDDir is deploy/crds of the cert-manager module in the module cache; dir is a
+// directory of the e2e module ("" for the current one).
+func CertManagerCRDDir(dir string) (string, error) {
 	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/cert-manager/cert-manager")
-	cmd.Dir = e2eDir
+	cmd.Dir = dir
 	out, err := cmd.Output()
 	if err != nil || strings.TrimSpace(string(out)) == "" {
 		return "", fmt.Errorf("locate the cert-manager module (go mod download in e2e/): %v", err)
@@ -74,52 +75,46 @@ func CertManagerCRDDir(e2eDir string) (string, error) {
 	return filepath.Join(strings.TrimSpace(string(out)), "deploy", "crds"), nil
 }
 
-// StartCertManager installs cert-manager's CRDs and starts its controllers and cainjector.
-func StartCertManager(ctx context.Context, cfg *rest.Config, kubeconfig, crdDir string, log logr.Logger) (*CertManager, error) {
-	crdScheme := runtime.NewScheme()
-	if err := apiextensionsv1.AddToScheme(crdScheme); err != nil {
-		return nil, err
-	}
-	cl, err := client.New(cfg, client.Options{Scheme: crdScheme})
-	if err != nil {
-		return nil, err
-	}
-	files, _ := filepath.Glob(filepath.Join(crdDir, "*.yaml"))
-	if len(files) == 0 {
-		return nil, fmt.Errorf("no CRDs in %s", crdDir)
-	}
-	var names []string
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return nil, err
-		}
-		objs, err := SplitYAML(b)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", f, err)
-		}
-		for _, o := range objs {
-			if o.GetKind() != "CustomResourceDefinition" {
-				continue
-			}
-			if err := applyObject(ctx, cl, o); err != nil {
-				return nil, err
-			}
-			names = append(names, o.GetName())
-		}
-	}
-	for _, n := range names {
-		if err := waitEstablished(ctx, cl, n); err != nil {
+// CertManagerOptions says how StartCertManager runs cert-manager.
+type CertManagerOptions struct {
+	Kubeconfig string // file cert-manager's controllers connect with
+	// CRDDir holds the CRDs to install first; "" when they are installed already (envtest).
+	CRDDir string
+	Log    logr.Logger
+	// QPS and Burst of the controllers' client (defaults 100 and 200).
+	QPS   float32
+	Burst int
+	// Certificates tunes the certificate controllers (backoffs); zero is cert-manager's default.
+	Certificates controllerpkg.CertificateOptions
+	// OnError, when set, hears a controller or the cainjector ending with an error.
+	OnError func(component string, err error)
+}
+
+// StartCertManager installs cert-manager's CRDs (when asked) and starts its controllers and
+// cainjector, as `cert-manager controller` and `cert-manager cainjector` wire them.
+func StartCertManager(ctx context.Context, cfg *rest.Config, o CertManagerOptions) (*CertManager, error) {
+	if o.CRDDir != "" {
+		if err := installCRDs(ctx, cfg, o.CRDDir); err != nil {
 			return nil, err
 		}
 	}
+	if o.QPS == 0 {
+		o.QPS, o.Burst = 100, 200
+	}
+	report := func(component string, err error) {
+		if err != nil && o.OnError != nil {
+			o.OnError(component, err)
+		}
+	}
+	log := o.Log
 	ctx, cancel := context.WithCancel(ctx)
 	cmCtx := logf.NewContext(ctx, log, "cert-manager")
 	factory, err := controllerpkg.NewContextFactory(cmCtx, controllerpkg.ContextOptions{
-		Kubeconfig:         kubeconfig,
-		KubernetesAPIQPS:   100,
-		KubernetesAPIBurst: 200,
+		Kubeconfig:         o.Kubeconfig,
+		KubernetesAPIQPS:   o.QPS,
+		KubernetesAPIBurst: o.Burst,
 		IssuerOptions:      controllerpkg.IssuerOptions{ClusterResourceNamespace: "kube-system"},
+		CertificateOptions: o.Certificates,
 	})
 	if err != nil {
 		cancel()
@@ -139,7 +134,7 @@ func StartCertManager(ctx context.Context, cfg *rest.Config, kubeconfig, crdDir 
 			return nil, fmt.Errorf("construct %s: %w", name, err)
 		}
 		wg.Add(1)
-		go func() { defer wg.Done(); _ = c.Run(2, cmCtx) }()
+		go func() { defer wg.Done(); report(name, c.Run(2, cmCtx)) }()
 	}
 	shared, err := factory.Build()
 	if err != nil {
@@ -156,6 +151,8 @@ func StartCertManager(ctx context.Context, cfg *rest.Config, kubeconfig, crdDir 
 			return nil, err
 		}
 	}
+	ctrl.SetLogger(log.WithName("cainjector"))
+	// The cainjector's server-side apply field manager is derived from the user agent.
 	mgrCfg := rest.CopyConfig(cfg)
 	mgrCfg.UserAgent = "cert-manager-cainjector/v1.21.2"
 	mgr, err := ctrl.NewManager(mgrCfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
@@ -171,8 +168,50 @@ func StartCertManager(ctx context.Context, cfg *rest.Config, kubeconfig, crdDir 
 		return nil, fmt.Errorf("cainjector: %w", err)
 	}
 	wg.Add(1)
-	go func() { defer wg.Done(); _ = mgr.Start(ctx) }()
+	go func() { defer wg.Done(); report("cainjector", mgr.Start(ctx)) }()
 	return m, nil
+}
+
+// installCRDs applies every CustomResourceDefinition in dir and waits until each is Established.
+func installCRDs(ctx context.Context, cfg *rest.Config, crdDir string) error {
+	crdScheme := runtime.NewScheme()
+	if err := apiextensionsv1.AddToScheme(crdScheme); err != nil {
+		return err
+	}
+	cl, err := client.New(cfg, client.Options{Scheme: crdScheme})
+	if err != nil {
+		return err
+	}
+	files, _ := filepath.Glob(filepath.Join(crdDir, "*.yaml"))
+	if len(files) == 0 {
+		return fmt.Errorf("no CRDs in %s", crdDir)
+	}
+	var names []string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		objs, err := SplitYAML(b)
+		if err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+		for _, o := range objs {
+			if o.GetKind() != "CustomResourceDefinition" {
+				continue
+			}
+			if err := applyObject(ctx, cl, o); err != nil {
+				return err
+			}
+			names = append(names, o.GetName())
+		}
+	}
+	for _, n := range names {
+		if err := waitEstablished(ctx, cl, n); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func waitEstablished(ctx context.Context, cl client.Client, name string) error {

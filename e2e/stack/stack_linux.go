@@ -28,22 +28,15 @@ import (
 	"github.com/pvrescue/pvrescue/e2e/csis3"
 	"github.com/pvrescue/pvrescue/e2e/images"
 	"github.com/pvrescue/pvrescue/internal/config"
+	"github.com/pvrescue/pvrescue/internal/testenv"
 	"github.com/pvrescue/pvrescue/manifests"
 )
 
 // S3 is the real S3 server of the suite (versitygw, posix backend: each directory is a bucket).
 type S3 struct {
-	Endpoint  string // http://NodeIP:port, reachable from the host and from pods
-	Dir       string
-	AccessKey string
-	SecretKey string
-	proc      *cluster.Process
-}
-
-// Bucket creates a bucket (a directory of the posix backend) and returns its directory.
-func (s *S3) Bucket(name string) (string, error) {
-	d := filepath.Join(s.Dir, name)
-	return d, os.MkdirAll(d, 0o755)
+	testenv.S3Config
+	Endpoint string // http://NodeIP:port, reachable from the host and from pods
+	proc     *cluster.Process
 }
 
 func randomHex(n int) string {
@@ -54,30 +47,29 @@ func randomHex(n int) string {
 
 // StartS3 starts versitygw on the node address. Keys go through the environment, never argv.
 func StartS3(ctx context.Context, c *cluster.Cluster, versitygw string) (*S3, error) {
-	port, err := freePort()
+	port, err := testenv.PickPort(c.NodeIP)
 	if err != nil {
 		return nil, err
 	}
-	s := &S3{
-		Endpoint:  fmt.Sprintf("http://%s:%d", c.NodeIP, port),
+	cfg := testenv.S3Config{
+		Addr:      testenv.Addr(c.NodeIP, port),
 		Dir:       filepath.Join(c.Opts.WorkDir, "s3"),
 		AccessKey: "E2E" + strings.ToUpper(randomHex(8)),
 		SecretKey: randomHex(20),
 	}
+	s := &S3{S3Config: cfg, Endpoint: cfg.Endpoint()}
 	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
 		return nil, err
 	}
-	s.proc, err = cluster.StartProcess(c.Opts.LogDir(), "versitygw", versitygw,
-		[]string{"--port", fmt.Sprintf("%s:%d", c.NodeIP, port), "posix", s.Dir},
-		[]string{"ROOT_ACCESS_KEY_ID=" + s.AccessKey, "ROOT_SECRET_ACCESS_KEY=" + s.SecretKey})
+	s.proc, err = cluster.StartProcess(c.Opts.LogDir(), "versitygw", versitygw, cfg.Args(), cfg.Env())
 	if err != nil {
 		return nil, err
 	}
 	err = c.Wait(ctx, c.Opts.Timeout, "versitygw to listen", func(ctx context.Context) (bool, error) {
 		if err := s.proc.Exited(); err != nil {
-			return false, err
+			return false, testenv.Abort(err)
 		}
-		return dialOK(fmt.Sprintf("%s:%d", c.NodeIP, port))
+		return testenv.Listening(ctx, cfg.Addr)
 	})
 	return s, err
 }
@@ -236,7 +228,7 @@ func Install(ctx context.Context, c *cluster.Cluster, repo string, opts InstallO
 		if err != nil {
 			return nil, err
 		}
-		if in.CertManager, err = StartCertManager(ctx, c.Config, c.Kubeconfig, crds, logr.Discard()); err != nil {
+		if in.CertManager, err = StartCertManager(ctx, c.Config, CertManagerOptions{Kubeconfig: c.Kubeconfig, CRDDir: crds, Log: logr.Discard()}); err != nil {
 			return nil, fmt.Errorf("start cert-manager: %w", err)
 		}
 		in.Deviations = append(in.Deviations, "cert-manager v1.21.2: its own controllers and cainjector run inside the test process instead of its Deployments (no image pulls here); same CRDs, same Issuers/Certificates from manifests/")

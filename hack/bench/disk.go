@@ -18,6 +18,7 @@ import (
 
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/internal/contract"
+	"github.com/pvrescue/pvrescue/internal/testenv"
 	"github.com/pvrescue/pvrescue/nodeagent"
 	"github.com/pvrescue/pvrescue/nodeagent/localdisk"
 )
@@ -66,18 +67,20 @@ func lostDisk(ctx context.Context, o *Options, s *Section) error {
 	if err := makeImage(realImg, 64<<20); err != nil {
 		return err
 	}
-	realDev, detachReal, err := attachLoop(benchDiskRealLoop, realImg)
+	realDev, detachReal, err := attachLoop(testenv.BenchLoops, realImg)
 	if err != nil {
 		return err
 	}
 	defer detachReal()
 	host := localdisk.NewRealOS(state)
-	// Detach every fake the agent made (their backing files are under state), whatever happens.
+	// Detach every fake the agent made (their backing files are under state), whatever happens,
+	// then remove the loop nodes it made for them.
+	defer removeNodes(testenv.NewLoopNodes(benchFakeLoops))
 	defer detachOurs(host, state)
 
 	cfg := config.Default()
 	cfg.StateDir = state
-	cfg.LocalBlock.FirstLoopMinor = benchFakeFirstLoop
+	cfg.LocalBlock.FirstLoopMinor = benchFakeLoops.First
 	const node = "bench-disk-node"
 	if _, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node,
 		Labels: map[string]string{corev1.LabelHostname: node, cfg.LocalBlock.NodeLabel: contract.LabelFakeDevicesEnabled}}}, metav1.CreateOptions{}); err != nil {
@@ -106,7 +109,7 @@ func lostDisk(ctx context.Context, o *Options, s *Section) error {
 		return err
 	}
 	ctrl, err := localdisk.New(nodeagent.Deps{NodeName: node, Config: cfg, Client: cs, View: view, Recorder: rec, Registerer: prometheus.NewRegistry(), Clock: clock.RealClock{}},
-		host, localdisk.Options{PathRoots: []string{byID}, LinkRoots: []string{byID}, DevDir: "/dev", LoopSearchLimit: benchLoopSpan})
+		host, localdisk.Options{PathRoots: []string{byID}, LinkRoots: []string{byID}, DevDir: "/dev", LoopSearchLimit: benchFakeLoops.Last - benchFakeLoops.First + 1})
 	if err != nil {
 		return err
 	}
@@ -146,7 +149,7 @@ func lostDisk(ctx context.Context, o *Options, s *Section) error {
 		Ms(bp50) + " / " + Ms(bp99), Ratio(float64(p50), float64(bp50)), Verdict(p50.Seconds(), 1, "s")}}
 	s.Notes = append(s.Notes,
 		"Baseline computed, not measured: a 10 s poll that notices a loss at its next tick has a detection delay uniform on 0–10 s (p50 5 s, p99 9.9 s), before any repair work; the ratio therefore flatters the baseline.",
-		fmt.Sprintf("The agent ran with the shipped defaults (resync %s) plus fsnotify on the links' directory; fakes on loops %d+ of 512 bytes; all of its loops were detached afterwards.", cfg.LocalBlock.ResyncPeriod.Duration, benchFakeFirstLoop))
+		fmt.Sprintf("The agent ran with the shipped defaults (resync %s) plus fsnotify on the links' directory; fakes on loops %d+ of 512 bytes; all of its loops were detached afterwards.", cfg.LocalBlock.ResyncPeriod.Duration, benchFakeLoops.First))
 	if len(failures) > 0 {
 		return fmt.Errorf("%d of %d runs got no fake within 15 s: %s", len(failures), n, strings.Join(failures, "; "))
 	}
@@ -195,6 +198,12 @@ func waitFake(ctx context.Context, link, realDev string, t0 time.Time, timeout t
 			return 0, ctx.Err()
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+func removeNodes(remove func() ([]string, error)) {
+	if _, err := remove(); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: remove loop nodes: %v\n", err)
 	}
 }
 

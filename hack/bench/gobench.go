@@ -18,6 +18,8 @@ type BenchResult struct {
 	Name                 string
 	NsPerOp              float64
 	BytesPerOp, AllocsOp float64
+	// P99Ns is the benchmark's own "p99-ns" metric (b.ReportMetric), 0 when it reports none.
+	P99Ns float64
 }
 
 // ParseBenchOutput returns the benchmark lines of go test output, in order; "-N" GOMAXPROCS
@@ -52,6 +54,8 @@ func ParseBenchOutput(out string) []BenchResult {
 				r.BytesPerOp = v
 			case "allocs/op":
 				r.AllocsOp = v
+			case "p99-ns":
+				r.P99Ns = v
 			}
 		}
 		if ok {
@@ -126,14 +130,18 @@ func runGoBench(ctx context.Context, o *Options) Section {
 		return median(v)
 	}
 	ns := func(r BenchResult) float64 { return r.NsPerOp }
-	s.Header = []string{"benchmark", "runs", "median time/op", "B/op", "allocs/op", "vs floor"}
+	s.Header = []string{"benchmark", "runs", "median time/op", "median p99", "B/op", "allocs/op", "vs floor"}
 	for _, name := range order {
 		vs := "—"
 		if strings.Contains(name, "handler=pvrescue") {
 			floor := strings.Replace(name, "handler=pvrescue", "handler=floor", 1)
 			vs = Ratio(med(name, ns), med(floor, ns))
 		}
-		s.Rows = append(s.Rows, []string{name, strconv.Itoa(len(by[name])), fmtNs(med(name, ns)),
+		p99 := "—"
+		if v := med(name, func(r BenchResult) float64 { return r.P99Ns }); v > 0 {
+			p99 = fmtNs(v)
+		}
+		s.Rows = append(s.Rows, []string{name, strconv.Itoa(len(by[name])), fmtNs(med(name, ns)), p99,
 			fmt.Sprintf("%.0f", med(name, func(r BenchResult) float64 { return r.BytesPerOp })),
 			fmt.Sprintf("%.0f", med(name, func(r BenchResult) float64 { return r.AllocsOp })), vs})
 	}
@@ -146,7 +154,7 @@ func runGoBench(ctx context.Context, o *Options) Section {
 	if len(none) > 0 {
 		s.Notes = append(s.Notes, fmt.Sprintf("%s hold no benchmarks of their own yet; the hot paths are benchmarked through their exported APIs in hack/bench/gobench.", strings.Join(none, " and ")))
 	}
-	s.Notes = append(s.Notes, "Handler rows: the whole admission.Handler (decode, classify, mutate, JSON patch) beside the no-op defaulter on the same framework; the floor's patch computation over an unchanged pod is part of both.",
+	s.Notes = append(s.Notes, "Handler rows: the whole admission.Handler (decode, classify, inject, JSON patch of the operations performed) beside the no-op defaulter of controller-runtime's framework (which decodes, re-encodes and diffs the pod). p99 is each call timed in the benchmark loop; target for pod=100vol (60 local block claims across 3 containers, 40 S3 mounts): handler p99 < 10 ms.",
 		"Compare runs with `benchstat old.txt "+raw+"`.")
 	return s
 }

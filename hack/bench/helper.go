@@ -14,36 +14,24 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pvrescue/pvrescue/internal/contract"
+	"github.com/pvrescue/pvrescue/internal/testenv"
 	"github.com/pvrescue/pvrescue/sidecar"
 )
 
-// Loop minors the bench attaches itself (the node tests use 150..169 and 200+; the agent's own
-// fakes in the lost-disk section start at benchFakeFirstLoop).
-const (
-	benchHelperFirstLoop = 340
-	benchDiskRealLoop    = 360
-	benchFakeFirstLoop   = 370
-	benchLoopSpan        = 64
-)
+// The bench attaches its own loop devices in testenv.BenchLoops; the agent's fakes in the
+// lost-disk section go to benchFakeLoops (the nodes it makes there are removed afterwards).
+var benchFakeLoops = testenv.LoopRange{First: 370, Last: 433}
 
-// attachLoop attaches image to /dev/loopN with losetup after checking the loop is free; it
-// returns the device path and a detach function.
-func attachLoop(n int, image string) (string, func(), error) {
-	dev := fmt.Sprintf("/dev/loop%d", n)
-	if b, _ := os.ReadFile(fmt.Sprintf("/sys/block/loop%d/loop/backing_file", n)); len(b) > 0 {
-		return "", nil, fmt.Errorf("loop%d is in use (%s): the bench needs it free", n, strings.TrimSpace(string(b)))
+// attachLoop attaches image to a free loop device in r; it returns the device path and a detach
+// function that also removes the node and kernel device made for it.
+func attachLoop(r testenv.LoopRange, image string) (string, func(), error) {
+	l, err := testenv.AttachLoop(image, r)
+	if err != nil {
+		return "", nil, err
 	}
-	if _, err := os.Stat(dev); errors.Is(err, os.ErrNotExist) {
-		if err := unix.Mknod(dev, unix.S_IFBLK|0o660, int(unix.Mkdev(7, uint32(n)))); err != nil {
-			return "", nil, fmt.Errorf("mknod %s: %w", dev, err)
-		}
-	}
-	if out, err := exec.Command("losetup", dev, image).CombinedOutput(); err != nil {
-		return "", nil, fmt.Errorf("losetup %s %s: %v: %s", dev, image, err, out)
-	}
-	return dev, func() {
-		if out, err := exec.Command("losetup", "-d", dev).CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "bench: detach %s: %v %s\n", dev, err, out)
+	return l.Dev, func() {
+		if err := l.Detach(); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: detach %s: %v\n", l.Dev, err)
 		}
 	}, nil
 }
@@ -125,7 +113,7 @@ func helperBench(ctx context.Context, o *Options, s *Section) error {
 	if err != nil {
 		return err
 	}
-	for _, c := range []string{"losetup", "blockdev", "true", "stat"} {
+	for _, c := range []string{"blockdev", "true", "stat"} {
 		if _, err := exec.LookPath(c); err != nil {
 			return fmt.Errorf("%s not found: apt-get install util-linux coreutils", c)
 		}
@@ -146,7 +134,7 @@ func helperBench(ctx context.Context, o *Options, s *Section) error {
 		if err := makeImage(img, size); err != nil {
 			return err
 		}
-		dev, detach, err := attachLoop(benchHelperFirstLoop+i, img)
+		dev, detach, err := attachLoop(testenv.BenchLoops, img)
 		if err != nil {
 			return err
 		}

@@ -107,14 +107,14 @@ func TestParseBenchOutput(t *testing.T) {
 	out := `goos: linux
 pkg: github.com/pvrescue/pvrescue/hack/bench/gobench
 BenchmarkClassify4PVC-2     	   10000	    207373 ns/op	    1200 B/op	      21 allocs/op
-BenchmarkHandler/pod=4pvc/handler=floor-2         	     446	    672229 ns/op	   1.07 MB/s	  5000 B/op	  60 allocs/op
+BenchmarkHandler/pod=4pvc/handler=floor-2         	     446	    672229 ns/op	   1.07 MB/s	   900000 p99-ns	  5000 B/op	  60 allocs/op
 BenchmarkBroken-2 	 x 	 1 ns/op
 PASS
 `
 	got := ParseBenchOutput(out)
 	want := []BenchResult{
 		{Name: "BenchmarkClassify4PVC", NsPerOp: 207373, BytesPerOp: 1200, AllocsOp: 21},
-		{Name: "BenchmarkHandler/pod=4pvc/handler=floor", NsPerOp: 672229, BytesPerOp: 5000, AllocsOp: 60},
+		{Name: "BenchmarkHandler/pod=4pvc/handler=floor", NsPerOp: 672229, BytesPerOp: 5000, AllocsOp: 60, P99Ns: 900000},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("got %+v", got)

@@ -9,9 +9,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
@@ -89,6 +92,22 @@ type S3 struct {
 	Parameters S3Parameters `json:"parameters"`
 	// S3fsPath is the s3fs executable the agent runs.
 	S3fsPath string `json:"s3fsPath"`
+	// ReplayDrivers are the CSI drivers whose node plugin the agent may call to restore a dead
+	// volume (kubelet's NodeStageVolume/NodePublishVolume replayed). Not limited to S3 drivers.
+	ReplayDrivers []string `json:"replayDrivers"`
+	// BridgeAfter is how long a target stays dead, with its driver not answering, before the
+	// agent bridges it with its own s3fs. 0 bridges at once.
+	BridgeAfter metav1.Duration `json:"bridgeAfter"`
+}
+
+// MayReplay reports whether driver is in s3.replayDrivers.
+func (c *Config) MayReplay(driver string) bool {
+	for _, d := range c.S3.ReplayDrivers {
+		if d == driver {
+			return true
+		}
+	}
+	return false
 }
 
 // Probe holds livenessProbe timings.
@@ -125,6 +144,25 @@ type Helper struct {
 	ImagePullPolicy string `json:"imagePullPolicy"`
 	// MountPath is where the shared emptyDir is mounted in every container.
 	MountPath string `json:"mountPath"`
+	// RunAsUser is the (non-root) user the injected containers run as, the helper image's own user.
+	// When the pod's securityContext names a non-root user, the injected containers inherit it
+	// instead, so namespace policies that pin the pod's user range still accept them.
+	RunAsUser int64 `json:"runAsUser"`
+	// Resources of every injected container. Set both requests and limits of cpu and memory so a
+	// namespace whose ResourceQuota covers them (without a LimitRange) admits the pod. Keys given in
+	// the file are merged over the defaults.
+	Resources Resources `json:"resources"`
+}
+
+// Resources are the requests and limits of the injected containers.
+type Resources struct {
+	Requests corev1.ResourceList `json:"requests"`
+	Limits   corev1.ResourceList `json:"limits"`
+}
+
+// Requirements returns a copy as the container field.
+func (r Resources) Requirements() corev1.ResourceRequirements {
+	return corev1.ResourceRequirements{Requests: r.Requests.DeepCopy(), Limits: r.Limits.DeepCopy()}
 }
 
 // Default returns the configuration used when no file is given; every field is set.
@@ -168,12 +206,25 @@ func Default() *Config {
 				Region:       "region",
 				MountOptions: "options",
 			},
-			S3fsPath: "s3fs",
+			S3fsPath:      "s3fs",
+			ReplayDrivers: []string{"ru.yandex.s3.csi", "ch.ctrox.csi.s3-driver", "csi-s3"},
+			BridgeAfter:   metav1.Duration{Duration: 10 * time.Second},
 		},
 		Helper: Helper{
 			Image:           "ghcr.io/pvrescue/pvrescue-webhook:latest",
 			ImagePullPolicy: "IfNotPresent",
 			MountPath:       "/pvrescue",
+			RunAsUser:       65532,
+			Resources: Resources{
+				Requests: corev1.ResourceList{
+					corev1.ResourceCPU:    resource.MustParse("10m"),
+					corev1.ResourceMemory: resource.MustParse("16Mi"),
+				},
+				Limits: corev1.ResourceList{
+					corev1.ResourceCPU:    resource.MustParse("100m"),
+					corev1.ResourceMemory: resource.MustParse("64Mi"),
+				},
+			},
 		},
 		KubeletDir: "/var/lib/kubelet",
 		StateDir:   "/var/lib/pvrescue",
@@ -284,6 +335,14 @@ func (c *Config) Validate() error {
 	if c.S3.Parameters.Bucket == "" {
 		add("s3.parameters.bucket: must not be empty")
 	}
+	for i, d := range c.S3.ReplayDrivers {
+		if d == "" {
+			add("s3.replayDrivers[%d]: must not be empty", i)
+		}
+	}
+	if c.S3.BridgeAfter.Duration < 0 {
+		add("s3.bridgeAfter: must not be negative, got %s", c.S3.BridgeAfter.Duration)
+	}
 	if c.S3.S3fsPath == "" {
 		add("s3.s3fsPath: must not be empty")
 	}
@@ -298,6 +357,10 @@ func (c *Config) Validate() error {
 	if !strings.HasPrefix(c.Helper.MountPath, "/") {
 		add("helper.mountPath: must be an absolute path, got %q", c.Helper.MountPath)
 	}
+	if c.Helper.RunAsUser < 1 {
+		add("helper.runAsUser: must be a non-root user id (>= 1), got %d", c.Helper.RunAsUser)
+	}
+	problems = append(problems, c.Helper.Resources.problems("helper.resources")...)
 	if !strings.HasPrefix(c.KubeletDir, "/") {
 		add("kubeletDir: must be an absolute path, got %q", c.KubeletDir)
 	}
@@ -328,4 +391,36 @@ func (c *Config) IsS3Driver(name string) bool {
 		}
 	}
 	return false
+}
+
+// Resource names the injected containers may be given.
+var helperResourceNames = []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourceEphemeralStorage}
+
+func (r Resources) problems(field string) []string {
+	var out []string
+	check := func(kind string, l corev1.ResourceList) {
+		for name, q := range l {
+			known := false
+			for _, k := range helperResourceNames {
+				known = known || name == k
+			}
+			if !known {
+				out = append(out, fmt.Sprintf("%s.%s.%s: unsupported resource (cpu, memory or ephemeral-storage)", field, kind, name))
+				continue
+			}
+			if q.Sign() <= 0 {
+				out = append(out, fmt.Sprintf("%s.%s.%s: must be positive, got %s", field, kind, name, q.String()))
+			}
+		}
+	}
+	check("requests", r.Requests)
+	check("limits", r.Limits)
+	for name, req := range r.Requests {
+		if lim, ok := r.Limits[name]; ok && req.Cmp(lim) > 0 {
+			out = append(out, fmt.Sprintf("%s.requests.%s: %s is above the limit %s", field, name, req.String(), lim.String()))
+		}
+	}
+	// Map order is random; keep the message stable.
+	sort.Strings(out)
+	return out
 }

@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 func TestDefaultIsValid(t *testing.T) {
@@ -128,5 +131,84 @@ func TestLoad(t *testing.T) {
 	c, err = Load(p)
 	if err != nil || c.StateDir != "/srv/pvrescue" {
 		t.Fatalf("Load(file) = %+v, %v", c, err)
+	}
+}
+
+func TestHelperResourcesAndUser(t *testing.T) {
+	const head = "apiVersion: pvrescue.io/v1alpha1\nkind: Config\n"
+	tests := []struct {
+		name    string
+		yaml    string
+		wantErr []string
+		check   func(t *testing.T, c *Config)
+	}{
+		{
+			name: "defaults: small requests and limits of cpu and memory, user 65532",
+			yaml: head,
+			check: func(t *testing.T, c *Config) {
+				r := c.Helper.Resources
+				if r.Requests.Cpu().String() != "10m" || r.Requests.Memory().String() != "16Mi" ||
+					r.Limits.Cpu().String() != "100m" || r.Limits.Memory().String() != "64Mi" {
+					t.Errorf("resources = %+v", r)
+				}
+				if c.Helper.RunAsUser != 65532 {
+					t.Errorf("runAsUser = %d", c.Helper.RunAsUser)
+				}
+			},
+		},
+		{
+			name: "keys merge over the defaults",
+			yaml: head + "helper:\n  runAsUser: 1001\n  resources:\n    limits: {memory: 128Mi, ephemeral-storage: 10Mi}\n",
+			check: func(t *testing.T, c *Config) {
+				l := c.Helper.Resources.Limits
+				if l.Memory().String() != "128Mi" || l.Cpu().String() != "100m" || l.StorageEphemeral().String() != "10Mi" {
+					t.Errorf("limits = %v", l)
+				}
+				if c.Helper.RunAsUser != 1001 {
+					t.Errorf("runAsUser = %d", c.Helper.RunAsUser)
+				}
+			},
+		},
+		{name: "root user", yaml: head + "helper:\n  runAsUser: 0\n", wantErr: []string{"helper.runAsUser"}},
+		{name: "negative user", yaml: head + "helper:\n  runAsUser: -5\n", wantErr: []string{"helper.runAsUser"}},
+		{name: "request above limit", yaml: head + "helper:\n  resources:\n    requests: {cpu: 200m}\n", wantErr: []string{"helper.resources.requests.cpu: 200m is above the limit 100m"}},
+		{name: "zero quantity", yaml: head + "helper:\n  resources:\n    limits: {memory: \"0\"}\n", wantErr: []string{"helper.resources.limits.memory: must be positive"}},
+		{name: "unknown resource", yaml: head + "helper:\n  resources:\n    limits: {nvidia.com/gpu: 1}\n", wantErr: []string{"helper.resources.limits.nvidia.com/gpu: unsupported"}},
+		{name: "not a quantity", yaml: head + "helper:\n  resources:\n    limits: {cpu: lots}\n", wantErr: []string{"decode"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Parse([]byte(tt.yaml))
+			if len(tt.wantErr) == 0 {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				tt.check(t, c)
+				return
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("want ErrInvalid, got %v", err)
+			}
+			for _, want := range tt.wantErr {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not mention %q", err, want)
+				}
+			}
+		})
+	}
+}
+
+// Parsing a file must not change the defaults other configurations start from.
+func TestDefaultResourcesNotShared(t *testing.T) {
+	if _, err := Parse([]byte("apiVersion: pvrescue.io/v1alpha1\nkind: Config\nhelper:\n  resources:\n    limits: {memory: 1Gi}\n")); err != nil {
+		t.Fatal(err)
+	}
+	if got := Default().Helper.Resources.Limits.Memory().String(); got != "64Mi" {
+		t.Errorf("default memory limit became %s", got)
+	}
+	req := Default().Helper.Resources.Requirements()
+	req.Limits[corev1.ResourceCPU] = resource.MustParse("1")
+	if got := Default().Helper.Resources.Limits.Cpu().String(); got != "100m" {
+		t.Errorf("Requirements shares its maps: default cpu limit became %s", got)
 	}
 }

@@ -12,7 +12,7 @@ const (
 	LabelInjectEnabled   = "enabled"
 	LabelInjectOptOutVal = "false"
 
-	// AnnotationStatus records, as JSON, what the webhook did to the pod (see webhook.Status).
+	// AnnotationStatus records, as JSON, what the webhook did to the pod (see webhook.Injection).
 	AnnotationStatus = Prefix + "status"
 	// AnnotationFakeDevicePolicy is "filter" (default) or "require" (fail the pod when a device is fake).
 	AnnotationFakeDevicePolicy = Prefix + "fake-device-policy"
@@ -38,7 +38,9 @@ const (
 	PolicyRequire = "require"
 )
 
-// Names of what the webhook injects.
+// Names of what the webhook injects. They are preferred names: when the pod already has a
+// container or volume of that name, the webhook takes the first free "<name>-2", "<name>-3", …
+// and records the names it used in AnnotationStatus.
 const (
 	// VolumeName is the shared emptyDir mounted at Helper.MountPath in every container.
 	VolumeName = "pvrescue"
@@ -46,6 +48,12 @@ const (
 	GuardContainerName = "pvrescue-guard"
 	// InstallContainerName runs `install`, copying the helper into the shared volume.
 	InstallContainerName = "pvrescue-install"
+
+	// EnvInjected marks a container the webhook injected: its value is the container's role
+	// (RoleGuard or RoleInstall). Containers are recognised by this marker, never by name alone.
+	EnvInjected = "PVRESCUE_INJECTED"
+	RoleGuard   = "guard"
+	RoleInstall = "install"
 
 	// HelperBinaryInImage is the helper's path inside the helper image.
 	HelperBinaryInImage = "/pvrescue-sidecar"
@@ -73,4 +81,18 @@ const (
 	FlagFakeSize    = "--fake-size" // guard: fake device size in bytes
 	FlagDevicesFile = "--devices"   // exec: path of devices.json
 	FlagTimeout     = "--timeout"   // probe: statfs timeout per path, e.g. 3s
+)
+
+// Names of the deployed webhook, shared by the webhook's configuration builder, certs/ and manifests/.
+const (
+	// Namespace the webhook runs in (never mutated).
+	Namespace = "pvrescue-system"
+	// Service in front of the webhook; also the name of its Deployment.
+	Service = "pvrescue-webhook"
+	// WebhookConfiguration is the MutatingWebhookConfiguration's name.
+	WebhookConfiguration = "pvrescue-webhook"
+	// ServingSecret holds the serving certificate (and, from cert-manager, the CA in ca.crt).
+	ServingSecret = "pvrescue-webhook-tls"
+	// AnnotationInjectCAFrom is cert-manager's cainjector annotation ("namespace/certificate").
+	AnnotationInjectCAFrom = "cert-manager.io/inject-ca-from"
 )

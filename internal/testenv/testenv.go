@@ -1,6 +1,11 @@
-// Package testenv gives integration and node tests the real prerequisites they need — a
-// kube-apiserver with etcd, root, host commands — and fails (never skips) with a message saying
-// how to get a prerequisite that is missing.
+// Package testenv is the one test environment of pvrescue: integration, node and e2e tests and
+// hack/bench get their real prerequisites here — a kube-apiserver with etcd, root, host commands,
+// loop devices, a versitygw S3 server, s3fs mounts, free ports, waits — and a test fails (never
+// skips) with a message saying how to get a prerequisite that is missing.
+//
+// Functions taking a testing.TB register their cleanup with it; the ones returning an error
+// (AttachLoop, StartS3Server, StartS3fs, SweepMounts, PickPort, Poll) serve tools such as
+// hack/bench and the e2e cluster, which clean up themselves.
 package testenv
 
 import (
@@ -64,6 +69,19 @@ func RequireCommand(t testing.TB, name, hint string) string {
 // crdDirs are loaded into the apiserver before it returns.
 func APIServer(t testing.TB, crdDirs ...string) (*envtest.Environment, *rest.Config) {
 	t.Helper()
+	return ControlPlane{CRDDirs: crdDirs}.Start(t)
+}
+
+// ControlPlane is a test control plane (etcd + kube-apiserver) with settings beyond the defaults.
+type ControlPlane struct {
+	CRDDirs []string
+	// APIServerFlags are set on kube-apiserver's command line (name without dashes → value).
+	APIServerFlags map[string]string
+}
+
+// Start starts the control plane for the test and stops it when the test ends.
+func (cp ControlPlane) Start(t testing.TB) (*envtest.Environment, *rest.Config) {
+	t.Helper()
 	dir := AssetsDir()
 	for _, b := range []string{"kube-apiserver", "etcd"} {
 		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
@@ -72,12 +90,15 @@ func APIServer(t testing.TB, crdDirs ...string) (*envtest.Environment, *rest.Con
 	}
 	env := &envtest.Environment{
 		BinaryAssetsDirectory: dir,
-		CRDDirectoryPaths:     crdDirs,
-		ErrorIfCRDPathMissing: len(crdDirs) > 0,
+		CRDDirectoryPaths:     cp.CRDDirs,
+		ErrorIfCRDPathMissing: len(cp.CRDDirs) > 0,
 		// A loaded 2-core machine can take well over envtest's 20 s default to bring up etcd and
 		// kube-apiserver; waiting longer is cheap, a flaky start is not.
 		ControlPlaneStartTimeout: 2 * time.Minute,
 		ControlPlaneStopTimeout:  time.Minute,
+	}
+	for k, v := range cp.APIServerFlags {
+		env.ControlPlane.GetAPIServer().Configure().Set(k, v)
 	}
 	if os.Getenv("PVRESCUE_TEST_CONTROL_PLANE_OUTPUT") != "" {
 		env.AttachControlPlaneOutput = true

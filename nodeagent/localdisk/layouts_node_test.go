@@ -23,7 +23,6 @@ type layoutEnv struct {
 func setupLayout(t *testing.T) *layoutEnv {
 	t.Helper()
 	e := &layoutEnv{nodeEnv: setupNode(t), disc: t.TempDir()}
-	removeNewLoopNodes(t)
 	r, err := NewReconciler(e.host, ReconcilerOptions{
 		StateDir: e.state, DevDir: "/dev", PathRoots: []string{e.disc, e.byID}, LinkRoots: []string{e.byID},
 		FakeSize: 512, FirstLoopMinor: nodeFirstLoop, LoopSearchLimit: 20,
@@ -33,25 +32,6 @@ func setupLayout(t *testing.T) *layoutEnv {
 	}
 	e.r = r
 	return e
-}
-
-// removeNewLoopNodes removes, when the test ends, the /dev/loopN nodes of the test range that
-// appeared during it and are unbound (the agent mknods nodes for its fakes; a fresh machine has
-// only loop0-7).
-func removeNewLoopNodes(t *testing.T) {
-	before := map[int]bool{}
-	for n := nodeFirstLoop; n < nodeFirstLoop+20; n++ {
-		if _, err := os.Stat(fmt.Sprintf("/dev/loop%d", n)); err == nil {
-			before[n] = true
-		}
-	}
-	t.Cleanup(func() {
-		for n := nodeFirstLoop; n < nodeFirstLoop+20; n++ {
-			if !before[n] && sysBacking(n) == "" {
-				_ = os.Remove(fmt.Sprintf("/dev/loop%d", n))
-			}
-		}
-	})
 }
 
 // The provisioner layout: /disc/ssd0 -> /byid/nvme-x, the by-id link gone with the disk. The fake

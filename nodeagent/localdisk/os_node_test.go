@@ -45,6 +45,8 @@ func setupNode(t *testing.T) *nodeEnv {
 	}
 	e.host = NewRealOS(e.state)
 	e.r = e.reconciler(t)
+	// Runs after detachUnder: removes the loop nodes the reconciler made for its fakes.
+	testenv.LoopNodesT(t, testenv.LoopRange{First: nodeFirstLoop, Last: nodeFirstLoop + 19})
 	t.Cleanup(func() { detachUnder(t, e.state) })
 	return e
 }

@@ -69,7 +69,7 @@ func TestIntegrationWebhook(t *testing.T) {
 
 	certDir := t.TempDir()
 	caPEM := writeServingCert(t, certDir, "127.0.0.1")
-	port, healthPort := freePort(t), freePort(t)
+	port, healthPort := testenv.FreePort(t), testenv.FreePort(t)
 
 	reg := prometheus.NewRegistry()
 	mgr, err := NewManager(restCfg, Options{
@@ -84,7 +84,7 @@ func TestIntegrationWebhook(t *testing.T) {
 	go func() { mgrDone <- mgr.Start(mgrCtx) }()
 	t.Cleanup(func() { stopWebhook(); <-mgrDone })
 
-	waitFor(t, 30*time.Second, "webhook /readyz", func() error {
+	testenv.WaitFor(t, 30*time.Second, "webhook /readyz", func() error {
 		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", healthPort))
 		if err != nil {
 			return err
@@ -114,7 +114,9 @@ func TestIntegrationWebhook(t *testing.T) {
 	}
 
 	enabled := map[string]string{contract.LabelInject: contract.LabelInjectEnabled}
-	for name, labels := range map[string]map[string]string{"apps": enabled, "plain": nil, "pvrescue-system": enabled} {
+	secure := map[string]string{contract.LabelInject: contract.LabelInjectEnabled,
+		"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"}
+	for name, labels := range map[string]map[string]string{"apps": enabled, "plain": nil, "pvrescue-system": enabled, "secure": secure} {
 		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -128,7 +130,7 @@ func TestIntegrationWebhook(t *testing.T) {
 	if _, err := cs.CoreV1().Namespaces().Update(ctx, ks, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	for _, ns := range []string{"apps", "plain", "pvrescue-system", "kube-system"} {
+	for _, ns := range []string{"apps", "plain", "pvrescue-system", "kube-system", "secure"} {
 		_, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{})
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
@@ -143,7 +145,7 @@ func TestIntegrationWebhook(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, ns := range []string{"apps", "plain", "kube-system"} {
+	for _, ns := range []string{"apps", "plain", "kube-system", "secure"} {
 		for _, p := range []*corev1.PersistentVolumeClaim{
 			claim("data1", "local-ssd", corev1.PersistentVolumeBlock),
 			claim("bucket", "s3", corev1.PersistentVolumeFilesystem),
@@ -155,7 +157,7 @@ func TestIntegrationWebhook(t *testing.T) {
 	}
 
 	// The API server picks up a new configuration asynchronously: dry-run until it is in effect.
-	waitFor(t, 30*time.Second, "configuration in effect", func() error {
+	testenv.WaitFor(t, 30*time.Second, "configuration in effect", func() error {
 		p, err := cs.CoreV1().Pods("apps").Create(ctx, workload("probe"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err != nil {
 			return err
@@ -180,10 +182,26 @@ func TestIntegrationWebhook(t *testing.T) {
 		// The API server re-admits nothing more: our own output is a fixed point of the mutation.
 		again := got.DeepCopy()
 		cls := (&webhook.Classifier{Config: testConfig(), Lookup: webhook.ReaderLookup{Cache: mgr.GetAPIReader()}}).Classify(ctx, "apps", again)
-		webhook.Mutate(again, cls, testConfig())
+		webhook.Inject(again, cls, testConfig())
 		if !equalJSON(t, got.Spec, again.Spec) || again.Annotations[contract.AnnotationStatus] != got.Annotations[contract.AnnotationStatus] {
 			t.Errorf("stored pod is not a fixed point of Mutate")
 		}
+	})
+
+	// The reproduction: a compliant pod in a namespace that both opts in and enforces Pod
+	// Security "restricted" is admitted, mutated.
+	t.Run("restricted namespace: compliant pod admitted and mutated", func(t *testing.T) {
+		w := workload("locked")
+		w.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{
+			RunAsNonRoot: ptr.To(true), AllowPrivilegeEscalation: ptr.To(false),
+			Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		}
+		p, err := cs.CoreV1().Pods("secure").Create(ctx, w, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("refused: %v", err)
+		}
+		assertMutated(t, p)
 	})
 
 	t.Run("missing claim: admitted with a warning", func(t *testing.T) {
@@ -253,7 +271,7 @@ func TestIntegrationWebhook(t *testing.T) {
 		pool := x509.NewCertPool()
 		pool.AppendCertsFromPEM(newCA)
 		start := time.Now()
-		waitFor(t, 30*time.Second, "new certificate served", func() error {
+		testenv.WaitFor(t, 30*time.Second, "new certificate served", func() error {
 			c, err := tls.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port), &tls.Config{RootCAs: pool})
 			if err != nil {
 				return err
@@ -270,7 +288,7 @@ func TestIntegrationWebhook(t *testing.T) {
 		if _, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 30*time.Second, "mutation with the new CA", func() error {
+		testenv.WaitFor(t, 30*time.Second, "mutation with the new CA", func() error {
 			p, err := cs.CoreV1().Pods("apps").Create(ctx, workload("after-rotation"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 			if err != nil {
 				return err
@@ -420,31 +438,6 @@ func labelValue(m *dto.Metric, name string) string {
 		}
 	}
 	return ""
-}
-
-func waitFor(t *testing.T, timeout time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still failing after %s: %v", what, timeout, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // checkTLS connects like the API server would: the CA verifies the server, TLS >= 1.2, and

@@ -94,7 +94,7 @@ func NewManager(restCfg *rest.Config, o Options) (manager.Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &webhook.Mutator{
+	m := &webhook.Defaulter{
 		Config:     o.Config,
 		Namespace:  o.Namespace,
 		Classifier: &webhook.Classifier{Config: o.Config, Lookup: webhook.ReaderLookup{Cache: mgr.GetCache(), Live: mgr.GetAPIReader()}},

@@ -54,10 +54,48 @@ func Objects(pc *config.Config) ([]client.Object, error) {
 			},
 		}
 	}
-	return []client.Object{
+	objs := []client.Object{
 		sc(SCLocal, "kubernetes.io/no-provisioner"), sc(SCS3, pc.S3.Drivers[0]), sc(SCOther, "example.com/other"),
 		pvc(ClaimBlock0, SCLocal, &block), pvc(ClaimBlock1, SCLocal, &block), pvc(ClaimS3, SCS3, &fs), pvc(ClaimOther, SCOther, &fs),
-	}, nil
+	}
+	for i := 0; i < HundredBlock; i++ {
+		objs = append(objs, pvc(fmt.Sprintf("blk-%d", i), SCLocal, &block))
+	}
+	for i := 0; i < HundredS3; i++ {
+		objs = append(objs, pvc(fmt.Sprintf("s3-%d", i), SCS3, &fs))
+	}
+	return objs, nil
+}
+
+// Volumes of HundredVolumePod: local block claims and S3 claims.
+const HundredBlock, HundredS3 = 60, 40
+
+// HundredVolumePod has 100 volumes: 60 local block claims mapped as devices across 3 containers
+// (20 each) and 40 S3 claims mounted across the same containers, every container with an
+// explicit command, so each gets the exec wrapper, the probe and propagation.
+func HundredVolumePod() *corev1.Pod {
+	p := &corev1.Pod{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, GenerateName: "wide-", Labels: map[string]string{"app": "wide"}},
+	}
+	for c := 0; c < 3; c++ {
+		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{
+			Name: fmt.Sprintf("shard-%d", c), Image: "example.com/db:1", Command: []string{"/bin/db", "--shard", fmt.Sprint(c)},
+		})
+	}
+	for i := 0; i < HundredBlock; i++ {
+		name := fmt.Sprintf("blk-%d", i)
+		p.Spec.Volumes = append(p.Spec.Volumes, claimVolume(name, name))
+		c := &p.Spec.Containers[i%3]
+		c.VolumeDevices = append(c.VolumeDevices, corev1.VolumeDevice{Name: name, DevicePath: "/dev/" + name})
+	}
+	for i := 0; i < HundredS3; i++ {
+		name := fmt.Sprintf("s3-%d", i)
+		p.Spec.Volumes = append(p.Spec.Volumes, claimVolume(name, name))
+		c := &p.Spec.Containers[i%3]
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: name, MountPath: "/buckets/" + name})
+	}
+	return p
 }
 
 // ReviewRequest wraps pod in a CREATE admission request.

@@ -1,0 +1,208 @@
+package containermount
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"strconv"
+	"strings"
+)
+
+// ErrMountInfo is wrapped by every mountinfo parse error.
+var ErrMountInfo = errors.New("malformed mountinfo line")
+
+// Mount is one line of /proc/<pid>/mountinfo (proc(5)).
+type Mount struct {
+	ID       int
+	ParentID int
+	// Dev is "major:minor"; every bind of one FUSE connection shares it.
+	Dev string
+	// Root is the directory of the filesystem this mount shows (a subPath bind shows "/sub").
+	Root       string
+	MountPoint string
+	// Options are the per-mount options (ro/rw, nosuid, nodev, noexec, ...).
+	Options []string
+	// Optional are the propagation tags (shared:N, master:N, propagate_from:N, unbindable).
+	Optional []string
+	FSType   string
+	Source   string
+}
+
+// HasOption reports whether the per-mount option o is set.
+func (m Mount) HasOption(o string) bool {
+	for _, x := range m.Options {
+		if x == o {
+			return true
+		}
+	}
+	return false
+}
+
+// ReadOnly reports whether the mount itself is read-only.
+func (m Mount) ReadOnly() bool { return m.HasOption("ro") }
+
+// ParseMountInfo parses the whole content of a mountinfo file.
+func ParseMountInfo(content string) (MountTable, error) {
+	var out MountTable
+	for n, line := range strings.Split(content, "\n") {
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		m, err := ParseMountInfoLine(line)
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %w", n+1, err)
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// ParseMountInfoLine parses one mountinfo line.
+func ParseMountInfoLine(line string) (Mount, error) {
+	f := strings.Fields(line)
+	// 6 fixed fields, optional fields, "-", fstype, source, super options.
+	sep := -1
+	for i := 6; i < len(f); i++ {
+		if f[i] == "-" {
+			sep = i
+			break
+		}
+	}
+	if len(f) < 6 || sep < 0 || len(f) < sep+3 {
+		return Mount{}, fmt.Errorf("%w: %q", ErrMountInfo, line)
+	}
+	id, err1 := strconv.Atoi(f[0])
+	parent, err2 := strconv.Atoi(f[1])
+	if err1 != nil || err2 != nil || !validDev(f[2]) {
+		return Mount{}, fmt.Errorf("%w: %q", ErrMountInfo, line)
+	}
+	return Mount{
+		ID:         id,
+		ParentID:   parent,
+		Dev:        f[2],
+		Root:       unescapeOctal(f[3]),
+		MountPoint: unescapeOctal(f[4]),
+		Options:    strings.Split(f[5], ","),
+		Optional:   append([]string(nil), f[6:sep]...),
+		FSType:     f[sep+1],
+		Source:     unescapeOctal(f[sep+2]),
+	}, nil
+}
+
+// validDev accepts "major:minor" with decimal numbers.
+func validDev(s string) bool {
+	maj, minor, ok := strings.Cut(s, ":")
+	if !ok {
+		return false
+	}
+	_, err1 := strconv.ParseUint(maj, 10, 32)
+	_, err2 := strconv.ParseUint(minor, 10, 32)
+	return err1 == nil && err2 == nil
+}
+
+// unescapeOctal undoes the kernel's \ooo escaping of space, tab, newline and backslash.
+func unescapeOctal(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// MountTable is one snapshot of a mount namespace's table.
+type MountTable []Mount
+
+// Stack returns the mounts at mountPoint from the bottom to the top, following parent IDs
+// rather than line order.
+func (t MountTable) Stack(mountPoint string) []Mount {
+	var at []Mount
+	for _, m := range t {
+		if m.MountPoint == mountPoint {
+			at = append(at, m)
+		}
+	}
+	if len(at) <= 1 {
+		return at
+	}
+	byParent := map[int]Mount{}
+	ids := map[int]bool{}
+	for _, m := range at {
+		byParent[m.ParentID] = m
+		ids[m.ID] = true
+	}
+	var bottom *Mount
+	for i := range at {
+		if !ids[at[i].ParentID] {
+			bottom = &at[i]
+			break
+		}
+	}
+	if bottom == nil {
+		return at
+	}
+	out := []Mount{*bottom}
+	for len(out) < len(at) {
+		next, ok := byParent[out[len(out)-1].ID]
+		if !ok {
+			break
+		}
+		out = append(out, next)
+	}
+	return out
+}
+
+// Top returns the uppermost mount at mountPoint, the one a path lookup reaches.
+func (t MountTable) Top(mountPoint string) (Mount, bool) {
+	s := t.Stack(mountPoint)
+	if len(s) == 0 {
+		return Mount{}, false
+	}
+	return s[len(s)-1], true
+}
+
+// Reach returns the mount a lookup of path reaches: starting from the top of the root's stack,
+// each component of path that is a mount point of the mount reached so far enters the mount
+// stacked there (and the mounts stacked on it). A mount point hidden under a mount made later
+// on one of its ancestors is not reached. The result is mounted at path itself only when
+// its MountPoint equals path; otherwise path is a plain directory inside the returned mount.
+func (t MountTable) Reach(p string) (Mount, bool) {
+	cur, ok := t.Top("/")
+	if !ok {
+		return Mount{}, false
+	}
+	q := ""
+	for _, c := range strings.Split(strings.Trim(path.Clean(p), "/"), "/") {
+		if c == "" {
+			continue
+		}
+		q += "/" + c
+		for {
+			next, ok := t.child(q, cur.ID)
+			if !ok {
+				break
+			}
+			cur = next
+		}
+	}
+	return cur, true
+}
+
+// child returns the mount at mountPoint whose parent is parentID.
+func (t MountTable) child(mountPoint string, parentID int) (Mount, bool) {
+	for _, m := range t {
+		if m.MountPoint == mountPoint && m.ParentID == parentID && m.ID != parentID {
+			return m, true
+		}
+	}
+	return Mount{}, false
+}

@@ -1,0 +1,371 @@
+package containermount
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
+
+	"github.com/pvrescue/pvrescue/nodeagent"
+)
+
+// Event reasons on the pod.
+const (
+	ReasonRestored = "MountRestoredInContainer"
+	ReasonFailed   = "MountRestoreInContainerFailed"
+)
+
+// Request errors.
+var (
+	// ErrBadRequest: the request is incomplete or malformed; nothing was touched.
+	ErrBadRequest = errors.New("bad remount request")
+	// ErrNotRestored: LivePath does not hold a live mount (nothing there, or still the dead
+	// connection); nothing was touched.
+	ErrNotRestored = errors.New("no live mount at the restored path")
+	// ErrNoHostPID: the agent is pid 1 of its own PID namespace, so it cannot see any
+	// container's processes (the DaemonSet lacks hostPID: true).
+	ErrNoHostPID = errors.New("agent does not share the host's PID namespace (hostPID: true is needed)")
+)
+
+// Options tune the remounter.
+type Options struct {
+	// NamespaceTimeout bounds the kernel work inside one container's namespace.
+	NamespaceTimeout time.Duration
+}
+
+// NewOptions returns the defaults.
+func NewOptions() Options {
+	return Options{NamespaceTimeout: 10 * time.Second}
+}
+
+// Validate reports options that cannot work.
+func (o Options) Validate() error {
+	if o.NamespaceTimeout <= 0 {
+		return fmt.Errorf("containermount: NamespaceTimeout must be positive, got %s", o.NamespaceTimeout)
+	}
+	return nil
+}
+
+// Remounter puts a restored mount back into the running containers of a pod.
+type Remounter struct {
+	// mu serialises passes: two passes planning on the same container at once would both see
+	// the dead mount, and the second would report the first's fix as target_changed.
+	mu      sync.Mutex
+	os      OS
+	rec     record.EventRecorder
+	clock   clock.PassiveClock
+	metrics *Metrics
+	opts    Options
+}
+
+// New builds a remounter from the agent's shared dependencies (Recorder, Registerer and Clock
+// are used; a nil Recorder emits no Events, a nil Clock is the real one), the OS seam and
+// options (zero fields get defaults).
+func New(deps nodeagent.Deps, os OS, opts Options) (*Remounter, error) {
+	if opts.NamespaceTimeout == 0 {
+		opts.NamespaceTimeout = NewOptions().NamespaceTimeout
+	}
+	var clk clock.PassiveClock = clock.RealClock{}
+	if deps.Clock != nil {
+		clk = deps.Clock
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if os.Proc == nil || os.NS == nil {
+		return nil, errors.New("containermount: OS needs both Proc and NS")
+	}
+	m, err := NewMetrics(deps.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	return &Remounter{os: os, rec: deps.Recorder, clock: clk, metrics: m, opts: opts}, nil
+}
+
+// Metrics returns the remounter's metrics.
+func (r *Remounter) Metrics() *Metrics { return r.metrics }
+
+// RemountInContainers finds every container of req.Pod whose mount namespace still reaches the
+// dead connection req.DeadDevice, and stacks a clone of the live mount at req.LivePath (at the
+// same offset inside the volume) on top of each such dead mount. Mount points already on a live
+// mount are left alone, so a second pass changes nothing. A container that cannot be fixed is
+// reported in Failed and does not stop the others; the error is for a request that could not be
+// worked on at all.
+func (r *Remounter) RemountInContainers(ctx context.Context, req RemountRequest) (RemountResult, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	start := r.clock.Now()
+	res := RemountResult{Failed: map[string]error{}}
+	if err := validate(&req); err != nil {
+		return res, err
+	}
+	pod := req.Pod
+	log := logr.FromContextOrDiscard(ctx).WithName("containermount").WithValues(
+		"pod", pod.Namespace+"/"+pod.Name, "device", req.DeadDevice, "livePath", req.LivePath)
+
+	self := r.os.Proc.Self()
+	if self == 1 {
+		return res, ErrNoHostPID
+	}
+	live, err := r.liveMount(self, req)
+	if err != nil {
+		return res, err
+	}
+	selfNS, err := r.os.Proc.MountNS(self)
+	if err != nil {
+		return res, fmt.Errorf("own mount namespace: %w", err)
+	}
+	selfUser, _ := r.os.Proc.UserNS(self)
+	hostNS, _ := r.os.Proc.MountNS(1) // without hostPID, pid 1 is our own container's
+	procs, err := r.podProcs(string(pod.UID))
+	if err != nil {
+		return res, err
+	}
+	names := containerNames(pod)
+	var fixedLabels []string
+	for _, ns := range GroupByNamespace(procs, string(pod.UID), selfNS, hostNS) {
+		label := nsLabel(ns, names)
+		fixed := r.fixNamespace(ctx, log, req, live, ns, label, selfUser, &res)
+		if fixed && !contains(fixedLabels, label) {
+			fixedLabels = append(fixedLabels, label)
+		}
+	}
+	r.report(pod, res, fixedLabels, start)
+	log.V(1).Info("remount pass done", "fixed", res.Fixed, "failed", len(res.Failed), "untouched", res.Untouched)
+	return res, nil
+}
+
+func validate(req *RemountRequest) error {
+	if req.Pod == nil || req.Pod.UID == "" {
+		return fmt.Errorf("%w: pod with a UID is required", ErrBadRequest)
+	}
+	if !validDev(req.DeadDevice) {
+		return fmt.Errorf("%w: dead device %q is not major:minor", ErrBadRequest, req.DeadDevice)
+	}
+	if req.DeadRoot == "" {
+		req.DeadRoot = "/"
+	}
+	if !path.IsAbs(req.DeadRoot) || !path.IsAbs(req.LivePath) {
+		return fmt.Errorf("%w: dead root %q and live path %q must be absolute", ErrBadRequest, req.DeadRoot, req.LivePath)
+	}
+	req.LivePath = path.Clean(req.LivePath)
+	return nil
+}
+
+// liveMount returns the mount a lookup of LivePath reaches in our own namespace, which must not
+// be the dead connection.
+func (r *Remounter) liveMount(self int, req RemountRequest) (Mount, error) {
+	content, err := r.os.Proc.MountInfo(self)
+	if err != nil {
+		return Mount{}, fmt.Errorf("own mountinfo: %w", err)
+	}
+	table, err := ParseMountInfo(content)
+	if err != nil {
+		return Mount{}, fmt.Errorf("own mountinfo: %w", err)
+	}
+	live, ok := table.Reach(req.LivePath)
+	if !ok || live.MountPoint != req.LivePath {
+		return Mount{}, fmt.Errorf("%w: nothing mounted at %s", ErrNotRestored, req.LivePath)
+	}
+	if live.Dev == req.DeadDevice {
+		return Mount{}, fmt.Errorf("%w: %s still shows the dead connection %s", ErrNotRestored, req.LivePath, live.Dev)
+	}
+	return live, nil
+}
+
+// podProcs lists the processes in the pod's cgroup. Processes that end while being read are
+// skipped: they are not the pod's any more.
+func (r *Remounter) podProcs(podUID string) ([]Proc, error) {
+	pids, err := r.os.Proc.Pids()
+	if err != nil {
+		return nil, fmt.Errorf("list processes: %w", err)
+	}
+	want := NormalizeUID(podUID)
+	var out []Proc
+	for _, pid := range pids {
+		cg, err := r.os.Proc.Cgroup(pid)
+		if err != nil {
+			continue
+		}
+		info, ok := ParseCgroup(cg)
+		if !ok || info.PodUID != want {
+			continue
+		}
+		mnt, err := r.os.Proc.MountNS(pid)
+		if err != nil {
+			continue
+		}
+		user, _ := r.os.Proc.UserNS(pid)
+		out = append(out, Proc{Pid: pid, MountNS: mnt, UserNS: user, Cgroup: info})
+	}
+	return out, nil
+}
+
+// maxRounds bounds plan-attach-verify rounds in one namespace: a round that fixes an outer
+// mount point hides the dead ones nested in it, which the next round puts back inside.
+const maxRounds = 4
+
+// fixNamespace plans, attaches and verifies in one container namespace; it reports whether at
+// least one mount was fixed.
+func (r *Remounter) fixNamespace(ctx context.Context, log logr.Logger, req RemountRequest, live Mount, ns Namespace,
+	label string, selfUser uint64, res *RemountResult) bool {
+	log = log.WithValues("container", label, "mountNS", ns.Inode)
+	userNamespaced := ns.UserNS != 0 && selfUser != 0 && ns.UserNS != selfUser
+	var fixed []string
+	failed := map[string]error{}
+	var left []string
+	for round := 0; round < maxRounds; round++ {
+		table, err := r.table(ns)
+		if err != nil {
+			if round == 0 {
+				r.fail(res, label, "", err)
+				return false
+			}
+			break
+		}
+		plan := PlanNamespace(table, req.DeadDevice, req.DeadRoot, live.Dev)
+		left = plan.Live
+		planned := map[string]bool{}
+		for mp, err := range plan.Skipped {
+			planned[mp] = true
+			failed[mp] = err
+		}
+		for _, t := range plan.Targets {
+			planned[t.MountPoint] = true
+		}
+		for mp := range failed {
+			if !planned[mp] {
+				delete(failed, mp) // something else is mounted there now: not ours to touch
+			}
+		}
+		if len(plan.Targets) == 0 {
+			break
+		}
+		progress, changed := r.attachRound(ctx, log, req, live, ns, plan, userNamespaced, &fixed, failed)
+		if !progress || !changed {
+			break
+		}
+	}
+	for _, mp := range fixed {
+		res.Fixed = append(res.Fixed, label+":"+mp)
+		r.metrics.Remounts.WithLabelValues("success", "").Inc()
+	}
+	for _, mp := range left {
+		if !contains(fixed, mp) {
+			res.Untouched++
+		}
+	}
+	for _, mp := range sortedKeys(failed) {
+		r.fail(res, label, mp, failed[mp])
+		log.Error(failed[mp], "cannot remount in container", "mountPoint", mp)
+	}
+	return len(fixed) > 0
+}
+
+// attachRound attaches one plan and verifies it. progress: at least one mount point fixed;
+// changed: at least one target no longer reached what was planned (possibly hidden by this round).
+func (r *Remounter) attachRound(ctx context.Context, log logr.Logger, req RemountRequest, live Mount, ns Namespace, plan Plan,
+	userNamespaced bool, fixed *[]string, failed map[string]error) (progress, changed bool) {
+	attaches := make([]Attach, len(plan.Targets))
+	for i, t := range plan.Targets {
+		attaches[i] = Attach{Offset: t.Offset, Target: t.MountPoint, ExpectMountID: t.DeadMountID,
+			ReadOnly: t.ReadOnly, NoSuid: t.NoSuid, NoDev: t.NoDev, NoExec: t.NoExec, Slave: t.Slave}
+	}
+	nctx, cancel := context.WithTimeout(ctx, r.opts.NamespaceTimeout)
+	errs, err := r.os.NS.AttachInNamespace(nctx, NamespaceRef{Inode: ns.Inode, Pids: ns.Pids}, req.LivePath, attaches)
+	cancel()
+	if err != nil {
+		for _, t := range plan.Targets {
+			failed[t.MountPoint] = lockedIf(userNamespaced, err)
+		}
+		return false, false
+	}
+	after, verr := r.table(ns)
+	for i, t := range plan.Targets {
+		var aerr error
+		if i < len(errs) {
+			aerr = errs[i]
+		}
+		if aerr == nil {
+			aerr = verify(after, verr, t, live)
+		}
+		if aerr != nil {
+			failed[t.MountPoint] = lockedIf(userNamespaced, aerr)
+			changed = changed || errors.Is(aerr, ErrTargetChanged)
+			continue
+		}
+		delete(failed, t.MountPoint)
+		if !contains(*fixed, t.MountPoint) {
+			*fixed = append(*fixed, t.MountPoint)
+		}
+		progress = true
+		log.Info("live mount restored in container", "mountPoint", t.MountPoint,
+			"offset", t.Offset, "readOnly", t.ReadOnly || live.ReadOnly())
+	}
+	return progress, changed
+}
+
+// table reads the namespace's mount table through the first pid that still answers.
+func (r *Remounter) table(ns Namespace) (MountTable, error) {
+	var lastErr error = ErrNamespaceGone
+	for _, pid := range ns.Pids {
+		if inode, err := r.os.Proc.MountNS(pid); err != nil || inode != ns.Inode {
+			continue
+		}
+		content, err := r.os.Proc.MountInfo(pid)
+		if err != nil {
+			lastErr = fmt.Errorf("%w: mountinfo of pid %d: %w", ErrNamespaceGone, pid, err)
+			continue
+		}
+		t, err := ParseMountInfo(content)
+		if err != nil {
+			return nil, fmt.Errorf("mountinfo of pid %d: %w", pid, err)
+		}
+		return t, nil
+	}
+	return nil, lastErr
+}
+
+// verify checks, in the table read after attaching, that a lookup of the mount point reaches the
+// live connection showing exactly the planned directory of the volume (never the volume root for
+// a subPath).
+func verify(after MountTable, readErr error, t Target, live Mount) error {
+	if readErr != nil {
+		return fmt.Errorf("%w: %w", ErrVerify, readErr)
+	}
+	top, ok := after.Reach(t.MountPoint)
+	want := ExpectedRoot(live.Root, t.Offset)
+	switch {
+	case !ok || top.MountPoint != t.MountPoint:
+		return fmt.Errorf("%w: nothing mounted at %s", ErrVerify, t.MountPoint)
+	case top.Dev != live.Dev:
+		return fmt.Errorf("%w: %s shows device %s, want %s", ErrVerify, t.MountPoint, top.Dev, live.Dev)
+	case top.Root != want:
+		return fmt.Errorf("%w: %s shows %q of the volume, want %q", ErrVerify, t.MountPoint, top.Root, want)
+	case top.ReadOnly() != (t.ReadOnly || live.ReadOnly()):
+		return fmt.Errorf("%w: %s read-only=%t, want %t", ErrVerify, t.MountPoint, top.ReadOnly(), t.ReadOnly || live.ReadOnly())
+	}
+	return nil
+}
+
+func lockedIf(userNamespaced bool, err error) error {
+	if userNamespaced && (errors.Is(err, ErrSetns) || errors.Is(err, ErrAttach)) {
+		return fmt.Errorf("%w: %w", ErrLocked, err)
+	}
+	return err
+}
+
+func (r *Remounter) fail(res *RemountResult, label, mountPoint string, err error) {
+	key := label
+	if mountPoint != "" {
+		key += ":" + mountPoint
+	}
+	res.Failed[key] = err
+	r.metrics.Remounts.WithLabelValues("failure", Reason(err)).Inc()
+}

@@ -1,0 +1,559 @@
+package containermount
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/testr"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/pvrescue/pvrescue/nodeagent"
+)
+
+const (
+	livePath = "/var/lib/kubelet/pods/" + uidDashed + "/volumes/kubernetes.io~csi/pv1/mount"
+	deadDev  = "0:55"
+	liveDev  = "0:60"
+	hostNS   = 100
+	agentNS  = 200
+	agentPid = 50
+)
+
+// fakeCluster is one node with a pod of these containers:
+//
+//	app      ns 2  /data (rw, nosuid, HostToContainer: master:)
+//	sub      ns 3  /cfg (subPath sub/dir, read-only)
+//	c3+c4    ns 4  /data (one namespace shared by two containers)
+//	fresh    ns 5  /data already covered by the live mount (left alone)
+//	sandbox  ns 6  no volume
+type fakeCluster struct {
+	node *FakeNode
+	pod  *corev1.Pod
+}
+
+func cg(id string) string {
+	return "12:memory:/kubepods/burstable/pod" + uidDashed + "/" + id + "\n11:cpu:/kubepods/burstable/pod" + uidDashed + "/" + id + "\n"
+}
+
+func newFakeCluster(t *testing.T) *fakeCluster {
+	t.Helper()
+	n := NewFakeNode(agentPid)
+	n.AddProc(1, FakeProc{Cgroup: "0::/init.scope", MountNS: hostNS, UserNS: 1})
+	n.AddProc(agentPid, FakeProc{Cgroup: "0::/kubepods/besteffort/pod11111111-2222-3333-4444-555555555555/agent", MountNS: agentNS, UserNS: 1})
+	n.AddProc(11, FakeProc{Cgroup: cg("sandbox"), MountNS: 6, UserNS: 1})
+	n.AddProc(20, FakeProc{Cgroup: cg("app"), MountNS: 2, UserNS: 1})
+	n.AddProc(21, FakeProc{Cgroup: cg("app"), MountNS: 2, UserNS: 1})
+	n.AddProc(30, FakeProc{Cgroup: cg("sub"), MountNS: 3, UserNS: 1})
+	n.AddProc(40, FakeProc{Cgroup: cg("c3"), MountNS: 4, UserNS: 1})
+	n.AddProc(41, FakeProc{Cgroup: cg("c4"), MountNS: 4, UserNS: 1})
+	n.AddProc(60, FakeProc{Cgroup: cg("fresh"), MountNS: 5, UserNS: 1})
+	n.AddProc(70, FakeProc{Cgroup: "0::/system.slice/kubelet.service", MountNS: hostNS, UserNS: 1})
+	must(t, n.SetTable(agentNS, `1 0 0:21 / / rw - overlay overlay rw
+300 1 `+deadDev+` / `+livePath+` rw shared:5 - fuse.s3fs s3fs rw
+301 300 `+liveDev+` / `+livePath+` rw shared:5 - fuse.s3fs s3fs rw
+`))
+	must(t, n.SetTable(2, `1 0 0:30 / / rw - overlay overlay rw
+400 1 `+deadDev+` / /data rw,nosuid,nodev master:5 - fuse.s3fs s3fs rw
+`))
+	must(t, n.SetTable(3, `1 0 0:31 / / rw - overlay overlay rw
+410 1 `+deadDev+` /sub/dir /cfg ro - fuse.s3fs s3fs rw
+`))
+	must(t, n.SetTable(4, `1 0 0:32 / / rw - overlay overlay rw
+420 1 `+deadDev+` / /data rw - fuse.s3fs s3fs rw
+`))
+	must(t, n.SetTable(5, `1 0 0:33 / / rw - overlay overlay rw
+430 1 `+deadDev+` / /data rw master:5 - fuse.s3fs s3fs rw
+431 430 `+liveDev+` / /data rw master:5 - fuse.s3fs s3fs rw
+`))
+	must(t, n.SetTable(6, "1 0 0:34 / / rw - overlay overlay rw\n"))
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: types.UID(uidDashed)},
+		Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{
+			{Name: "app", ContainerID: "containerd://app"},
+			{Name: "sub", ContainerID: "containerd://sub"},
+			{Name: "c3", ContainerID: "containerd://c3"},
+			{Name: "c4", ContainerID: "containerd://c4"},
+			{Name: "fresh", ContainerID: "containerd://fresh"},
+		}},
+	}
+	return &fakeCluster{node: n, pod: pod}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+type harness struct {
+	r       *Remounter
+	rec     *record.FakeRecorder
+	reg     *prometheus.Registry
+	clock   *clocktesting.FakeClock
+	metrics *Metrics
+}
+
+func newHarness(t *testing.T, os OS, opts Options) *harness {
+	t.Helper()
+	h := &harness{rec: record.NewFakeRecorder(20), reg: prometheus.NewRegistry(),
+		clock: clocktesting.NewFakeClock(time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC))}
+	r, err := New(nodeagent.Deps{Recorder: h.rec, Registerer: h.reg, Clock: h.clock}, os, opts)
+	must(t, err)
+	h.r, h.metrics = r, r.Metrics()
+	return h
+}
+
+func (h *harness) events() []string {
+	var out []string
+	for {
+		select {
+		case e := <-h.rec.Events:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}
+
+func ctxFor(t *testing.T) context.Context {
+	return logr.NewContext(context.Background(), testr.New(t))
+}
+
+func (c *fakeCluster) req() RemountRequest {
+	return RemountRequest{Pod: c.pod, DeadDevice: deadDev, DeadRoot: "/", LivePath: livePath}
+}
+
+func TestRemountFixesEveryContainerOnce(t *testing.T) {
+	c := newFakeCluster(t)
+	h := newHarness(t, c.node.OS(), Options{})
+	res, err := h.r.RemountInContainers(ctxFor(t), c.req())
+	must(t, err)
+	wantFixed := []string{"app:/data", "sub:/cfg", "c3+c4:/data"}
+	if strings.Join(res.Fixed, ",") != strings.Join(wantFixed, ",") || len(res.Failed) != 0 || res.Untouched != 1 {
+		t.Fatalf("result = %+v, want fixed %v, no failures, 1 untouched", res, wantFixed)
+	}
+	if len(c.node.Violations) != 0 {
+		t.Fatalf("safety violations: %v", c.node.Violations)
+	}
+	// One call per namespace that needed it: never the host's, the agent's, the sandbox's or the
+	// already-live one's.
+	var nss []uint64
+	for _, call := range c.node.Calls {
+		nss = append(nss, call.NS)
+		if call.LivePath != livePath {
+			t.Errorf("clone source %q, want %q", call.LivePath, livePath)
+		}
+	}
+	if fmt.Sprint(nss) != "[2 3 4]" {
+		t.Errorf("namespaces entered = %v, want [2 3 4]", nss)
+	}
+	// Each container now reaches the live connection at the right directory with its flags.
+	for _, tc := range []struct {
+		ns                uint64
+		mp, root          string
+		ro, nosuid, slave bool
+	}{
+		{2, "/data", "/", false, true, true},
+		{3, "/cfg", "/sub/dir", true, false, false}, // subPath: its subdirectory, never the volume root
+		{4, "/data", "/", false, false, false},
+	} {
+		top, _ := c.node.Table(tc.ns).Top(tc.mp)
+		if top.Dev != liveDev || top.Root != tc.root || top.ReadOnly() != tc.ro || top.HasOption("nosuid") != tc.nosuid ||
+			(len(top.Optional) > 0) != tc.slave {
+			t.Errorf("ns %d %s: top = %+v; want live %s root %s ro=%v nosuid=%v slave=%v", tc.ns, tc.mp, top, liveDev, tc.root, tc.ro, tc.nosuid, tc.slave)
+		}
+	}
+	if got := counter(t, h.reg, "success", ""); got != 3 {
+		t.Errorf("success counter = %v, want 3", got)
+	}
+	if got, _ := histogram(t, h.reg); got != 1 {
+		t.Errorf("duration observed %d times, want 1", got)
+	}
+	ev := h.events()
+	if len(ev) != 1 || !strings.HasPrefix(ev[0], "Normal "+ReasonRestored) || !strings.Contains(ev[0], "app, sub, c3+c4") {
+		t.Errorf("events = %q, want one %s naming app, sub, c3+c4", ev, ReasonRestored)
+	}
+
+	// A second pass finds every mount point live and changes nothing.
+	calls := len(c.node.Calls)
+	res, err = h.r.RemountInContainers(ctxFor(t), c.req())
+	must(t, err)
+	if len(res.Fixed) != 0 || len(res.Failed) != 0 || res.Untouched != 4 || len(c.node.Calls) != calls {
+		t.Errorf("second pass: %+v with %d new calls; want nothing fixed, 4 untouched, no calls", res, len(c.node.Calls)-calls)
+	}
+	if ev := h.events(); len(ev) != 0 {
+		t.Errorf("second pass emitted events %q", ev)
+	}
+}
+
+func TestRemountMeasuresRestoreToLastFixed(t *testing.T) {
+	c := newFakeCluster(t)
+	var h *harness
+	slow := stepNS{inner: c.node.OS().NS, step: func(uint64) { h.clock.Step(250 * time.Millisecond) }}
+	h = newHarness(t, OS{Proc: c.node.OS().Proc, NS: slow}, Options{})
+	_, err := h.r.RemountInContainers(ctxFor(t), c.req())
+	must(t, err)
+	// Three namespaces at 250 ms each, observed once for the pass.
+	if n, sum := histogram(t, h.reg); n != 1 || sum != 0.75 {
+		t.Errorf("duration: %d observations, sum %v; want 1, 0.75", n, sum)
+	}
+}
+
+// stepNS runs step before delegating, to move a fake clock or change the node mid-pass.
+type stepNS struct {
+	inner Namespaces
+	step  func(ns uint64)
+}
+
+func (s stepNS) AttachInNamespace(ctx context.Context, ns NamespaceRef, live string, a []Attach) ([]error, error) {
+	s.step(ns.Inode)
+	return s.inner.AttachInNamespace(ctx, ns, live, a)
+}
+
+func TestRemountReportsFailuresAndFixesTheOthers(t *testing.T) {
+	c := newFakeCluster(t)
+	// "sub" runs in a user namespace and the kernel refuses to enter it; c3+c4's attach fails.
+	c.node.AddProc(30, FakeProc{Cgroup: cg("sub"), MountNS: 3, UserNS: 77})
+	c.node.FailSetns[3] = errors.New("operation not permitted")
+	c.node.FailAttach["/data"] = errors.New("invalid argument")
+	h := newHarness(t, c.node.OS(), Options{})
+	res, err := h.r.RemountInContainers(ctxFor(t), c.req())
+	must(t, err)
+	if len(res.Fixed) != 0 {
+		t.Errorf("fixed = %v, want none (app and c3+c4 both mount /data, which fails)", res.Fixed)
+	}
+	if !errors.Is(res.Failed["sub:/cfg"], ErrLocked) {
+		t.Errorf("sub:/cfg failure = %v, want ErrLocked", res.Failed["sub:/cfg"])
+	}
+	if !errors.Is(res.Failed["app:/data"], ErrAttach) || !errors.Is(res.Failed["c3+c4:/data"], ErrAttach) {
+		t.Errorf("failures = %v, want ErrAttach for app:/data and c3+c4:/data", res.Failed)
+	}
+	if got := counter(t, h.reg, "failure", "userns_locked"); got != 1 {
+		t.Errorf("userns_locked failures = %v, want 1", got)
+	}
+	if got := counter(t, h.reg, "failure", "attach"); got != 2 {
+		t.Errorf("attach failures = %v, want 2", got)
+	}
+	if got, _ := histogram(t, h.reg); got != 0 {
+		t.Errorf("duration observed %d times although nothing was fixed", got)
+	}
+	ev := h.events()
+	if len(ev) != 1 || !strings.HasPrefix(ev[0], "Warning "+ReasonFailed) || !strings.Contains(ev[0], "sub:/cfg") {
+		t.Errorf("events = %q, want one warning naming sub:/cfg", ev)
+	}
+
+	// Once the causes are gone the next pass fixes all three.
+	delete(c.node.FailSetns, 3)
+	delete(c.node.FailAttach, "/data")
+	res, err = h.r.RemountInContainers(ctxFor(t), c.req())
+	must(t, err)
+	if len(res.Fixed) != 3 || len(res.Failed) != 0 {
+		t.Errorf("retry: %+v, want 3 fixed", res)
+	}
+}
+
+func TestRemountRefusesWithoutALiveMount(t *testing.T) {
+	for name, table := range map[string]string{
+		"nothing at the live path":  "1 0 0:21 / / rw - overlay overlay rw\n",
+		"still the dead connection": "1 0 0:21 / / rw - overlay overlay rw\n300 1 " + deadDev + " / " + livePath + " rw - fuse.s3fs s3fs rw\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := newFakeCluster(t)
+			must(t, c.node.SetTable(agentNS, table))
+			h := newHarness(t, c.node.OS(), Options{})
+			_, err := h.r.RemountInContainers(ctxFor(t), c.req())
+			if !errors.Is(err, ErrNotRestored) {
+				t.Errorf("err = %v, want ErrNotRestored", err)
+			}
+			if len(c.node.Calls) != 0 {
+				t.Errorf("%d attach calls, want none", len(c.node.Calls))
+			}
+		})
+	}
+}
+
+func TestRemountRejectsBadRequests(t *testing.T) {
+	c := newFakeCluster(t)
+	h := newHarness(t, c.node.OS(), Options{})
+	for name, mutate := range map[string]func(*RemountRequest){
+		"no pod":             func(r *RemountRequest) { r.Pod = nil },
+		"no uid":             func(r *RemountRequest) { r.Pod = &corev1.Pod{} },
+		"bad device":         func(r *RemountRequest) { r.DeadDevice = "55" },
+		"relative live":      func(r *RemountRequest) { r.LivePath = "pods/x" },
+		"relative dead root": func(r *RemountRequest) { r.DeadRoot = "sub" },
+	} {
+		req := c.req()
+		mutate(&req)
+		if _, err := h.r.RemountInContainers(ctxFor(t), req); !errors.Is(err, ErrBadRequest) {
+			t.Errorf("%s: err = %v, want ErrBadRequest", name, err)
+		}
+	}
+	if len(c.node.Calls) != 0 {
+		t.Errorf("bad requests made %d attach calls", len(c.node.Calls))
+	}
+}
+
+func TestRemountNamesUnknownContainersByPid(t *testing.T) {
+	c := newFakeCluster(t)
+	c.pod.Status.ContainerStatuses = nil // statuses not reported yet
+	h := newHarness(t, c.node.OS(), Options{})
+	res, err := h.r.RemountInContainers(ctxFor(t), c.req())
+	must(t, err)
+	if got := strings.Join(res.Fixed, ","); got != "pid 20:/data,pid 30:/cfg,pid 40:/data" {
+		t.Errorf("fixed = %s", got)
+	}
+}
+
+func TestRemountSkipsGoneAndChangedTargets(t *testing.T) {
+	c := newFakeCluster(t)
+	// Between planning and attaching: app's processes exit; c3+c4 get another mount on /data.
+	ns := stepNS{inner: c.node.OS().NS, step: func(ns uint64) {
+		if ns == 2 {
+			c.node.RemoveProc(20)
+			c.node.RemoveProc(21)
+		}
+		tab := c.node.Table(4)
+		if top, _ := tab.Top("/data"); ns == 4 && top.ID == 420 {
+			tab = append(tab, Mount{ID: 421, ParentID: 420, Dev: "0:99", Root: "/", MountPoint: "/data", Options: []string{"rw"}, FSType: "tmpfs"})
+			must(t, c.node.SetTable(4, FormatMountInfo(tab)))
+		}
+	}}
+	h := newHarness(t, OS{Proc: c.node.OS().Proc, NS: ns}, Options{})
+	res, err := h.r.RemountInContainers(ctxFor(t), c.req())
+	must(t, err)
+	if !errors.Is(res.Failed["app:/data"], ErrNamespaceGone) || !errors.Is(res.Failed["c3+c4:/data"], ErrTargetChanged) {
+		t.Errorf("failed = %v; want app namespace gone, c3+c4 target changed", res.Failed)
+	}
+	if strings.Join(res.Fixed, ",") != "sub:/cfg" {
+		t.Errorf("fixed = %v, want sub:/cfg", res.Fixed)
+	}
+	if top, _ := c.node.Table(4).Top("/data"); top.ID != 421 {
+		t.Errorf("the mount that appeared on /data was covered: top = %+v", top)
+	}
+	if len(c.node.Violations) != 0 {
+		t.Errorf("violations: %v", c.node.Violations)
+	}
+}
+
+// liarNS reports success without attaching anything.
+type liarNS struct{}
+
+func (liarNS) AttachInNamespace(_ context.Context, _ NamespaceRef, _ string, a []Attach) ([]error, error) {
+	return make([]error, len(a)), nil
+}
+
+func TestRemountVerifiesTheResult(t *testing.T) {
+	c := newFakeCluster(t)
+	h := newHarness(t, OS{Proc: c.node.OS().Proc, NS: liarNS{}}, Options{})
+	res, err := h.r.RemountInContainers(ctxFor(t), c.req())
+	must(t, err)
+	if len(res.Fixed) != 0 || len(res.Failed) != 3 {
+		t.Fatalf("result = %+v; want all 3 failed verification", res)
+	}
+	for k, err := range res.Failed {
+		if !errors.Is(err, ErrVerify) {
+			t.Errorf("%s: %v, want ErrVerify", k, err)
+		}
+	}
+}
+
+// blockNS blocks until its context ends, as a hung kernel call would.
+type blockNS struct{}
+
+func (blockNS) AttachInNamespace(ctx context.Context, _ NamespaceRef, _ string, _ []Attach) ([]error, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+func TestRemountBoundsEachNamespace(t *testing.T) {
+	c := newFakeCluster(t)
+	h := newHarness(t, OS{Proc: c.node.OS().Proc, NS: blockNS{}}, Options{NamespaceTimeout: time.Millisecond})
+	res, err := h.r.RemountInContainers(ctxFor(t), c.req())
+	must(t, err)
+	if len(res.Failed) != 3 {
+		t.Fatalf("failed = %v, want 3", res.Failed)
+	}
+	if got := counter(t, h.reg, "failure", "timeout"); got != 3 {
+		t.Errorf("timeout failures = %v, want 3", got)
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	c := newFakeCluster(t)
+	if _, err := New(nodeagent.Deps{}, c.node.OS(), Options{NamespaceTimeout: -time.Second}); err == nil {
+		t.Error("negative timeout accepted")
+	}
+	if _, err := New(nodeagent.Deps{}, OS{}, Options{}); err == nil {
+		t.Error("empty OS accepted")
+	}
+	// Two remounters on one registry share the collectors.
+	reg := prometheus.NewRegistry()
+	a, err := New(nodeagent.Deps{Registerer: reg}, c.node.OS(), Options{})
+	must(t, err)
+	b, err := New(nodeagent.Deps{Registerer: reg}, c.node.OS(), Options{})
+	must(t, err)
+	if a.Metrics().Remounts != b.Metrics().Remounts {
+		t.Error("second remounter registered its own counter")
+	}
+}
+
+func TestReason(t *testing.T) {
+	for err, want := range map[error]string{
+		fmt.Errorf("%w: %w", ErrLocked, ErrSetns):     "userns_locked",
+		fmt.Errorf("x: %w", ErrSetns):                 "setns",
+		fmt.Errorf("x: %w", context.DeadlineExceeded): "timeout",
+		fmt.Errorf("x: %w", ErrOutsideVolume):         "outside_volume",
+		errors.New("boom"):                            "other",
+	} {
+		if got := Reason(err); got != want {
+			t.Errorf("Reason(%v) = %q, want %q", err, got, want)
+		}
+	}
+}
+
+// histogram returns the sample count and sum of the duration histogram.
+func histogram(t *testing.T, reg *prometheus.Registry) (uint64, float64) {
+	t.Helper()
+	mfs, err := reg.Gather()
+	must(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == "pvrescue_container_remount_duration_seconds" {
+			h := mf.GetMetric()[0].GetHistogram()
+			return h.GetSampleCount(), h.GetSampleSum()
+		}
+	}
+	t.Fatal("duration histogram not registered")
+	return 0, 0
+}
+
+// counter returns pvrescue_container_remounts_total{result,reason} (0 when absent).
+func counter(t *testing.T, reg *prometheus.Registry, result, reason string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	must(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != "pvrescue_container_remounts_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["result"] == result && labels["reason"] == reason {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+func TestRemountNeedsHostPID(t *testing.T) {
+	c := newFakeCluster(t)
+	c.node.SelfPid = 1 // the agent is pid 1 of a PID namespace of its own
+	h := newHarness(t, c.node.OS(), Options{})
+	if _, err := h.r.RemountInContainers(ctxFor(t), c.req()); !errors.Is(err, ErrNoHostPID) {
+		t.Errorf("err = %v, want ErrNoHostPID", err)
+	}
+	if len(c.node.Calls) != 0 {
+		t.Errorf("%d attach calls without hostPID", len(c.node.Calls))
+	}
+}
+
+func TestRemountConcurrentPassesFixOnce(t *testing.T) {
+	c := newFakeCluster(t)
+	h := newHarness(t, c.node.OS(), Options{})
+	results := make(chan RemountResult, 2)
+	for i := 0; i < 2; i++ {
+		go func() {
+			res, err := h.r.RemountInContainers(ctxFor(t), c.req())
+			if err != nil {
+				t.Error(err)
+			}
+			results <- res
+		}()
+	}
+	a, b := <-results, <-results
+	if len(a.Fixed)+len(b.Fixed) != 3 || len(a.Failed)+len(b.Failed) != 0 || a.Untouched+b.Untouched != 1+4 {
+		t.Errorf("two concurrent passes: %+v and %+v; want 3 fixed in total, no failures", a, b)
+	}
+	if len(c.node.Violations) != 0 {
+		t.Errorf("violations: %v", c.node.Violations)
+	}
+}
+
+// The fake itself must catch the breaches it exists to catch.
+func TestFakeNodeRecordsViolations(t *testing.T) {
+	c := newFakeCluster(t)
+	ns := c.node.OS().NS
+	_, err := ns.AttachInNamespace(context.Background(), NamespaceRef{Inode: agentNS, Pids: []int{agentPid}}, livePath, nil)
+	must(t, err)
+	errs, err := ns.AttachInNamespace(context.Background(), NamespaceRef{Inode: 2, Pids: []int{20}}, livePath,
+		[]Attach{{Offset: "../escape", Target: "/data", ExpectMountID: 400}})
+	must(t, err)
+	if len(c.node.Violations) != 2 || !errors.Is(errs[0], ErrSource) {
+		t.Errorf("violations = %q, errs = %v; want the agent's namespace and the escaping offset recorded", c.node.Violations, errs)
+	}
+	if top, _ := c.node.Table(2).Top("/data"); top.ID != 400 {
+		t.Errorf("an escaping offset was attached: %+v", top)
+	}
+}
+
+func TestRemountNeverWidensTheLiveMount(t *testing.T) {
+	c := newFakeCluster(t)
+	// The host restored the target read-only (a read-only PV); app's dead mount was writable.
+	must(t, c.node.SetTable(agentNS, `1 0 0:21 / / rw - overlay overlay rw
+300 1 `+deadDev+` / `+livePath+` rw - fuse.s3fs s3fs rw
+301 300 `+liveDev+` / `+livePath+` ro - fuse.s3fs s3fs rw
+`))
+	h := newHarness(t, c.node.OS(), Options{})
+	res, err := h.r.RemountInContainers(ctxFor(t), c.req())
+	must(t, err)
+	if len(res.Fixed) != 3 || len(res.Failed) != 0 {
+		t.Fatalf("result = %+v, want 3 fixed", res)
+	}
+	if top, _ := c.node.Table(2).Top("/data"); !top.ReadOnly() {
+		t.Errorf("app's /data became writable although the live mount is read-only: %+v", top)
+	}
+}
+
+func TestRemountNestedMountPoints(t *testing.T) {
+	c := newFakeCluster(t)
+	// app mounts the volume at /data and the subPath logs2 at /data/logs, on top of it.
+	must(t, c.node.SetTable(2, `1 0 0:30 / / rw - overlay overlay rw
+400 1 `+deadDev+` / /data rw - fuse.s3fs s3fs rw
+401 400 `+deadDev+` /logs2 /data/logs rw - fuse.s3fs s3fs rw
+`))
+	h := newHarness(t, c.node.OS(), Options{})
+	res, err := h.r.RemountInContainers(ctxFor(t), c.req())
+	must(t, err)
+	if !strings.Contains(strings.Join(res.Fixed, ","), "app:/data,app:/data/logs") || len(res.Failed) != 0 {
+		t.Fatalf("result = %+v; want app:/data and app:/data/logs fixed", res)
+	}
+	tab := c.node.Table(2)
+	outer, _ := tab.Reach("/data")
+	inner, _ := tab.Reach("/data/logs")
+	if outer.Dev != liveDev || outer.Root != "/" || inner.Dev != liveDev || inner.Root != "/logs2" || inner.ParentID != outer.ID {
+		t.Errorf("after the pass: /data %+v, /data/logs %+v; want the subPath nested inside the live /data", outer, inner)
+	}
+	if len(c.node.Violations) != 0 {
+		t.Errorf("violations: %v", c.node.Violations)
+	}
+	// Idempotent: nothing left to do.
+	res, err = h.r.RemountInContainers(ctxFor(t), c.req())
+	must(t, err)
+	if len(res.Fixed) != 0 || len(res.Failed) != 0 {
+		t.Errorf("second pass: %+v", res)
+	}
+}

@@ -48,7 +48,8 @@ type Config struct {
 
 // LocalBlock configures fake devices for lost local block volumes.
 type LocalBlock struct {
-	// StorageClasses whose block PVs are local disks that may go missing.
+	// StorageClasses whose block PVs are local disks that may go missing (at least one; an
+	// empty list is an error).
 	StorageClasses []string `json:"storageClasses"`
 	// FakeDeviceSizeBytes is the exact size of a fake device; the guard treats any device of this
 	// size as fake, so it must be smaller than any real disk.
@@ -262,6 +263,11 @@ func (c *Config) Validate() error {
 	}
 	if c.Kind != Kind {
 		add("kind: must be %q, got %q", Kind, c.Kind)
+	}
+	if len(c.LocalBlock.StorageClasses) == 0 {
+		// An empty list once meant "every local block PV", while the webhook guards pods of the
+		// listed classes only: fakes would be made for pods that nothing filters.
+		add("localBlock.storageClasses: must name at least one StorageClass")
 	}
 	for i, sc := range c.LocalBlock.StorageClasses {
 		if errs := validation.IsDNS1123Subdomain(sc); len(errs) > 0 {

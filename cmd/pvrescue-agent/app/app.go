@@ -14,11 +14,12 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/clock"
 
+	"github.com/pvrescue/pvrescue/internal/cmdutil/kubecmd"
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/nodeagent"
+	"github.com/pvrescue/pvrescue/nodeagent/containermount"
 	"github.com/pvrescue/pvrescue/nodeagent/localdisk"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount"
 )
@@ -33,6 +34,8 @@ type Options struct {
 	Kubeconfig             string
 	MetricsBindAddress     string
 	HealthProbeBindAddress string
+	// ContainerRemount puts restored S3 mounts back into running containers (needs hostPID).
+	ContainerRemount bool
 }
 
 // NewOptions returns the defaults; the node name comes from $NODE_NAME.
@@ -41,6 +44,7 @@ func NewOptions() *Options {
 		NodeName:               os.Getenv(NodeNameEnv),
 		MetricsBindAddress:     ":8080",
 		HealthProbeBindAddress: ":8081",
+		ContainerRemount:       true,
 	}
 }
 
@@ -48,9 +52,10 @@ func NewOptions() *Options {
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ConfigFile, "config", o.ConfigFile, "path of the pvrescue configuration file (defaults when empty)")
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "name of this node (default $"+NodeNameEnv+", from the downward API)")
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig file (default: in-cluster configuration)")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, else the in-cluster configuration)")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "address of /metrics (\"0\" disables)")
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "address of /healthz (\"0\" disables)")
+	fs.BoolVar(&o.ContainerRemount, "container-remount", o.ContainerRemount, "put restored S3 mounts back into running containers (needs hostPID: true on the agent pod; false turns it off)")
 }
 
 // ErrInvalidOptions is wrapped by every flag validation error.
@@ -84,23 +89,13 @@ func NewCommand(run RunFunc) *cobra.Command {
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.Validate(); err != nil {
-				return err
-			}
-			return run(cmd.Context(), o)
-		},
+		RunE:          kubecmd.RunE(o, run),
 	}
 	o.AddFlags(cmd.Flags())
 	return cmd
 }
 
-func restConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig == "" {
-		return rest.InClusterConfig()
-	}
-	return clientcmd.BuildConfigFromFlags("", kubeconfig)
-}
+func restConfig(kubeconfig string) (*rest.Config, error) { return kubecmd.RESTConfig(kubeconfig) }
 
 // Run builds the shared dependencies and runs the agent until ctx is done.
 func Run(ctx context.Context, o *Options) error {
@@ -132,9 +127,16 @@ func Run(ctx context.Context, o *Options) error {
 	defer view.Shutdown()
 	deps := nodeagent.Deps{NodeName: o.NodeName, Config: cfg, Client: client, View: view, Recorder: recorder,
 		Registerer: reg, Clock: clock.RealClock{}}
+	if o.ContainerRemount {
+		rm, err := containermount.New(deps, containermount.NewOS("/proc"), containermount.NewOptions())
+		if err != nil {
+			return err
+		}
+		deps.Remounter = rm
+	}
 
 	agent := nodeagent.New(nodeagent.Options{MetricsAddr: o.MetricsBindAddress, HealthAddr: o.HealthProbeBindAddress}, reg)
-	ld, err := localdisk.NewController(deps, localdisk.NewRealHost(cfg.StateDir), localdisk.ControllerOptions{})
+	ld, err := localdisk.New(deps, localdisk.NewRealOS(cfg.StateDir), localdisk.NewOptions())
 	if err != nil {
 		return err
 	}
@@ -144,6 +146,6 @@ func Run(ctx context.Context, o *Options) error {
 		return err
 	}
 	agent.Add("s3mount", s3)
-	log.Info("starting", "node", o.NodeName, "config", o.ConfigFile)
+	log.Info("starting", "node", o.NodeName, "config", o.ConfigFile, "containerRemount", o.ContainerRemount)
 	return agent.Run(ctx)
 }

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -289,45 +288,4 @@ func (b *Bootstrapper) patchBundle(ctx context.Context, name string, caPEM []byt
 		return false, fmt.Errorf("patch caBundle of %s: %w", name, err)
 	}
 	return true, nil
-}
-
-// NewCommand returns `certs` with its `bootstrap` subcommand. newClient is called only when the
-// command runs, so flag parsing can be tested without a cluster.
-func NewCommand(newClient func() (kubernetes.Interface, error)) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "certs",
-		Short: "Manage the webhook's TLS certificates without cert-manager",
-	}
-	cmd.AddCommand(NewBootstrapCommand(func(ctx context.Context, o *Options) error {
-		c, err := newClient()
-		if err != nil {
-			return fmt.Errorf("kubernetes client: %w", err)
-		}
-		return NewBootstrapper(c).Run(ctx, o)
-	}))
-	return cmd
-}
-
-// NewBootstrapCommand builds `bootstrap`, calling run with the validated options.
-func NewBootstrapCommand(run func(ctx context.Context, o *Options) error) *cobra.Command {
-	o := NewOptions()
-	cmd := &cobra.Command{
-		Use:   "bootstrap",
-		Short: "Create or renew a CA and the webhook serving certificate in Secrets and patch the caBundle",
-		Long: `bootstrap is for clusters without cert-manager. It keeps a CA in --ca-secret and a serving
-certificate for <service>.<namespace>.svc in --secret, renews the serving certificate once it expires
-within --renew-before, and sets caBundle on every webhook of --webhook-config. It is idempotent: a run
-that finds everything valid writes nothing. Do not use it together with cert-manager's cainjector.`,
-		Args:          cobra.NoArgs,
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.Validate(); err != nil {
-				return err
-			}
-			return run(cmd.Context(), o)
-		},
-	}
-	o.AddFlags(cmd.Flags())
-	return cmd
 }

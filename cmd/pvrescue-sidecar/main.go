@@ -6,15 +6,13 @@ package main
 import (
 	"context"
 	"os"
-	"os/signal"
-	"syscall"
 
+	"github.com/pvrescue/pvrescue/internal/cmdutil"
 	"github.com/pvrescue/pvrescue/sidecar"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := sidecar.Main(ctx, os.Args[1:], sidecar.NewEnv())
-	stop()
-	os.Exit(code)
+	os.Exit(cmdutil.Run(func(ctx context.Context) int {
+		return sidecar.Main(ctx, os.Args[1:], sidecar.NewEnv())
+	}))
 }

@@ -4,19 +4,21 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/pvrescue/pvrescue/internal/mountinfo"
 )
 
 // MountPointsUnder returns the mount points in a /proc/self/mountinfo text that are at or below one
 // of the roots, deepest first (the order they must be unmounted in). Duplicates (stacked mounts)
 // are kept: each needs its own unmount.
-func MountPointsUnder(mountinfo string, roots ...string) []string {
+func MountPointsUnder(table string, roots ...string) []string {
 	var out []string
-	for _, line := range strings.Split(mountinfo, "\n") {
+	for _, line := range strings.Split(table, "\n") {
 		f := strings.Fields(line)
 		if len(f) < 5 {
 			continue
 		}
-		mp := unescapeMountinfo(f[4])
+		mp := mountinfo.Unescape(f[4])
 		for _, r := range roots {
 			r = filepath.Clean(r)
 			if mp == r || strings.HasPrefix(mp, r+"/") {
@@ -28,25 +30,6 @@ func MountPointsUnder(mountinfo string, roots ...string) []string {
 	sort.SliceStable(out, func(i, j int) bool { return strings.Count(out[i], "/") > strings.Count(out[j], "/") })
 	return out
 }
-
-// unescapeMountinfo undoes the octal escapes (\040 for space, …) of mountinfo fields.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) && isOctal(s[i+1]) && isOctal(s[i+2]) && isOctal(s[i+3]) {
-			b.WriteByte((s[i+1]-'0')<<6 | (s[i+2]-'0')<<3 | (s[i+3] - '0'))
-			i += 3
-			continue
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-func isOctal(c byte) bool { return c >= '0' && c <= '7' }
 
 // UnderAny reports whether p is one of roots or below one of them.
 func UnderAny(p string, roots ...string) bool {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -48,7 +49,8 @@ type Config struct {
 
 // LocalBlock configures fake devices for lost local block volumes.
 type LocalBlock struct {
-	// StorageClasses whose block PVs are local disks that may go missing.
+	// StorageClasses whose block PVs are local disks that may go missing (at least one; an
+	// empty list is an error).
 	StorageClasses []string `json:"storageClasses"`
 	// FakeDeviceSizeBytes is the exact size of a fake device; the guard treats any device of this
 	// size as fake, so it must be smaller than any real disk.
@@ -62,6 +64,12 @@ type LocalBlock struct {
 	ResyncPeriod metav1.Duration `json:"resyncPeriod"`
 	// MissingWarningAfter raises a warning Event when a path stays missing this long.
 	MissingWarningAfter metav1.Duration `json:"missingWarningAfter"`
+	// PathRoots: a PV's spec.local.path must lie under one of them (kernel device names such as
+	// /dev/sdb are also accepted: followed, never faked).
+	PathRoots []string `json:"pathRoots"`
+	// LinkRoots: the agent puts a fake link only at a missing path under one of them (udev's
+	// stable-name directories); admins' links elsewhere are never changed.
+	LinkRoots []string `json:"linkRoots"`
 }
 
 // S3 configures the restoration of s3fs mounts.
@@ -84,6 +92,22 @@ type S3 struct {
 	Parameters S3Parameters `json:"parameters"`
 	// S3fsPath is the s3fs executable the agent runs.
 	S3fsPath string `json:"s3fsPath"`
+	// ReplayDrivers are the CSI drivers whose node plugin the agent may call to restore a dead
+	// volume (kubelet's NodeStageVolume/NodePublishVolume replayed). Not limited to S3 drivers.
+	ReplayDrivers []string `json:"replayDrivers"`
+	// BridgeAfter is how long a target stays dead, with its driver not answering, before the
+	// agent bridges it with its own s3fs. 0 bridges at once.
+	BridgeAfter metav1.Duration `json:"bridgeAfter"`
+}
+
+// MayReplay reports whether driver is in s3.replayDrivers.
+func (c *Config) MayReplay(driver string) bool {
+	for _, d := range c.S3.ReplayDrivers {
+		if d == driver {
+			return true
+		}
+	}
+	return false
 }
 
 // Probe holds livenessProbe timings.
@@ -153,6 +177,8 @@ func Default() *Config {
 			NodeLabel:           "pvrescue.io/fake-devices",
 			ResyncPeriod:        metav1.Duration{Duration: 10 * time.Second},
 			MissingWarningAfter: metav1.Duration{Duration: 10 * time.Minute},
+			PathRoots:           []string{"/dev/disk", "/mnt/disks", "/mnt/fast-disks"},
+			LinkRoots:           []string{"/dev/disk/by-id", "/dev/disk/by-path", "/dev/disk/by-uuid"},
 		},
 		S3: S3{
 			Drivers:          []string{"ru.yandex.s3.csi", "ch.ctrox.csi.s3-driver", "csi-s3"},
@@ -180,7 +206,9 @@ func Default() *Config {
 				Region:       "region",
 				MountOptions: "options",
 			},
-			S3fsPath: "s3fs",
+			S3fsPath:      "s3fs",
+			ReplayDrivers: []string{"ru.yandex.s3.csi", "ch.ctrox.csi.s3-driver", "csi-s3"},
+			BridgeAfter:   metav1.Duration{Duration: 10 * time.Second},
 		},
 		Helper: Helper{
 			Image:           "ghcr.io/pvrescue/pvrescue-webhook:latest",
@@ -245,6 +273,11 @@ func (c *Config) Validate() error {
 	if c.Kind != Kind {
 		add("kind: must be %q, got %q", Kind, c.Kind)
 	}
+	if len(c.LocalBlock.StorageClasses) == 0 {
+		// An empty list once meant "every local block PV", while the webhook guards pods of the
+		// listed classes only: fakes would be made for pods that nothing filters.
+		add("localBlock.storageClasses: must name at least one StorageClass")
+	}
 	for i, sc := range c.LocalBlock.StorageClasses {
 		if errs := validation.IsDNS1123Subdomain(sc); len(errs) > 0 {
 			add("localBlock.storageClasses[%d]: %q is not a valid StorageClass name: %s", i, sc, strings.Join(errs, "; "))
@@ -264,6 +297,16 @@ func (c *Config) Validate() error {
 	}
 	if c.LocalBlock.ResyncPeriod.Duration < time.Second {
 		add("localBlock.resyncPeriod: must be at least 1s, got %s", c.LocalBlock.ResyncPeriod.Duration)
+	}
+	if len(c.LocalBlock.LinkRoots) == 0 {
+		add("localBlock.linkRoots: must name at least one directory")
+	}
+	for name, roots := range map[string][]string{"pathRoots": c.LocalBlock.PathRoots, "linkRoots": c.LocalBlock.LinkRoots} {
+		for i, d := range roots {
+			if !filepath.IsAbs(d) || filepath.Clean(d) != d || d == "/" {
+				add("localBlock.%s[%d]: %q must be an absolute, clean directory other than /", name, i, d)
+			}
+		}
 	}
 	if c.LocalBlock.MissingWarningAfter.Duration <= 0 {
 		add("localBlock.missingWarningAfter: must be positive, got %s", c.LocalBlock.MissingWarningAfter.Duration)
@@ -291,6 +334,14 @@ func (c *Config) Validate() error {
 	}
 	if c.S3.Parameters.Bucket == "" {
 		add("s3.parameters.bucket: must not be empty")
+	}
+	for i, d := range c.S3.ReplayDrivers {
+		if d == "" {
+			add("s3.replayDrivers[%d]: must not be empty", i)
+		}
+	}
+	if c.S3.BridgeAfter.Duration < 0 {
+		add("s3.bridgeAfter: must not be negative, got %s", c.S3.BridgeAfter.Duration)
 	}
 	if c.S3.S3fsPath == "" {
 		add("s3.s3fsPath: must not be empty")

@@ -4,6 +4,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/pvrescue/pvrescue/internal/mountinfo"
 )
 
 // Mount is one line of /proc/self/mountinfo, as much of it as the tests need.
@@ -34,7 +36,7 @@ func parseMountInfo(s string) []Mount {
 		if err != nil {
 			continue
 		}
-		m := Mount{ID: id, MountPoint: unescapeOctal(f[4])}
+		m := Mount{ID: id, MountPoint: mountinfo.Unescape(f[4])}
 		for i, x := range f {
 			if x == "-" && i+1 < len(f) {
 				m.FSType = f[i+1]
@@ -44,22 +46,4 @@ func parseMountInfo(s string) []Mount {
 		out = append(out, m)
 	}
 	return out
-}
-
-func unescapeOctal(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }

@@ -27,14 +27,6 @@ x 22 0:30 / /bad rw - tmpfs tmpfs rw
 	}
 }
 
-func TestUnescapeOctal(t *testing.T) {
-	for in, want := range map[string]string{`/a\040b`: "/a b", `/a\011`: "/a\t", `/tail\04`: `/tail\04`, `/plain`: "/plain"} {
-		if got := unescapeOctal(in); got != want {
-			t.Errorf("unescapeOctal(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 func TestLoopMinor(t *testing.T) {
 	for in, want := range map[string]int{"loop0": 0, "loop201": 201, "/dev/loop9": 9} {
 		if n, ok := loopMinor(in); !ok || n != want {

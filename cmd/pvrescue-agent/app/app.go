@@ -14,9 +14,9 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/clock"
 
+	"github.com/pvrescue/pvrescue/internal/cmdutil/kubecmd"
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/nodeagent"
 	"github.com/pvrescue/pvrescue/nodeagent/containermount"
@@ -52,7 +52,7 @@ func NewOptions() *Options {
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ConfigFile, "config", o.ConfigFile, "path of the pvrescue configuration file (defaults when empty)")
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "name of this node (default $"+NodeNameEnv+", from the downward API)")
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig file (default: in-cluster configuration)")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, else the in-cluster configuration)")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "address of /metrics (\"0\" disables)")
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "address of /healthz (\"0\" disables)")
 	fs.BoolVar(&o.ContainerRemount, "container-remount", o.ContainerRemount, "put restored S3 mounts back into running containers (needs hostPID: true on the agent pod; false turns it off)")
@@ -89,23 +89,13 @@ func NewCommand(run RunFunc) *cobra.Command {
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.Validate(); err != nil {
-				return err
-			}
-			return run(cmd.Context(), o)
-		},
+		RunE:          kubecmd.RunE(o, run),
 	}
 	o.AddFlags(cmd.Flags())
 	return cmd
 }
 
-func restConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig == "" {
-		return rest.InClusterConfig()
-	}
-	return clientcmd.BuildConfigFromFlags("", kubeconfig)
-}
+func restConfig(kubeconfig string) (*rest.Config, error) { return kubecmd.RESTConfig(kubeconfig) }
 
 // Run builds the shared dependencies and runs the agent until ctx is done.
 func Run(ctx context.Context, o *Options) error {
@@ -151,14 +141,12 @@ func Run(ctx context.Context, o *Options) error {
 	}
 
 	agent := nodeagent.New(nodeagent.Options{MetricsAddr: o.MetricsBindAddress, HealthAddr: o.HealthProbeBindAddress}, reg)
-	ld, err := localdisk.NewController(deps, localdisk.NewRealHost(cfg.StateDir), localdisk.ControllerOptions{})
+	ld, err := localdisk.New(deps, localdisk.NewRealOS(cfg.StateDir), localdisk.NewOptions())
 	if err != nil {
 		return err
 	}
 	agent.Add("localdisk", ld)
-	s3, err := s3mount.New(s3mount.Deps{
-		Client: client, NodeName: o.NodeName, Config: cfg, Recorder: recorder, Registerer: reg, OS: s3mount.NewOS(),
-	})
+	s3, err := s3mount.New(deps, s3mount.NewOS(), s3mount.NewOptions())
 	if err != nil {
 		return err
 	}

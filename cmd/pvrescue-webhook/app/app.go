@@ -12,10 +12,8 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	ctrl "sigs.k8s.io/controller-runtime"
 
-	"github.com/pvrescue/pvrescue/certs"
+	"github.com/pvrescue/pvrescue/internal/cmdutil/kubecmd"
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/webhook"
 	"github.com/pvrescue/pvrescue/webhook/server"
@@ -102,14 +100,13 @@ func NewRootCommand(serve ServeFunc) *cobra.Command {
 	}
 	root.AddCommand(NewServeCommand(serve))
 	// For clusters without cert-manager: issue the CA and serving certificate ourselves.
-	root.AddCommand(certs.NewCommand(defaultClient))
+	root.AddCommand(NewCertsCommand(defaultClient))
 	return root
 }
 
-// defaultClient builds a clientset from $KUBECONFIG, ~/.kube/config or the in-cluster config.
+// defaultClient builds a clientset from the one client configuration of pvrescue's binaries.
 func defaultClient() (kubernetes.Interface, error) {
-	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
-		clientcmd.NewDefaultClientConfigLoadingRules(), &clientcmd.ConfigOverrides{}).ClientConfig()
+	rc, err := kubecmd.RESTConfig("")
 	if err != nil {
 		return nil, err
 	}
@@ -123,12 +120,7 @@ func NewServeCommand(serve ServeFunc) *cobra.Command {
 		Use:   "serve",
 		Short: "Serve the admission webhook over TLS",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.Validate(); err != nil {
-				return err
-			}
-			return serve(cmd.Context(), o)
-		},
+		RunE:  kubecmd.RunE(o, serve),
 	}
 	o.AddFlags(cmd.Flags())
 	return cmd
@@ -159,17 +151,4 @@ func Serve(ctx context.Context, o *Options) error {
 	return mgr.Start(ctx)
 }
 
-func restConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig != "" {
-		c, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-		if err != nil {
-			return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
-		}
-		return c, nil
-	}
-	c, err := ctrl.GetConfig()
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client configuration: %w", err)
-	}
-	return c, nil
-}
+func restConfig(kubeconfig string) (*rest.Config, error) { return kubecmd.RESTConfig(kubeconfig) }

@@ -2,11 +2,16 @@ package manifests_test
 
 import (
 	"errors"
+	"slices"
+	"strings"
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/internal/contract"
@@ -93,6 +98,12 @@ func TestAgentMountsMatchConfig(t *testing.T) {
 	if !nodeName {
 		t.Errorf("NODE_NAME must come from the downward API (spec.nodeName)")
 	}
+	// containermount finds container processes in /proc: without the host's PID namespace it
+	// sees none and the flag must say so.
+	remount := slices.Contains(c.Args, "--container-remount=true")
+	if ds.Spec.Template.Spec.HostPID != remount {
+		t.Errorf("hostPID %v with --container-remount=true %v: container remount needs hostPID and hostPID is only for it", ds.Spec.Template.Spec.HostPID, remount)
+	}
 	if len(ds.Spec.Template.Spec.Tolerations) != 1 || ds.Spec.Template.Spec.Tolerations[0].Operator != corev1.TolerationOpExists || ds.Spec.Template.Spec.Tolerations[0].Key != "" {
 		t.Errorf("agent must tolerate every taint, got %+v", ds.Spec.Template.Spec.Tolerations)
 	}
@@ -178,5 +189,80 @@ func TestWebhookConfigurationContract(t *testing.T) {
 	}
 	if !nsIn || !objOut {
 		t.Errorf("selectors must use %s (namespace opt-in %v, pod opt-out %v)", contract.LabelInject, nsIn, objOut)
+	}
+}
+
+// The agent's ClusterRole grants what the code calls and nothing cluster-wide it does not: PVs,
+// PVCs, StorageClasses and CSIDrivers by name only (nodeagent.ClusterView), no Node patch (only
+// nodes/status), no Secret list or watch.
+func TestAgentRBACIsLeastPrivilege(t *testing.T) {
+	var role rbacv1.ClusterRole
+	if err := manifests.Find("rbac-agent.yaml", rbacv1.SchemeGroupVersion.WithKind("ClusterRole"), "pvrescue-agent", &role); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]string{}
+	for _, r := range role.Rules {
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				key := res
+				if g != "" {
+					key = g + "/" + res
+				}
+				got[key] = append(got[key], r.Verbs...)
+				slices.Sort(got[key])
+			}
+		}
+	}
+	want := map[string][]string{
+		"persistentvolumes":             {"get", "patch"},
+		"persistentvolumeclaims":        {"get"},
+		"storage.k8s.io/storageclasses": {"get"},
+		"storage.k8s.io/csidrivers":     {"get"},
+		"pods":                          {"list", "watch"},
+		"pods/eviction":                 {"create"},
+		"secrets":                       {"get"},
+		"nodes":                         {"list", "watch"},
+		"nodes/status":                  {"patch"},
+		"events":                        {"create", "patch"},
+		"events.k8s.io/events":          {"create", "patch"},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("agent ClusterRole (-want +got):\n%s", diff)
+	}
+}
+
+// The admission policies narrowing the agent's writes are shipped, bound with Deny, and match the
+// agent's service account as rbac-agent.yaml names it.
+func TestAgentAdmissionPoliciesShipped(t *testing.T) {
+	kust, err := manifests.FS.ReadFile("kustomization.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(kust), "- admission-agent.yaml") {
+		t.Errorf("kustomization.yaml does not list admission-agent.yaml")
+	}
+	var sa corev1.ServiceAccount
+	if err := manifests.Find("rbac-agent.yaml", corev1.SchemeGroupVersion.WithKind("ServiceAccount"), "pvrescue-agent", &sa); err != nil {
+		t.Fatal(err)
+	}
+	user := "system:serviceaccount:" + sa.Namespace + ":" + sa.Name
+	for _, name := range []string{"pvrescue-agent-persistentvolumes", "pvrescue-agent-own-node"} {
+		var p admissionregistrationv1.ValidatingAdmissionPolicy
+		var b admissionregistrationv1.ValidatingAdmissionPolicyBinding
+		if err := manifests.Find("admission-agent.yaml", admissionregistrationv1.SchemeGroupVersion.WithKind("ValidatingAdmissionPolicy"), name, &p); err != nil {
+			t.Fatal(err)
+		}
+		if err := manifests.Find("admission-agent.yaml", admissionregistrationv1.SchemeGroupVersion.WithKind("ValidatingAdmissionPolicyBinding"), name, &b); err != nil {
+			t.Fatal(err)
+		}
+		if b.Spec.PolicyName != name || !slices.Equal(b.Spec.ValidationActions, []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}) {
+			t.Errorf("binding %s = %+v, want policy %s with [Deny]", name, b.Spec, name)
+		}
+		if p.Spec.FailurePolicy == nil || *p.Spec.FailurePolicy != admissionregistrationv1.Fail {
+			t.Errorf("policy %s must fail closed", name)
+		}
+		if len(p.Spec.MatchConditions) != 1 || !strings.Contains(p.Spec.MatchConditions[0].Expression, "'"+user+"'") {
+			t.Errorf("policy %s must match exactly the agent's user %s, got %+v", name, user, p.Spec.MatchConditions)
+		}
 	}
 }

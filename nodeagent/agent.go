@@ -88,27 +88,39 @@ type Options struct {
 	// MaxRestartBackoff.
 	RestartBackoff    time.Duration
 	MaxRestartBackoff time.Duration
-	// UnhealthyAfter: /healthz fails when a runnable has failed this many times in a row.
-	UnhealthyAfter int
+	// Clock times the backoff (default the real clock).
+	Clock clock.WithTicker
 }
 
 // Agent runs its runnables together until ctx is done.
 //
-// Supervision policy: a runnable that returns an error (or panics) is logged and restarted with
-// exponential backoff; one broken rescuer must not stop the other. /healthz fails while any
-// runnable has failed UnhealthyAfter times in a row, so the kubelet restarts the whole agent if a
-// part keeps failing.
+// Supervision policy: a runnable that returns an error (or panics) is logged and restarted in
+// process with exponential backoff; one broken rescue must not stop the other.
+//
+// Health policy: /healthz answers what a container restart would fix, and a failing rescue is
+// not that. A restart of the agent kills every process it started — the s3fs bridges that keep
+// other pods' S3 volumes readable among them — so letting one rescue's failures fail the
+// liveness probe would turn a local-disk problem into an outage of every S3 volume on the node,
+// and the restarted rescue would meet the same broken disk or API again. The supervisor already
+// restarts a failed rescue in process, which is all a container restart could do for it. So
+// /healthz fails only when the agent process itself cannot answer. Per-rescue health is reported in metrics instead — pvrescue_agent_runnable_up{runnable},
+// pvrescue_agent_runnable_consecutive_failures{runnable}, pvrescue_agent_runnable_failures_total{runnable}
+// — and in the logs (every failure, with its count and backoff), for alerts that page a human.
 type Agent struct {
 	opts      Options
 	gatherer  prometheus.Gatherer
 	runnables []Named
+	metrics   *agentMetrics
+	metricErr error
 
 	mu       sync.Mutex
 	failures map[string]int
 	lastErr  map[string]error
 }
 
-// New returns an agent serving metrics from gatherer.
+// New returns an agent serving metrics from gatherer. When gatherer is also a
+// prometheus.Registerer (a *prometheus.Registry), the agent registers its per-runnable health
+// metrics on it.
 func New(opts Options, gatherer prometheus.Gatherer, runnables ...Named) *Agent {
 	if opts.RestartBackoff <= 0 {
 		opts.RestartBackoff = time.Second
@@ -116,10 +128,12 @@ func New(opts Options, gatherer prometheus.Gatherer, runnables ...Named) *Agent 
 	if opts.MaxRestartBackoff < opts.RestartBackoff {
 		opts.MaxRestartBackoff = time.Minute
 	}
-	if opts.UnhealthyAfter <= 0 {
-		opts.UnhealthyAfter = 5
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
 	}
-	return &Agent{opts: opts, gatherer: gatherer, runnables: runnables,
+	reg, _ := gatherer.(prometheus.Registerer)
+	m, err := newAgentMetrics(reg)
+	return &Agent{opts: opts, gatherer: gatherer, runnables: runnables, metrics: m, metricErr: err,
 		failures: map[string]int{}, lastErr: map[string]error{}}
 }
 
@@ -128,21 +142,38 @@ func (a *Agent) Add(name string, r Runnable) {
 	a.runnables = append(a.runnables, Named{Name: name, Runnable: r})
 }
 
-// Healthy reports nil unless a runnable keeps failing.
+// Healthy is what /healthz reports. A failing runnable does not make the agent unhealthy (see
+// RunnableHealth and the type's health policy): the probe fails only when the process cannot
+// answer — its health server is gone or the supervisor's state is wedged (Healthy takes the
+// supervisor's lock, so a deadlock there times the probe out) — which a restart does fix.
 func (a *Agent) Healthy() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for name, n := range a.failures {
-		if n >= a.opts.UnhealthyAfter {
-			return fmt.Errorf("%s failed %d times in a row: %v", name, n, a.lastErr[name])
-		}
-	}
 	return nil
 }
 
+// RunnableHealth reports, per runnable, its last error while it is failing (nil once it runs
+// again). It is the per-rescue health that /healthz deliberately leaves out.
+func (a *Agent) RunnableHealth() map[string]error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make(map[string]error, len(a.runnables))
+	for _, r := range a.runnables {
+		if a.failures[r.Name] > 0 {
+			out[r.Name] = fmt.Errorf("failed %d times in a row: %w", a.failures[r.Name], a.lastErr[r.Name])
+		} else {
+			out[r.Name] = nil
+		}
+	}
+	return out
+}
+
 // Run starts the servers and every runnable, and returns when ctx is done and all have stopped.
-// It returns an error only when a server cannot listen.
+// It returns an error only when a server cannot listen or the metrics cannot be registered.
 func (a *Agent) Run(ctx context.Context) error {
+	if a.metricErr != nil {
+		return a.metricErr
+	}
 	log := logr.FromContextOrDiscard(ctx)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -179,10 +210,14 @@ func (a *Agent) Run(ctx context.Context) error {
 			_ = srv.Shutdown(sctx)
 		}()
 	}
+	var sup sync.WaitGroup
 	for _, r := range a.runnables {
-		wg.Add(1)
+		a.metrics.up.WithLabelValues(r.Name).Set(1)
+		a.metrics.consecutive.WithLabelValues(r.Name).Set(0)
+		a.metrics.failures.WithLabelValues(r.Name)
+		sup.Add(1)
 		go func() {
-			defer wg.Done()
+			defer sup.Done()
 			a.supervise(ctx, r)
 		}()
 	}
@@ -192,6 +227,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	case err = <-serverErr:
 		cancel()
 	}
+	sup.Wait()
 	wg.Wait()
 	return err
 }
@@ -201,7 +237,7 @@ func (a *Agent) supervise(ctx context.Context, r Named) {
 	rctx := logr.NewContext(ctx, log)
 	backoff := a.opts.RestartBackoff
 	for {
-		start := time.Now()
+		start := a.opts.Clock.Now()
 		err := runSafely(rctx, r.Runnable)
 		if ctx.Err() != nil {
 			return
@@ -210,7 +246,7 @@ func (a *Agent) supervise(ctx context.Context, r Named) {
 			err = errors.New("returned before shutdown")
 		}
 		a.mu.Lock()
-		if time.Since(start) > 10*a.opts.MaxRestartBackoff {
+		if a.opts.Clock.Since(start) > 10*a.opts.MaxRestartBackoff {
 			a.failures[r.Name] = 0 // it ran fine for a long while: not a crash loop
 			backoff = a.opts.RestartBackoff
 		}
@@ -218,12 +254,19 @@ func (a *Agent) supervise(ctx context.Context, r Named) {
 		a.lastErr[r.Name] = err
 		n := a.failures[r.Name]
 		a.mu.Unlock()
-		log.Error(err, "runnable failed; restarting", "failures", n, "backoff", backoff)
+		a.metrics.up.WithLabelValues(r.Name).Set(0)
+		a.metrics.consecutive.WithLabelValues(r.Name).Set(float64(n))
+		a.metrics.failures.WithLabelValues(r.Name).Inc()
+		log.Error(err, "runnable failed; restarting it in process (the agent's liveness is not affected)",
+			"failures", n, "backoff", backoff)
+		t := a.opts.Clock.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return
-		case <-time.After(backoff):
+		case <-t.C():
 		}
+		a.metrics.up.WithLabelValues(r.Name).Set(1)
 		backoff = min(2*backoff, a.opts.MaxRestartBackoff)
 	}
 }

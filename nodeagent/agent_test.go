@@ -12,19 +12,25 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/util/wait"
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
-func TestAgentRestartsFailingRunnableAndStopsOnCancel(t *testing.T) {
+// A rescue that keeps failing is restarted in process, its failures show in metrics and
+// RunnableHealth, and /healthz stays ok: restarting the container would kill the other rescue's
+// s3fs bridges and fix nothing for the failing one.
+func TestAgentFailingRunnableDoesNotFailLiveness(t *testing.T) {
 	var failing, steady atomic.Int32
-	a := New(Options{RestartBackoff: time.Millisecond, MaxRestartBackoff: 2 * time.Millisecond, UnhealthyAfter: 3},
-		prometheus.NewRegistry())
-	a.Add("failing", RunnableFunc(func(ctx context.Context) error {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	reg := prometheus.NewRegistry()
+	a := New(Options{RestartBackoff: time.Second, MaxRestartBackoff: 4 * time.Second, Clock: clk}, reg)
+	a.Add("localdisk", RunnableFunc(func(ctx context.Context) error {
 		if failing.Add(1) == 2 {
 			panic("boom") // a panic is a failure too, not a crash of the agent
 		}
-		return errors.New("broken")
+		return errors.New("broken disk")
 	}))
-	a.Add("steady", RunnableFunc(func(ctx context.Context) error {
+	a.Add("s3mount", RunnableFunc(func(ctx context.Context) error {
 		steady.Add(1)
 		<-ctx.Done()
 		return nil
@@ -32,20 +38,38 @@ func TestAgentRestartsFailingRunnableAndStopsOnCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(logr.NewContext(context.Background(), testr.New(t)))
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
-	deadline := time.Now().Add(5 * time.Second)
-	for failing.Load() < 4 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
+	for want := int32(1); want <= 4; want++ {
+		// Each failure leaves the supervisor waiting on the fake clock's backoff timer.
+		waitFor(t, func() bool { return failing.Load() == want && clk.HasWaiters() })
+		clk.Step(4 * time.Second)
 	}
-	if failing.Load() < 4 {
-		t.Fatalf("failing runnable ran %d times, want restarts", failing.Load())
-	}
-	if err := a.Healthy(); err == nil {
-		t.Fatal("healthy although a runnable keeps failing")
+	waitFor(t, func() bool { return failing.Load() == 5 && clk.HasWaiters() })
+
+	if err := a.Healthy(); err != nil {
+		t.Fatalf("Healthy() = %v although only a rescue fails", err)
 	}
 	rec := httptest.NewRecorder()
 	a.healthHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
-	if rec.Code != http.StatusInternalServerError {
-		t.Fatalf("/healthz = %d", rec.Code)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("/healthz = %d %q, want 200", rec.Code, rec.Body.String())
+	}
+	h := a.RunnableHealth()
+	if h["localdisk"] == nil || h["s3mount"] != nil {
+		t.Fatalf("RunnableHealth = %v, want localdisk failing and s3mount healthy", h)
+	}
+	for _, c := range []struct {
+		metric, runnable string
+		want             float64
+	}{
+		{"pvrescue_agent_runnable_up", "localdisk", 0},
+		{"pvrescue_agent_runnable_up", "s3mount", 1},
+		{"pvrescue_agent_runnable_consecutive_failures", "localdisk", 5},
+		{"pvrescue_agent_runnable_failures_total", "localdisk", 5},
+		{"pvrescue_agent_runnable_failures_total", "s3mount", 0},
+	} {
+		if got := gatheredValue(t, reg, c.metric, c.runnable); got != c.want {
+			t.Errorf("%s{runnable=%q} = %v, want %v", c.metric, c.runnable, got, c.want)
+		}
 	}
 	cancel()
 	select {
@@ -57,8 +81,42 @@ func TestAgentRestartsFailingRunnableAndStopsOnCancel(t *testing.T) {
 		t.Fatal("agent did not stop on cancel")
 	}
 	if steady.Load() != 1 {
-		t.Fatalf("steady runnable started %d times, want 1", steady.Load())
+		t.Fatalf("steady runnable started %d times, want 1 (never restarted by the other's failures)", steady.Load())
 	}
+}
+
+// waitFor polls cond: the supervisor goroutines reach the fake clock's timer asynchronously.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true,
+		func(context.Context) (bool, error) { return cond(), nil }); err != nil {
+		t.Fatalf("condition not reached: %v", err)
+	}
+}
+
+func gatheredValue(t *testing.T, g prometheus.Gatherer, name, runnable string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "runnable" && l.GetValue() == runnable {
+					if m.GetCounter() != nil {
+						return m.GetCounter().GetValue()
+					}
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("metric %s{runnable=%q} not gathered", name, runnable)
+	return 0
 }
 
 func TestAgentHealthyAndMetricsServed(t *testing.T) {

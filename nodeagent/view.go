@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/singleflight"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -35,6 +36,7 @@ type ClusterView interface {
 	// Pods lists the pods bound to this node.
 	Pods() corelisters.PodLister
 	// OnPodChange registers f, called after any add, update or delete of a pod on this node.
+	// f runs on the informer's delivery goroutine: it must not block (signal a worker).
 	// Register before Start.
 	OnPodChange(f func())
 	// Node returns this node from the cache.
@@ -81,9 +83,12 @@ type KubeView struct {
 	pods    cache.SharedIndexInformer
 	nodes   cache.SharedIndexInformer
 
+	reads singleflight.Group // one live read per key at a time
+
 	mu      sync.Mutex
 	entries map[string]viewEntry
-	order   []string // insertion order, for eviction
+	order   []orderKey // insertion order, for eviction
+	seq     uint64
 	podFns  []func()
 }
 
@@ -91,6 +96,12 @@ type viewEntry struct {
 	obj     runtime.Object
 	err     error // a NotFound answer
 	expires time.Time
+	seq     uint64 // which store put it there (order may hold older, stale positions of the key)
+}
+
+type orderKey struct {
+	key string
+	seq uint64
 }
 
 // NewKubeView builds the view of nodeName; Start runs it.
@@ -133,11 +144,21 @@ func newFilteredNodeInformer(c kubernetes.Interface, name string, resync time.Du
 	})
 }
 
-// StripManagedFields is an informer transform dropping managedFields, which can be most of an
-// object's size and are never read by the agent.
+// LastAppliedAnnotation is kubectl's copy of the whole applied object, as large as the object.
+const LastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
+
+// StripManagedFields is an informer transform dropping managedFields and kubectl's
+// last-applied-configuration annotation, which together can be most of an object's size and are
+// never read by the agent.
 func StripManagedFields(obj any) (any, error) {
 	if m, err := metaAccessor(obj); err == nil {
 		m.SetManagedFields(nil)
+		if a := m.GetAnnotations(); a != nil {
+			if _, ok := a[LastAppliedAnnotation]; ok {
+				delete(a, LastAppliedAnnotation)
+				m.SetAnnotations(a)
+			}
+		}
 	}
 	return obj, nil
 }
@@ -244,45 +265,55 @@ func viewKey(kind, namespace, name string) string { return kind + "/" + namespac
 
 func (v *KubeView) get(ctx context.Context, kind, namespace, name string, read func(context.Context) (runtime.Object, error)) (runtime.Object, error) {
 	key := viewKey(kind, namespace, name)
-	now := v.clock.Now()
 	v.mu.Lock()
-	if e, ok := v.entries[key]; ok && now.Before(e.expires) {
+	if e, ok := v.entries[key]; ok && v.clock.Now().Before(e.expires) {
 		v.mu.Unlock()
 		return e.obj, e.err
 	}
 	v.mu.Unlock()
-	obj, err := read(ctx)
-	switch {
-	case err == nil:
-		if _, serr := StripManagedFields(obj); serr != nil {
-			return nil, serr
+	// Concurrent misses of one key (every pod of a StatefulSet naming one class, two rescues
+	// asking for one PV) share one request.
+	res, err, _ := v.reads.Do(key, func() (any, error) {
+		obj, err := read(ctx)
+		now := v.clock.Now()
+		switch {
+		case err == nil:
+			if _, serr := StripManagedFields(obj); serr != nil {
+				return nil, serr
+			}
+			v.store(key, viewEntry{obj: obj, expires: now.Add(v.opts.TTL)})
+			return obj, nil
+		case apierrors.IsNotFound(err):
+			v.store(key, viewEntry{err: err, expires: now.Add(v.opts.NotFoundTTL)})
+			return nil, err
+		default:
+			return nil, fmt.Errorf("read %s %s: %w", kind, name, err)
 		}
-		v.store(key, viewEntry{obj: obj, expires: now.Add(v.opts.TTL)})
-		return obj, nil
-	case apierrors.IsNotFound(err):
-		v.store(key, viewEntry{err: err, expires: now.Add(v.opts.NotFoundTTL)})
+	})
+	if err != nil {
 		return nil, err
-	default:
-		return nil, fmt.Errorf("read %s %s: %w", kind, name, err)
 	}
+	return res.(runtime.Object), nil
 }
 
 func (v *KubeView) store(key string, e viewEntry) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if _, ok := v.entries[key]; !ok {
-		v.order = append(v.order, key)
-	}
+	v.seq++
+	e.seq = v.seq
+	v.order = append(v.order, orderKey{key: key, seq: e.seq})
 	v.entries[key] = e
 	for len(v.entries) > v.opts.MaxEntries && len(v.order) > 0 {
 		oldest := v.order[0]
 		v.order = v.order[1:]
-		delete(v.entries, oldest)
+		if cur, ok := v.entries[oldest.key]; ok && cur.seq == oldest.seq { // not a stale position
+			delete(v.entries, oldest.key)
+		}
 	}
-	if len(v.order) > 2*v.opts.MaxEntries { // drop keys already forgotten
+	if len(v.order) > 2*v.opts.MaxEntries { // drop positions of keys stored again or forgotten
 		kept := v.order[:0]
 		for _, k := range v.order {
-			if _, ok := v.entries[k]; ok {
+			if cur, ok := v.entries[k.key]; ok && cur.seq == k.seq {
 				kept = append(kept, k)
 			}
 		}

@@ -171,3 +171,50 @@ func TestKubeViewPodsAndNodeFromInformers(t *testing.T) {
 		t.Errorf("saw %d list calls, want 2 (pods, node)", seen)
 	}
 }
+
+// A key forgotten and read again takes a fresh place in the eviction order: its stale, older
+// place must not evict the fresh entry.
+func TestKubeViewEvictionIgnoresStalePositions(t *testing.T) {
+	cs := fake.NewClientset(
+		&corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "a"}},
+		&corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "b"}},
+		&corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "c"}},
+	)
+	v, err := NewKubeView(cs, "n1", clocktesting.NewFakeClock(time.Unix(1000, 0)), ViewOptions{TTL: time.Hour, MaxEntries: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	read := func(name string) {
+		t.Helper()
+		if _, err := v.PersistentVolume(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read("a")
+	read("b")
+	v.Forget("PersistentVolume", "", "a")
+	read("a") // a is now newer than b
+	read("c") // over the bound: b, the oldest live entry, goes; a stays
+	before := countGets(cs, "persistentvolumes")
+	read("a")
+	if n := countGets(cs, "persistentvolumes") - before; n != 0 {
+		t.Fatalf("fresh entry a was evicted through its stale position (%d GETs)", n)
+	}
+	read("b")
+	if n := countGets(cs, "persistentvolumes") - before; n != 1 {
+		t.Fatalf("b should have been evicted as the oldest entry, GETs = %d", n)
+	}
+}
+
+func TestStripManagedFieldsDropsLastApplied(t *testing.T) {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p",
+		Annotations:   map[string]string{LastAppliedAnnotation: `{"huge":"copy"}`, "pvrescue.io/x": "kept"},
+		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}}}
+	if _, err := StripManagedFields(p); err != nil {
+		t.Fatal(err)
+	}
+	if p.ManagedFields != nil || len(p.Annotations) != 1 || p.Annotations["pvrescue.io/x"] != "kept" {
+		t.Fatalf("after strip: managedFields %v, annotations %v", p.ManagedFields, p.Annotations)
+	}
+}

@@ -42,7 +42,22 @@ type Options struct {
 	S3fs       string
 	// MountTimeout bounds the wait for s3fs to show up at the target.
 	MountTimeout time.Duration
+	// Layout is the field layout the plugin imitates (LayoutDirect, LayoutYandex, LayoutCtrox).
+	Layout string
 }
+
+// Field layouts of the plugin.
+const (
+	// LayoutDirect: s3fs of bucket[:/prefix] directly at the target; NodeUnpublish unmounts
+	// everything stacked there.
+	LayoutDirect = "direct"
+	// LayoutYandex: as ru.yandex.s3.csi — STAGE_UNSTAGE, s3fs at kubelet's staging path, a bind
+	// to each target; NodeUnpublish unmounts the top mount only.
+	LayoutYandex = "yandex"
+	// LayoutCtrox: as ch.ctrox.csi.s3-driver — s3fs of bucket:/<prefix>/csi-fs (bucket:/<prefix>
+	// with usePrefix) directly at the target; NodeUnpublish unmounts the top mount only.
+	LayoutCtrox = "ctrox"
+)
 
 // NewOptions returns defaults: the first S3 driver name pvrescue knows, /var/lib/kubelet.
 func NewOptions() *Options {
@@ -53,6 +68,7 @@ func NewOptions() *Options {
 		StateDir:     "/run/csi-s3-test",
 		S3fs:         "s3fs",
 		MountTimeout: 30 * time.Second,
+		Layout:       LayoutDirect,
 	}
 }
 
@@ -64,6 +80,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.StateDir, "state-dir", o.StateDir, "directory for s3fs password files")
 	fs.StringVar(&o.S3fs, "s3fs", o.S3fs, "s3fs executable")
 	fs.DurationVar(&o.MountTimeout, "mount-timeout", o.MountTimeout, "bound of the wait for s3fs to mount")
+	fs.StringVar(&o.Layout, "layout", o.Layout, "field layout: direct, yandex (staging + bind, top-only unpublish) or ctrox (<prefix>/csi-fs, top-only unpublish)")
 }
 
 // ErrInvalidOptions is wrapped by Validate's errors.
@@ -73,6 +90,11 @@ var ErrInvalidOptions = errors.New("invalid csi-s3-test options")
 func (o *Options) Validate() error {
 	if o.Driver == "" || o.NodeID == "" || o.KubeletDir == "" || o.StateDir == "" {
 		return fmt.Errorf("%w: --driver, --node-id, --kubelet-dir and --state-dir are required", ErrInvalidOptions)
+	}
+	switch o.Layout {
+	case LayoutDirect, LayoutYandex, LayoutCtrox:
+	default:
+		return fmt.Errorf("%w: --layout %q (direct, yandex or ctrox)", ErrInvalidOptions, o.Layout)
 	}
 	return nil
 }
@@ -178,9 +200,15 @@ func (p *Plugin) Probe(context.Context, *csi.ProbeRequest) (*csi.ProbeResponse, 
 	return &csi.ProbeResponse{}, nil
 }
 
-// NodeGetCapabilities: no staging, so kubelet calls NodePublishVolume directly.
+// NodeGetCapabilities: STAGE_UNSTAGE in the yandex layout; else kubelet calls NodePublishVolume
+// directly.
 func (p *Plugin) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
-	return &csi.NodeGetCapabilitiesResponse{}, nil
+	resp := &csi.NodeGetCapabilitiesResponse{}
+	if p.o.Layout == LayoutYandex {
+		resp.Capabilities = []*csi.NodeServiceCapability{{Type: &csi.NodeServiceCapability_Rpc{
+			Rpc: &csi.NodeServiceCapability_RPC{Type: csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME}}}}
+	}
+	return resp, nil
 }
 
 // NodeGetInfo returns the node id.
@@ -191,7 +219,7 @@ func (p *Plugin) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.Nod
 // MountArgs builds the s3fs command line for a volume, the way csi-s3 style drivers do:
 // bucket[:/prefix] from the attributes or the handle, endpoint from the attributes or the secret.
 // It is pure; passwdFile holds the credentials.
-func MountArgs(handle string, attrs, secrets map[string]string, target, passwdFile string) ([]string, error) {
+func MountArgs(layout, handle string, attrs, secrets map[string]string, target, passwdFile string) ([]string, error) {
 	keys := config.Default().S3
 	bucket, prefix := attrs[keys.Parameters.Bucket], attrs[keys.Parameters.Prefix]
 	if bucket == "" {
@@ -207,8 +235,12 @@ func MountArgs(handle string, attrs, secrets map[string]string, target, passwdFi
 	if endpoint == "" {
 		return nil, errors.New("no endpoint in attributes or secret")
 	}
+	prefix = strings.Trim(prefix, "/")
+	if layout == LayoutCtrox && attrs["usePrefix"] != "true" {
+		prefix = strings.Trim(prefix+"/csi-fs", "/")
+	}
 	src := bucket
-	if prefix = strings.Trim(prefix, "/"); prefix != "" {
+	if prefix != "" {
 		src += ":/" + prefix
 	}
 	args := []string{src, target, "-f",
@@ -221,7 +253,8 @@ func MountArgs(handle string, attrs, secrets map[string]string, target, passwdFi
 	return args, nil
 }
 
-// NodePublishVolume starts s3fs on the target as a child process and waits for the mount.
+// NodePublishVolume starts s3fs on the target as a child process and waits for the mount
+// (yandex layout: binds the staging mount onto the target).
 func (p *Plugin) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
 	target := req.GetTargetPath()
 	if target == "" || req.GetVolumeId() == "" {
@@ -230,22 +263,83 @@ func (p *Plugin) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	if isMountPoint(target) {
 		return &csi.NodePublishVolumeResponse{}, nil
 	}
+	if p.o.Layout == LayoutYandex {
+		if err := os.MkdirAll(target, 0o750); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+		if err := unix.Mount(req.GetStagingTargetPath(), target, "", unix.MS_BIND, ""); err != nil {
+			return nil, status.Error(codes.Internal, fmt.Sprintf("bind %s: %v", target, err))
+		}
+		p.log.Info("published (bind of the staging mount)", "volume", req.GetVolumeId(), "target", target)
+		return &csi.NodePublishVolumeResponse{}, nil
+	}
+	if err := p.mountS3fs(ctx, req.GetVolumeId(), req.GetVolumeContext(), req.GetSecrets(), target); err != nil {
+		return nil, err
+	}
+	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+// NodeStageVolume (yandex layout) starts s3fs at kubelet's staging path.
+func (p *Plugin) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
+	if p.o.Layout != LayoutYandex {
+		return nil, status.Error(codes.Unimplemented, "no staging in this layout")
+	}
+	path := req.GetStagingTargetPath()
+	if path == "" || req.GetVolumeId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume id and staging path are required")
+	}
+	if isMountPoint(path) {
+		return &csi.NodeStageVolumeResponse{}, nil
+	}
+	if err := p.mountS3fs(ctx, req.GetVolumeId(), req.GetVolumeContext(), req.GetSecrets(), path); err != nil {
+		return nil, err
+	}
+	return &csi.NodeStageVolumeResponse{}, nil
+}
+
+// NodeUnstageVolume (yandex layout) unmounts the top mount at the staging path and stops s3fs.
+func (p *Plugin) NodeUnstageVolume(_ context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
+	if p.o.Layout != LayoutYandex {
+		return nil, status.Error(codes.Unimplemented, "no staging in this layout")
+	}
+	p.unmountTop(req.GetStagingTargetPath())
+	return &csi.NodeUnstageVolumeResponse{}, nil
+}
+
+// unmountTop unmounts the top mount at path only (as ru.yandex.s3.csi and ctrox do) and stops
+// the s3fs started there.
+func (p *Plugin) unmountTop(path string) {
+	if isMountPoint(path) {
+		if err := unix.Unmount(path, 0); err != nil {
+			p.log.Info("unmount failed", "path", path, "err", err.Error())
+		}
+	}
+	p.mu.Lock()
+	if cmd := p.mounts[path]; cmd != nil {
+		_ = cmd.Process.Kill()
+		delete(p.mounts, path)
+	}
+	p.mu.Unlock()
+}
+
+// mountS3fs starts s3fs at path as a child process and waits for the mount.
+func (p *Plugin) mountS3fs(ctx context.Context, volumeID string, volCtx, secrets map[string]string, target string) error {
 	keys := config.Default().S3.SecretKeys
-	ak, sk := req.GetSecrets()[keys.AccessKeyID], req.GetSecrets()[keys.SecretAccessKey]
+	ak, sk := secrets[keys.AccessKeyID], secrets[keys.SecretAccessKey]
 	if ak == "" || sk == "" {
-		return nil, status.Error(codes.InvalidArgument, "node-publish secret lacks the access keys")
+		return status.Error(codes.InvalidArgument, "the secret lacks the access keys")
 	}
 	sum := sha256.Sum256([]byte(target))
 	passwd := filepath.Join(p.o.StateDir, hex.EncodeToString(sum[:8])+".passwd")
 	if err := os.WriteFile(passwd, []byte(ak+":"+sk), 0o600); err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
+		return status.Error(codes.Internal, err.Error())
 	}
-	args, err := MountArgs(req.GetVolumeId(), req.GetVolumeContext(), req.GetSecrets(), target, passwd)
+	args, err := MountArgs(p.o.Layout, volumeID, volCtx, secrets, target, passwd)
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return status.Error(codes.InvalidArgument, err.Error())
 	}
 	if err := os.MkdirAll(target, 0o750); err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
+		return status.Error(codes.Internal, err.Error())
 	}
 	cmd := exec.Command(p.o.S3fs, args...)
 	var stderr bytes.Buffer
@@ -253,7 +347,7 @@ func (p *Plugin) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	// The mount lives exactly as long as the plugin, like a driver whose container restarts.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		return nil, status.Error(codes.Internal, fmt.Sprintf("start s3fs: %v", err))
+		return status.Error(codes.Internal, fmt.Sprintf("start s3fs: %v", err))
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
@@ -261,27 +355,35 @@ func (p *Plugin) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	for !isMountPoint(target) {
 		select {
 		case <-exited:
-			return nil, status.Error(codes.Internal, fmt.Sprintf("s3fs exited before mounting: %s", stderr.String()))
+			return status.Error(codes.Internal, fmt.Sprintf("s3fs exited before mounting: %s", stderr.String()))
 		case <-deadline:
 			_ = cmd.Process.Kill()
-			return nil, status.Error(codes.DeadlineExceeded, "s3fs did not mount in time")
+			return status.Error(codes.DeadlineExceeded, "s3fs did not mount in time")
 		case <-ctx.Done():
 			_ = cmd.Process.Kill()
-			return nil, status.FromContextError(ctx.Err()).Err()
+			return status.FromContextError(ctx.Err()).Err()
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
 	p.mu.Lock()
 	p.mounts[target] = cmd
 	p.mu.Unlock()
-	p.log.Info("published", "volume", req.GetVolumeId(), "target", target, "pid", cmd.Process.Pid)
-	return &csi.NodePublishVolumeResponse{}, nil
+	p.log.Info("mounted", "volume", volumeID, "path", target, "pid", cmd.Process.Pid)
+	return nil
 }
 
 // NodeUnpublishVolume unmounts every mount stacked on the target (pvrescue's binds included)
 // and stops s3fs.
 func (p *Plugin) NodeUnpublishVolume(_ context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
 	target := req.GetTargetPath()
+	if p.o.Layout != LayoutDirect {
+		// As the field drivers do: only the top mount goes; a dead mount below stays.
+		p.unmountTop(target)
+		if !isMountPoint(target) {
+			_ = os.Remove(target)
+		}
+		return &csi.NodeUnpublishVolumeResponse{}, nil
+	}
 	for i := 0; i < 10 && isMountPoint(target); i++ {
 		if err := unix.Unmount(target, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
 			return nil, status.Error(codes.Internal, fmt.Sprintf("unmount %s: %v", target, err))

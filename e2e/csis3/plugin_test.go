@@ -9,6 +9,7 @@ import (
 func TestMountArgs(t *testing.T) {
 	tests := []struct {
 		name    string
+		layout  string
 		handle  string
 		attrs   map[string]string
 		secrets map[string]string
@@ -26,12 +27,31 @@ func TestMountArgs(t *testing.T) {
 			secrets: map[string]string{"endpoint": "http://s"},
 			want:    []string{"b", "/t", "-f", "-o", "passwd_file=/p", "-o", "url=http://s", "-o", "use_path_request_style", "-o", "allow_other", "-o", "max_stat_cache_size=0", "-o", "ro"},
 		},
+		{
+			name:   "ctrox layout mounts <prefix>/csi-fs",
+			layout: LayoutCtrox, handle: "data/pvc-1", attrs: map[string]string{"endpoint": "http://h"},
+			want: []string{"data:/pvc-1/csi-fs", "/t", "-f", "-o", "passwd_file=/p", "-o", "url=http://h", "-o", "use_path_request_style", "-o", "allow_other"},
+		},
+		{
+			name:   "ctrox layout with usePrefix mounts the prefix",
+			layout: LayoutCtrox, handle: "data/pvc-1", attrs: map[string]string{"endpoint": "http://h", "usePrefix": "true"},
+			want: []string{"data:/pvc-1", "/t", "-f", "-o", "passwd_file=/p", "-o", "url=http://h", "-o", "use_path_request_style", "-o", "allow_other"},
+		},
+		{
+			name:   "yandex layout mounts bucket[:/prefix] like direct",
+			layout: LayoutYandex, handle: "data/pvc-1", attrs: map[string]string{"endpoint": "http://h"},
+			want: []string{"data:/pvc-1", "/t", "-f", "-o", "passwd_file=/p", "-o", "url=http://h", "-o", "use_path_request_style", "-o", "allow_other"},
+		},
 		{name: "no endpoint", handle: "b", wantErr: true},
 		{name: "no bucket", handle: "", attrs: map[string]string{"endpoint": "http://a"}, wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := MountArgs(tt.handle, tt.attrs, tt.secrets, "/t", "/p")
+			layout := tt.layout
+			if layout == "" {
+				layout = LayoutDirect
+			}
+			got, err := MountArgs(layout, tt.handle, tt.attrs, tt.secrets, "/t", "/p")
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("err = %v, wantErr %v", err, tt.wantErr)
 			}
@@ -52,5 +72,20 @@ func TestMountInfoHas(t *testing.T) {
 		if got := MountInfoHas(info, p); got != want {
 			t.Errorf("MountInfoHas(%q) = %v, want %v", p, got, want)
 		}
+	}
+}
+
+func TestOptionsValidateLayout(t *testing.T) {
+	o := NewOptions()
+	o.NodeID = "n"
+	for _, l := range []string{LayoutDirect, LayoutYandex, LayoutCtrox} {
+		o.Layout = l
+		if err := o.Validate(); err != nil {
+			t.Errorf("layout %q: %v", l, err)
+		}
+	}
+	o.Layout = "geesefs"
+	if err := o.Validate(); err == nil {
+		t.Error("unknown layout accepted")
 	}
 }

@@ -66,7 +66,7 @@ func s3Objects(t *testing.T, e *env, ns, pvName string) {
 			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
 				Driver:               e.csi.Opts.Driver,
 				VolumeHandle:         s3Bucket,
-				VolumeAttributes:     map[string]string{keys.Parameters.Bucket: s3Bucket, keys.Parameters.Endpoint: e.s3.Endpoint},
+				VolumeAttributes:     map[string]string{keys.Parameters.Bucket: s3Bucket, keys.Parameters.Endpoint: e.s3.Endpoint, "mounter": "s3fs"},
 				NodePublishSecretRef: &corev1.SecretReference{Name: "s3-creds", Namespace: ns},
 			}},
 		},

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
 
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/internal/contract"
@@ -71,7 +72,7 @@ func lostDisk(ctx context.Context, o *Options, s *Section) error {
 		return err
 	}
 	defer detachReal()
-	host := localdisk.NewRealHost(state)
+	host := localdisk.NewRealOS(state)
 	// Detach every fake the agent made (their backing files are under state), whatever happens,
 	// then remove the loop nodes it made for them.
 	defer removeNodes(testenv.NewLoopNodes(benchFakeLoops))
@@ -98,8 +99,17 @@ func lostDisk(ctx context.Context, o *Options, s *Section) error {
 	}
 	rec, stopRec := nodeagent.NewRecorder(cs, node)
 	defer stopRec()
-	ctrl, err := localdisk.NewController(nodeagent.Deps{NodeName: node, Config: cfg, Client: cs, Recorder: rec, Registerer: prometheus.NewRegistry()},
-		host, localdisk.ControllerOptions{PathPrefix: byID, DevDir: "/dev", LoopSearchLimit: benchFakeLoops.Last - benchFakeLoops.First + 1})
+	// NOTE(localdisk): the rescue now handles only PVs used by pods on this node (no PV
+	// informer); this benchmark's PVs need such pods, carrying the guard, to be faked.
+	view, err := nodeagent.NewKubeView(cs, node, clock.RealClock{}, nodeagent.ViewOptions{})
+	if err != nil {
+		return err
+	}
+	if err := view.Start(ctx); err != nil {
+		return err
+	}
+	ctrl, err := localdisk.New(nodeagent.Deps{NodeName: node, Config: cfg, Client: cs, View: view, Recorder: rec, Registerer: prometheus.NewRegistry(), Clock: clock.RealClock{}},
+		host, localdisk.Options{PathRoots: []string{byID}, LinkRoots: []string{byID}, DevDir: "/dev", LoopSearchLimit: benchFakeLoops.Last - benchFakeLoops.First + 1})
 	if err != nil {
 		return err
 	}
@@ -197,7 +207,7 @@ func removeNodes(remove func() ([]string, error)) {
 	}
 }
 
-func detachOurs(host *localdisk.RealHost, state string) {
+func detachOurs(host *localdisk.RealOS, state string) {
 	loops, err := host.ListLoops()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "bench: list loops: %v\n", err)

@@ -38,6 +38,8 @@ type Options struct {
 	HelperRepeats, DiskRepeats, MountRepeats int
 	// ScaleSample is how long the idle agent is sampled.
 	ScaleSample time.Duration
+	// ScaleOthers is how many PVs (and as many PVCs) of other nodes the scale section adds.
+	ScaleOthers int
 }
 
 // NewOptions returns defaults that fit `make bench` in under 10 minutes on 2 cores.
@@ -47,7 +49,7 @@ func NewOptions() *Options {
 		Out: "BENCHMARKS.md", RawDir: "bench", Root: wd,
 		WebhookDuration: 5 * time.Second, Rates: []int{50, 200, 500},
 		BenchCount: 6, HelperRepeats: 20, DiskRepeats: 20, MountRepeats: 10,
-		ScaleSample: 20 * time.Second,
+		ScaleSample: 20 * time.Second, ScaleOthers: 50000,
 	}
 }
 
@@ -63,6 +65,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.DiskRepeats, "disk-repeats", o.DiskRepeats, "lost-disk runs")
 	fs.IntVar(&o.MountRepeats, "mount-repeats", o.MountRepeats, "lost-mount runs")
 	fs.DurationVar(&o.ScaleSample, "scale-sample", o.ScaleSample, "how long the idle agent is sampled")
+	fs.IntVar(&o.ScaleOthers, "scale-others", o.ScaleOthers, "PVs (and as many PVCs) bound to other nodes added for the agent-at-cluster-scale run")
 }
 
 // Validate checks the options.

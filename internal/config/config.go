@@ -48,7 +48,8 @@ type Config struct {
 
 // LocalBlock configures fake devices for lost local block volumes.
 type LocalBlock struct {
-	// StorageClasses whose block PVs are local disks that may go missing.
+	// StorageClasses whose block PVs are local disks that may go missing (at least one; an
+	// empty list is an error).
 	StorageClasses []string `json:"storageClasses"`
 	// FakeDeviceSizeBytes is the exact size of a fake device; the guard treats any device of this
 	// size as fake, so it must be smaller than any real disk.
@@ -84,6 +85,22 @@ type S3 struct {
 	Parameters S3Parameters `json:"parameters"`
 	// S3fsPath is the s3fs executable the agent runs.
 	S3fsPath string `json:"s3fsPath"`
+	// ReplayDrivers are the CSI drivers whose node plugin the agent may call to restore a dead
+	// volume (kubelet's NodeStageVolume/NodePublishVolume replayed). Not limited to S3 drivers.
+	ReplayDrivers []string `json:"replayDrivers"`
+	// BridgeAfter is how long a target stays dead, with its driver not answering, before the
+	// agent bridges it with its own s3fs. 0 bridges at once.
+	BridgeAfter metav1.Duration `json:"bridgeAfter"`
+}
+
+// MayReplay reports whether driver is in s3.replayDrivers.
+func (c *Config) MayReplay(driver string) bool {
+	for _, d := range c.S3.ReplayDrivers {
+		if d == driver {
+			return true
+		}
+	}
+	return false
 }
 
 // Probe holds livenessProbe timings.
@@ -180,7 +197,9 @@ func Default() *Config {
 				Region:       "region",
 				MountOptions: "options",
 			},
-			S3fsPath: "s3fs",
+			S3fsPath:      "s3fs",
+			ReplayDrivers: []string{"ru.yandex.s3.csi", "ch.ctrox.csi.s3-driver", "csi-s3"},
+			BridgeAfter:   metav1.Duration{Duration: 10 * time.Second},
 		},
 		Helper: Helper{
 			Image:           "ghcr.io/pvrescue/pvrescue-webhook:latest",
@@ -245,6 +264,11 @@ func (c *Config) Validate() error {
 	if c.Kind != Kind {
 		add("kind: must be %q, got %q", Kind, c.Kind)
 	}
+	if len(c.LocalBlock.StorageClasses) == 0 {
+		// An empty list once meant "every local block PV", while the webhook guards pods of the
+		// listed classes only: fakes would be made for pods that nothing filters.
+		add("localBlock.storageClasses: must name at least one StorageClass")
+	}
 	for i, sc := range c.LocalBlock.StorageClasses {
 		if errs := validation.IsDNS1123Subdomain(sc); len(errs) > 0 {
 			add("localBlock.storageClasses[%d]: %q is not a valid StorageClass name: %s", i, sc, strings.Join(errs, "; "))
@@ -291,6 +315,14 @@ func (c *Config) Validate() error {
 	}
 	if c.S3.Parameters.Bucket == "" {
 		add("s3.parameters.bucket: must not be empty")
+	}
+	for i, d := range c.S3.ReplayDrivers {
+		if d == "" {
+			add("s3.replayDrivers[%d]: must not be empty", i)
+		}
+	}
+	if c.S3.BridgeAfter.Duration < 0 {
+		add("s3.bridgeAfter: must not be negative, got %s", c.S3.BridgeAfter.Duration)
 	}
 	if c.S3.S3fsPath == "" {
 		add("s3.s3fsPath: must not be empty")

@@ -87,6 +87,7 @@ kubeletDir: relative/path
 			yaml:    "apiVersion: pvrescue.io/v1alpha1\nkind: Config\ns3:\n  probe:\n    timeoutSeconds: 2\n    statfsTimeout: 5s\n",
 			wantErr: []string{"s3.probe.statfsTimeout"},
 		},
+		{name: "empty local class list", yaml: "apiVersion: pvrescue.io/v1alpha1\nkind: Config\nlocalBlock:\n  storageClasses: []\n", wantErr: []string{"localBlock.storageClasses: must name at least one"}},
 		{name: "bad duration", yaml: "apiVersion: pvrescue.io/v1alpha1\nkind: Config\nlocalBlock:\n  resyncPeriod: soon\n", wantErr: []string{"decode"}},
 	}
 	for _, tt := range tests {

@@ -12,7 +12,7 @@ const (
 	LabelInjectEnabled   = "enabled"
 	LabelInjectOptOutVal = "false"
 
-	// AnnotationStatus records, as JSON, what the webhook did to the pod (see webhook.Status).
+	// AnnotationStatus records, as JSON, what the webhook did to the pod (see webhook.Injection).
 	AnnotationStatus = Prefix + "status"
 	// AnnotationFakeDevicePolicy is "filter" (default) or "require" (fail the pod when a device is fake).
 	AnnotationFakeDevicePolicy = Prefix + "fake-device-policy"

@@ -13,11 +13,14 @@
 //  2. finds the pod's processes by the pod UID in /proc/<pid>/cgroup (cgroupfs and systemd
 //     layouts, cgroup v1 and v2, dashed and underscored UIDs — ParseCgroup) and groups them by
 //     mount namespace, skipping the host's (pid 1) and the agent's own (GroupByNamespace);
-//  3. in each namespace's mountinfo, takes every mount point whose top mount is the dead
-//     connection; its mountinfo root relative to the dead target's root is its offset inside the
-//     volume (a subPath shows "/sub/dir"), so a subPath is never pointed at the volume root
-//     (seaweedfs-csi#271; Offset, PlanNamespace). Mount points where the dead connection is
-//     already covered are counted as untouched, which makes a second pass a no-op;
+//  3. in each namespace's mountinfo, takes every mount point where a lookup still reaches the
+//     dead connection (MountTable.Reach follows parent IDs, so a mount hidden under a later one
+//     is seen as hidden); its mountinfo root relative to the dead target's root is its offset
+//     inside the volume (a subPath shows "/sub/dir"), so a subPath is never pointed at the volume
+//     root (seaweedfs-csi#271; Offset, PlanNamespace). Mount points where something live is
+//     reached are counted as untouched, which makes a second pass a no-op. A dead mount point
+//     nested in another (/data and a subPath at /data/logs) is hidden once the outer one is
+//     fixed; the next round (at most 4) puts it back inside the live outer mount;
 //  4. attaches a clone of the live mount at that offset on top of each dead mount, then reads
 //     the namespace's mountinfo again and checks the top mount is the live connection showing
 //     exactly the planned directory with the planned read-only flag;
@@ -39,8 +42,8 @@
 //     clone outside the volume;
 //   - open_tree(OPEN_TREE_CLONE|AT_EMPTY_PATH): a detached clone of just that mount, made in the
 //     agent's namespace BEFORE setns (host paths do not resolve afterwards);
-//   - mount_setattr on the detached clone: ro/nosuid/nodev/noexec copied from the dead mount,
-//     propagation private (or slave when the dead mount received propagation, as with
+//   - mount_setattr on the detached clone: ro/nosuid/nodev/noexec of the dead mount added (never
+//     cleared: a read-only live mount stays read-only), propagation private (or slave when the dead mount received propagation, as with
 //     HostToContainer). A read-only clone is read-only before anyone can see it;
 //   - setns(CLONE_NEWNS) with a /proc/<pid>/ns/mnt descriptor whose inode is checked against the
 //     planned namespace (a reused pid is never entered);
@@ -86,9 +89,6 @@
 //   - Files and directories opened on the dead connection (open descriptors, a working
 //     directory) stay broken: the kernel cannot move them to the new connection. Only new path
 //     lookups reach the live mount. Applications that keep files open must reopen them.
-//   - Two mount points of the same volume nested in one container (/data and /data/sub): the
-//     outer one is fixed first, after which the inner path no longer reaches its dead mount; it
-//     is reported as target_changed and left to the probe.
 //   - Containers in a user namespace: detected (the namespace's user namespace differs from the
 //     agent's); when the kernel refuses, the failure is reported with reason "userns_locked" and
 //     the other containers are still fixed. On this kernel (6.18) stacking into them succeeded.

@@ -184,7 +184,7 @@ func (n fakeNS) AttachInNamespace(ctx context.Context, ref NamespaceRef, livePat
 			errs[i] = fmt.Errorf("%w: %w", ErrAttach, err)
 			continue
 		}
-		top, ok := table.Top(a.Target)
+		top, ok := table.Reach(a.Target) // what the kernel's lookup of the path reaches
 		if !ok || top.ID != a.ExpectMountID {
 			errs[i] = fmt.Errorf("%w: %s", ErrTargetChanged, a.Target)
 			continue

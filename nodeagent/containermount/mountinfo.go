@@ -3,6 +3,7 @@ package containermount
 import (
 	"errors"
 	"fmt"
+	"path"
 	"strconv"
 	"strings"
 )
@@ -167,4 +168,41 @@ func (t MountTable) Top(mountPoint string) (Mount, bool) {
 		return Mount{}, false
 	}
 	return s[len(s)-1], true
+}
+
+// Reach returns the mount a lookup of path reaches: starting from the top of the root's stack,
+// each component of path that is a mount point of the mount reached so far enters the mount
+// stacked there (and the mounts stacked on it). A mount point hidden under a mount made later
+// on one of its ancestors is not reached. The result is mounted at path itself only when
+// its MountPoint equals path; otherwise path is a plain directory inside the returned mount.
+func (t MountTable) Reach(p string) (Mount, bool) {
+	cur, ok := t.Top("/")
+	if !ok {
+		return Mount{}, false
+	}
+	q := ""
+	for _, c := range strings.Split(strings.Trim(path.Clean(p), "/"), "/") {
+		if c == "" {
+			continue
+		}
+		q += "/" + c
+		for {
+			next, ok := t.child(q, cur.ID)
+			if !ok {
+				break
+			}
+			cur = next
+		}
+	}
+	return cur, true
+}
+
+// child returns the mount at mountPoint whose parent is parentID.
+func (t MountTable) child(mountPoint string, parentID int) (Mount, bool) {
+	for _, m := range t {
+		if m.MountPoint == mountPoint && m.ParentID == parentID && m.ID != parentID {
+			return m, true
+		}
+	}
+	return Mount{}, false
 }

@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/pvrescue/pvrescue/internal/testenv"
 	"github.com/pvrescue/pvrescue/nodeagent"
 	"github.com/pvrescue/pvrescue/nodeagent/containermount"
 )
@@ -37,7 +38,7 @@ type node struct {
 	target   string
 	deadDev  string
 	deadRoot string
-	driver   *os.Process
+	driver   *testenv.S3fsMount
 }
 
 func newNode(t testing.TB) *node {
@@ -54,11 +55,11 @@ func newNode(t testing.TB) *node {
 // kill kills the driver's s3fs: every view of its connection answers ENOTCONN.
 func (n *node) kill() {
 	n.t.Helper()
-	must(n.t, n.driver.Signal(syscall.SIGKILL))
-	waitFor(n.t, 10*time.Second, "target dead after kill -9", func() bool {
+	n.driver.Kill() // SIGKILL, as a plugin restart does to its s3fs
+	testenv.WaitFor(n.t, 10*time.Second, "target dead after kill -9", testenv.Until(func() bool {
 		var st unix.Statfs_t
 		return errors.Is(unix.Statfs(n.target, &st), syscall.ENOTCONN)
-	})
+	}))
 }
 
 // restore mounts a new s3fs at a staging directory and binds it on top of the dead target.
@@ -173,10 +174,10 @@ func TestNodeRemountInContainers(t *testing.T) {
 		t.Errorf("write to the read-only subPath: %v, want EROFS", err)
 	}
 	must(t, os.WriteFile(app.path(data)+"/after.txt", []byte("after\n"), 0o644))
-	waitFor(t, 10*time.Second, "write through the new mount reaches the bucket", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "write through the new mount reaches the bucket", testenv.Until(func() bool {
 		b, err := os.ReadFile(filepath.Join(n.s3dir, bucket, "pv1", "after.txt"))
 		return err == nil && string(b) == "after\n"
-	})
+	}))
 	// The new mounts copy the container's flags and do not share events with the host.
 	for _, mp := range []string{data, cfg} {
 		top, _ := app.table(t).Top(mp)
@@ -263,7 +264,7 @@ func TestNodeAgentStaysInItsNamespace(t *testing.T) {
 		t.Error("/proc/self/mountinfo no longer shows the agent's own mounts")
 	}
 	// Each call's thread is retired; allow the runtime a few idle threads of its own.
-	waitFor(t, 5*time.Second, "threads retired", func() bool { return threads(t) <= threadsBefore+3 })
+	testenv.WaitFor(t, 5*time.Second, "threads retired", testenv.Until(func() bool { return threads(t) <= threadsBefore+3 }))
 
 	// A reused pid (here: a process in another namespace) is never entered.
 	_, err = ns.AttachInNamespace(context.Background(), containermount.NamespaceRef{Inode: inode, Pids: []int{os.Getpid()}}, e.dir, nil)

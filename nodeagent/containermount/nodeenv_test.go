@@ -3,15 +3,13 @@
 package containermount_test
 
 import (
+	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,20 +19,15 @@ import (
 	"github.com/pvrescue/pvrescue/nodeagent/containermount"
 )
 
-const (
-	bucket = "bkt"
-	ak     = "AKIATESTPVRESCUE"
-	sk     = "sEcReTkEy-pvrescue-0123456789"
-)
+const bucket = "bkt"
 
 // s3Env is a versitygw S3 server with one bucket, a shared scratch directory (as kubelet's
 // root is shared) and s3fs mounts of the bucket; everything is torn down when the test ends.
 type s3Env struct {
-	t        testing.TB
-	dir      string
-	s3dir    string
-	endpoint string
-	passwd   string
+	t     testing.TB
+	dir   string
+	s3dir string
+	srv   *testenv.S3Server
 }
 
 func newS3Env(t testing.TB) *s3Env {
@@ -42,32 +35,13 @@ func newS3Env(t testing.TB) *s3Env {
 	testenv.RequireCommand(t, "s3fs", "apt-get install s3fs")
 	testenv.RequireCommand(t, "unshare", "apt-get install util-linux")
 	testenv.RequireCommand(t, "nsenter", "apt-get install util-linux")
-	gw := testenv.Binary(t, "versitygw", "versitygw")
-
+	srv := testenv.S3(t, bucket)
 	dir := t.TempDir()
-	e := &s3Env{t: t, dir: dir, s3dir: filepath.Join(dir, "s3"), passwd: filepath.Join(dir, "passwd")}
-	must(t, os.MkdirAll(filepath.Join(e.s3dir, bucket), 0o755))
-	must(t, os.WriteFile(e.passwd, []byte(ak+":"+sk+"\n"), 0o600))
-
-	port := freePort(t)
-	e.endpoint = "http://127.0.0.1:" + strconv.Itoa(port)
-	cmd := exec.Command(gw, "--access", ak, "--secret", sk, "--port", "127.0.0.1:"+strconv.Itoa(port), "posix", e.s3dir)
-	logf, err := os.Create(filepath.Join(dir, "versitygw.log"))
-	must(t, err)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	must(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	waitFor(t, 20*time.Second, "versitygw listening", func() bool {
-		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
+	e := &s3Env{t: t, dir: dir, s3dir: srv.Dir, srv: srv}
 	// A shared mount, as kubelet makes its root: mounts below it propagate to slave namespaces.
 	must(t, unix.Mount(dir, dir, "", unix.MS_BIND, ""))
 	must(t, unix.Mount("", dir, "", unix.MS_SHARED, ""))
-	t.Cleanup(func() { sweep(t, dir) })
+	testenv.Sweep(t, dir)
 	return e
 }
 
@@ -79,24 +53,21 @@ func (e *s3Env) file(rel, content string) {
 	must(e.t, os.WriteFile(p, []byte(content), 0o644))
 }
 
-// s3fs mounts bucket:/prefix at mnt and returns the s3fs process.
-func (e *s3Env) s3fs(prefix, mnt string) *os.Process {
+// s3fs mounts bucket:/prefix at mnt (in a process group of its own, as a driver's child would
+// be) and returns it; the sweep at the end of the test kills it and detaches the mount.
+func (e *s3Env) s3fs(prefix, mnt string) *testenv.S3fsMount {
 	e.t.Helper()
-	must(e.t, os.MkdirAll(mnt, 0o755))
-	cmd := exec.Command("s3fs", bucket+":/"+prefix, mnt, "-f", "-o", "passwd_file="+e.passwd, "-o", "url="+e.endpoint,
-		"-o", "use_path_request_style", "-o", "allow_other")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	logf, err := os.Create(filepath.Join(e.dir, "s3fs-"+filepath.Base(filepath.Dir(mnt))+".log"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	m, err := testenv.StartS3fs(ctx, e.srv.S3Config, testenv.S3fsSpec{Source: bucket + ":/" + prefix, MountPoint: mnt,
+		PasswdFile: filepath.Join(e.dir, strings.ReplaceAll(strings.TrimPrefix(mnt, e.dir+"/"), "/", "_")+".passwd"),
+		Options:    []string{"allow_other"}, OwnGroup: true})
 	must(e.t, err)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	must(e.t, cmd.Start())
-	go func() { _ = cmd.Wait(); logf.Close() }() // reap it whenever it dies
-	waitFor(e.t, 20*time.Second, "s3fs mounted at "+mnt, func() bool {
-		top, ok := hostTable(e.t).Top(mnt)
+	testenv.WaitFor(e.t, 20*time.Second, "s3fs at "+mnt+" answers", testenv.Until(func() bool {
 		var st unix.Statfs_t
-		return ok && top.FSType == "fuse.s3fs" && unix.Statfs(mnt, &st) == nil
-	})
-	return cmd.Process
+		return unix.Statfs(mnt, &st) == nil
+	}))
+	return m
 }
 
 // container is a process in a mount namespace of its own, like a container's.
@@ -128,12 +99,11 @@ func (e *s3Env) startContainerRaw(name string, unshareArgs []string, script, rea
 	cmd.Stdout, cmd.Stderr = &out, &out
 	must(e.t, cmd.Start())
 	e.t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	waitFor(e.t, 10*time.Second, "container "+name+" set up", func() bool {
-		if cmd.ProcessState != nil {
-			e.t.Fatalf("container %s exited: %s", name, out.String())
+	testenv.WaitFor(e.t, 10*time.Second, "container "+name+" set up", func() error {
+		if _, err := os.Stat(ready); err != nil {
+			return fmt.Errorf("%w (output so far: %q)", err, out.String())
 		}
-		_, err := os.Stat(ready)
-		return err == nil
+		return nil
 	})
 	return &container{pid: cmd.Process.Pid, cmd: cmd}
 }
@@ -145,10 +115,10 @@ func (e *s3Env) join(c *container) *container {
 	must(e.t, cmd.Start())
 	e.t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	want := nsOf(e.t, c.pid)
-	waitFor(e.t, 5*time.Second, "second process in the namespace", func() bool {
+	testenv.WaitFor(e.t, 5*time.Second, "second process in the namespace", testenv.Until(func() bool {
 		l, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", cmd.Process.Pid))
 		return err == nil && l == want
-	})
+	}))
 	return &container{pid: cmd.Process.Pid, cmd: cmd}
 }
 
@@ -183,51 +153,6 @@ func must(t testing.TB, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-}
-
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for: %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func freePort(t testing.TB) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	must(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// sweep kills the s3fs processes serving dir and lazily unmounts everything under it.
-func sweep(t testing.TB, dir string) {
-	pids, _ := containermount.RealProcFS{Root: "/proc"}.Pids()
-	for _, pid := range pids {
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if strings.HasPrefix(string(b), "s3fs\x00") && strings.Contains(string(b), dir) {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-	}
-	for pass := 0; pass < 20; pass++ {
-		var under []containermount.Mount
-		for _, m := range hostTable(t) {
-			if m.MountPoint == dir || strings.HasPrefix(m.MountPoint, dir+"/") {
-				under = append(under, m)
-			}
-		}
-		if len(under) == 0 {
-			return
-		}
-		sort.Slice(under, func(i, j int) bool { return len(under[i].MountPoint) > len(under[j].MountPoint) })
-		for _, m := range under {
-			_ = unix.Unmount(m.MountPoint, unix.MNT_DETACH)
-		}
-	}
-	t.Errorf("mounts left under %s after cleanup", dir)
 }
 
 // podProcFS is the real /proc, except that the given pids report the pod's cgroup: the test's

@@ -93,6 +93,32 @@ func TestParseMountInfo(t *testing.T) {
 	}
 }
 
+func TestMountTableReach(t *testing.T) {
+	tab, err := ParseMountInfo(`1 0 0:21 / / rw - overlay overlay rw
+2 1 0:22 / /a rw - tmpfs t rw
+3 2 0:23 / /a/b rw - tmpfs t rw
+4 2 0:24 / /a rw - tmpfs t rw
+5 1 0:25 / /c rw - tmpfs t rw
+6 5 0:26 / /c rw - tmpfs t rw
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[string]int{
+		"/":      1,
+		"/a":     4, // 4 is stacked on 2
+		"/a/b":   4, // 3 sits on 2, hidden under 4: the lookup reaches a plain directory of 4
+		"/a/b/c": 4,
+		"/c":     6,
+		"/c/d":   6,
+		"/x/y":   1,
+	} {
+		if got, _ := tab.Reach(p); got.ID != want {
+			t.Errorf("Reach(%q) = %d, want %d", p, got.ID, want)
+		}
+	}
+}
+
 func TestMountTableTop(t *testing.T) {
 	// Line order differs from stacking order: 40 sits on 30, which sits on 20.
 	tab, err := ParseMountInfo(`40 30 0:60 / /t rw - fuse.s3fs a rw
@@ -174,28 +200,33 @@ func TestPlanNamespace(t *testing.T) {
 106 1 0:55 / /hidden rw - fuse.s3fs s3fs rw
 107 106 0:21 / /hidden rw - tmpfs tmpfs rw
 108 100 0:55 /x /data/inner rw master:2 - fuse.s3fs s3fs rw
+110 1 0:55 / /v rw - fuse.s3fs s3fs rw
+111 110 0:55 /y /v/in ro,noexec - fuse.s3fs s3fs rw
+112 110 0:60 / /v rw - fuse.s3fs s3fs rw
 `)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The pod's dead target showed /pfx of the bucket; /pfx/.. is not the volume.
-	got := PlanNamespace(tab, "0:55", "/")
+	got := PlanNamespace(tab, "0:55", "/", "0:60")
 	want := Plan{
 		Targets: []Target{
 			{MountPoint: "/data", Offset: "", DeadMountID: 100, NoSuid: true, NoDev: true},
 			{MountPoint: "/sub", Offset: "sub/dir", DeadMountID: 101, ReadOnly: true},
 			{MountPoint: "/outside", Offset: "other", DeadMountID: 104},
 			{MountPoint: "/data/inner", Offset: "x", DeadMountID: 108, Slave: true},
+			// hidden under the live mount on /v: nested again inside it, expecting to reach 112
+			{MountPoint: "/v/in", Offset: "y", DeadMountID: 112, ReadOnly: true, NoExec: true},
 		},
-		Live:    2, // /covered (live on top) and /hidden (something else on top)
+		Live:    []string{"/covered", "/hidden", "/v"}, // live on top, something else on top, live on top
 		Skipped: map[string]error{},
 	}
 	if d := cmp.Diff(want, got, cmp.Comparer(func(a, b error) bool { return errors.Is(a, b) || errors.Is(b, a) })); d != "" {
 		t.Errorf("PlanNamespace (-want +got):\n%s", d)
 	}
 
-	got = PlanNamespace(tab, "0:55", "/sub")
-	if len(got.Skipped) != 3 || !errors.Is(got.Skipped["/data"], ErrOutsideVolume) || !errors.Is(got.Skipped["/outside"], ErrOutsideVolume) {
+	got = PlanNamespace(tab, "0:55", "/sub", "0:60")
+	if len(got.Skipped) != 4 || !errors.Is(got.Skipped["/data"], ErrOutsideVolume) || !errors.Is(got.Skipped["/outside"], ErrOutsideVolume) {
 		t.Errorf("with dead root /sub, mounts outside it must be skipped, got %+v", got)
 	}
 	if len(got.Targets) != 1 || got.Targets[0].MountPoint != "/sub" || got.Targets[0].Offset != "dir" {

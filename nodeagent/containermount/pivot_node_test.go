@@ -65,3 +65,40 @@ func TestNodePivotRootContainer(t *testing.T) {
 		t.Errorf("write to the read-only subPath: %v, want EROFS", err)
 	}
 }
+
+// TestNodeNestedMountPoints: the volume at /data and a subPath of it at /data/inner, on top of it.
+// Fixing /data hides the dead /data/inner; the next round puts the subPath back inside the live
+// /data.
+func TestNodeNestedMountPoints(t *testing.T) {
+	n := newNode(t)
+	n.file("pv1/inner/.keep", "")
+	data := filepath.Join(n.dir, "ctr-nested", "data")
+	must(t, os.MkdirAll(data, 0o755))
+	c := n.startContainer("nested", "private", strings.Join([]string{
+		"mount --bind " + n.target + " " + data,
+		"mount --bind " + n.target + "/sub/dir " + data + "/inner",
+		"umount " + n.target,
+	}, "\n"))
+	if got := read(t, c.path(data)+"/inner/sub.txt"); got != "subdirectory\n" {
+		t.Fatalf("nested subPath before the failure: %q", got)
+	}
+	n.kill()
+	n.restore()
+	r, _ := n.remounter(inPod(map[int]string{c.pid: "app"}))
+	res, err := r.RemountInContainers(logr.NewContext(context.Background(), testr.New(t)), n.request("app"))
+	must(t, err)
+	if !slices.Equal(res.Fixed, []string{"app:" + data, "app:" + data + "/inner"}) || len(res.Failed) != 0 {
+		t.Fatalf("result = %+v; want /data and /data/inner fixed", res)
+	}
+	if got := read(t, c.path(data)+"/root.txt"); got != "volume root\n" {
+		t.Errorf("/data/root.txt = %q", got)
+	}
+	if got := read(t, c.path(data)+"/inner/sub.txt"); got != "subdirectory\n" {
+		t.Errorf("/data/inner/sub.txt = %q (the subPath, not the volume's inner directory)", got)
+	}
+	res, err = r.RemountInContainers(logr.NewContext(context.Background(), testr.New(t)), n.request("app"))
+	must(t, err)
+	if len(res.Fixed) != 0 || len(res.Failed) != 0 || res.Untouched != 2 {
+		t.Errorf("second pass: %+v; want 2 untouched", res)
+	}
+}

@@ -115,8 +115,9 @@ type Target struct {
 	MountPoint string
 	// Offset is the directory inside the volume the container's mount shows ("" = the root).
 	Offset string
-	// DeadMountID is the mountinfo ID of the dead mount on top at MountPoint; the attach is
-	// refused if the path no longer reaches that mount.
+	// DeadMountID is the mountinfo ID of the mount a lookup of MountPoint reached when planning
+	// (the dead mount, or the live ancestor it is hidden under); the attach is refused if the
+	// path no longer reaches that mount.
 	DeadMountID int
 	// ReadOnly, NoSuid, NoDev, NoExec copy the dead mount's per-mount flags onto the new one.
 	ReadOnly, NoSuid, NoDev, NoExec bool
@@ -127,17 +128,21 @@ type Target struct {
 // Plan is what one container namespace needs.
 type Plan struct {
 	Targets []Target
-	// Live counts mount points of the volume already covered by a live mount (left alone).
-	Live int
+	// Live are the mount points of the volume left alone: a lookup there reaches a live mount
+	// (or something else mounted over the dead one).
+	Live []string
 	// Skipped are dead mounts that cannot be fixed safely (ErrOutsideVolume, ErrDeletedRoot),
 	// keyed by mount point.
 	Skipped map[string]error
 }
 
-// PlanNamespace finds, in a container's mount table, every mount point where the dead connection
-// deadDev is the mount a lookup reaches, and the offset inside the volume each shows. A mount
-// point where the dead connection is covered by another mount is counted as Live and not touched.
-func PlanNamespace(table MountTable, deadDev, deadRoot string) Plan {
+// PlanNamespace finds, in a container's mount table, every mount point of the dead connection
+// deadDev that a lookup still resolves to the dead connection, and the offset inside the volume
+// each shows. It also finds mount points of the dead connection hidden under a live mount of
+// the volume (liveDev) made on an ancestor — a subPath nested under the volume's own mount
+// point, once the outer one is live again — so they can be put back inside it. Mount points
+// where something else is reached are counted as Live and left alone.
+func PlanNamespace(table MountTable, deadDev, deadRoot, liveDev string) Plan {
 	p := Plan{Skipped: map[string]error{}}
 	seen := map[string]bool{}
 	for _, m := range table {
@@ -145,33 +150,50 @@ func PlanNamespace(table MountTable, deadDev, deadRoot string) Plan {
 			continue
 		}
 		seen[m.MountPoint] = true
-		top, _ := table.Top(m.MountPoint)
-		if top.Dev != deadDev {
-			p.Live++
+		reached, _ := table.Reach(m.MountPoint)
+		var dead Mount
+		switch {
+		case reached.MountPoint == m.MountPoint && reached.Dev == deadDev:
+			dead = reached // the dead mount is what a lookup reaches
+		case reached.MountPoint != m.MountPoint && reached.Dev == liveDev && liveDev != deadDev:
+			dead = topDead(table, m.MountPoint, deadDev) // hidden under a live ancestor: nest it again
+		default:
+			p.Live = append(p.Live, m.MountPoint)
 			continue
 		}
-		off, err := Offset(deadRoot, top.Root)
+		off, err := Offset(deadRoot, dead.Root)
 		if err != nil {
-			p.Skipped[top.MountPoint] = err
+			p.Skipped[m.MountPoint] = err
 			continue
 		}
 		p.Targets = append(p.Targets, Target{
-			MountPoint:  top.MountPoint,
+			MountPoint:  m.MountPoint,
 			Offset:      off,
-			DeadMountID: top.ID,
-			ReadOnly:    top.ReadOnly(),
-			NoSuid:      top.HasOption("nosuid"),
-			NoDev:       top.HasOption("nodev"),
-			NoExec:      top.HasOption("noexec"),
-			Slave:       receivesPropagation(top),
+			DeadMountID: reached.ID,
+			ReadOnly:    dead.ReadOnly(),
+			NoSuid:      dead.HasOption("nosuid"),
+			NoDev:       dead.HasOption("nodev"),
+			NoExec:      dead.HasOption("noexec"),
+			Slave:       receivesPropagation(dead),
 		})
 	}
-	// Outer mount points first: covering /data before /data/sub keeps the inner one reachable
-	// through the new outer mount.
+	// Outer mount points first; an inner one hidden by fixing its ancestor is planned again, now
+	// inside the live ancestor, by the next round.
 	sort.SliceStable(p.Targets, func(i, j int) bool {
 		return depth(p.Targets[i].MountPoint) < depth(p.Targets[j].MountPoint)
 	})
 	return p
+}
+
+// topDead returns the uppermost mount of the dead connection at mountPoint.
+func topDead(table MountTable, mountPoint, deadDev string) Mount {
+	var out Mount
+	for _, m := range table.Stack(mountPoint) {
+		if m.Dev == deadDev {
+			out = m
+		}
+	}
+	return out
 }
 
 func depth(p string) int { return strings.Count(path.Clean(p), "/") }

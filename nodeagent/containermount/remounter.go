@@ -5,14 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"path"
-	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
@@ -173,8 +169,8 @@ func (r *Remounter) liveMount(self int, req RemountRequest) (Mount, error) {
 	if err != nil {
 		return Mount{}, fmt.Errorf("own mountinfo: %w", err)
 	}
-	live, ok := table.Top(req.LivePath)
-	if !ok {
+	live, ok := table.Reach(req.LivePath)
+	if !ok || live.MountPoint != req.LivePath {
 		return Mount{}, fmt.Errorf("%w: nothing mounted at %s", ErrNotRestored, req.LivePath)
 	}
 	if live.Dev == req.DeadDevice {
@@ -211,44 +207,86 @@ func (r *Remounter) podProcs(podUID string) ([]Proc, error) {
 	return out, nil
 }
 
+// maxRounds bounds plan-attach-verify rounds in one namespace: a round that fixes an outer
+// mount point hides the dead ones nested in it, which the next round puts back inside.
+const maxRounds = 4
+
 // fixNamespace plans, attaches and verifies in one container namespace; it reports whether at
 // least one mount was fixed.
 func (r *Remounter) fixNamespace(ctx context.Context, log logr.Logger, req RemountRequest, live Mount, ns Namespace,
 	label string, selfUser uint64, res *RemountResult) bool {
 	log = log.WithValues("container", label, "mountNS", ns.Inode)
-	table, err := r.table(ns)
-	if err != nil {
-		r.fail(res, label, "", err)
-		return false
+	userNamespaced := ns.UserNS != 0 && selfUser != 0 && ns.UserNS != selfUser
+	var fixed []string
+	failed := map[string]error{}
+	var left []string
+	for round := 0; round < maxRounds; round++ {
+		table, err := r.table(ns)
+		if err != nil {
+			if round == 0 {
+				r.fail(res, label, "", err)
+				return false
+			}
+			break
+		}
+		plan := PlanNamespace(table, req.DeadDevice, req.DeadRoot, live.Dev)
+		left = plan.Live
+		planned := map[string]bool{}
+		for mp, err := range plan.Skipped {
+			planned[mp] = true
+			failed[mp] = err
+		}
+		for _, t := range plan.Targets {
+			planned[t.MountPoint] = true
+		}
+		for mp := range failed {
+			if !planned[mp] {
+				delete(failed, mp) // something else is mounted there now: not ours to touch
+			}
+		}
+		if len(plan.Targets) == 0 {
+			break
+		}
+		progress, changed := r.attachRound(ctx, log, req, live, ns, plan, userNamespaced, &fixed, failed)
+		if !progress || !changed {
+			break
+		}
 	}
-	plan := PlanNamespace(table, req.DeadDevice, req.DeadRoot)
-	res.Untouched += plan.Live
-	for _, mp := range sortedKeys(plan.Skipped) {
-		r.fail(res, label, mp, plan.Skipped[mp])
-		log.Info("dead mount left alone", "mountPoint", mp, "reason", plan.Skipped[mp].Error())
+	for _, mp := range fixed {
+		res.Fixed = append(res.Fixed, label+":"+mp)
+		r.metrics.Remounts.WithLabelValues("success", "").Inc()
 	}
-	if len(plan.Targets) == 0 {
-		return false
+	for _, mp := range left {
+		if !contains(fixed, mp) {
+			res.Untouched++
+		}
 	}
+	for _, mp := range sortedKeys(failed) {
+		r.fail(res, label, mp, failed[mp])
+		log.Error(failed[mp], "cannot remount in container", "mountPoint", mp)
+	}
+	return len(fixed) > 0
+}
+
+// attachRound attaches one plan and verifies it. progress: at least one mount point fixed;
+// changed: at least one target no longer reached what was planned (possibly hidden by this round).
+func (r *Remounter) attachRound(ctx context.Context, log logr.Logger, req RemountRequest, live Mount, ns Namespace, plan Plan,
+	userNamespaced bool, fixed *[]string, failed map[string]error) (progress, changed bool) {
 	attaches := make([]Attach, len(plan.Targets))
 	for i, t := range plan.Targets {
 		attaches[i] = Attach{Offset: t.Offset, Target: t.MountPoint, ExpectMountID: t.DeadMountID,
 			ReadOnly: t.ReadOnly, NoSuid: t.NoSuid, NoDev: t.NoDev, NoExec: t.NoExec, Slave: t.Slave}
 	}
-	userNamespaced := ns.UserNS != 0 && selfUser != 0 && ns.UserNS != selfUser
 	nctx, cancel := context.WithTimeout(ctx, r.opts.NamespaceTimeout)
 	errs, err := r.os.NS.AttachInNamespace(nctx, NamespaceRef{Inode: ns.Inode, Pids: ns.Pids}, req.LivePath, attaches)
 	cancel()
 	if err != nil {
-		err = lockedIf(userNamespaced, err)
 		for _, t := range plan.Targets {
-			r.fail(res, label, t.MountPoint, err)
+			failed[t.MountPoint] = lockedIf(userNamespaced, err)
 		}
-		log.Error(err, "cannot remount in container")
-		return false
+		return false, false
 	}
 	after, verr := r.table(ns)
-	fixed := false
 	for i, t := range plan.Targets {
 		var aerr error
 		if i < len(errs) {
@@ -258,17 +296,19 @@ func (r *Remounter) fixNamespace(ctx context.Context, log logr.Logger, req Remou
 			aerr = verify(after, verr, t, live)
 		}
 		if aerr != nil {
-			aerr = lockedIf(userNamespaced, aerr)
-			r.fail(res, label, t.MountPoint, aerr)
-			log.Error(aerr, "cannot remount in container", "mountPoint", t.MountPoint, "offset", t.Offset)
+			failed[t.MountPoint] = lockedIf(userNamespaced, aerr)
+			changed = changed || errors.Is(aerr, ErrTargetChanged)
 			continue
 		}
-		res.Fixed = append(res.Fixed, label+":"+t.MountPoint)
-		r.metrics.Remounts.WithLabelValues("success", "").Inc()
-		log.Info("live mount restored in container", "mountPoint", t.MountPoint, "offset", t.Offset, "readOnly", t.ReadOnly)
-		fixed = true
+		delete(failed, t.MountPoint)
+		if !contains(*fixed, t.MountPoint) {
+			*fixed = append(*fixed, t.MountPoint)
+		}
+		progress = true
+		log.Info("live mount restored in container", "mountPoint", t.MountPoint,
+			"offset", t.Offset, "readOnly", t.ReadOnly || live.ReadOnly())
 	}
-	return fixed
+	return progress, changed
 }
 
 // table reads the namespace's mount table through the first pid that still answers.
@@ -299,10 +339,10 @@ func verify(after MountTable, readErr error, t Target, live Mount) error {
 	if readErr != nil {
 		return fmt.Errorf("%w: %w", ErrVerify, readErr)
 	}
-	top, ok := after.Top(t.MountPoint)
+	top, ok := after.Reach(t.MountPoint)
 	want := ExpectedRoot(live.Root, t.Offset)
 	switch {
-	case !ok:
+	case !ok || top.MountPoint != t.MountPoint:
 		return fmt.Errorf("%w: nothing mounted at %s", ErrVerify, t.MountPoint)
 	case top.Dev != live.Dev:
 		return fmt.Errorf("%w: %s shows device %s, want %s", ErrVerify, t.MountPoint, top.Dev, live.Dev)
@@ -328,92 +368,4 @@ func (r *Remounter) fail(res *RemountResult, label, mountPoint string, err error
 	}
 	res.Failed[key] = err
 	r.metrics.Remounts.WithLabelValues("failure", Reason(err)).Inc()
-}
-
-func (r *Remounter) report(pod *corev1.Pod, res RemountResult, fixedLabels []string, start time.Time) {
-	if len(res.Fixed) > 0 {
-		r.metrics.Duration.Observe(r.clock.Since(start).Seconds())
-	}
-	if r.rec == nil {
-		return
-	}
-	if len(res.Fixed) > 0 {
-		r.rec.Eventf(pod, corev1.EventTypeNormal, ReasonRestored,
-			"Volume mount restored without a restart in container(s) %s (%s)",
-			strings.Join(fixedLabels, ", "), strings.Join(res.Fixed, ", "))
-	}
-	if len(res.Failed) > 0 {
-		var parts []string
-		for _, k := range sortedKeys(res.Failed) {
-			parts = append(parts, k+": "+res.Failed[k].Error())
-		}
-		r.rec.Eventf(pod, corev1.EventTypeWarning, ReasonFailed,
-			"Volume mount still dead in container(s); the liveness probe remains the fallback: %s", strings.Join(parts, "; "))
-	}
-}
-
-// Reason maps an error to the metrics label value.
-func Reason(err error) string {
-	for _, c := range []struct {
-		err    error
-		reason string
-	}{
-		{ErrLocked, "userns_locked"},
-		{ErrNamespaceGone, "namespace_gone"},
-		{ErrSource, "source"},
-		{ErrSetns, "setns"},
-		{ErrTargetChanged, "target_changed"},
-		{ErrAttach, "attach"},
-		{ErrVerify, "verify"},
-		{ErrOutsideVolume, "outside_volume"},
-		{ErrDeletedRoot, "deleted_root"},
-		{context.DeadlineExceeded, "timeout"},
-		{context.Canceled, "canceled"},
-		{ErrUnsupported, "unsupported"},
-		{ErrMountInfo, "mountinfo"},
-	} {
-		if errors.Is(err, c.err) {
-			return c.reason
-		}
-	}
-	return "other"
-}
-
-// containerNames maps container IDs (without the runtime scheme) to names.
-func containerNames(pod *corev1.Pod) map[string]string {
-	out := map[string]string{}
-	for _, list := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses,
-		pod.Status.ContainerStatuses, pod.Status.EphemeralContainerStatuses} {
-		for _, s := range list {
-			if s.ContainerID != "" {
-				out[TrimContainerID(s.ContainerID)] = s.Name
-			}
-		}
-	}
-	return out
-}
-
-// nsLabel names a namespace by its containers' names, or by its lowest pid when no container
-// status matches (the sandbox, or a status not yet reported).
-func nsLabel(ns Namespace, names map[string]string) string {
-	var got []string
-	for _, id := range ns.ContainerIDs {
-		if n, ok := names[id]; ok && !contains(got, n) {
-			got = append(got, n)
-		}
-	}
-	if len(got) == 0 {
-		return "pid " + strconv.Itoa(ns.Pids[0])
-	}
-	sort.Strings(got)
-	return strings.Join(got, "+")
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

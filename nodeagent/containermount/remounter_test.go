@@ -527,3 +527,33 @@ func TestRemountNeverWidensTheLiveMount(t *testing.T) {
 		t.Errorf("app's /data became writable although the live mount is read-only: %+v", top)
 	}
 }
+
+func TestRemountNestedMountPoints(t *testing.T) {
+	c := newFakeCluster(t)
+	// app mounts the volume at /data and the subPath logs2 at /data/logs, on top of it.
+	must(t, c.node.SetTable(2, `1 0 0:30 / / rw - overlay overlay rw
+400 1 `+deadDev+` / /data rw - fuse.s3fs s3fs rw
+401 400 `+deadDev+` /logs2 /data/logs rw - fuse.s3fs s3fs rw
+`))
+	h := newHarness(t, c.node.OS(), Options{})
+	res, err := h.r.RemountInContainers(ctxFor(t), c.req())
+	must(t, err)
+	if !strings.Contains(strings.Join(res.Fixed, ","), "app:/data,app:/data/logs") || len(res.Failed) != 0 {
+		t.Fatalf("result = %+v; want app:/data and app:/data/logs fixed", res)
+	}
+	tab := c.node.Table(2)
+	outer, _ := tab.Reach("/data")
+	inner, _ := tab.Reach("/data/logs")
+	if outer.Dev != liveDev || outer.Root != "/" || inner.Dev != liveDev || inner.Root != "/logs2" || inner.ParentID != outer.ID {
+		t.Errorf("after the pass: /data %+v, /data/logs %+v; want the subPath nested inside the live /data", outer, inner)
+	}
+	if len(c.node.Violations) != 0 {
+		t.Errorf("violations: %v", c.node.Violations)
+	}
+	// Idempotent: nothing left to do.
+	res, err = h.r.RemountInContainers(ctxFor(t), c.req())
+	must(t, err)
+	if len(res.Fixed) != 0 || len(res.Failed) != 0 {
+		t.Errorf("second pass: %+v", res)
+	}
+}

@@ -22,6 +22,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
 
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/internal/contract"
@@ -71,6 +72,14 @@ func (e *clusterEnv) createPV(t *testing.T, name, path, claim string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The rescue handles PVs used by (guarded) pods on its node: a claim and a holder pod.
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: claim, Namespace: "app"},
+		Spec: corev1.PersistentVolumeClaimSpec{VolumeName: name, AccessModes: pv.Spec.AccessModes,
+			Resources: corev1.VolumeResourceRequirements{Requests: pv.Spec.Capacity}}}
+	if _, err := e.client.CoreV1().PersistentVolumeClaims("app").Create(e.ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer e.createPod(t, "holder-"+name, claim, map[string]string{contract.AnnotationStatus: "{}"})
 	created.Status.Phase = corev1.VolumeBound
 	if _, err := e.client.CoreV1().PersistentVolumes().UpdateStatus(e.ctx, created, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
@@ -103,13 +112,21 @@ func (e *clusterEnv) createPod(t *testing.T, name, claim string, annotations map
 func (e *clusterEnv) startAgent(t *testing.T) (stop func()) {
 	t.Helper()
 	recorder, stopEvents := nodeagent.NewRecorder(e.client, "node-1")
-	c, err := NewController(nodeagent.Deps{NodeName: "node-1", Config: e.cfg, Client: e.client, Recorder: recorder,
-		Registerer: prometheus.NewRegistry()}, NewRealHost(e.state),
-		ControllerOptions{PathPrefix: e.byID, LoopSearchLimit: 20})
+	ctx, cancel := context.WithCancel(e.ctx)
+	view, err := nodeagent.NewKubeView(e.client, "node-1", clock.RealClock{}, nodeagent.ViewOptions{TTL: time.Millisecond, NotFoundTTL: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(e.ctx)
+	if err := view.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(nodeagent.Deps{NodeName: "node-1", Config: e.cfg, Client: e.client, View: view, Recorder: recorder,
+		Registerer: prometheus.NewRegistry(), Clock: clock.RealClock{}}, NewRealOS(e.state),
+		Options{PathRoots: []string{e.byID}, LinkRoots: []string{e.byID}, LoopSearchLimit: 20})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
 	stopped := false
@@ -122,6 +139,7 @@ func (e *clusterEnv) startAgent(t *testing.T) (stop func()) {
 		if err := <-done; err != nil {
 			t.Errorf("Run: %v", err)
 		}
+		view.Shutdown()
 		stopEvents()
 	}
 	t.Cleanup(stop)
@@ -200,7 +218,7 @@ func TestNodeAgentWithAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	foreignLink := filepath.Join(e.byID, "foreign-link")
-	if err := os.Symlink("../../sdz", foreignLink); err != nil {
+	if err := os.Symlink("real-disk", foreignLink); err != nil {
 		t.Fatal(err)
 	}
 	var beforeReal syscall.Stat_t
@@ -208,7 +226,7 @@ func TestNodeAgentWithAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	// pv1's disk is present at first (a udev-style link to the "real" disk).
-	replaceLink(t, "../../nvme0n1", e.devPath)
+	replaceLink(t, "real-nvme0n1", e.devPath)
 	e.createPV(t, "pv1", e.devPath, "data")
 	e.createPV(t, "pv-real", realDev, "other")
 	e.createPV(t, "pv-foreign", foreignLink, "other2")
@@ -257,8 +275,8 @@ func TestNodeAgentWithAPIServer(t *testing.T) {
 			if n != 1 {
 				t.Fatalf("%d FakeDeviceCreated events after restart, want 1", n)
 			}
-			e.createPod(t, "on-fake", "data", map[string]string{contract.AnnotationRestartOnDiskReturn: "true"})
-			e.createPod(t, "on-fake-plain", "data", nil)
+			e.createPod(t, "on-fake", "data", map[string]string{contract.AnnotationRestartOnDiskReturn: "true", contract.AnnotationStatus: "{}"})
+			e.createPod(t, "on-fake-plain", "data", map[string]string{contract.AnnotationStatus: "{}"})
 			// kubelet's device lock on the fake, as seen on a real node.
 			lockNode := filepath.Join(t.TempDir(), "pod-uid")
 			if err := unix.Mknod(lockNode, unix.S_IFBLK|0o600, int(unix.Mkdev(7, nodeFirstLoop+1))); err != nil {
@@ -266,7 +284,7 @@ func TestNodeAgentWithAPIServer(t *testing.T) {
 			}
 			foreignLoop(t, nodeFirstLoop+2, lockNode)
 			// The disk returns while the lock is held.
-			replaceLink(t, "../../nvme0n1", e.devPath)
+			replaceLink(t, "real-nvme0n1", e.devPath)
 			e.waitEvent(t, "pv1", ReasonDiskReturned)
 			e.waitEvent(t, "on-fake-plain", ReasonRestartPod)
 			waitFor(t, "eviction", 10*time.Second, func() bool {
@@ -280,10 +298,10 @@ func TestNodeAgentWithAPIServer(t *testing.T) {
 			detachUnder(t, filepath.Dir(lockNode))
 			// The lock's release makes no filesystem event: the periodic resync retires it.
 		} else {
-			replaceLink(t, "../../nvme0n1", e.devPath)
+			replaceLink(t, "real-nvme0n1", e.devPath)
 		}
 		waitFor(t, "fake retired", 15*time.Second, func() bool { return sysBacking(nodeFirstLoop+1) == "" })
-		if l, _ := os.Readlink(e.devPath); l != "../../nvme0n1" {
+		if l, _ := os.Readlink(e.devPath); l != "real-nvme0n1" {
 			t.Fatalf("real disk link changed: %q", l)
 		}
 	}
@@ -306,7 +324,7 @@ func TestNodeAgentWithAPIServer(t *testing.T) {
 	if err := syscall.Lstat(realDev, &afterReal); err != nil || afterReal.Ino != beforeReal.Ino || afterReal.Rdev != beforeReal.Rdev {
 		t.Fatalf("real device node changed (%v)", err)
 	}
-	if l, _ := os.Readlink(foreignLink); l != "../../sdz" {
+	if l, _ := os.Readlink(foreignLink); l != "real-disk" {
 		t.Fatalf("foreign link changed: %q", l)
 	}
 	for _, pv := range []string{"pv-real", "pv-foreign"} {

@@ -3,35 +3,43 @@ package localdisk
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	kuberecord "k8s.io/client-go/tools/record"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/internal/contract"
 	"github.com/pvrescue/pvrescue/nodeagent"
 )
 
+// ctrlEnv drives the controller pass by pass (SyncOnce) on a fake OS, a fake clientset behind a
+// real node-scoped view, and a fake clock: no goroutines, no sleeping.
 type ctrlEnv struct {
 	t        *testing.T
-	host     *FakeHost
+	ctx      context.Context
+	os       *FakeOS
 	client   *fake.Clientset
+	view     *nodeagent.KubeView
+	clock    *clocktesting.FakeClock
 	recorder *kuberecord.FakeRecorder
 	reg      *prometheus.Registry
+	c        *Controller
 	events   []string
-	mu       sync.Mutex
 	evicted  []string
+	pvGets   int
 }
 
 func newCtrlEnv(t *testing.T, labelled bool, objs ...runtime.Object) *ctrlEnv {
@@ -45,56 +53,94 @@ func newCtrlEnvWith(t *testing.T, labelled bool, tweak func(*config.Config), obj
 	if labelled {
 		node.Labels[contract.LabelFakeDevicesDefault] = contract.LabelFakeDevicesEnabled
 	}
-	e := &ctrlEnv{t: t, host: NewFakeHost(testState, "/dev"), client: fake.NewClientset(append(objs, node)...),
+	e := &ctrlEnv{t: t, os: NewFakeOS(testState, "/dev"), client: fake.NewClientset(append(objs, node)...),
+		clock:    clocktesting.NewFakeClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)),
 		recorder: kuberecord.NewFakeRecorder(100), reg: prometheus.NewRegistry()}
 	e.client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		if a.GetSubresource() != "eviction" {
 			return false, nil, nil
 		}
-		e.mu.Lock()
-		defer e.mu.Unlock()
 		e.evicted = append(e.evicted, a.(k8stesting.CreateAction).GetObject().(metav1.Object).GetName())
 		return true, nil, nil
 	})
+	e.client.PrependReactor("list", "persistentvolumes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		t.Errorf("the rescue listed all PVs")
+		return false, nil, nil
+	})
+	e.client.PrependReactor("watch", "persistentvolumes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		t.Errorf("the rescue watched all PVs")
+		return false, nil, nil
+	})
 	cfg := config.Default()
 	cfg.StateDir = testState
-	cfg.LocalBlock.ResyncPeriod.Duration = 20 * time.Millisecond
 	if tweak != nil {
 		tweak(cfg)
 	}
-	c, err := NewController(nodeagent.Deps{NodeName: "n1", Config: cfg, Client: e.client, Recorder: e.recorder, Registerer: e.reg},
-		e.host, ControllerOptions{LoopSearchLimit: 4})
+	view, err := nodeagent.NewKubeView(e.client, "n1", e.clock, nodeagent.ViewOptions{TTL: time.Nanosecond, NotFoundTTL: time.Nanosecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(logr.NewContext(context.Background(), testr.New(t)))
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	t.Cleanup(func() { cancel(); view.Shutdown() })
+	if err := view.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.ctx, e.view = ctx, view
+	c, err := New(nodeagent.Deps{NodeName: "n1", Config: cfg, Client: e.client, View: view, Recorder: e.recorder,
+		Registerer: e.reg, Clock: e.clock}, e.os, Options{LoopSearchLimit: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.c = c
 	return e
 }
 
-// waitEvent waits for an event containing all parts.
-func (e *ctrlEnv) waitEvent(parts ...string) string {
+// pass runs one pass after the view caught up with the clientset, and collects the Events.
+func (e *ctrlEnv) pass() {
 	e.t.Helper()
-	deadline := time.After(5 * time.Second)
+	e.waitView()
+	e.clock.Step(time.Second) // past the view's TTL: every PV/PVC read is live
+	e.c.SyncOnce(e.ctx)
+	for len(e.recorder.Events) > 0 {
+		e.events = append(e.events, <-e.recorder.Events)
+	}
+}
+
+// waitView waits for the informers to deliver the pods of the clientset (they run on their own
+// goroutines; this polls their cache, it does not sleep a fixed time).
+func (e *ctrlEnv) waitView() {
+	e.t.Helper()
+	want, err := e.client.CoreV1().Pods("").List(e.ctx, metav1.ListOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
 	for {
-		for _, ev := range e.events {
-			if containsAll(ev, parts) {
-				return ev
-			}
+		got, _ := e.view.Pods().List(labels.Everything())
+		if len(got) == len(want.Items) {
+			return
 		}
-		select {
-		case ev := <-e.recorder.Events:
-			e.events = append(e.events, ev)
-		case <-deadline:
-			e.t.Fatalf("no event with %q; got %q", parts, e.events)
+		if time.Now().After(deadline) {
+			e.t.Fatalf("view has %d pods, clientset %d", len(got), len(want.Items))
 		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func (e *ctrlEnv) count(parts ...string) int {
+	n := 0
+	for _, ev := range e.events {
+		if containsAll(ev, parts) {
+			n++
+		}
+	}
+	return n
+}
+
+func (e *ctrlEnv) wantEvent(parts ...string) {
+	e.t.Helper()
+	if e.count(parts...) == 0 {
+		e.t.Fatalf("no event with %q; got %q", parts, e.events)
 	}
 }
 
@@ -105,17 +151,6 @@ func containsAll(s string, parts []string) bool {
 		}
 	}
 	return true
-}
-
-func (e *ctrlEnv) eventually(what string, cond func() bool) {
-	e.t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			e.t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func (e *ctrlEnv) condition() *corev1.NodeCondition {
@@ -145,6 +180,24 @@ func boundPV() *corev1.PersistentVolume {
 	return pv
 }
 
+func boundPVC() *corev1.PersistentVolumeClaim {
+	return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "data", Namespace: "app"},
+		Spec: corev1.PersistentVolumeClaimSpec{VolumeName: "pv1"}}
+}
+
+var guard = map[string]string{contract.AnnotationStatus: `{"localBlock":["data"]}`}
+
+func with(a map[string]string, kv ...string) map[string]string {
+	out := map[string]string{}
+	for k, v := range a {
+		out[k] = v
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		out[kv[i]] = kv[i+1]
+	}
+	return out
+}
+
 func podOn(name string, annotations map[string]string, started time.Time) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "app", UID: k8stypes.UID("uid-" + name), Annotations: annotations},
@@ -155,145 +208,239 @@ func podOn(name string, annotations map[string]string, started time.Time) *corev
 }
 
 func TestControllerFakeLifecycle(t *testing.T) {
-	// Pods started "now", i.e. after the fake the controller is about to make.
-	later := time.Now().Add(time.Hour)
-	e := newCtrlEnv(t, true, boundPV(),
-		podOn("opted-in", map[string]string{contract.AnnotationRestartOnDiskReturn: "true"}, later),
-		podOn("plain", nil, later))
-	e.waitEvent(ReasonFakeDeviceCreated, testDisk, "/dev/loop101")
-	e.eventually("PV annotation", func() bool { return e.pvAnnotation() == "/dev/loop101" })
-	e.eventually("condition True", func() bool {
-		c := e.condition()
-		return c != nil && c.Status == corev1.ConditionTrue && strings.Contains(c.Message, "pv1")
-	})
-	if v := gaugeValue(t, e.reg, "pvrescue_localdisk_fake_devices_active"); v != 1 {
+	later := time.Date(2026, 11, 30, 13, 0, 0, 0, time.UTC) // after the fake is made
+	e := newCtrlEnv(t, true, boundPV(), boundPVC(),
+		podOn("opted-in", with(guard, contract.AnnotationRestartOnDiskReturn, "true"), later),
+		podOn("require", with(guard, contract.AnnotationFakeDevicePolicy, contract.PolicyRequire), later),
+		podOn("plain", guard, later))
+	e.pass()
+	e.wantEvent(ReasonFakeDeviceCreated, testDisk, "/dev/loop101", "read-only")
+	if got := e.pvAnnotation(); got != "/dev/loop101" {
+		t.Fatalf("PV annotation %q", got)
+	}
+	if c := e.condition(); c == nil || c.Status != corev1.ConditionTrue || !strings.Contains(c.Message, "pv1") {
+		t.Fatalf("condition %+v", c)
+	}
+	if v := gaugeValue(t, e.reg, "pvrescue_localdisk_fake_devices_active", ""); v != 1 {
 		t.Fatalf("active fakes metric %v", v)
+	}
+	for _, name := range []string{"pvrescue_localdisk_fake_device_active", "pvrescue_localdisk_disk_missing"} {
+		if v := gaugeValue(t, e.reg, name, "pv1"); v != 1 {
+			t.Fatalf("%s{pv1} = %v", name, v)
+		}
+	}
+	if v := gaugeValue(t, e.reg, "pvrescue_localdisk_fake_device_created_timestamp_seconds", "pv1"); v != float64(e.clock.Now().Unix()) {
+		t.Fatalf("created timestamp %v, want %v", v, e.clock.Now().Unix())
 	}
 
 	// The real disk returns while kubelet still holds the fake.
-	e.host.Locked(func() {
-		e.host.Loops[0] = &Loop{Minor: 0, BackingFile: "/var/lib/kubelet/x", BackingIsDev: true, BackingMajor: LoopMajor, BackingMinor: 101}
-		delete(e.host.Links, testDisk)
-		e.host.Devices[testDisk] = true
+	e.os.Locked(func() {
+		e.os.Loops[0] = &Loop{Minor: 0, BackingFile: "/var/lib/kubelet/x", BackingIsDev: true, BackingMajor: LoopMajor, BackingMinor: 101}
+		delete(e.os.Links, testDisk)
+		e.os.Devices[testDisk] = true
 	})
-	e.waitEvent(ReasonDiskReturned, testDisk)
-	e.waitEvent(ReasonRestartPod, "pv1")
-	e.eventually("eviction of the opted-in pod", func() bool {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		return len(e.evicted) == 1 && e.evicted[0] == "opted-in"
-	})
-	e.waitEvent(ReasonEvicted)
-	time.Sleep(100 * time.Millisecond) // several passes while held
-	e.host.Locked(func() {
-		if e.host.Loops[101].BackingFile == "" {
+	e.pass()
+	e.pass()
+	e.wantEvent(ReasonDiskReturned, testDisk)
+	e.wantEvent(ReasonRestartPod, "pv1")
+	if e.count("Normal "+ReasonDiskReturned) != 1 {
+		t.Errorf("DiskReturned %d times", e.count(ReasonDiskReturned))
+	}
+	// Evicted: the opted-in pod and the require pod (its guard refuses the fake forever), without
+	// the restart annotation on the latter.
+	if strings.Join(e.evicted, ",") != "opted-in,require" {
+		t.Fatalf("evicted %v, want opted-in,require once each", e.evicted)
+	}
+	e.os.Locked(func() {
+		if e.os.Loops[101].BackingFile == "" {
 			t.Error("fake detached while held")
 		}
-		delete(e.host.Loops, 0)
+		delete(e.os.Loops, 0)
 	})
-	e.waitEvent(ReasonFakeDeviceRetired)
-	e.eventually("annotation removed", func() bool { return e.pvAnnotation() == "" })
-	e.eventually("condition False", func() bool {
-		c := e.condition()
-		return c != nil && c.Status == corev1.ConditionFalse
-	})
-	e.mu.Lock()
-	if len(e.evicted) != 1 {
-		t.Errorf("evicted %v, want only opted-in once", e.evicted)
+	e.pass()
+	e.wantEvent(ReasonFakeDeviceRetired)
+	if got := e.pvAnnotation(); got != "" {
+		t.Fatalf("annotation %q after retire", got)
 	}
-	e.mu.Unlock()
-	e.host.Locked(func() {
-		if !e.host.Devices[testDisk] || len(e.host.Violations) > 0 {
-			t.Errorf("device %v violations %v", e.host.Devices[testDisk], e.host.Violations)
+	if c := e.condition(); c == nil || c.Status != corev1.ConditionFalse {
+		t.Fatalf("condition %+v", c)
+	}
+	if hasSeries(t, e.reg, "pvrescue_localdisk_fake_device_active", "pv1") || hasSeries(t, e.reg, "pvrescue_localdisk_disk_missing", "pv1") {
+		t.Errorf("per-PV series left after retire")
+	}
+	e.os.Locked(func() {
+		if !e.os.Devices[testDisk] || len(e.os.Violations) > 0 {
+			t.Errorf("device %v violations %v", e.os.Devices[testDisk], e.os.Violations)
 		}
 	})
 }
 
-func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+func metricFor(t *testing.T, reg *prometheus.Registry, name, pv string) *dto.Metric {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() == name {
-			return mf.GetMetric()[0].GetGauge().GetValue()
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if pv == "" && len(m.GetLabel()) == 0 {
+				return m
+			}
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "pv" && l.GetValue() == pv {
+					return m
+				}
+			}
 		}
 	}
-	t.Fatalf("metric %s not registered", name)
-	return 0
+	return nil
+}
+
+func hasSeries(t *testing.T, reg *prometheus.Registry, name, pv string) bool {
+	return metricFor(t, reg, name, pv) != nil
+}
+
+func gaugeValue(t *testing.T, reg *prometheus.Registry, name, pv string) float64 {
+	t.Helper()
+	m := metricFor(t, reg, name, pv)
+	if m == nil {
+		t.Fatalf("metric %s{pv=%q} not found", name, pv)
+	}
+	return m.GetGauge().GetValue()
 }
 
 func TestControllerGateOffReportsOnly(t *testing.T) {
-	e := newCtrlEnv(t, false, boundPV())
-	e.waitEvent(ReasonDiskMissing, "disabled")
-	e.eventually("condition True", func() bool {
-		c := e.condition()
-		return c != nil && c.Status == corev1.ConditionTrue
-	})
-	time.Sleep(60 * time.Millisecond)
-	e.host.Locked(func() {
-		if len(e.host.Calls) != 0 {
-			t.Errorf("touched with the gate off: %v", e.host.Calls)
+	e := newCtrlEnv(t, false, boundPV(), boundPVC(), podOn("p", guard, time.Now()))
+	e.pass()
+	e.pass()
+	e.pass()
+	e.wantEvent(ReasonDiskMissing, "disabled")
+	if c := e.condition(); c == nil || c.Status != corev1.ConditionTrue {
+		t.Fatalf("condition %+v", c)
+	}
+	e.os.Locked(func() {
+		if len(e.os.Calls) != 0 {
+			t.Errorf("touched with the gate off: %v", e.os.Calls)
 		}
 	})
-	for len(e.recorder.Events) > 0 {
-		e.events = append(e.events, <-e.recorder.Events)
+	if n := e.count(ReasonDiskMissing + " "); n != 1 {
+		t.Errorf("%d missing-disk events over three passes, want 1: %q", n, e.events)
 	}
-	n := 0
-	for _, ev := range e.events {
-		if strings.Contains(ev, ReasonDiskMissing+" ") {
-			n++
+}
+
+// A pod without the guard (admitted while the webhook was down) gets no fake: a writable-looking
+// 512-byte disk would reach an application that nothing filters. The pod is named in an Event.
+func TestControllerUnguardedPodGetsNoFake(t *testing.T) {
+	e := newCtrlEnv(t, true, boundPV(), boundPVC(), podOn("guarded", guard, time.Now()), podOn("bare", nil, time.Now()))
+	e.pass()
+	e.pass()
+	e.wantEvent("Warning", ReasonUnguardedPod, "app/bare", "pv1")
+	if n := e.count(ReasonUnguardedPod); n != 1 {
+		t.Errorf("%d unguarded-pod events, want 1", n)
+	}
+	if e.count(ReasonUnguardedPod, "guarded ") != 0 {
+		t.Errorf("the guarded pod was named: %q", e.events)
+	}
+	e.os.Locked(func() {
+		if len(e.os.Calls) != 0 {
+			t.Errorf("faked for an unguarded pod: %v", e.os.Calls)
 		}
+	})
+	// The unguarded pod goes: the PV gets its fake; the pod's memory is pruned.
+	if err := e.client.CoreV1().Pods("app").Delete(e.ctx, "bare", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
 	}
-	if n != 1 {
-		t.Errorf("%d missing-disk events over several passes, want 1: %q", n, e.events)
+	e.pass()
+	e.wantEvent(ReasonFakeDeviceCreated)
+	if len(e.c.podsWarned) != 0 {
+		t.Errorf("memory of a deleted pod kept: %v", e.c.podsWarned)
+	}
+}
+
+// Only PVs used by pods on this node are handled: a PV of this node that no pod uses is not
+// even read.
+func TestControllerIgnoresPVsWithoutPods(t *testing.T) {
+	e := newCtrlEnv(t, true, boundPV())
+	e.pass()
+	e.os.Locked(func() {
+		if len(e.os.Calls) != 0 {
+			t.Errorf("touched: %v", e.os.Calls)
+		}
+	})
+	if len(e.events) != 0 {
+		t.Errorf("events %q", e.events)
 	}
 }
 
 func TestControllerBadPath(t *testing.T) {
 	pv := boundPV()
-	pv.Spec.Local.Path = "/mnt/disks/ssd0"
-	e := newCtrlEnv(t, true, pv)
-	e.waitEvent("Warning", ReasonInvalidLocalPath, "/mnt/disks/ssd0")
-	time.Sleep(60 * time.Millisecond)
-	e.host.Locked(func() {
-		if len(e.host.Calls) != 0 {
-			t.Errorf("touched: %v", e.host.Calls)
+	pv.Spec.Local.Path = "/srv/disks/ssd0"
+	e := newCtrlEnv(t, true, pv, boundPVC(), podOn("p", guard, time.Now()))
+	e.pass()
+	e.wantEvent("Warning", ReasonInvalidLocalPath, "/srv/disks/ssd0")
+	e.os.Locked(func() {
+		if len(e.os.Calls) != 0 {
+			t.Errorf("touched: %v", e.os.Calls)
+		}
+	})
+}
+
+// A kernel name is reported, never faked.
+func TestControllerKernelNameReportedOnly(t *testing.T) {
+	pv := boundPV()
+	pv.Spec.Local.Path = "/dev/sdb"
+	e := newCtrlEnv(t, true, pv, boundPVC(), podOn("p", guard, time.Now()))
+	e.pass()
+	e.wantEvent("Warning", ReasonNotFakeable, "/dev/sdb", "never faked")
+	e.os.Locked(func() {
+		if len(e.os.Calls) != 0 {
+			t.Errorf("touched: %v", e.os.Calls)
 		}
 	})
 }
 
 func TestControllerLoopsExhaustedWarns(t *testing.T) {
-	e := newCtrlEnv(t, true)
-	e.host.Locked(func() {
+	e := newCtrlEnv(t, true, boundPV(), boundPVC(), podOn("p", guard, time.Now()))
+	e.os.Locked(func() {
 		for n := 101; n < 105; n++ {
-			e.host.Loops[n] = &Loop{Minor: n, BackingFile: "/srv/x"}
+			e.os.Loops[n] = &Loop{Minor: n, BackingFile: "/srv/x"}
 		}
 	})
-	if _, err := e.client.CoreV1().PersistentVolumes().Create(context.Background(), boundPV(), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	e.waitEvent("Warning", ReasonFakeDeviceFailed, "no free loop")
+	e.pass()
+	e.wantEvent("Warning", ReasonFakeDeviceFailed, "no free loop")
 }
 
 func TestControllerWarnsWhenMissingTooLong(t *testing.T) {
-	e := newCtrlEnvWith(t, false, func(cfg *config.Config) { cfg.LocalBlock.MissingWarningAfter.Duration = 50 * time.Millisecond }, boundPV())
-	ev := e.waitEvent("Warning", ReasonMissingTooLong, testDisk)
-	if !strings.Contains(ev, "replaced") {
-		t.Errorf("warning does not explain a replaced disk: %q", ev)
+	e := newCtrlEnvWith(t, false, func(cfg *config.Config) { cfg.LocalBlock.MissingWarningAfter.Duration = time.Minute },
+		boundPV(), boundPVC(), podOn("p", guard, time.Now()))
+	e.pass()
+	if e.count(ReasonMissingTooLong) != 0 {
+		t.Fatalf("warned at once: %q", e.events)
 	}
-	time.Sleep(100 * time.Millisecond)
-	for len(e.recorder.Events) > 0 {
-		e.events = append(e.events, <-e.recorder.Events)
-	}
-	n := 0
-	for _, ev := range e.events {
-		if strings.Contains(ev, ReasonMissingTooLong) {
-			n++
-		}
-	}
-	if n != 1 {
+	e.clock.Step(2 * time.Minute)
+	e.pass()
+	e.pass()
+	e.wantEvent("Warning", ReasonMissingTooLong, testDisk, "replaced")
+	if n := e.count(ReasonMissingTooLong); n != 1 {
 		t.Errorf("%d too-long warnings, want 1", n)
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	if err := NewOptions().Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	for name, o := range map[string]Options{
+		"relative root": {PathRoots: []string{"mnt"}, LinkRoots: DefaultLinkRoots, DevDir: "/dev", LoopSearchLimit: 1},
+		"slash":         {PathRoots: []string{"/"}, LinkRoots: DefaultLinkRoots, DevDir: "/dev", LoopSearchLimit: 1},
+		"no link roots": {PathRoots: DefaultPathRoots, DevDir: "/dev", LoopSearchLimit: 1},
+		"no loops":      {PathRoots: DefaultPathRoots, LinkRoots: DefaultLinkRoots, DevDir: "/dev"},
+	} {
+		if o.Validate() == nil {
+			t.Errorf("%s: accepted %+v", name, o)
+		}
 	}
 }

@@ -2,8 +2,8 @@
 // local block PV of this node is absent, it links a 512-byte fake loop device there, and retires
 // it once the real disk is back and nothing holds the fake.
 //
-// Split: Reconciler (one idempotent pass over the Host, no memory between passes), Host (every OS
-// effect; RealHost on Linux, FakeHost for tests), Controller (informers, fsnotify, resync,
+// Split: Reconciler (one idempotent pass over the OS, no memory between passes), OS (every OS
+// effect; RealOS on Linux, FakeOS for tests), Controller (informers, fsnotify, resync,
 // Events, PV annotation, Node condition, eviction, metrics).
 //
 // Ownership: everything the agent makes lives in <stateDir>/localdisk: <pv>.json (written first,

@@ -9,10 +9,10 @@ import (
 	"sync"
 )
 
-// FakeHost is an in-memory Host for tests. It enforces the same refusals as the real host and
+// FakeOS is an in-memory OS for tests. It enforces the same refusals as the real host and
 // also records every call that would break a safety invariant in Violations, so a test can assert
 // the reconciler never even tried.
-type FakeHost struct {
+type FakeOS struct {
 	mu       sync.Mutex
 	StateDir string
 	DevDir   string
@@ -39,29 +39,29 @@ type FakeHost struct {
 	ReadOnly bool
 }
 
-// NewFakeHost returns an empty fake host.
-func NewFakeHost(stateDir, devDir string) *FakeHost {
-	return &FakeHost{
+// NewFakeOS returns an empty fake host.
+func NewFakeOS(stateDir, devDir string) *FakeOS {
+	return &FakeOS{
 		StateDir: stateDir, DevDir: devDir,
 		Files: map[string][]byte{}, Links: map[string]string{}, Devices: map[string]bool{},
 		Dirs: map[string]bool{}, Loops: map[int]*Loop{}, MaxMinor: 1 << 20,
 	}
 }
 
-var _ Host = (*FakeHost)(nil)
+var _ OS = (*FakeOS)(nil)
 
-func (f *FakeHost) fail(op, arg string) error {
+func (f *FakeOS) fail(op, arg string) error {
 	if f.Fail != nil {
 		return f.Fail(op, arg)
 	}
 	return nil
 }
 
-func (f *FakeHost) violate(format string, args ...any) {
+func (f *FakeOS) violate(format string, args ...any) {
 	f.Violations = append(f.Violations, fmt.Sprintf(format, args...))
 }
 
-func (f *FakeHost) checkState(path string) error {
+func (f *FakeOS) checkState(path string) error {
 	if !InDir(f.StateDir, path) {
 		f.violate("file op outside state dir: %s", path)
 		return fmt.Errorf("%s: %w", path, ErrOutsideStateDir)
@@ -72,8 +72,8 @@ func (f *FakeHost) checkState(path string) error {
 	return nil
 }
 
-// Lstat implements Host.
-func (f *FakeHost) Lstat(path string) (PathState, error) {
+// Lstat implements OS.
+func (f *FakeOS) Lstat(path string) (PathState, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.fail("lstat", path); err != nil {
@@ -87,6 +87,11 @@ func (f *FakeHost) Lstat(path string) (PathState, error) {
 		st.ResolvesToDir = f.Dirs[t]
 		return st, nil
 	}
+	if n, err := ParseLoopLinkTarget(f.DevDir, path); err == nil {
+		if _, ok := f.Loops[n]; ok {
+			return PathState{Kind: PathBlockDevice}, nil // devtmpfs has a node for every loop
+		}
+	}
 	switch {
 	case f.Devices[path]:
 		return PathState{Kind: PathBlockDevice}, nil
@@ -99,8 +104,8 @@ func (f *FakeHost) Lstat(path string) (PathState, error) {
 	return PathState{Kind: PathAbsent}, nil
 }
 
-// ListLoops implements Host.
-func (f *FakeHost) ListLoops() ([]Loop, error) {
+// ListLoops implements OS.
+func (f *FakeOS) ListLoops() ([]Loop, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.fail("listloops", ""); err != nil {
@@ -116,8 +121,8 @@ func (f *FakeHost) ListLoops() ([]Loop, error) {
 	return out, nil
 }
 
-// Attach implements Host.
-func (f *FakeHost) Attach(image string, minor int) error {
+// Attach implements OS.
+func (f *FakeOS) Attach(image string, minor int) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.fail("attach", image); err != nil {
@@ -132,13 +137,13 @@ func (f *FakeHost) Attach(image string, minor int) error {
 	if _, ok := f.Files[image]; !ok {
 		return fmt.Errorf("attach %s: %w", image, fs.ErrNotExist)
 	}
-	f.Loops[minor] = &Loop{Minor: minor, BackingFile: image}
+	f.Loops[minor] = &Loop{Minor: minor, BackingFile: image, ReadOnly: true}
 	f.Calls = append(f.Calls, fmt.Sprintf("attach %s %d", image, minor))
 	return nil
 }
 
-// Detach implements Host.
-func (f *FakeHost) Detach(minor int) error {
+// Detach implements OS.
+func (f *FakeOS) Detach(minor int) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.fail("detach", fmt.Sprint(minor)); err != nil {
@@ -165,8 +170,8 @@ func (f *FakeHost) Detach(minor int) error {
 	return nil
 }
 
-// MkdirAll implements Host.
-func (f *FakeHost) MkdirAll(dir string) error {
+// MkdirAll implements OS.
+func (f *FakeOS) MkdirAll(dir string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.fail("mkdir", dir); err != nil {
@@ -183,8 +188,8 @@ func (f *FakeHost) MkdirAll(dir string) error {
 	return nil
 }
 
-// ReadDir implements Host.
-func (f *FakeHost) ReadDir(dir string) ([]string, error) {
+// ReadDir implements OS.
+func (f *FakeOS) ReadDir(dir string) ([]string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.fail("readdir", dir); err != nil {
@@ -200,8 +205,8 @@ func (f *FakeHost) ReadDir(dir string) ([]string, error) {
 	return out, nil
 }
 
-// ReadFile implements Host.
-func (f *FakeHost) ReadFile(path string) ([]byte, error) {
+// ReadFile implements OS.
+func (f *FakeOS) ReadFile(path string) ([]byte, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	b, ok := f.Files[path]
@@ -211,8 +216,8 @@ func (f *FakeHost) ReadFile(path string) ([]byte, error) {
 	return append([]byte(nil), b...), nil
 }
 
-// WriteFileAtomic implements Host.
-func (f *FakeHost) WriteFileAtomic(path string, data []byte) error {
+// WriteFileAtomic implements OS.
+func (f *FakeOS) WriteFileAtomic(path string, data []byte) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.fail("writefile", path); err != nil {
@@ -226,8 +231,8 @@ func (f *FakeHost) WriteFileAtomic(path string, data []byte) error {
 	return nil
 }
 
-// FileSize implements Host.
-func (f *FakeHost) FileSize(path string) (int64, error) {
+// FileSize implements OS.
+func (f *FakeOS) FileSize(path string) (int64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	b, ok := f.Files[path]
@@ -237,8 +242,8 @@ func (f *FakeHost) FileSize(path string) (int64, error) {
 	return int64(len(b)), nil
 }
 
-// CreateImage implements Host.
-func (f *FakeHost) CreateImage(path string, size int64) error {
+// CreateImage implements OS.
+func (f *FakeOS) CreateImage(path string, size int64) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.fail("image", path); err != nil {
@@ -252,8 +257,8 @@ func (f *FakeHost) CreateImage(path string, size int64) error {
 	return nil
 }
 
-// RemoveFile implements Host.
-func (f *FakeHost) RemoveFile(path string) error {
+// RemoveFile implements OS.
+func (f *FakeOS) RemoveFile(path string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.fail("rm", path); err != nil {
@@ -267,8 +272,8 @@ func (f *FakeHost) RemoveFile(path string) error {
 	return nil
 }
 
-// Symlink implements Host.
-func (f *FakeHost) Symlink(target, path string) error {
+// Symlink implements OS.
+func (f *FakeOS) Symlink(target, path string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.fail("symlink", path); err != nil {
@@ -287,8 +292,8 @@ func (f *FakeHost) Symlink(target, path string) error {
 	return nil
 }
 
-// RemoveSymlink implements Host.
-func (f *FakeHost) RemoveSymlink(path, target string) error {
+// RemoveSymlink implements OS.
+func (f *FakeOS) RemoveSymlink(path, target string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.fail("unlink", path); err != nil {
@@ -317,7 +322,7 @@ func (f *FakeHost) RemoveSymlink(path, target string) error {
 
 // Locked runs fn with the fake's lock held, for tests that inspect or change it while a
 // controller runs.
-func (f *FakeHost) Locked(fn func()) {
+func (f *FakeOS) Locked(fn func()) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fn()

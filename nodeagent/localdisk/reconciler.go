@@ -17,10 +17,27 @@ import (
 // Sentinel errors for bad input: reported, never acted upon.
 var (
 	ErrRelativePath = errors.New("path is not absolute and clean")
-	ErrNotUnderDev  = errors.New("path is outside the allowed device directory")
+	ErrNotUnderDev  = errors.New("path is outside the allowed PV path roots")
 	ErrPathIsDir    = errors.New("path resolves to a directory")
 	ErrPathAppeared = errors.New("path appeared while the fake was being linked")
+	// ErrKernelName: the missing path is a kernel device name (/dev/sdb, /dev/nvme0n1); kernel
+	// names are reassigned across reboots and devtmpfs will not create the returning disk's node
+	// over a link, so it is never faked, only reported.
+	ErrKernelName = errors.New("kernel device names are never faked")
+	// ErrNotUnderLinkRoot: the first missing component of the path's link chain is outside the
+	// link roots (an admin's link in a discovery directory is never changed).
+	ErrNotUnderLinkRoot = errors.New("first missing link is outside the link roots")
+	// ErrLinkLoop: the path's link chain is too long or loops.
+	ErrLinkLoop = errors.New("too many levels of symbolic links")
 )
+
+// Default roots: where PV paths may lie, and where the agent may put a fake link.
+var (
+	DefaultPathRoots = []string{"/dev/disk", "/mnt/disks", "/mnt/fast-disks"}
+	DefaultLinkRoots = []string{"/dev/disk/by-id", "/dev/disk/by-path", "/dev/disk/by-uuid"}
+)
+
+const maxLinkHops = 40
 
 // SubDir is the directory under the agent's state directory holding fake images and records.
 const SubDir = "localdisk"
@@ -31,8 +48,11 @@ type ReconcilerOptions struct {
 	StateDir string
 	// DevDir holds the loop device nodes (/dev).
 	DevDir string
-	// PathPrefix: PV paths must lie under it (default /dev).
-	PathPrefix string
+	// PathRoots: PV paths must lie under one of them (or be a kernel device name, which is
+	// followed but never faked). Default DefaultPathRoots.
+	PathRoots []string
+	// LinkRoots: a fake link is only made at a path under one of them. Default DefaultLinkRoots.
+	LinkRoots []string
 	// FakeSize is the exact size of a fake image in bytes.
 	FakeSize int64
 	// FirstLoopMinor and LoopSearchLimit bound the loop numbers the agent may take.
@@ -44,6 +64,9 @@ type ReconcilerOptions struct {
 type Volume struct {
 	PV   string
 	Path string
+	// MayFake: a new fake may be made for it (every pod on this node using it carries the
+	// guard). An existing fake is kept either way.
+	MayFake bool
 }
 
 // State is what one pass found for a watched volume.
@@ -70,6 +93,8 @@ type VolumeStatus struct {
 	State State
 	// Loop is the fake's loop minor when Faked.
 	Loop int
+	// Link is where the fake link is (Faked), or the first missing component (Missing).
+	Link string
 	// Created: the link was made during this pass.
 	Created bool
 	// Err explains Invalid, or why a Missing path got no fake.
@@ -103,24 +128,37 @@ type Result struct {
 // record is the state file written before anything else for a fake, so that a crash at any later
 // step leaves enough to finish or undo it.
 type record struct {
-	PV      string    `json:"pv"`
-	Path    string    `json:"path"`
+	PV   string `json:"pv"`
+	Path string `json:"path"`
+	// Link is where the fake link was made: Path itself, or the first missing component of its
+	// link chain (empty in records of older agents: Path).
+	Link    string    `json:"link,omitempty"`
 	Created time.Time `json:"created"`
+}
+
+func (rec record) link() string {
+	if rec.Link != "" {
+		return rec.Link
+	}
+	return rec.Path
 }
 
 // Reconciler makes the host match the wanted volumes in one idempotent pass. It keeps no state
 // between passes: the state directory, the loops' backing files and the links are the truth, so
 // a fresh Reconciler after a crash or restart converges the same way.
 type Reconciler struct {
-	host Host
+	os   OS
 	opts ReconcilerOptions
 	now  func() time.Time
 }
 
 // NewReconciler validates opts and returns a Reconciler.
-func NewReconciler(host Host, opts ReconcilerOptions, now func() time.Time) (*Reconciler, error) {
-	if opts.PathPrefix == "" {
-		opts.PathPrefix = "/dev"
+func NewReconciler(os OS, opts ReconcilerOptions, now func() time.Time) (*Reconciler, error) {
+	if len(opts.PathRoots) == 0 {
+		opts.PathRoots = DefaultPathRoots
+	}
+	if len(opts.LinkRoots) == 0 {
+		opts.LinkRoots = DefaultLinkRoots
 	}
 	if opts.DevDir == "" {
 		opts.DevDir = "/dev"
@@ -137,7 +175,7 @@ func NewReconciler(host Host, opts ReconcilerOptions, now func() time.Time) (*Re
 	if now == nil {
 		now = time.Now
 	}
-	return &Reconciler{host: host, opts: opts, now: now}, nil
+	return &Reconciler{os: os, opts: opts, now: now}, nil
 }
 
 func (r *Reconciler) dir() string { return filepath.Join(r.opts.StateDir, SubDir) }
@@ -147,15 +185,33 @@ func (r *Reconciler) ImagePath(pv string) string { return filepath.Join(r.dir(),
 
 func (r *Reconciler) recordPath(pv string) string { return filepath.Join(r.dir(), pv+".json") }
 
-// ValidatePath reports bad input in a PV's local path.
-func ValidatePath(prefix, p string) error {
+// ValidatePath reports bad input in a PV's local path: it must be absolute and clean, and lie
+// under one of roots or be a kernel device name in devDir.
+func ValidatePath(roots []string, devDir, p string) error {
 	if !filepath.IsAbs(p) || filepath.Clean(p) != p {
 		return fmt.Errorf("%q: %w", p, ErrRelativePath)
 	}
-	if !InDir(prefix, p) {
-		return fmt.Errorf("%q not under %s: %w", p, prefix, ErrNotUnderDev)
+	if !InAnyDir(roots, p) && !IsKernelName(devDir, p) {
+		return fmt.Errorf("%q not under %s: %w", p, strings.Join(roots, ", "), ErrNotUnderDev)
 	}
 	return nil
+}
+
+// IsKernelName reports whether p is a kernel device name: a path in devDir itself
+// (/dev/sdb, /dev/nvme0n1, /dev/mapper/x) rather than under devDir/disk, where udev's stable
+// links live.
+func IsKernelName(devDir, p string) bool {
+	return InDir(devDir, p) && p != devDir && !InDir(filepath.Join(devDir, "disk"), p)
+}
+
+// InAnyDir reports whether p lies in one of dirs.
+func InAnyDir(dirs []string, p string) bool {
+	for _, d := range dirs {
+		if InDir(d, p) {
+			return true
+		}
+	}
+	return false
 }
 
 type hostView struct {
@@ -164,7 +220,7 @@ type hostView struct {
 }
 
 func (r *Reconciler) view() (hostView, error) {
-	loops, err := r.host.ListLoops()
+	loops, err := r.os.ListLoops()
 	if err != nil {
 		return hostView{}, fmt.Errorf("list loops: %w", err)
 	}
@@ -217,7 +273,7 @@ func (r *Reconciler) ourLink(v hostView, st PathState, image string) (int, bool)
 }
 
 func (r *Reconciler) readRecords() (map[string]record, []string, []string, error) {
-	names, err := r.host.ReadDir(r.dir())
+	names, err := r.os.ReadDir(r.dir())
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("read state dir: %w", err)
 	}
@@ -232,7 +288,7 @@ func (r *Reconciler) readRecords() (map[string]record, []string, []string, error
 		case strings.HasSuffix(n, ".json") && !strings.HasPrefix(n, "."):
 			pv := strings.TrimSuffix(n, ".json")
 			rec := record{PV: pv}
-			if b, err := r.host.ReadFile(filepath.Join(r.dir(), n)); err == nil {
+			if b, err := r.os.ReadFile(filepath.Join(r.dir(), n)); err == nil {
 				// A corrupt record still names the PV (file name); without a path the link
 				// cannot be found, so only the loop and image are cleaned up.
 				if json.Unmarshal(b, &rec) != nil || rec.PV != pv {
@@ -263,7 +319,7 @@ func (r *Reconciler) Sync(ctx context.Context, vols []Volume, create bool) Resul
 		return res
 	}
 	for _, tmp := range temps {
-		if err := r.host.RemoveFile(tmp); err != nil {
+		if err := r.os.RemoveFile(tmp); err != nil {
 			res.Errors = append(res.Errors, fmt.Errorf("remove leftover %s: %w", tmp, err))
 		}
 	}
@@ -309,14 +365,14 @@ func (r *Reconciler) Sync(ctx context.Context, vols []Volume, create bool) Resul
 		if _, ok := recs[pv]; ok || inUse[img] {
 			continue
 		}
-		if _, err := r.host.FileSize(img); err == nil {
+		if _, err := r.os.FileSize(img); err == nil {
 			continue // an orphan image: handled above
 		}
 		if h := r.held(v, l.Minor); len(h) > 0 {
 			log.V(1).Info("orphan loop still held", "loop", l.Minor, "holders", h)
 			continue
 		}
-		if err := r.host.Detach(l.Minor); err != nil {
+		if err := r.os.Detach(l.Minor); err != nil {
 			res.Errors = append(res.Errors, fmt.Errorf("detach orphan loop%d: %w", l.Minor, err))
 		}
 	}
@@ -331,55 +387,175 @@ func (r *Reconciler) dropImage(v hostView, img string) error {
 		if len(r.held(v, l.Minor)) > 0 {
 			return errHeld
 		}
-		if err := r.host.Detach(l.Minor); err != nil {
+		if err := r.os.Detach(l.Minor); err != nil {
 			return fmt.Errorf("detach loop%d: %w", l.Minor, err)
 		}
 	}
-	if err := r.host.RemoveFile(img); err != nil {
+	if err := r.os.RemoveFile(img); err != nil {
 		return fmt.Errorf("remove image: %w", err)
+	}
+	return nil
+}
+
+// chainResult is where a PV path's link chain ends.
+type chainResult struct {
+	// missing is the first component of the chain that does not exist ("" when it ends).
+	missing string
+	// ours is the link in the chain that points at this PV's fake loop ("" when none).
+	ours string
+	loop int
+	// dir: the chain ends in a directory.
+	dir bool
+}
+
+// walk follows p through its link chain. A link recorded as this PV's fake that points at a loop
+// in our range is ours even when the loop was detached or rebound by someone else: such a stale
+// link is removed (it may now lead to another device) and the walk reports the path as missing.
+func (r *Reconciler) walk(v hostView, rec *record, image, p string) (chainResult, error) {
+	cur := p
+	for range maxLinkHops {
+		st, err := r.os.Lstat(cur)
+		if err != nil {
+			return chainResult{}, fmt.Errorf("lstat %s: %w", cur, err)
+		}
+		switch {
+		case st.Kind == PathAbsent:
+			return chainResult{missing: cur}, nil
+		case st.Kind == PathDir:
+			return chainResult{dir: true}, nil
+		case st.Kind != PathSymlink:
+			return chainResult{}, nil
+		}
+		if n, ok := r.ourLink(v, st, image); ok {
+			return chainResult{ours: cur, loop: n}, nil
+		}
+		if rec != nil && rec.link() == cur && r.inRange(st.LinkTarget) {
+			// Ours by record, but its loop no longer backs our image.
+			if err := r.os.RemoveSymlink(cur, st.LinkTarget); err != nil {
+				return chainResult{}, fmt.Errorf("remove stale link %s: %w", cur, err)
+			}
+			return chainResult{missing: cur}, nil
+		}
+		next := st.LinkTarget
+		if !filepath.IsAbs(next) {
+			next = filepath.Join(filepath.Dir(cur), next)
+		}
+		cur = filepath.Clean(next)
+	}
+	return chainResult{}, fmt.Errorf("%s: %w", p, ErrLinkLoop)
+}
+
+// inRange reports whether target is /dev/loopN with N in the agent's loop range.
+func (r *Reconciler) inRange(target string) bool {
+	n, err := ParseLoopLinkTarget(r.opts.DevDir, target)
+	return err == nil && n >= r.opts.FirstLoopMinor && n < r.opts.FirstLoopMinor+r.opts.LoopSearchLimit
+}
+
+// fakeable reports why a fake link may not be made at m.
+func (r *Reconciler) fakeable(m string) error {
+	switch {
+	case IsKernelName(r.opts.DevDir, m):
+		return fmt.Errorf("%s: %w", m, ErrKernelName)
+	case !InAnyDir(r.opts.LinkRoots, m):
+		return fmt.Errorf("%s not under %s: %w", m, strings.Join(r.opts.LinkRoots, ", "), ErrNotUnderLinkRoot)
 	}
 	return nil
 }
 
 func (r *Reconciler) syncVolume(ctx context.Context, v *hostView, recs map[string]record, vol Volume, create bool) VolumeStatus {
 	out := VolumeStatus{Volume: vol, Loop: -1}
-	if err := ValidatePath(r.opts.PathPrefix, vol.Path); err != nil {
+	if err := ValidatePath(r.opts.PathRoots, r.opts.DevDir, vol.Path); err != nil {
 		out.State, out.Err = StateInvalid, err
 		return out
 	}
-	st, err := r.host.Lstat(vol.Path)
+	image := r.ImagePath(vol.PV)
+	var recp *record
+	if rec, ok := recs[vol.PV]; ok {
+		recp = &rec
+		if rec.Path != "" && rec.Path != vol.Path {
+			// The PV was recreated with a new path: the old link must not outlive the record.
+			if err := r.dropLink(*v, rec, image); err != nil {
+				out.State, out.Err = StateInvalid, err
+				return out
+			}
+		}
+	}
+	ch, err := r.walk(*v, recp, image, vol.Path)
 	if err != nil {
-		out.State, out.Err = StateInvalid, fmt.Errorf("lstat %s: %w", vol.Path, err)
+		out.State, out.Err = StateInvalid, err
 		return out
 	}
-	image := r.ImagePath(vol.PV)
 	switch {
-	case st.Kind == PathAbsent:
-		if !create {
-			out.State = StateMissing
-			return out
-		}
-		n, err := r.ensureFake(ctx, v, recs, vol)
-		if err != nil {
-			out.State, out.Err = StateMissing, err
-			return out
-		}
-		out.State, out.Loop, out.Created = StateFaked, n, true
-	case st.Kind == PathDir || st.ResolvesToDir:
+	case ch.dir:
 		out.State, out.Err = StateInvalid, fmt.Errorf("%q: %w", vol.Path, ErrPathIsDir)
-	default:
-		if n, ok := r.ourLink(*v, st, image); ok {
-			if _, ok := recs[vol.PV]; !ok {
-				// Our loop and image but no record: re-create it so later retires know the path.
-				rec := record{PV: vol.PV, Path: vol.Path, Created: r.now().UTC()}
-				if err := r.writeRecord(rec); err == nil {
-					recs[vol.PV] = rec
-				}
+	case ch.ours != "":
+		if rec, ok := recs[vol.PV]; !ok || rec.Path != vol.Path || rec.link() != ch.ours {
+			// Our loop and image but no (or an outdated) record: rewrite it so later retires
+			// know the link.
+			nrec := record{PV: vol.PV, Path: vol.Path, Link: ch.ours, Created: r.now().UTC()}
+			if ok {
+				nrec.Created = rec.Created
 			}
-			out.State, out.Loop = StateFaked, n
+			if err := r.writeRecord(nrec); err == nil {
+				recs[vol.PV] = nrec
+			}
+		}
+		out.State, out.Loop, out.Link = StateFaked, ch.loop, ch.ours
+	case ch.missing != "":
+		out.State, out.Link = StateMissing, ch.missing
+		if err := r.fakeable(ch.missing); err != nil {
+			out.Err = err
 			return out
 		}
+		if !create || !vol.MayFake {
+			return out
+		}
+		n, err := r.ensureFake(ctx, v, recs, vol, ch.missing)
+		if err != nil {
+			out.Err = err
+			return out
+		}
+		out.State, out.Loop, out.Created, out.Link = StateFaked, n, true, ch.missing
+	default:
 		out.State = StatePresent
+	}
+	return out
+}
+
+// dropLink removes rec's link while it is still a link to our loop (attached to our image, or,
+// by the record, any loop of our range).
+func (r *Reconciler) dropLink(v hostView, rec record, image string) error {
+	l := rec.link()
+	if l == "" || !filepath.IsAbs(l) || filepath.Clean(l) != l || (!InAnyDir(r.opts.LinkRoots, l) && !InAnyDir(r.opts.PathRoots, l)) {
+		return nil
+	}
+	st, err := r.os.Lstat(l)
+	if err != nil {
+		return fmt.Errorf("lstat %s: %w", l, err)
+	}
+	if _, ours := r.ourLink(v, st, image); !ours && (st.Kind != PathSymlink || !r.inRange(st.LinkTarget)) {
+		return nil
+	}
+	if err := r.os.RemoveSymlink(l, st.LinkTarget); err != nil {
+		return fmt.Errorf("remove link %s: %w", l, err)
+	}
+	return nil
+}
+
+// reserved lists the loop minors that a recorded link still points at: never given to another
+// fake, even when unbound, so a path never leads to a different device.
+func (r *Reconciler) reserved(recs map[string]record) map[int]bool {
+	out := map[int]bool{}
+	for _, rec := range recs {
+		l := rec.link()
+		if l == "" || !filepath.IsAbs(l) {
+			continue
+		}
+		if st, err := r.os.Lstat(l); err == nil && st.Kind == PathSymlink {
+			if n, err := ParseLoopLinkTarget(r.opts.DevDir, st.LinkTarget); err == nil {
+				out[n] = true
+			}
+		}
 	}
 	return out
 }
@@ -389,20 +565,20 @@ func (r *Reconciler) writeRecord(rec record) error {
 	if err != nil {
 		return err
 	}
-	if err := r.host.WriteFileAtomic(r.recordPath(rec.PV), b); err != nil {
+	if err := r.os.WriteFileAtomic(r.recordPath(rec.PV), b); err != nil {
 		return fmt.Errorf("write record: %w", err)
 	}
 	return nil
 }
 
 // ensureFake does, idempotently and in this order: record, image, loop, link.
-func (r *Reconciler) ensureFake(ctx context.Context, v *hostView, recs map[string]record, vol Volume) (int, error) {
+func (r *Reconciler) ensureFake(ctx context.Context, v *hostView, recs map[string]record, vol Volume, link string) (int, error) {
 	log := logr.FromContextOrDiscard(ctx)
-	if err := r.host.MkdirAll(r.dir()); err != nil {
+	if err := r.os.MkdirAll(r.dir()); err != nil {
 		return -1, fmt.Errorf("state dir %s: %w", r.dir(), err)
 	}
-	if rec, ok := recs[vol.PV]; !ok || rec.Path != vol.Path {
-		rec = record{PV: vol.PV, Path: vol.Path, Created: r.now().UTC()}
+	if rec, ok := recs[vol.PV]; !ok || rec.Path != vol.Path || rec.link() != link {
+		rec = record{PV: vol.PV, Path: vol.Path, Link: link, Created: r.now().UTC()}
 		if err := r.writeRecord(rec); err != nil {
 			return -1, err
 		}
@@ -411,14 +587,14 @@ func (r *Reconciler) ensureFake(ctx context.Context, v *hostView, recs map[strin
 	image := r.ImagePath(vol.PV)
 	l, attached := v.byImage[image]
 	if !attached {
-		size, err := r.host.FileSize(image)
+		size, err := r.os.FileSize(image)
 		if err != nil || size != r.opts.FakeSize {
 			// Absent, or a torn leftover: (re)write it. It is not attached, so nobody reads it.
-			if err := r.host.CreateImage(image, r.opts.FakeSize); err != nil {
+			if err := r.os.CreateImage(image, r.opts.FakeSize); err != nil {
 				return -1, fmt.Errorf("create image: %w", err)
 			}
 		}
-		n, err := r.attach(v, image)
+		n, err := r.attach(v, image, r.reserved(recs))
 		if err != nil {
 			return -1, err
 		}
@@ -427,22 +603,22 @@ func (r *Reconciler) ensureFake(ctx context.Context, v *hostView, recs map[strin
 		log.Info("attached fake image", "pv", vol.PV, "loop", n)
 	}
 	target := LoopDevPath(r.opts.DevDir, l.Minor)
-	if err := r.host.Symlink(target, vol.Path); err != nil {
+	if err := r.os.Symlink(target, link); err != nil {
 		if errors.Is(err, fs.ErrExist) {
-			return -1, fmt.Errorf("%s: %w", vol.Path, ErrPathAppeared)
+			return -1, fmt.Errorf("%s: %w", link, ErrPathAppeared)
 		}
-		return -1, fmt.Errorf("link %s: %w", vol.Path, err)
+		return -1, fmt.Errorf("link %s: %w", link, err)
 	}
 	return l.Minor, nil
 }
 
-func (r *Reconciler) attach(v *hostView, image string) (int, error) {
+func (r *Reconciler) attach(v *hostView, image string, reserved map[int]bool) (int, error) {
 	first := r.opts.FirstLoopMinor
 	for n := first; n < first+r.opts.LoopSearchLimit; n++ {
-		if l, ok := v.loops[n]; ok && l.Bound() {
+		if l, ok := v.loops[n]; (ok && l.Bound()) || reserved[n] {
 			continue
 		}
-		err := r.host.Attach(image, n)
+		err := r.os.Attach(image, n)
 		if errors.Is(err, ErrLoopBusy) {
 			continue // bound since we listed: never take it
 		}
@@ -464,18 +640,11 @@ func (r *Reconciler) retire(ctx context.Context, v hostView, rec record, returne
 	if attached {
 		out.Loop = l.Minor
 	}
-	if rec.Path != "" && !returned && ValidatePath(r.opts.PathPrefix, rec.Path) == nil {
-		st, err := r.host.Lstat(rec.Path)
-		if err != nil {
-			out.Err = fmt.Errorf("lstat %s: %w", rec.Path, err)
-			return out
-		}
-		if _, ours := r.ourLink(v, st, image); ours {
-			if err := r.host.RemoveSymlink(rec.Path, st.LinkTarget); err != nil {
-				out.Err = fmt.Errorf("remove link %s: %w", rec.Path, err)
-				return out
-			}
-		}
+	// Checked by content even when the disk returned: a link of ours elsewhere (an older path of
+	// the PV) must not outlive the record.
+	if err := r.dropLink(v, rec, image); err != nil {
+		out.Err = err
+		return out
 	}
 	if attached {
 		if h := r.held(v, l.Minor); len(h) > 0 {
@@ -488,10 +657,24 @@ func (r *Reconciler) retire(ctx context.Context, v hostView, rec record, returne
 		out.Err = err
 		return out
 	}
-	if err := r.host.RemoveFile(r.recordPath(rec.PV)); err != nil {
+	if err := r.os.RemoveFile(r.recordPath(rec.PV)); err != nil {
 		out.Err = fmt.Errorf("remove record: %w", err)
 		return out
 	}
 	out.Done = true
 	return out
+}
+
+// Records returns the PVs named by the state directory's records, with their paths ("" when a
+// record is unreadable).
+func (r *Reconciler) Records() (map[string]string, error) {
+	recs, _, _, err := r.readRecords()
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(recs))
+	for pv, rec := range recs {
+		out[pv] = rec.Path
+	}
+	return out, nil
 }

@@ -1,13 +1,14 @@
 package localdisk
 
 import (
+	"slices"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 )
 
 // SelectVolume returns the watched volume of pv when it is a Bound local block PV whose
-// nodeAffinity selects node and (when classes is non-empty) whose StorageClass is listed.
+// nodeAffinity selects node and whose StorageClass is listed (an empty list selects nothing).
 func SelectVolume(pv *corev1.PersistentVolume, node *corev1.Node, classes []string) (Volume, bool) {
 	if pv == nil || node == nil || pv.Status.Phase != corev1.VolumeBound || pv.Spec.Local == nil {
 		return Volume{}, false
@@ -15,16 +16,8 @@ func SelectVolume(pv *corev1.PersistentVolume, node *corev1.Node, classes []stri
 	if pv.Spec.VolumeMode == nil || *pv.Spec.VolumeMode != corev1.PersistentVolumeBlock {
 		return Volume{}, false
 	}
-	if len(classes) > 0 {
-		found := false
-		for _, c := range classes {
-			if c == pv.Spec.StorageClassName {
-				found = true
-			}
-		}
-		if !found {
-			return Volume{}, false
-		}
+	if !slices.Contains(classes, pv.Spec.StorageClassName) {
+		return Volume{}, false
 	}
 	if pv.Spec.NodeAffinity == nil || !NodeSelectorMatches(pv.Spec.NodeAffinity.Required, node) {
 		return Volume{}, false

@@ -95,7 +95,7 @@ func TestSelectVolume(t *testing.T) {
 			t.Errorf("%s: got %+v %v, want %v", tc.name, v, ok, tc.want)
 		}
 	}
-	if _, ok := SelectVolume(otherClass, node, nil); !ok {
-		t.Errorf("an empty class list must accept every class")
+	if _, ok := SelectVolume(otherClass, node, nil); ok {
+		t.Errorf("an empty class list must select nothing (config rejects it)")
 	}
 }

@@ -116,13 +116,27 @@ func TestValidatePath(t *testing.T) {
 		{"disk/by-id/nvme-1", ErrRelativePath},
 		{"/dev/disk/../../etc/passwd", ErrRelativePath},
 		{"/dev/disk/by-id/x/", ErrRelativePath},
-		{"/mnt/disks/ssd0", ErrNotUnderDev},
+		{"/mnt/disks/ssd0", nil},
+		{"/mnt/fast-disks/ssd0", nil},
+		{"/dev/sdb", nil}, // a kernel name: followed, never faked
+		{"/srv/disks/ssd0", ErrNotUnderDev},
 		{"/dev", ErrNotUnderDev},
 		{"/devices/x", ErrNotUnderDev},
 	} {
-		err := ValidatePath("/dev", tc.path)
+		err := ValidatePath(DefaultPathRoots, "/dev", tc.path)
 		if tc.want == nil && err != nil || tc.want != nil && !errors.Is(err, tc.want) {
 			t.Errorf("ValidatePath(%q) = %v, want %v", tc.path, err, tc.want)
+		}
+	}
+}
+
+func TestIsKernelName(t *testing.T) {
+	for p, want := range map[string]bool{
+		"/dev/sdb": true, "/dev/nvme0n1": true, "/dev/mapper/vg-lv": true, "/dev/loop101": true,
+		"/dev/disk/by-id/nvme-1": false, "/dev": false, "/mnt/fast-disks/a": false,
+	} {
+		if got := IsKernelName("/dev", p); got != want {
+			t.Errorf("IsKernelName(%q) = %v, want %v", p, got, want)
 		}
 	}
 }

@@ -23,7 +23,7 @@ type FakeNode struct {
 	nextDev int
 	mounts  MountTable
 	dead    map[string]bool // by Dev
-	hung    map[string]bool // by mount point: statfs times out
+	hung    map[string]bool // by Dev: statfs times out
 	files   map[string][]byte
 	modes   map[string]fs.FileMode
 	started [][]string
@@ -79,11 +79,14 @@ func (f *FakeNode) KillMount(mountPoint string) {
 	}
 }
 
-// Hang makes statfs of mountPoint time out.
+// Hang makes the filesystem of the top mount at mountPoint hang: statfs of it times out (a
+// live but unresponsive FUSE daemon). Mounts stacked on top later answer for themselves.
 func (f *FakeNode) Hang(mountPoint string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.hung[mountPoint] = true
+	if top, ok := f.mounts.Top(mountPoint); ok {
+		f.hung[top.Dev] = true
+	}
 }
 
 // Table returns a copy of the mount table.
@@ -173,10 +176,11 @@ func (s fakeStatfs) Statfs(_ context.Context, path string, timeout time.Duration
 			best = m.MountPoint
 		}
 	}
-	if f.hung[best] {
+	top, ok := f.mounts.Top(best)
+	if ok && f.hung[top.Dev] {
 		return fmt.Errorf("statfs %s: %w after %s", path, ErrTimeout, timeout)
 	}
-	if top, ok := f.mounts.Top(best); ok && f.dead[top.Dev] {
+	if ok && f.dead[top.Dev] {
 		return fmt.Errorf("statfs %s: %w", path, syscall.ENOTCONN)
 	}
 	return nil
@@ -346,4 +350,10 @@ func (l *EventLog) Count(object, typ, reason, prefix string) int {
 		}
 	}
 	return n
+}
+
+func (f *FakeNode) isDead(dev string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.dead[dev]
 }

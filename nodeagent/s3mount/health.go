@@ -13,13 +13,12 @@ var ErrTimeout = errors.New("statfs timed out")
 var deadErrnos = []error{syscall.ENOTCONN, syscall.EIO, syscall.ESTALE, syscall.ENODEV, syscall.EHOSTDOWN}
 
 // IsDead reports whether a statfs error means the mount's filesystem is gone. Other errors
-// (ENOENT, EACCES, ...) say nothing about the filesystem and are not treated as dead.
+// (ENOENT, EACCES, ...) say nothing about the filesystem and are not treated as dead, nor is a
+// timeout: a slow but live s3fs must not get a second writer (the rescue counts a timeout as
+// death only when it lasts Options.HungAfter).
 func IsDead(err error) bool {
 	if err == nil {
 		return false
-	}
-	if errors.Is(err, ErrTimeout) {
-		return true
 	}
 	for _, e := range deadErrnos {
 		if errors.Is(err, e) {

@@ -1,78 +1,65 @@
 package s3mount
 
 import (
-	"errors"
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pvrescue/pvrescue/internal/metrics"
 )
 
-// Metrics of the restorer. Labels carry reasons only, never volume secrets.
+// Restore methods (label method of pvrescue_s3_restores_total).
+const (
+	MethodReplay = "replay" // the driver's own NodeStage/NodePublish, replayed
+	MethodBridge = "bridge" // our own s3fs bound over the dead mount
+)
+
+// Metrics of the rescue. Labels carry reasons and object names only, never volume secrets.
 type Metrics struct {
-	DeadFound       prometheus.Counter
-	Restored        prometheus.Counter
+	DeadFound prometheus.Counter
+	// MountHealthy is 1 live / 0 dead for every S3 CSI target of a pod on this node; a series is
+	// removed when its target goes away.
+	MountHealthy *prometheus.GaugeVec
+	// Restores counts restores by method and result.
+	Restores *prometheus.CounterVec
+	// Failures counts failed restore attempts by reason.
 	Failures        *prometheus.CounterVec
+	BridgesActive   prometheus.Gauge
 	TimeToRestore   prometheus.Histogram
 	StagingRestarts prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer) (*Metrics, error) {
+// NewMetrics builds the rescue's collectors and registers them on reg (nil: not registered).
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	r := metrics.NewRegistration(reg)
 	m := &Metrics{
-		DeadFound: prometheus.NewCounter(prometheus.CounterOpts{
+		DeadFound: metrics.Add(r, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pvrescue_s3_dead_mounts_found_total",
-			Help: "Pod S3 volume mounts found dead (ENOTCONN, EIO, timeout, ...).",
-		}),
-		Restored: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "pvrescue_s3_mounts_restored_total",
-			Help: "Dead pod S3 volume mounts restored by binding a fresh s3fs mount on top.",
-		}),
-		Failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Help: "Pod S3 volume mounts found dead (ENOTCONN, EIO, sustained timeout, ...).",
+		})),
+		MountHealthy: metrics.Add(r, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "pvrescue_s3_mount_healthy",
+			Help: "1 while a pod's S3 CSI volume target answers, 0 while it is dead.",
+		}, []string{"pv", "namespace", "pod"})),
+		Restores: metrics.Add(r, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pvrescue_s3_restores_total",
+			Help: "Restores of dead pod S3 volume targets, by method (replay, bridge) and result.",
+		}, []string{"method", "result"})),
+		Failures: metrics.Add(r, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pvrescue_s3_restore_failures_total",
 			Help: "Failed restore attempts, by reason.",
-		}, []string{"reason"}),
-		TimeToRestore: prometheus.NewHistogram(prometheus.HistogramOpts{
+		}, []string{"reason"})),
+		BridgesActive: metrics.Add(r, prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pvrescue_s3_bridges_active",
+			Help: "Our own s3fs bridges running on this node.",
+		})),
+		TimeToRestore: metrics.Add(r, prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "pvrescue_s3_time_to_restore_seconds",
-			Help:    "Time from finding a mount dead to its restored bind answering.",
+			Help:    "Time from finding a mount dead to its restored mount answering.",
 			Buckets: []float64{0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 20, 30, 60, 120, 300},
-		}),
-		StagingRestarts: prometheus.NewCounter(prometheus.CounterOpts{
+		})),
+		StagingRestarts: metrics.Add(r, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pvrescue_s3_staging_exits_total",
-			Help: "s3fs processes started by the agent that exited.",
-		}),
+			Help: "s3fs processes started by the agent that exited unexpectedly.",
+		})),
 	}
-	if reg == nil {
-		return m, nil
-	}
-	var err error
-	if m.DeadFound, err = register(reg, m.DeadFound); err != nil {
-		return nil, err
-	}
-	if m.Restored, err = register(reg, m.Restored); err != nil {
-		return nil, err
-	}
-	if m.Failures, err = register(reg, m.Failures); err != nil {
-		return nil, err
-	}
-	if m.TimeToRestore, err = register(reg, m.TimeToRestore); err != nil {
-		return nil, err
-	}
-	if m.StagingRestarts, err = register(reg, m.StagingRestarts); err != nil {
-		return nil, err
-	}
-	return m, nil
-}
-
-// register registers c, or returns the collector already registered under its name, so a second
-// restorer in one process (a test restarting the agent) shares the counters.
-func register[T prometheus.Collector](reg prometheus.Registerer, c T) (T, error) {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(T); ok {
-				return existing, nil
-			}
-		}
-		return c, fmt.Errorf("register s3mount metrics: %w", err)
-	}
-	return c, nil
+	return m, r.Err()
 }

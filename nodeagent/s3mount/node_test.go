@@ -30,9 +30,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
 
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/internal/testenv"
+	"github.com/pvrescue/pvrescue/nodeagent"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount"
 )
 
@@ -121,6 +123,9 @@ func newNodeEnv(t *testing.T) *nodeEnv {
 func (e *nodeEnv) volume(name string, secret *corev1.SecretReference, readOnly bool) {
 	e.t.Helper()
 	ctx := context.Background()
+	if secret == nil {
+		secret = &corev1.SecretReference{Name: "s3-creds", Namespace: ns}
+	}
 	must(e.t, os.MkdirAll(filepath.Join(e.s3dir, bucket, name), 0o755))
 	_, err := e.client.CoreV1().PersistentVolumes().Create(ctx, &corev1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -200,21 +205,27 @@ func (e *nodeEnv) config() *config.Config {
 	cfg.KubeletDir, cfg.StateDir = e.kubelet, e.state
 	cfg.S3.CheckInterval = metav1.Duration{Duration: 200 * time.Millisecond}
 	cfg.S3.StatfsTimeout = metav1.Duration{Duration: time.Second}
+	// No plugin socket in the bridge tests: bridge at once (the replay test's plugin answers, so
+	// it replays first regardless).
+	cfg.S3.BridgeAfter = metav1.Duration{}
 	return cfg
 }
 
 // agent starts a restorer and returns a function that stops it (also run at cleanup).
 func (e *nodeEnv) agent(mountTimeout time.Duration) (*s3mount.Restorer, func()) {
 	e.t.Helper()
-	r, err := s3mount.New(s3mount.Deps{
-		Client: e.client, NodeName: nodeName, Config: e.config(), Recorder: e.rec,
-		Registerer: prometheus.NewRegistry(), OS: s3mount.NewOS(),
+	view, err := nodeagent.NewKubeView(e.client, nodeName, clock.RealClock{}, nodeagent.ViewOptions{TTL: time.Second})
+	must(e.t, err)
+	deps := nodeagent.Deps{NodeName: nodeName, Config: e.config(), Client: e.client, View: view, Recorder: e.rec,
+		Registerer: prometheus.NewRegistry(), Clock: clock.RealClock{}}
+	r, err := s3mount.New(deps, s3mount.NewOS(), s3mount.Options{
 		BackoffInitial: 300 * time.Millisecond, BackoffMax: 2 * time.Second, MountTimeout: mountTimeout,
 		KillGrace: 2 * time.Second,
 	})
 	must(e.t, err)
 	ctx, cancel := context.WithCancel(logr.NewContext(context.Background(), testr.New(e.t)))
 	done := make(chan error, 1)
+	must(e.t, view.Start(ctx))
 	go func() { done <- r.Run(ctx) }()
 	var once sync.Once
 	stop := func() {
@@ -223,6 +234,7 @@ func (e *nodeEnv) agent(mountTimeout time.Duration) (*s3mount.Restorer, func()) 
 			if err := <-done; err != nil {
 				e.t.Errorf("agent Run: %v", err)
 			}
+			view.Shutdown()
 		})
 	}
 	e.t.Cleanup(stop)
@@ -286,6 +298,13 @@ func TestNodeRestoreAfterS3fsDeath(t *testing.T) {
 		})
 		d := time.Since(t0)
 		samples = append(samples, d)
+		// Bounded stack: the driver's dead mount plus one live mount of ours, never more.
+		if n := len(stackAt(target)); n > 2 {
+			t.Errorf("after restore %d: %d mounts at the target, want <= 2", i+1, n)
+		}
+		if n := len(s3fsPidsUnder(e.dir)); n != 1 {
+			t.Errorf("after restore %d: %d s3fs processes, want 1 (ours; no leak)", i+1, n)
+		}
 		t.Logf("sample %d: s3fs killed (%s) -> target answers again after %s", i+1,
 			map[bool]string{true: "driver's s3fs", false: "agent's staging s3fs"}[i == 0], d.Round(time.Millisecond))
 
@@ -317,22 +336,20 @@ func TestNodeRestoreAfterS3fsDeath(t *testing.T) {
 	if got := e.rec.count(corev1.EventTypeNormal, s3mount.EventMountRestored); got < 5 {
 		t.Errorf("MountRestored events: %d, want >= 5", got)
 	}
-	if got := counterValue(t, r.Metrics().Restored); got < 5 {
+	if got := counterValue(t, r.Metrics().Restores.WithLabelValues(s3mount.MethodBridge, "success")); got < 5 {
 		t.Errorf("restored metric %v, want >= 5", got)
 	}
 	e.rec.assertNoSecrets(t)
 
-	// Pod deleted: our binds go, the driver's dead mount stays for kubelet's teardown; the
-	// staging mount, its s3fs and the passwd file go too.
+	// Pod deleted: our bind and the driver's dead mount under it go, so kubelet's teardown
+	// completes; the staging mount, its s3fs and the passwd file go too.
 	must(t, e.client.CoreV1().Pods(ns).Delete(context.Background(), pod.Name, *metav1.NewDeleteOptions(0)))
-	waitFor(t, 10*time.Second, "binds removed after pod deletion", func() bool {
-		s := stackAt(target)
-		return len(s) == 1 && s[0].Source == "s3fs"
-	})
+	waitFor(t, 10*time.Second, "target empty after pod deletion", func() bool { return len(stackAt(target)) == 0 })
 	waitFor(t, 10*time.Second, "staging mount and passwd file removed", func() bool {
 		_, err := os.Stat(filepath.Join(e.state, "s3", "creds", "pv-a.passwd"))
 		return len(stackAt(filepath.Join(e.state, "s3", "staging", "pv-a"))) == 0 && errors.Is(err, os.ErrNotExist)
 	})
+	waitFor(t, 10*time.Second, "no s3fs left", func() bool { return len(s3fsPidsUnder(e.dir)) == 0 })
 }
 
 func TestNodeAgentRestartReadopts(t *testing.T) {
@@ -369,7 +386,7 @@ func TestNodeAgentRestartReadopts(t *testing.T) {
 	must(t, p.Signal(syscall.SIGKILL))
 	waitFor(t, 30*time.Second, "target restored by the restarted agent", func() bool {
 		var st unix.Statfs_t
-		return unix.Statfs(target, &st) == nil && len(stackAt(target)) == 3
+		return unix.Statfs(target, &st) == nil && len(stackAt(target)) == 2
 	})
 }
 
@@ -542,6 +559,19 @@ func stagingProcess(t testing.TB, staging string) *os.Process {
 		return false
 	})
 	return found
+}
+
+// s3fsPidsUnder returns the s3fs processes whose command line names a path under dir (this
+// test's), so other s3fs on the machine do not count.
+func s3fsPidsUnder(dir string) []int {
+	var out []int
+	for _, pid := range s3fsPids() {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if strings.Contains(string(b), dir) {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
 
 func s3fsPids() []int {

@@ -13,6 +13,8 @@ type OS struct {
 	Procs   ProcessStarter
 	Statfs  StatfsChecker
 	FS      FS
+	// CSI dials node plugins for replay; nil turns replay off.
+	CSI CSIDialer
 }
 
 // Mounter reads the mount table and makes the few mounts the restorer needs.

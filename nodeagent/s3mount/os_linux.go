@@ -20,7 +20,7 @@ import (
 
 // NewOS returns the real node implementation.
 func NewOS() OS {
-	return OS{Mounter: realMounter{}, Procs: realProcs{}, Statfs: newRealStatfs(), FS: realFS{}}
+	return OS{Mounter: realMounter{}, Procs: realProcs{}, Statfs: newRealStatfs(), FS: realFS{}, CSI: GRPCDialer{}}
 }
 
 type realMounter struct{}

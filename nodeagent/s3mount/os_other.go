@@ -14,7 +14,7 @@ var ErrUnsupportedOS = errors.New("s3 mount restore needs Linux")
 
 // NewOS returns an implementation whose every effect fails: mounts are Linux-only.
 func NewOS() OS {
-	return OS{Mounter: noMounter{}, Procs: noProcs{}, Statfs: noStatfs{}, FS: noFS{}}
+	return OS{Mounter: noMounter{}, Procs: noProcs{}, Statfs: noStatfs{}, FS: noFS{}, CSI: GRPCDialer{}}
 }
 
 type noMounter struct{}

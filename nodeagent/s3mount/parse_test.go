@@ -9,7 +9,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/pvrescue/pvrescue/internal/config"
@@ -153,7 +152,7 @@ func TestClassify(t *testing.T) {
 		{true, syscall.ESTALE, Dead},
 		{true, syscall.ENODEV, Dead},
 		{true, syscall.EHOSTDOWN, Dead},
-		{true, fmt.Errorf("x: %w", ErrTimeout), Dead},
+		{true, fmt.Errorf("x: %w", ErrTimeout), Unknown}, // a timeout alone is not death,
 		{true, syscall.EACCES, Unknown},
 		{true, syscall.ENOENT, Unknown},
 	}
@@ -175,6 +174,8 @@ func TestParseOptions(t *testing.T) {
 		{"-oretries=1", []string{"retries=1"}, false},
 		{"--memory-limit 1000", nil, true}, // geesefs style: not s3fs
 		{"-o url=http://evil", nil, true},
+		{"-o retries=1,use_cache=/", nil, true},
+		{"-o umask=000,uid=1000x", nil, true},
 		{"-o passwd_file=/etc/shadow", nil, true},
 		{"-o", nil, true},
 	}
@@ -190,7 +191,13 @@ func TestParseOptions(t *testing.T) {
 	}
 }
 
+// pvFixture is a yandex PV; "mounter: s3fs" is set unless attrs name a mounter.
 func pvFixture(handle string, attrs map[string]string, ref *corev1.SecretReference) *corev1.PersistentVolume {
+	a := map[string]string{"mounter": "s3fs"}
+	for k, v := range attrs {
+		a[k] = v
+	}
+	attrs = a
 	return &corev1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: "pv-a"},
 		Spec: corev1.PersistentVolumeSpec{
@@ -204,54 +211,68 @@ func pvFixture(handle string, attrs map[string]string, ref *corev1.SecretReferen
 
 func TestResolveVolume(t *testing.T) {
 	p := config.Default().S3.Parameters
-	scWith := func(params map[string]string) *storagev1.StorageClass {
-		return &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "s3"}, Parameters: params}
-	}
-	nodeSecret := map[string]string{paramNodePublishSecretName: "creds", paramNodePublishSecretNamespace: "kube-system"}
+	ref := &corev1.SecretReference{Name: "s", Namespace: "ns"}
 	tests := []struct {
 		name    string
 		pv      *corev1.PersistentVolume
-		sc      *storagev1.StorageClass
 		want    Volume
 		wantErr error
 	}{
 		{
 			name: "handle bucket/prefix, secret from PV",
-			pv:   pvFixture("bkt/pvc-1", map[string]string{"mounter": "s3fs"}, &corev1.SecretReference{Name: "s", Namespace: "ns"}),
-			want: Volume{PV: "pv-a", Driver: "ru.yandex.s3.csi", Handle: "bkt/pvc-1", Bucket: "bkt", Prefix: "pvc-1",
-				SecretRef: &corev1.SecretReference{Name: "s", Namespace: "ns"}},
+			pv:   pvFixture("bkt/pvc-1", map[string]string{"mounter": "s3fs"}, ref),
+			want: Volume{PV: "pv-a", Driver: "ru.yandex.s3.csi", Handle: "bkt/pvc-1", Bucket: "bkt", Prefix: "pvc-1", SecretRef: ref},
 		},
 		{
-			name: "bucket only handle, secret from StorageClass node-publish params, endpoint and options",
-			pv:   pvFixture("bkt", nil, nil),
-			sc:   scWith(map[string]string{paramNodePublishSecretName: "creds", paramNodePublishSecretNamespace: "kube-system", "endpoint": "http://s3:9000", "region": "eu", "options": "-o retries=2"}),
+			name: "bucket only handle, endpoint, region and options from attributes",
+			pv:   pvFixture("bkt", map[string]string{"endpoint": "http://s3:9000", "region": "eu", "options": "-o retries=2"}, ref),
 			want: Volume{PV: "pv-a", Driver: "ru.yandex.s3.csi", Handle: "bkt", Bucket: "bkt", Endpoint: "http://s3:9000", Region: "eu",
-				Options: []string{"retries=2"}, SecretRef: &corev1.SecretReference{Name: "creds", Namespace: "kube-system"}},
+				Options: []string{"retries=2"}, SecretRef: ref},
 		},
 		{
-			name: "attributes beat StorageClass; bucket attribute with handle bucket/prefix",
-			pv:   pvFixture("shared/pvc-2", map[string]string{"bucket": "shared", "endpoint": "http://attr"}, nil),
-			sc:   scWith(map[string]string{"endpoint": "http://sc", paramProvisionerSecretName: "${pvc.name}-creds", paramProvisionerSecretNamespace: "${pvc.namespace}"}),
-			want: Volume{PV: "pv-a", Driver: "ru.yandex.s3.csi", Handle: "shared/pvc-2", Bucket: "shared", Prefix: "pvc-2", Endpoint: "http://attr",
-				SecretRef: &corev1.SecretReference{Name: "data-creds", Namespace: "team"}},
+			name: "bucket attribute with handle bucket/prefix",
+			pv:   pvFixture("shared/pvc-2", map[string]string{"bucket": "shared", "endpoint": "http://attr"}, ref),
+			want: Volume{PV: "pv-a", Driver: "ru.yandex.s3.csi", Handle: "shared/pvc-2", Bucket: "shared", Prefix: "pvc-2", Endpoint: "http://attr", SecretRef: ref},
 		},
 		{
 			name: "explicit prefix attribute",
-			pv:   pvFixture("opaque-id", map[string]string{"bucket": "b", "prefix": "/some/dir/"}, nil),
-			sc:   scWith(nodeSecret),
-			want: Volume{PV: "pv-a", Driver: "ru.yandex.s3.csi", Handle: "opaque-id", Bucket: "b", Prefix: "some/dir",
-				SecretRef: &corev1.SecretReference{Name: "creds", Namespace: "kube-system"}},
+			pv:   pvFixture("opaque-id", map[string]string{"bucket": "bbb", "prefix": "/some/dir/"}, ref),
+			want: Volume{PV: "pv-a", Driver: "ru.yandex.s3.csi", Handle: "opaque-id", Bucket: "bbb", Prefix: "some/dir", SecretRef: ref},
 		},
-		{name: "geesefs mounter", pv: pvFixture("b", map[string]string{"mounter": "geesefs"}, nil), sc: scWith(nodeSecret), wantErr: ErrUnsupported},
-		{name: "no secret anywhere", pv: pvFixture("b", nil, nil), sc: scWith(nil), wantErr: ErrNoSecretRef},
-		{name: "no StorageClass, no secret", pv: pvFixture("b", nil, nil), wantErr: ErrNoSecretRef},
-		{name: "empty handle", pv: pvFixture("", nil, nil), sc: scWith(nodeSecret), wantErr: ErrNoBucket},
-		{name: "bad options", pv: pvFixture("b", map[string]string{"options": "--dir-mode 0777"}, nil), sc: scWith(nodeSecret), wantErr: ErrBadOptions},
+		{name: "geesefs mounter", pv: pvFixture("bbb", map[string]string{"mounter": "geesefs"}, ref), wantErr: ErrCannotReproduce},
+		{name: "yandex without mounter attribute runs geesefs", pv: func() *corev1.PersistentVolume {
+			pv := pvFixture("bbb", nil, ref)
+			delete(pv.Spec.CSI.VolumeAttributes, "mounter")
+			return pv
+		}(), wantErr: ErrCannotReproduce},
+		{name: "ctrox mounts <prefix>/csi-fs", pv: func() *corev1.PersistentVolume {
+			pv := pvFixture("bbb/pvc-3", nil, ref)
+			pv.Spec.CSI.Driver = "ch.ctrox.csi.s3-driver"
+			return pv
+		}(), want: Volume{PV: "pv-a", Driver: "ch.ctrox.csi.s3-driver", Handle: "bbb/pvc-3", Bucket: "bbb", Prefix: "pvc-3/csi-fs", SecretRef: ref}},
+		{name: "ctrox with usePrefix mounts the prefix itself", pv: func() *corev1.PersistentVolume {
+			pv := pvFixture("bbb/pvc-3", map[string]string{"usePrefix": "true"}, ref)
+			pv.Spec.CSI.Driver = "ch.ctrox.csi.s3-driver"
+			return pv
+		}(), want: Volume{PV: "pv-a", Driver: "ch.ctrox.csi.s3-driver", Handle: "bbb/pvc-3", Bucket: "bbb", Prefix: "pvc-3", SecretRef: ref}},
+		{name: "ctrox without mounter attribute", pv: func() *corev1.PersistentVolume {
+			pv := pvFixture("bbb", nil, ref)
+			pv.Spec.CSI.Driver = "ch.ctrox.csi.s3-driver"
+			delete(pv.Spec.CSI.VolumeAttributes, "mounter")
+			return pv
+		}(), wantErr: ErrCannotReproduce},
+		{name: "no secret on the PV", pv: pvFixture("bbb", nil, nil), wantErr: ErrNoSecretRef},
+		{name: "empty handle", pv: pvFixture("", nil, ref), wantErr: ErrNoBucket},
+		{name: "bad options", pv: pvFixture("bbb", map[string]string{"options": "--dir-mode 0777"}, ref), wantErr: ErrBadOptions},
+		{name: "bucket reads as a flag", pv: pvFixture("-opasswd_file=/etc/shadow", nil, ref), wantErr: ErrUnsafe},
+		{name: "comma in endpoint attribute", pv: pvFixture("bbb", map[string]string{"endpoint": "http://h,passwd_file=/x"}, ref), wantErr: ErrUnsafe},
+		{name: "comma in region attribute", pv: pvFixture("bbb", map[string]string{"region": "eu,use_cache=/"}, ref), wantErr: ErrUnsafe},
+		{name: "prefix climbs", pv: pvFixture("bbb/../x", nil, ref), wantErr: ErrUnsafe},
 		{name: "not CSI", pv: &corev1.PersistentVolume{}, wantErr: ErrNotS3},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := ResolveVolume(tt.pv, tt.sc, p)
+			got, err := ResolveVolume(tt.pv, p)
 			if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("err = %v, want %v", err, tt.wantErr)
 			}
@@ -265,10 +286,74 @@ func TestResolveVolume(t *testing.T) {
 	}
 }
 
+// TestCredentialsRef: only the PV's own references, as kubelet passes them; nothing from the
+// StorageClass (its parameters, templates or provisioner secret are never read).
+func TestCredentialsRef(t *testing.T) {
+	stage := &corev1.SecretReference{Name: "stage", Namespace: "ns"}
+	publish := &corev1.SecretReference{Name: "publish", Namespace: "ns"}
+	tests := []struct {
+		name           string
+		stage, publish *corev1.SecretReference
+		want           *corev1.SecretReference
+		wantErr        error
+	}{
+		{name: "publish only", publish: publish, want: publish},
+		{name: "stage only", stage: stage, want: stage},
+		{name: "both: the stage secret (the call that starts the FUSE program of a staging driver)", stage: stage, publish: publish, want: stage},
+		{name: "empty stage name falls to publish", stage: &corev1.SecretReference{Namespace: "ns"}, publish: publish, want: publish},
+		{name: "neither", wantErr: ErrNoSecretRef},
+		{name: "no namespace", publish: &corev1.SecretReference{Name: "x"}, wantErr: ErrNoSecretRef},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pv := pvFixture("bbb", nil, tt.publish)
+			pv.Spec.CSI.NodeStageSecretRef = tt.stage
+			// A StorageClass naming secrets must not matter: CredentialsRef never sees one.
+			got, err := CredentialsRef(pv)
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("err = %v, want %v", err, tt.wantErr)
+			}
+			if d := cmp.Diff(tt.want, got); d != "" {
+				t.Errorf("(-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+func TestAllowlists(t *testing.T) {
+	for _, tt := range []struct {
+		what  string
+		check func(string) error
+		ok    []string
+		bad   []string
+	}{
+		{"bucket", CheckBucket, []string{"bkt", "my.bucket-1", "e2e-bucket"},
+			[]string{"", "ab", "-oallow_other", "Bucket", "a..b", "192.168.1.1", "b,c", "b c", "bucket-", strings.Repeat("a", 64)}},
+		{"prefix", CheckPrefix, []string{"", "pvc-1", "some/dir", "a/csi-fs"},
+			[]string{"..", "a/../b", "a//b", "a,b", "a b", "-o", "/abs"}},
+		{"endpoint", CheckEndpoint, []string{"", "http://127.0.0.1:7070", "https://storage.yandexcloud.net", "http://s3.local:9000/", "http://[::1]:9000"},
+			[]string{"http://h,passwd_file=/x", "ftp://h", "http://u:p@h", "http://h?x=1", "http://h#f", "h:9000", "http://", "http://h x", "http://h/a,b"}},
+		{"region", CheckRegion, []string{"", "us-east-1", "ru-central1"}, []string{"eu,use_cache=/", "EU", "eu west", "-o"}},
+		{"option", CheckOption, []string{"retries=2", "allow_other", "umask=0022", "uid=1000", "storage_class=standard", "dbglevel=info"},
+			[]string{"passwd_file=/etc/shadow", "url=http://x", "use_cache=/", "tmpdir=/", "retries=2x", "uid=-1", "ro=1", "umask=999", "storage_class=a,b", "nonexistent"}},
+	} {
+		for _, v := range tt.ok {
+			if err := tt.check(v); err != nil {
+				t.Errorf("%s %q refused: %v", tt.what, v, err)
+			}
+		}
+		for _, v := range tt.bad {
+			if err := tt.check(v); !errors.Is(err, ErrUnsafe) {
+				t.Errorf("%s %q: err = %v, want ErrUnsafe", tt.what, v, err)
+			}
+		}
+	}
+}
+
 func TestReadOnlyPV(t *testing.T) {
-	pv := pvFixture("b", nil, &corev1.SecretReference{Name: "s"})
+	pv := pvFixture("bbb", nil, &corev1.SecretReference{Name: "s", Namespace: "ns"})
 	pv.Spec.MountOptions = []string{"ro"}
-	v, err := ResolveVolume(pv, nil, config.Default().S3.Parameters)
+	v, err := ResolveVolume(pv, config.Default().S3.Parameters)
 	if err != nil || !v.ReadOnly {
 		t.Errorf("ro mount option: ReadOnly=%v err=%v", v.ReadOnly, err)
 	}
@@ -333,9 +418,13 @@ func TestParseCredentials(t *testing.T) {
 
 func TestS3fsArgs(t *testing.T) {
 	v := Volume{PV: "pv-a", Bucket: "bkt", Prefix: "p/q", Endpoint: "http://sc", Region: "eu", Options: []string{"retries=2"}}
-	got := S3fsArgs(v, Credentials{AccessKeyID: "AK", SecretAccessKey: "SK", Endpoint: "http://secret"}, "/st/pv-a", "/cr/pv-a.passwd")
+	got, err := S3fsArgs(v, Credentials{AccessKeyID: "AK", SecretAccessKey: "SK", Endpoint: "http://secret"}, "/st/pv-a", "/cr/pv-a.passwd", "/tmp/pv-a")
+	if err != nil {
+		t.Fatal(err)
+	}
 	want := []string{"bkt:/p/q", "/st/pv-a", "-f", "-o", "passwd_file=/cr/pv-a.passwd", "-o", "fsname=pvrescue-s3:pv-a",
-		"-o", "use_path_request_style", "-o", "allow_other", "-o", "url=http://secret", "-o", "endpoint=eu", "-o", "retries=2"}
+		"-o", "use_path_request_style", "-o", "allow_other", "-o", "nosuid", "-o", "nodev", "-o", "tmpdir=/tmp/pv-a",
+		"-o", "url=http://secret", "-o", "endpoint=eu", "-o", "retries=2"}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("(-want +got):\n%s", d)
 	}
@@ -343,6 +432,18 @@ func TestS3fsArgs(t *testing.T) {
 		if strings.Contains(a, "SK") {
 			t.Errorf("secret on the command line: %q", a)
 		}
+	}
+	// Injection through the Secret's endpoint or region is refused: no command line at all.
+	for _, c := range []Credentials{
+		{AccessKeyID: "AK", SecretAccessKey: "SK", Endpoint: "http://h,passwd_file=/etc/shadow"},
+		{AccessKeyID: "AK", SecretAccessKey: "SK", Region: "eu,use_cache=/"},
+	} {
+		if args, err := S3fsArgs(v, c, "/st", "/pw", "/tmp"); !errors.Is(err, ErrUnsafe) || args != nil {
+			t.Errorf("S3fsArgs with %+v = %v, %v; want ErrUnsafe and no args", c, args, err)
+		}
+	}
+	if _, err := S3fsArgs(Volume{PV: "x", Bucket: "-ourl=http://evil"}, Credentials{}, "/st", "/pw", "/tmp"); !errors.Is(err, ErrUnsafe) {
+		t.Errorf("bucket flag accepted: %v", err)
 	}
 }
 
@@ -368,11 +469,12 @@ func TestLayout(t *testing.T) {
 
 func TestReason(t *testing.T) {
 	for err, want := range map[error]string{
-		fmt.Errorf("x: %w", ErrSecretNotFound):   "SecretNotFound",
-		fmt.Errorf("x: %w", ErrSecretKeyMissing): "SecretKeyMissing",
-		fmt.Errorf("x: %w", ErrUnsupported):      "BadVolumeAttributes",
-		fmt.Errorf("x: %w", ErrS3fs):             "S3fsFailed",
-		errors.New("other"):                      "Error",
+		fmt.Errorf("x: %w", ErrSecretNotFound):         "SecretNotFound",
+		fmt.Errorf("x: %w", ErrSecretKeyMissing):       "SecretKeyMissing",
+		fmt.Errorf("x: %w", ErrUnsupported):            "BadVolumeAttributes",
+		fmt.Errorf("x: %w", ErrS3fs):                   "S3fsFailed",
+		fmt.Errorf("%w: %w", ErrBadOptions, ErrUnsafe): "UnsafeVolumeAttributes",
+		errors.New("other"):                            "Error",
 	} {
 		if got := Reason(err); got != want {
 			t.Errorf("Reason(%v) = %q, want %q", err, got, want)

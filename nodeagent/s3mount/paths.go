@@ -1,6 +1,8 @@
 package s3mount
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -117,3 +119,27 @@ func PVFromFSName(source string) (string, bool) {
 	}
 	return source[len(fsNamePrefix):], true
 }
+
+// TmpRoot holds s3fs's temporary files, one directory per PV, inside the state directory (not
+// the agent container's small /tmp).
+func (l Layout) TmpRoot() string { return filepath.Join(l.Root(), "tmp") }
+
+// TmpDir is the s3fs tmpdir of one PV.
+func (l Layout) TmpDir(pvName string) string { return filepath.Join(l.TmpRoot(), pvName) }
+
+// KubeletStagingPath is where kubelet asks a STAGE_UNSTAGE driver to stage a volume:
+// <kubelet>/plugins/kubernetes.io/csi/<driver>/<sha256 hex of the volume handle>/globalmount.
+func KubeletStagingPath(kubeletDir, driver, handle string) string {
+	sum := sha256.Sum256([]byte(handle))
+	return filepath.Join(kubeletDir, "plugins", "kubernetes.io", "csi", driver, hex.EncodeToString(sum[:]), "globalmount")
+}
+
+// PluginSocket is the node plugin's socket as drivers register it with kubelet:
+// <kubelet>/plugins/<driver>/csi.sock.
+func PluginSocket(kubeletDir, driver string) string {
+	return filepath.Join(kubeletDir, "plugins", driver, "csi.sock")
+}
+
+// ReplayDir is where the replay asks the driver to stage and publish a PV before the result is
+// handed over to kubelet's paths: fresh directories no container can see.
+func (l Layout) ReplayDir(pvName string) string { return filepath.Join(l.Root(), "replay", pvName) }

@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
 
 	"github.com/pvrescue/pvrescue/internal/config"
 )
@@ -18,19 +17,17 @@ var (
 	ErrNoBucket         = errors.New("no bucket in the volume handle or attributes")
 	ErrUnsupported      = errors.New("volume attributes ask for something s3fs cannot do")
 	ErrBadOptions       = errors.New("unsupported mount options")
-	ErrNoSecretRef      = errors.New("no credentials secret referenced by the PV or its StorageClass")
+	ErrNoSecretRef      = errors.New("no credentials secret referenced by the PV")
+	ErrUnsafe           = errors.New("value refused by the allowlist")
 	ErrSecretNotFound   = errors.New("credentials secret not found")
 	ErrSecretKeyMissing = errors.New("credentials secret lacks a required key")
 	ErrS3fs             = errors.New("s3fs did not mount")
 	ErrMount            = errors.New("mount operation failed")
+	ErrReplay           = errors.New("the driver refused the replayed call")
+	ErrCannotReproduce  = errors.New("the dead mount cannot be reproduced by our s3fs")
 )
 
-// Parameter names of the CSI external-provisioner (StorageClass parameters).
 const (
-	paramNodePublishSecretName      = "csi.storage.k8s.io/node-publish-secret-name"
-	paramNodePublishSecretNamespace = "csi.storage.k8s.io/node-publish-secret-namespace"
-	paramProvisionerSecretName      = "csi.storage.k8s.io/provisioner-secret-name"
-	paramProvisionerSecretNamespace = "csi.storage.k8s.io/provisioner-secret-namespace"
 	// attrMounter is how csi-s3 style drivers choose their FUSE program; we only speak s3fs.
 	attrMounter = "mounter"
 )
@@ -70,26 +67,21 @@ func S3Driver(cfg *config.Config, pv *corev1.PersistentVolume, pvc *corev1.Persi
 	return "", false
 }
 
-// ResolveVolume reads bucket, prefix, endpoint, region, options and the secret reference from
-// the PV's volume attributes first (what the node plugin itself receives), then the
-// StorageClass parameters. sc may be nil. It is pure.
-func ResolveVolume(pv *corev1.PersistentVolume, sc *storagev1.StorageClass, p config.S3Parameters) (Volume, error) {
+// ResolveVolume reads bucket, prefix, endpoint, region and options from the PV's volume
+// attributes — exactly the volume context kubelet hands the node plugin, nothing from the
+// StorageClass — and the credentials reference from the PV (CredentialsRef). It is pure, and
+// refuses any value that does not pass the allowlists (bucket naming rules, endpoint and region
+// formats, s3fs options): such a value could smuggle options into the s3fs command line.
+func ResolveVolume(pv *corev1.PersistentVolume, p config.S3Parameters) (Volume, error) {
 	if pv == nil || pv.Spec.CSI == nil {
 		return Volume{}, ErrNotS3
 	}
 	csi := pv.Spec.CSI
-	var scParams map[string]string
-	if sc != nil {
-		scParams = sc.Parameters
-	}
 	get := func(key string) string {
 		if key == "" {
 			return ""
 		}
-		if v := csi.VolumeAttributes[key]; v != "" {
-			return v
-		}
-		return scParams[key]
+		return csi.VolumeAttributes[key]
 	}
 	v := Volume{
 		PV:       pv.Name,
@@ -99,8 +91,14 @@ func ResolveVolume(pv *corev1.PersistentVolume, sc *storagev1.StorageClass, p co
 		Region:   get(p.Region),
 		ReadOnly: csi.ReadOnly || slices.Contains(pv.Spec.MountOptions, "ro"),
 	}
-	if m := get(attrMounter); m != "" && m != "s3fs" {
-		return Volume{}, fmt.Errorf("%w: mounter %q (only s3fs can be restored)", ErrUnsupported, m)
+	prof := bridgeProfiles[csi.Driver]
+	m := get(attrMounter)
+	if m == "" && prof.defaultMounter != "s3fs" {
+		return Volume{}, fmt.Errorf("%w: %s has no %q attribute; the driver's default (%s) is not s3fs", ErrCannotReproduce,
+			pv.Name, attrMounter, orUnknown(prof.defaultMounter))
+	}
+	if m != "" && m != "s3fs" {
+		return Volume{}, fmt.Errorf("%w: mounter %q (only s3fs can be bridged)", ErrCannotReproduce, m)
 	}
 	// Common s3fs drivers use "bucket/prefix" or "bucket" as the volume handle.
 	hBucket, hPrefix, _ := strings.Cut(csi.VolumeHandle, "/")
@@ -115,50 +113,86 @@ func ResolveVolume(pv *corev1.PersistentVolume, sc *storagev1.StorageClass, p co
 		v.Prefix = hPrefix
 	}
 	v.Prefix = strings.Trim(v.Prefix, "/")
-	if v.Bucket == "" || strings.ContainsAny(v.Bucket, ":/ \n") {
+	if prof.subdir != "" && get(prof.usePrefixAttr) != "true" {
+		v.Prefix = strings.Trim(v.Prefix+"/"+prof.subdir, "/")
+	}
+	if v.Bucket == "" {
 		return Volume{}, fmt.Errorf("%w: handle %q", ErrNoBucket, csi.VolumeHandle)
+	}
+	if err := CheckBucket(v.Bucket); err != nil {
+		return Volume{}, err
+	}
+	if err := CheckPrefix(v.Prefix); err != nil {
+		return Volume{}, err
+	}
+	if err := CheckEndpoint(v.Endpoint); err != nil {
+		return Volume{}, err
+	}
+	if err := CheckRegion(v.Region); err != nil {
+		return Volume{}, err
 	}
 	opts, err := ParseOptions(get(p.MountOptions))
 	if err != nil {
 		return Volume{}, err
 	}
 	v.Options = opts
-	v.SecretRef = secretRef(pv, scParams)
-	if v.SecretRef == nil {
-		return Volume{}, ErrNoSecretRef
+	ref, err := CredentialsRef(pv)
+	if err != nil {
+		return Volume{}, err
 	}
+	v.SecretRef = ref
 	return v, nil
 }
 
-// secretRef picks the PV's nodePublishSecretRef, else the StorageClass's node-publish secret,
-// else its provisioner secret, expanding the ${pv.name}/${pvc.name}/${pvc.namespace} templates.
-func secretRef(pv *corev1.PersistentVolume, params map[string]string) *corev1.SecretReference {
-	if r := pv.Spec.CSI.NodePublishSecretRef; r != nil && r.Name != "" {
-		return r.DeepCopy()
-	}
-	expand := func(s string) string {
-		r := strings.NewReplacer("${pv.name}", pv.Name)
-		if c := pv.Spec.ClaimRef; c != nil {
-			r = strings.NewReplacer("${pv.name}", pv.Name, "${pvc.name}", c.Name, "${pvc.namespace}", c.Namespace)
-		}
-		return r.Replace(s)
-	}
-	for _, pair := range [][2]string{
-		{paramNodePublishSecretName, paramNodePublishSecretNamespace},
-		{paramProvisionerSecretName, paramProvisionerSecretNamespace},
-	} {
-		if name := params[pair[0]]; name != "" {
-			return &corev1.SecretReference{Name: expand(name), Namespace: expand(params[pair[1]])}
-		}
-	}
-	return nil
+// bridgeProfile says how a driver lays out its mount, so our s3fs reproduces it.
+type bridgeProfile struct {
+	// defaultMounter is the FUSE program the driver runs without a "mounter" attribute ("" unknown).
+	defaultMounter string
+	// subdir is appended to the prefix unless the usePrefixAttr attribute is "true".
+	subdir        string
+	usePrefixAttr string
 }
 
-// reservedOptions are s3fs options the restorer sets itself; a volume may not override them.
-var reservedOptions = []string{"passwd_file", "url", "fsname", "endpoint", "use_path_request_style"}
+// bridgeProfiles are the built-in layouts of drivers seen in the field: ru.yandex.s3.csi runs
+// geesefs unless told "mounter: s3fs"; ch.ctrox.csi.s3-driver mounts bucket:/<prefix>/csi-fs
+// unless usePrefix is set (its default mounter is not assumed). Other drivers need an explicit
+// "mounter: s3fs".
+var bridgeProfiles = map[string]bridgeProfile{
+	"ru.yandex.s3.csi":       {defaultMounter: "geesefs"},
+	"ch.ctrox.csi.s3-driver": {subdir: "csi-fs", usePrefixAttr: "usePrefix"},
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}
+
+// CredentialsRef picks the secret kubelet hands the driver for the call that starts its FUSE
+// program: the PV's nodeStageSecretRef (a staging driver mounts at NodeStageVolume with those),
+// else its nodePublishSecretRef (a driver without staging mounts at NodePublishVolume). Nothing
+// else: no StorageClass templates, no provisioner secret — kubelet would never pass those. A PV
+// with neither is reported (ErrNoSecretRef).
+func CredentialsRef(pv *corev1.PersistentVolume) (*corev1.SecretReference, error) {
+	if pv == nil || pv.Spec.CSI == nil {
+		return nil, ErrNotS3
+	}
+	for _, r := range []*corev1.SecretReference{pv.Spec.CSI.NodeStageSecretRef, pv.Spec.CSI.NodePublishSecretRef} {
+		if r == nil || r.Name == "" {
+			continue
+		}
+		if r.Namespace == "" {
+			return nil, fmt.Errorf("%w: PV %s names secret %q without a namespace", ErrNoSecretRef, pv.Name, r.Name)
+		}
+		return r.DeepCopy(), nil
+	}
+	return nil, fmt.Errorf("%w: PV %s has neither nodeStageSecretRef nor nodePublishSecretRef", ErrNoSecretRef, pv.Name)
+}
 
 // ParseOptions reads a mount-options string of the form "-o a,b -o c=d" (or "-oa") into the
-// list of s3fs -o options. Anything else is rejected rather than passed to s3fs blindly.
+// list of s3fs -o options. Every option must pass the allowlist (CheckOption); anything else is
+// rejected rather than passed to s3fs.
 func ParseOptions(s string) ([]string, error) {
 	f := strings.Fields(s)
 	var out []string
@@ -177,9 +211,8 @@ func ParseOptions(s string) ([]string, error) {
 			if o == "" {
 				continue
 			}
-			key, _, _ := strings.Cut(o, "=")
-			if slices.Contains(reservedOptions, key) {
-				return nil, fmt.Errorf("%w: %q is set by pvrescue", ErrBadOptions, key)
+			if err := CheckOption(o); err != nil {
+				return nil, err
 			}
 			out = append(out, o)
 		}
@@ -236,18 +269,19 @@ func PasswdContent(c Credentials) []byte {
 }
 
 // S3fsArgs builds the s3fs command line (without the program). s3fs runs in the foreground (-f)
-// so the agent owns and supervises it. The secret endpoint overrides the volume's.
-func S3fsArgs(v Volume, c Credentials, staging, passwdFile string) []string {
+// so the agent owns and supervises it; nosuid and nodev are always set, and its temporary files
+// go to tmpDir. The secret's endpoint and region override the volume's, and pass the same
+// allowlists; a refused value starts nothing.
+func S3fsArgs(v Volume, c Credentials, staging, passwdFile, tmpDir string) ([]string, error) {
+	if err := CheckBucket(v.Bucket); err != nil {
+		return nil, err
+	}
+	if err := CheckPrefix(v.Prefix); err != nil {
+		return nil, err
+	}
 	source := v.Bucket
 	if v.Prefix != "" {
 		source += ":/" + v.Prefix
-	}
-	args := []string{source, staging, "-f",
-		"-o", "passwd_file=" + passwdFile,
-		"-o", "fsname=" + FSName(v.PV),
-		"-o", "use_path_request_style",
-		// Containers run as any user; csi-s3 style drivers mount with allow_other too.
-		"-o", "allow_other",
 	}
 	endpoint, region := v.Endpoint, v.Region
 	if c.Endpoint != "" {
@@ -256,6 +290,22 @@ func S3fsArgs(v Volume, c Credentials, staging, passwdFile string) []string {
 	if c.Region != "" {
 		region = c.Region
 	}
+	if err := CheckEndpoint(endpoint); err != nil {
+		return nil, fmt.Errorf("%w (secret or volume attribute)", err)
+	}
+	if err := CheckRegion(region); err != nil {
+		return nil, fmt.Errorf("%w (secret or volume attribute)", err)
+	}
+	args := []string{source, staging, "-f",
+		"-o", "passwd_file=" + passwdFile,
+		"-o", "fsname=" + FSName(v.PV),
+		"-o", "use_path_request_style",
+		// Containers run as any user; csi-s3 style drivers mount with allow_other too.
+		"-o", "allow_other",
+		"-o", "nosuid",
+		"-o", "nodev",
+		"-o", "tmpdir=" + tmpDir,
+	}
 	if endpoint != "" {
 		args = append(args, "-o", "url="+endpoint)
 	}
@@ -263,9 +313,12 @@ func S3fsArgs(v Volume, c Credentials, staging, passwdFile string) []string {
 		args = append(args, "-o", "endpoint="+region)
 	}
 	for _, o := range v.Options {
+		if err := CheckOption(o); err != nil {
+			return nil, err
+		}
 		args = append(args, "-o", o)
 	}
-	return args
+	return args, nil
 }
 
 // Reason is the Event reason detail for an error of the restorer.
@@ -277,10 +330,14 @@ func Reason(err error) string {
 		{ErrSecretNotFound, "SecretNotFound"},
 		{ErrSecretKeyMissing, "SecretKeyMissing"},
 		{ErrNoSecretRef, "NoSecretRef"},
+		{ErrUnsafe, "UnsafeVolumeAttributes"},
 		{ErrNoBucket, "BadVolumeAttributes"},
 		{ErrUnsupported, "BadVolumeAttributes"},
 		{ErrBadOptions, "BadVolumeAttributes"},
 		{ErrS3fs, "S3fsFailed"},
+		{ErrCannotReproduce, "CannotReproduce"},
+		{ErrReplay, "ReplayFailed"},
+		{ErrDriverDown, "DriverDown"},
 		{ErrMount, "MountFailed"},
 	} {
 		if errors.Is(err, r.err) {

@@ -19,6 +19,7 @@ import (
 	"github.com/pvrescue/pvrescue/internal/cmdutil/kubecmd"
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/nodeagent"
+	"github.com/pvrescue/pvrescue/nodeagent/containermount"
 	"github.com/pvrescue/pvrescue/nodeagent/localdisk"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount"
 )
@@ -33,6 +34,8 @@ type Options struct {
 	Kubeconfig             string
 	MetricsBindAddress     string
 	HealthProbeBindAddress string
+	// ContainerRemount puts restored S3 mounts back into running containers (needs hostPID).
+	ContainerRemount bool
 }
 
 // NewOptions returns the defaults; the node name comes from $NODE_NAME.
@@ -41,6 +44,7 @@ func NewOptions() *Options {
 		NodeName:               os.Getenv(NodeNameEnv),
 		MetricsBindAddress:     ":8080",
 		HealthProbeBindAddress: ":8081",
+		ContainerRemount:       true,
 	}
 }
 
@@ -51,6 +55,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, else the in-cluster configuration)")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "address of /metrics (\"0\" disables)")
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "address of /healthz (\"0\" disables)")
+	fs.BoolVar(&o.ContainerRemount, "container-remount", o.ContainerRemount, "put restored S3 mounts back into running containers (needs hostPID: true on the agent pod; false turns it off)")
 }
 
 // ErrInvalidOptions is wrapped by every flag validation error.
@@ -122,20 +127,25 @@ func Run(ctx context.Context, o *Options) error {
 	defer view.Shutdown()
 	deps := nodeagent.Deps{NodeName: o.NodeName, Config: cfg, Client: client, View: view, Recorder: recorder,
 		Registerer: reg, Clock: clock.RealClock{}}
+	if o.ContainerRemount {
+		rm, err := containermount.New(deps, containermount.NewOS("/proc"), containermount.NewOptions())
+		if err != nil {
+			return err
+		}
+		deps.Remounter = rm
+	}
 
 	agent := nodeagent.New(nodeagent.Options{MetricsAddr: o.MetricsBindAddress, HealthAddr: o.HealthProbeBindAddress}, reg)
-	ld, err := localdisk.NewController(deps, localdisk.NewRealHost(cfg.StateDir), localdisk.ControllerOptions{})
+	ld, err := localdisk.New(deps, localdisk.NewRealOS(cfg.StateDir), localdisk.NewOptions())
 	if err != nil {
 		return err
 	}
 	agent.Add("localdisk", ld)
-	s3, err := s3mount.New(s3mount.Deps{
-		Client: client, NodeName: o.NodeName, Config: cfg, Recorder: recorder, Registerer: reg, OS: s3mount.NewOS(),
-	})
+	s3, err := s3mount.New(deps, s3mount.NewOS(), s3mount.NewOptions())
 	if err != nil {
 		return err
 	}
 	agent.Add("s3mount", s3)
-	log.Info("starting", "node", o.NodeName, "config", o.ConfigFile)
+	log.Info("starting", "node", o.NodeName, "config", o.ConfigFile, "containerRemount", o.ContainerRemount)
 	return agent.Run(ctx)
 }

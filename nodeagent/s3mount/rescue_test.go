@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,8 +20,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/pvrescue/pvrescue/internal/config"
+	"github.com/pvrescue/pvrescue/nodeagent"
 )
 
 const (
@@ -30,63 +33,88 @@ const (
 	testState   = "/var/lib/pvrescue"
 )
 
-// world is one unit-test node: API objects in a fake clientset, a FakeNode, and a running restorer.
+// world is one unit-test node: API objects in a FakeView, a FakeNode, a fake clock and a
+// restorer driven one Sync at a time (no sleeping, no background loop).
 type world struct {
-	t      *testing.T
-	node   *FakeNode
-	client *fake.Clientset
-	events *EventLog
-	r      *Restorer
-	stop   func()
+	t       *testing.T
+	node    *FakeNode
+	view    *FakeView
+	clock   *clocktesting.FakeClock
+	events  *EventLog
+	remount *fakeRemounter
+	csi     *FakeCSI
+	r       *Restorer
+	ctx     context.Context
 }
 
 func newWorld(t *testing.T, objs ...runtime.Object) *world {
 	t.Helper()
-	w := &world{t: t, node: NewFakeNode(), events: &EventLog{}}
-	w.client = fake.NewClientset(objs...)
+	w := &world{t: t, node: NewFakeNode(), view: NewFakeView(), events: &EventLog{},
+		clock: clocktesting.NewFakeClock(time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC))}
+	for _, o := range objs {
+		w.view.Set(o)
+	}
 	return w
+}
+
+func (w *world) deps() nodeagent.Deps {
+	cfg := config.Default()
+	cfg.KubeletDir, cfg.StateDir = testKubelet, testState
+	d := nodeagent.Deps{NodeName: testNode, Config: cfg, Client: fake.NewClientset(), View: w.view,
+		Recorder: w.events, Registerer: prometheus.NewRegistry(), Clock: w.clock}
+	if w.remount != nil {
+		d.Remounter = w.remount
+	}
+	return d
 }
 
 func (w *world) start() {
 	w.t.Helper()
-	cfg := config.Default()
-	cfg.KubeletDir, cfg.StateDir = testKubelet, testState
-	cfg.S3.CheckInterval = metav1.Duration{Duration: 20 * time.Millisecond}
-	r, err := New(Deps{Client: w.client, NodeName: testNode, Config: cfg, Recorder: w.events,
-		Registerer: prometheus.NewRegistry(), OS: w.node.OS(),
-		BackoffInitial: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond, MountTimeout: time.Second, KillGrace: time.Millisecond})
+	os := w.node.OS()
+	if w.csi != nil {
+		os.CSI = w.csi
+	}
+	r, err := New(w.deps(), os, Options{BackoffInitial: 2 * time.Second, BackoffMax: 10 * time.Second, KillGrace: time.Millisecond})
 	if err != nil {
 		w.t.Fatal(err)
 	}
 	w.r = r
-	ctx, cancel := context.WithCancel(logr.NewContext(context.Background(), testr.New(w.t)))
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	stopped := false
-	w.stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		if err := <-done; err != nil {
-			w.t.Errorf("Run: %v", err)
-		}
+	w.ctx = logr.NewContext(context.Background(), testr.New(w.t))
+	if err := r.Prepare(w.ctx); err != nil {
+		w.t.Fatal(err)
 	}
-	w.t.Cleanup(w.stop)
+	w.sync()
 }
 
-// settle lets the restorer run several checks.
-func (w *world) settle() { time.Sleep(200 * time.Millisecond) }
+// sync runs one check and waits for the restores it started.
+func (w *world) sync() {
+	w.t.Helper()
+	if err := w.r.Sync(w.ctx); err != nil {
+		w.t.Fatalf("Sync: %v", err)
+	}
+	w.r.Wait()
+}
 
+// settle runs a few checks with time passing (past any backoff).
+func (w *world) settle() {
+	for range 3 {
+		w.clock.Step(15 * time.Second)
+		w.sync()
+	}
+}
+
+// waitFor runs checks, stepping the fake clock past the backoff between them, until cond holds.
 func (w *world) waitFor(what string, cond func() bool) {
 	w.t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			w.t.Fatalf("timed out waiting for: %s", what)
+	for range 20 {
+		if cond() {
+			return
 		}
-		time.Sleep(5 * time.Millisecond)
+		w.clock.Step(15 * time.Second)
+		w.sync()
+	}
+	if !cond() {
+		w.t.Fatalf("not reached after 20 checks: %s", what)
 	}
 }
 
@@ -109,9 +137,11 @@ func secretObj(name string, data map[string]string) *corev1.Secret {
 
 var goodSecret = map[string]string{"accessKeyID": "AKUNIT", "secretAccessKey": "SKUNIT-secret", "endpoint": "http://s3.local:9000"}
 
+// storageClass names a node-publish secret that does not exist: the rescue must never use it.
 func storageClass() *storagev1.StorageClass {
 	return &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "s3"}, Provisioner: testDriver,
-		Parameters: map[string]string{paramNodePublishSecretName: "creds", paramNodePublishSecretNamespace: "default"}}
+		Parameters: map[string]string{"csi.storage.k8s.io/node-publish-secret-name": "sc-creds",
+			"csi.storage.k8s.io/node-publish-secret-namespace": "default"}}
 }
 
 func pvObj(name, driver string, readOnly bool) *corev1.PersistentVolume {
@@ -120,7 +150,9 @@ func pvObj(name, driver string, readOnly bool) *corev1.PersistentVolume {
 		Spec: corev1.PersistentVolumeSpec{
 			StorageClassName: "s3",
 			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
-				Driver: driver, VolumeHandle: "bkt/" + name, ReadOnly: readOnly}},
+				Driver: driver, VolumeHandle: "bkt/" + name, ReadOnly: readOnly,
+				VolumeAttributes:     map[string]string{"mounter": "s3fs"},
+				NodePublishSecretRef: &corev1.SecretReference{Name: "creds", Namespace: "default"}}},
 		},
 	}
 }
@@ -223,7 +255,9 @@ func TestRestorerRestoresDeadTarget(t *testing.T) {
 
 	// The staging s3fs dies: supervision notices, mounts again, binds again on top.
 	w.node.Processes()[0].Crash()
-	w.waitFor("second bind after staging death", func() bool { return len(w.node.Table().Stack(target)) == 3 })
+	w.waitFor("second bind after staging death", func() bool {
+		return len(w.node.Started()) == 2 && len(w.node.Table().Stack(target)) == 2 && w.node.OS().Statfs.Statfs(context.Background(), target, time.Second) == nil
+	})
 	if n := len(w.node.Table().Stack(staging)); n != 1 {
 		t.Errorf("staging mounts = %d, want 1 (dead one removed)", n)
 	}
@@ -231,8 +265,8 @@ func TestRestorerRestoresDeadTarget(t *testing.T) {
 		t.Errorf("target after second restore: %v", err)
 	}
 	w.settle()
-	if n := len(w.node.Table().Stack(target)); n != 3 {
-		t.Errorf("restorer kept stacking onto a healthy target: %d mounts", n)
+	if n := len(w.node.Table().Stack(target)); n != 2 {
+		t.Errorf("restorer kept stacking onto a healthy target (or left its dead bind): %d mounts", n)
 	}
 	for _, e := range w.events.Events() {
 		if strings.Contains(e.Message, "SKUNIT") {
@@ -374,13 +408,12 @@ func TestRestorerCleansUpAfterPodDeletion(t *testing.T) {
 	w.node.KillMount(target)
 	w.start()
 	w.waitFor("bind", func() bool { return len(w.node.Table().Stack(target)) == 2 })
-	if err := w.client.CoreV1().Pods("default").Delete(context.Background(), "app", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	w.view.DeletePod("default", "app")
 	l := Layout{StateDir: testState}
 	w.waitFor("bind removed, staging stopped", func() bool {
 		_, _, pw := w.node.File(l.PasswdFile("pv-a"))
-		return slices.Equal(sources(w.node.Table().Stack(target)), []string{"s3fs"}) &&
+		// Our bind and the dead driver mount under it are gone: kubelet's teardown can finish.
+		return len(w.node.Table().Stack(target)) == 0 &&
 			len(w.node.Table().Stack(l.Staging("pv-a"))) == 0 && !pw && w.node.Processes()[0].Exited()
 	})
 }
@@ -392,15 +425,10 @@ func TestRestorerTerminalPodIsGone(t *testing.T) {
 	w.node.KillMount(target)
 	w.start()
 	w.waitFor("bind", func() bool { return len(w.node.Table().Stack(target)) == 2 })
-	p, err := w.client.CoreV1().Pods("default").Get(context.Background(), "app", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := podObj("app", "uid-1", "data", false)
 	p.Status.Phase = corev1.PodSucceeded
-	if _, err := w.client.CoreV1().Pods("default").UpdateStatus(context.Background(), p, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	w.waitFor("bind removed", func() bool { return len(w.node.Table().Stack(target)) == 1 })
+	w.view.Set(p)
+	w.waitFor("bind and dead driver mount removed", func() bool { return len(w.node.Table().Stack(target)) == 0 })
 }
 
 func TestRestorerAdoptsOnStart(t *testing.T) {
@@ -432,24 +460,32 @@ func TestRestorerAdoptsOnStart(t *testing.T) {
 	}
 	// The adopted mount dies: found by the periodic check (no process to supervise) and restored.
 	w.node.KillMount(l.Staging("pv-a"))
-	w.waitFor("restore after adopted staging died", func() bool { return len(w.node.Table().Stack(target)) == 3 })
+	w.waitFor("restore after adopted staging died", func() bool {
+		return len(w.node.Started()) == 1 && w.node.OS().Statfs.Statfs(context.Background(), target, time.Second) == nil
+	})
+	if n := len(w.node.Table().Stack(target)); n != 2 {
+		t.Errorf("target stack after re-restore %d, want 2 (our dead bind removed first)", n)
+	}
 }
 
 func TestNewValidatesDeps(t *testing.T) {
-	good := Deps{Client: fake.NewClientset(), NodeName: "n", Config: config.Default(), Recorder: &EventLog{}, OS: NewFakeNode().OS()}
-	if _, err := New(good); err != nil {
+	w := newWorld(t)
+	if _, err := New(w.deps(), NewFakeNode().OS(), Options{}); err != nil {
 		t.Fatalf("New(good) = %v", err)
 	}
-	for name, mutate := range map[string]func(*Deps){
-		"no client": func(d *Deps) { d.Client = nil },
-		"no node":   func(d *Deps) { d.NodeName = "" },
-		"no config": func(d *Deps) { d.Config = nil },
-		"no events": func(d *Deps) { d.Recorder = nil },
-		"no OS":     func(d *Deps) { d.OS = OS{} },
+	for name, mutate := range map[string]func(*nodeagent.Deps, *OS, *Options){
+		"no view":         func(d *nodeagent.Deps, _ *OS, _ *Options) { d.View = nil },
+		"no node":         func(d *nodeagent.Deps, _ *OS, _ *Options) { d.NodeName = "" },
+		"no config":       func(d *nodeagent.Deps, _ *OS, _ *Options) { d.Config = nil },
+		"no events":       func(d *nodeagent.Deps, _ *OS, _ *Options) { d.Recorder = nil },
+		"no clock":        func(d *nodeagent.Deps, _ *OS, _ *Options) { d.Clock = nil },
+		"no OS":           func(_ *nodeagent.Deps, o *OS, _ *Options) { *o = OS{} },
+		"negative":        func(_ *nodeagent.Deps, _ *OS, o *Options) { o.HungAfter = -time.Second },
+		"backoff reverse": func(_ *nodeagent.Deps, _ *OS, o *Options) { o.BackoffInitial, o.BackoffMax = time.Hour, time.Second },
 	} {
-		d := good
-		mutate(&d)
-		if _, err := New(d); err == nil {
+		d, o, opts := w.deps(), NewFakeNode().OS(), Options{}
+		mutate(&d, &o, &opts)
+		if _, err := New(d, o, opts); err == nil {
 			t.Errorf("%s: New accepted it", name)
 		}
 	}
@@ -470,4 +506,16 @@ func TestRestorerKeepsStagingWhileALivePodHasItsBind(t *testing.T) {
 	if err := w.node.OS().Statfs.Statfs(context.Background(), target, time.Second); err != nil {
 		t.Errorf("target: %v", err)
 	}
+}
+
+type fakeRemounter struct {
+	mu   sync.Mutex
+	reqs []nodeagent.RemountRequest
+}
+
+func (f *fakeRemounter) RemountInContainers(_ context.Context, req nodeagent.RemountRequest) (nodeagent.RemountResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reqs = append(f.reqs, req)
+	return nodeagent.RemountResult{Fixed: []string{"app"}}, nil
 }

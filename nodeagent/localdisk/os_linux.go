@@ -9,12 +9,13 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
 
-// Lstat implements Host.
-func (h *RealHost) Lstat(path string) (PathState, error) {
+// Lstat implements OS.
+func (h *RealOS) Lstat(path string) (PathState, error) {
 	fi, err := os.Lstat(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return PathState{Kind: PathAbsent}, nil
@@ -48,8 +49,8 @@ func readTrim(path string) (string, error) {
 	return string(b), err
 }
 
-// ListLoops implements Host.
-func (h *RealHost) ListLoops() ([]Loop, error) {
+// ListLoops implements OS.
+func (h *RealOS) ListLoops() ([]Loop, error) {
 	block := filepath.Join(h.SysDir, "block")
 	ents, err := os.ReadDir(block)
 	if err != nil {
@@ -65,6 +66,9 @@ func (h *RealHost) ListLoops() ([]Loop, error) {
 		dir := filepath.Join(block, e.Name())
 		if s, err := readTrim(filepath.Join(dir, "loop", "backing_file")); err == nil {
 			l.BackingFile, l.Deleted = ParseBackingFile(s)
+		}
+		if ro, err := readTrim(filepath.Join(dir, "ro")); err == nil {
+			l.ReadOnly = strings.TrimSpace(ro) == "1"
 		}
 		if hs, err := os.ReadDir(filepath.Join(dir, "holders")); err == nil {
 			for _, x := range hs {
@@ -86,7 +90,7 @@ func (h *RealHost) ListLoops() ([]Loop, error) {
 
 // ensureLoopNode makes the kernel create loop minor and its /dev node exist (a container's /dev
 // has no udev), refusing a node that is something else.
-func (h *RealHost) ensureLoopNode(minor int) (string, error) {
+func (h *RealOS) ensureLoopNode(minor int) (string, error) {
 	ctl, err := os.OpenFile(filepath.Join(h.DevDir, "loop-control"), os.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return "", fmt.Errorf("open loop-control: %w", err)
@@ -115,7 +119,7 @@ func (h *RealHost) ensureLoopNode(minor int) (string, error) {
 	return node, nil
 }
 
-func (h *RealHost) backing(minor int) (string, bool, error) {
+func (h *RealOS) backing(minor int) (string, bool, error) {
 	s, err := readTrim(filepath.Join(h.SysDir, "block", fmt.Sprintf("loop%d", minor), "loop", "backing_file"))
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", false, nil
@@ -127,9 +131,9 @@ func (h *RealHost) backing(minor int) (string, bool, error) {
 	return p, del, nil
 }
 
-// Attach implements Host. The kernel's LOOP_SET_FD fails with EBUSY on a bound loop, so a loop
+// Attach implements OS. The kernel's LOOP_SET_FD fails with EBUSY on a bound loop, so a loop
 // bound by someone else between our listing and this call is never taken.
-func (h *RealHost) Attach(image string, minor int) error {
+func (h *RealOS) Attach(image string, minor int) error {
 	if !InDir(h.StateDir, image) {
 		return fmt.Errorf("attach %s: %w", image, ErrOutsideStateDir)
 	}
@@ -137,7 +141,9 @@ func (h *RealHost) Attach(image string, minor int) error {
 	if err != nil {
 		return err
 	}
-	img, err := os.OpenFile(image, os.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	// Read-only: the kernel marks a loop read-only when its backing file is opened without
+	// write access, so a write to the fake fails loudly (EPERM) instead of landing on the image.
+	img, err := os.OpenFile(image, os.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return fmt.Errorf("open image: %w", err)
 	}
@@ -159,8 +165,8 @@ func (h *RealHost) Attach(image string, minor int) error {
 	return nil
 }
 
-// Detach implements Host.
-func (h *RealHost) Detach(minor int) error {
+// Detach implements OS.
+func (h *RealOS) Detach(minor int) error {
 	p, _, err := h.backing(minor)
 	if err != nil {
 		return fmt.Errorf("loop%d: %w", minor, err)
@@ -187,15 +193,15 @@ func (h *RealHost) Detach(minor int) error {
 	return nil
 }
 
-func (h *RealHost) confine(path string) error {
+func (h *RealOS) confine(path string) error {
 	if !InDir(h.StateDir, path) {
 		return fmt.Errorf("%s: %w", path, ErrOutsideStateDir)
 	}
 	return nil
 }
 
-// MkdirAll implements Host.
-func (h *RealHost) MkdirAll(dir string) error {
+// MkdirAll implements OS.
+func (h *RealOS) MkdirAll(dir string) error {
 	if dir != h.StateDir {
 		if err := h.confine(dir); err != nil {
 			return err
@@ -214,8 +220,8 @@ func (h *RealHost) MkdirAll(dir string) error {
 	return os.Remove(probe)
 }
 
-// ReadDir implements Host.
-func (h *RealHost) ReadDir(dir string) ([]string, error) {
+// ReadDir implements OS.
+func (h *RealOS) ReadDir(dir string) ([]string, error) {
 	ents, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -232,12 +238,12 @@ func (h *RealHost) ReadDir(dir string) ([]string, error) {
 	return out, nil
 }
 
-// ReadFile implements Host.
-func (h *RealHost) ReadFile(path string) ([]byte, error) { return os.ReadFile(path) }
+// ReadFile implements OS.
+func (h *RealOS) ReadFile(path string) ([]byte, error) { return os.ReadFile(path) }
 
 // writeAtomic writes a new file via a temporary name, fsyncs it, renames it into place and
 // fsyncs the directory, so a crash leaves either the old or the whole new file.
-func (h *RealHost) writeAtomic(path string, fill func(*os.File) error) error {
+func (h *RealOS) writeAtomic(path string, fill func(*os.File) error) error {
 	if err := h.confine(path); err != nil {
 		return err
 	}
@@ -272,13 +278,13 @@ func (h *RealHost) writeAtomic(path string, fill func(*os.File) error) error {
 	return nil
 }
 
-// WriteFileAtomic implements Host.
-func (h *RealHost) WriteFileAtomic(path string, data []byte) error {
+// WriteFileAtomic implements OS.
+func (h *RealOS) WriteFileAtomic(path string, data []byte) error {
 	return h.writeAtomic(path, func(f *os.File) error { _, err := f.Write(data); return err })
 }
 
-// FileSize implements Host.
-func (h *RealHost) FileSize(path string) (int64, error) {
+// FileSize implements OS.
+func (h *RealOS) FileSize(path string) (int64, error) {
 	fi, err := os.Lstat(path)
 	if err != nil {
 		return 0, err
@@ -289,16 +295,16 @@ func (h *RealHost) FileSize(path string) (int64, error) {
 	return fi.Size(), nil
 }
 
-// CreateImage implements Host.
-func (h *RealHost) CreateImage(path string, size int64) error {
+// CreateImage implements OS.
+func (h *RealOS) CreateImage(path string, size int64) error {
 	return h.writeAtomic(path, func(f *os.File) error {
 		_, err := f.Write(make([]byte, size))
 		return err
 	})
 }
 
-// RemoveFile implements Host.
-func (h *RealHost) RemoveFile(path string) error {
+// RemoveFile implements OS.
+func (h *RealOS) RemoveFile(path string) error {
 	if err := h.confine(path); err != nil {
 		return err
 	}
@@ -315,9 +321,9 @@ func (h *RealHost) RemoveFile(path string) error {
 	return os.Remove(path)
 }
 
-// Symlink implements Host: the link is made under a temporary name, then renamed with
+// Symlink implements OS: the link is made under a temporary name, then renamed with
 // RENAME_NOREPLACE, so it never replaces a link or device that appeared meanwhile.
-func (h *RealHost) Symlink(target, path string) error {
+func (h *RealOS) Symlink(target, path string) error {
 	if _, err := ParseLoopLinkTarget(h.DevDir, target); err != nil {
 		return err
 	}
@@ -347,8 +353,8 @@ func (h *RealHost) Symlink(target, path string) error {
 	return nil
 }
 
-// RemoveSymlink implements Host.
-func (h *RealHost) RemoveSymlink(path, target string) error {
+// RemoveSymlink implements OS.
+func (h *RealOS) RemoveSymlink(path, target string) error {
 	t, err := os.Readlink(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil

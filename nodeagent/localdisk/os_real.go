@@ -2,9 +2,9 @@ package localdisk
 
 import "path/filepath"
 
-// RealHost is the Host of a Linux node: ioctls on /dev/loop-control and /dev/loopN, /sys/block,
+// RealOS is the OS of a Linux node: ioctls on /dev/loop-control and /dev/loopN, /sys/block,
 // and plain file operations confined to the state directory.
-type RealHost struct {
+type RealOS struct {
 	// StateDir confines every file the host writes or removes, and decides which loops are ours.
 	StateDir string
 	// DevDir holds the loop device nodes (/dev).
@@ -13,12 +13,12 @@ type RealHost struct {
 	SysDir string
 }
 
-// NewRealHost returns the host for stateDir with /dev and /sys.
-func NewRealHost(stateDir string) *RealHost {
-	return &RealHost{StateDir: filepath.Clean(stateDir), DevDir: "/dev", SysDir: "/sys"}
+// NewRealOS returns the host for stateDir with /dev and /sys.
+func NewRealOS(stateDir string) *RealOS {
+	return &RealOS{StateDir: filepath.Clean(stateDir), DevDir: "/dev", SysDir: "/sys"}
 }
 
-var _ Host = (*RealHost)(nil)
+var _ OS = (*RealOS)(nil)
 
 // tmpLinkName is the fixed temporary name used to make a link atomically; fixed so a leftover
 // from a crash is found and replaced on the next attempt.

@@ -63,6 +63,8 @@ type Loop struct {
 	BackingIsDev bool
 	BackingMajor uint32
 	BackingMinor uint32
+	// ReadOnly: /sys/block/loopN/ro is 1 (the agent attaches its fakes read-only).
+	ReadOnly bool
 	// Holders are the entries of /sys/block/loopN/holders (dm, md, ...).
 	Holders []string
 }
@@ -70,14 +72,14 @@ type Loop struct {
 // Bound reports whether the loop has a backing file.
 func (l Loop) Bound() bool { return l.BackingFile != "" }
 
-// Host is every OS effect the local-disk rescuer has. There is deliberately no way to write to a
+// OS is every OS effect the local-disk rescuer has. There is deliberately no way to write to a
 // device through it: images are plain files written before they are attached.
-type Host interface {
+type OS interface {
 	// Lstat reports what is at path; a missing path is PathAbsent with a nil error.
 	Lstat(path string) (PathState, error)
 	// ListLoops lists every loop device in /sys/block, bound or not.
 	ListLoops() ([]Loop, error)
-	// Attach binds image to loop minor, creating /dev/loopN if needed; ErrLoopBusy if it is bound.
+	// Attach binds image to loop minor read-only, creating /dev/loopN if needed; ErrLoopBusy if it is bound.
 	Attach(image string, minor int) error
 	// Detach unbinds loop minor; it refuses (ErrNotOurs) unless its backing file lies in the
 	// state directory the host was built with.

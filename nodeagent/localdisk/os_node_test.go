@@ -23,7 +23,7 @@ const nodeFirstLoop = 150
 
 type nodeEnv struct {
 	state, byID, devPath string
-	host                 *RealHost
+	host                 *RealOS
 	r                    *Reconciler
 }
 
@@ -39,7 +39,11 @@ func setupNode(t *testing.T) *nodeEnv {
 	}
 	e := &nodeEnv{state: t.TempDir(), byID: t.TempDir()}
 	e.devPath = filepath.Join(e.byID, "nvme-disk1")
-	e.host = NewRealHost(e.state)
+	// The "real disk" that udev-style links point at (a chain must end in a device to be present).
+	if err := unix.Mknod(filepath.Join(e.byID, "real-nvme0n1"), unix.S_IFBLK|0o600, int(unix.Mkdev(7, 0))); err != nil {
+		t.Fatal(err)
+	}
+	e.host = NewRealOS(e.state)
 	e.r = e.reconciler(t)
 	// Runs after detachUnder: removes the loop nodes the reconciler made for its fakes.
 	testenv.LoopNodesT(t, testenv.LoopRange{First: nodeFirstLoop, Last: nodeFirstLoop + 19})
@@ -50,7 +54,7 @@ func setupNode(t *testing.T) *nodeEnv {
 func (e *nodeEnv) reconciler(t *testing.T) *Reconciler {
 	t.Helper()
 	r, err := NewReconciler(e.host, ReconcilerOptions{
-		StateDir: e.state, DevDir: "/dev", PathPrefix: e.byID, FakeSize: 512,
+		StateDir: e.state, DevDir: "/dev", PathRoots: []string{e.byID}, LinkRoots: []string{e.byID}, FakeSize: 512,
 		FirstLoopMinor: nodeFirstLoop, LoopSearchLimit: 20,
 	}, nil)
 	if err != nil {
@@ -116,7 +120,7 @@ func sysBacking(n int) string {
 
 func (e *nodeEnv) sync(t *testing.T, present bool) VolumeStatus {
 	t.Helper()
-	vols := []Volume{{PV: "pv1", Path: e.devPath}}
+	vols := []Volume{{PV: "pv1", Path: e.devPath, MayFake: true}}
 	if !present {
 		vols = nil
 	}
@@ -147,7 +151,7 @@ func TestNodeMissingPathGetsFake(t *testing.T) {
 		t.Fatalf("backing file %q", got)
 	}
 	// Restart: a new host and reconciler re-adopt the fake without changing anything.
-	e.host = NewRealHost(e.state)
+	e.host = NewRealOS(e.state)
 	e.r = e.reconciler(t)
 	if st := e.sync(t, true); st.State != StateFaked || st.Created || st.Loop != nodeFirstLoop {
 		t.Fatalf("after restart: %+v", st)
@@ -185,7 +189,7 @@ func TestNodeForeignLoopSkipped(t *testing.T) {
 func TestNodeExistingPathNeverTouched(t *testing.T) {
 	for name, make := range map[string]func(t *testing.T, p string){
 		"foreign link": func(t *testing.T, p string) {
-			if err := os.Symlink("../../nvme0n1", p); err != nil {
+			if err := os.Symlink("real-nvme0n1", p); err != nil {
 				t.Fatal(err)
 			}
 		},
@@ -240,10 +244,10 @@ func TestNodeDiskReturnsRetiredOnceUnheld(t *testing.T) {
 	if err := os.Remove(e.devPath); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink("../../nvme0n1", e.devPath); err != nil {
+	if err := os.Symlink("real-nvme0n1", e.devPath); err != nil {
 		t.Fatal(err)
 	}
-	res := e.r.Sync(logrCtx(t), []Volume{{PV: "pv1", Path: e.devPath}}, true)
+	res := e.r.Sync(logrCtx(t), []Volume{{PV: "pv1", Path: e.devPath, MayFake: true}}, true)
 	if len(res.Retired) != 1 || !res.Retired[0].Held || res.Retired[0].Done || !res.Retired[0].DiskReturned {
 		t.Fatalf("retired %+v", res.Retired)
 	}
@@ -251,21 +255,21 @@ func TestNodeDiskReturnsRetiredOnceUnheld(t *testing.T) {
 		t.Fatal("held fake detached")
 	}
 	detachUnder(t, lockDir) // the pod is gone, kubelet releases its lock
-	res = e.r.Sync(logrCtx(t), []Volume{{PV: "pv1", Path: e.devPath}}, true)
+	res = e.r.Sync(logrCtx(t), []Volume{{PV: "pv1", Path: e.devPath, MayFake: true}}, true)
 	if len(res.Retired) != 1 || !res.Retired[0].Done {
 		t.Fatalf("retired %+v", res.Retired)
 	}
 	if sysBacking(nodeFirstLoop) != "" {
 		t.Fatal("fake not detached")
 	}
-	if l, _ := os.Readlink(e.devPath); l != "../../nvme0n1" {
+	if l, _ := os.Readlink(e.devPath); l != "real-nvme0n1" {
 		t.Fatalf("real disk link touched: %q", l)
 	}
 }
 
 // crashHost fails one operation once, like a crash between two steps.
 type crashHost struct {
-	Host
+	OS
 	op    string
 	fired bool
 }
@@ -282,57 +286,57 @@ func (c *crashHost) WriteFileAtomic(p string, b []byte) error {
 	if err := c.hit("writefile"); err != nil {
 		return err
 	}
-	return c.Host.WriteFileAtomic(p, b)
+	return c.OS.WriteFileAtomic(p, b)
 }
 
 func (c *crashHost) CreateImage(p string, n int64) error {
 	if err := c.hit("image"); err != nil {
 		return err
 	}
-	return c.Host.CreateImage(p, n)
+	return c.OS.CreateImage(p, n)
 }
 
 func (c *crashHost) Attach(p string, n int) error {
 	if err := c.hit("attach"); err != nil {
 		return err
 	}
-	return c.Host.Attach(p, n)
+	return c.OS.Attach(p, n)
 }
 
 func (c *crashHost) Symlink(tg, p string) error {
 	if err := c.hit("symlink"); err != nil {
 		return err
 	}
-	return c.Host.Symlink(tg, p)
+	return c.OS.Symlink(tg, p)
 }
 
 func (c *crashHost) Detach(n int) error {
 	if err := c.hit("detach"); err != nil {
 		return err
 	}
-	return c.Host.Detach(n)
+	return c.OS.Detach(n)
 }
 
 func (c *crashHost) RemoveFile(p string) error {
 	if err := c.hit("rm"); err != nil {
 		return err
 	}
-	return c.Host.RemoveFile(p)
+	return c.OS.RemoveFile(p)
 }
 
 func (c *crashHost) RemoveSymlink(p, tg string) error {
 	if err := c.hit("unlink"); err != nil {
 		return err
 	}
-	return c.Host.RemoveSymlink(p, tg)
+	return c.OS.RemoveSymlink(p, tg)
 }
 
 func TestNodeCrashInjection(t *testing.T) {
 	for _, op := range []string{"writefile", "image", "attach", "symlink", "unlink", "detach", "rm"} {
 		t.Run(op, func(t *testing.T) {
 			e := setupNode(t)
-			vols := []Volume{{PV: "pv1", Path: e.devPath}}
-			crash := &crashHost{Host: e.host, op: op}
+			vols := []Volume{{PV: "pv1", Path: e.devPath, MayFake: true}}
+			crash := &crashHost{OS: e.host, op: op}
 			r, _ := NewReconciler(crash, e.r.opts, nil)
 			r.Sync(logrCtx(t), vols, true)
 			r.Sync(logrCtx(t), nil, true) // and retire, crashing there when op is a retire step

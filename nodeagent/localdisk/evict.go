@@ -1,0 +1,60 @@
+package localdisk
+
+import (
+	"context"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/pvrescue/pvrescue/internal/contract"
+)
+
+// evictOnReturn: the pod asked to be evicted when the real disk returns — explicitly (the
+// restart annotation), or by its policy: a `require` pod's guard refuses the fake and its init
+// container retries forever, so only a new pod reaches the returned disk.
+func evictOnReturn(pod *corev1.Pod) bool {
+	return pod.Annotations[contract.AnnotationRestartOnDiskReturn] == "true" ||
+		pod.Annotations[contract.AnnotationFakeDevicePolicy] == contract.PolicyRequire
+}
+
+// notifyPods tells the pods of this node that use pv and started while the fake was in place to
+// restart, and evicts (Eviction API: PodDisruptionBudgets apply) those that asked for it. "Started
+// after the fake was made" is how a pod is known to run on the fake: a pod started earlier opened
+// the real disk.
+func (c *Controller) notifyPods(ctx context.Context, pv *corev1.PersistentVolume, pods []*corev1.Pod, fakeSince time.Time) {
+	log := logr.FromContextOrDiscard(ctx)
+	for _, pod := range pods {
+		if c.podsNotified[pod.UID] || pod.DeletionTimestamp != nil || terminal(pod) {
+			continue
+		}
+		if !fakeSince.IsZero() && pod.Status.StartTime != nil && pod.Status.StartTime.Time.Before(fakeSince.Add(-time.Second)) {
+			continue
+		}
+		if !evictOnReturn(pod) {
+			c.podsNotified[pod.UID] = true
+			c.deps.Recorder.Eventf(pod, corev1.EventTypeNormal, ReasonRestartPod,
+				"real disk returned for PV %s; restart the pod to use it (annotate %s=\"true\" to let pvrescue evict it)",
+				pv.Name, contract.AnnotationRestartOnDiskReturn)
+			continue
+		}
+		ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace}}
+		err := c.deps.Client.PolicyV1().Evictions(pod.Namespace).Evict(ctx, ev)
+		switch {
+		case err == nil || apierrors.IsNotFound(err):
+			c.podsNotified[pod.UID] = true
+			log.Info("evicted pod so it restarts on the real disk", "pod", pod.Namespace+"/"+pod.Name)
+			c.deps.Recorder.Eventf(pod, corev1.EventTypeNormal, ReasonEvicted,
+				"real disk returned for PV %s; evicted so the pod restarts on it", pv.Name)
+		case apierrors.IsTooManyRequests(err):
+			// A PodDisruptionBudget forbids it now: try again next pass.
+			log.Info("eviction blocked by a disruption budget; retrying", "pod", pod.Namespace+"/"+pod.Name)
+		default:
+			log.Error(err, "evict pod", "pod", pod.Namespace+"/"+pod.Name)
+			c.metrics.Errors.WithLabelValues("api").Inc()
+		}
+	}
+}

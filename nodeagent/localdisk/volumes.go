@@ -1,0 +1,126 @@
+package localdisk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/pvrescue/pvrescue/internal/contract"
+)
+
+// wanted is what one pass handles: the local block PVs used by pods on this node, plus those
+// named by the rescue's own records on disk. The agent never lists or watches all PVs.
+type wanted struct {
+	vols []Volume
+	pvs  map[string]*corev1.PersistentVolume
+	// pods are the live pods on this node using each PV; unguarded those without the guard.
+	pods      map[string][]*corev1.Pod
+	unguarded map[string][]*corev1.Pod
+	// podUIDs are every pod seen on the node (for pruning memory).
+	podUIDs map[string]bool
+}
+
+// Guarded reports whether the webhook injected the guard into pod (its status annotation).
+func Guarded(pod *corev1.Pod) bool { return pod.Annotations[contract.AnnotationStatus] != "" }
+
+func terminal(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}
+
+// collect reads the pods of this node from the view, their claims and PVs on demand, and the
+// PVs of the records. Read errors are returned joined; what could be read is still returned,
+// and a recorded PV that could not be read is kept (from its record) so it is never retired on
+// an API hiccup.
+func (c *Controller) collect(ctx context.Context, node *corev1.Node) (wanted, error) {
+	w := wanted{pvs: map[string]*corev1.PersistentVolume{}, pods: map[string][]*corev1.Pod{},
+		unguarded: map[string][]*corev1.Pod{}, podUIDs: map[string]bool{}}
+	var errs []error
+	classes := c.deps.Config.LocalBlock.StorageClasses
+	pods, err := c.deps.View.Pods().List(labels.Everything())
+	if err != nil {
+		return w, fmt.Errorf("list pods of this node: %w", err)
+	}
+	sort.Slice(pods, func(i, j int) bool { return pods[i].Namespace+"/"+pods[i].Name < pods[j].Namespace+"/"+pods[j].Name })
+	for _, pod := range pods {
+		w.podUIDs[string(pod.UID)] = true
+		if terminal(pod) || pod.DeletionTimestamp != nil {
+			continue
+		}
+		for _, v := range pod.Spec.Volumes {
+			if v.PersistentVolumeClaim == nil {
+				continue
+			}
+			pvc, err := c.deps.View.PersistentVolumeClaim(ctx, pod.Namespace, v.PersistentVolumeClaim.ClaimName)
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if pvc.Spec.VolumeName == "" {
+				continue
+			}
+			pv, err := c.deps.View.PersistentVolume(ctx, pvc.Spec.VolumeName)
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if _, ok := SelectVolume(pv, node, classes); !ok {
+				continue
+			}
+			w.pvs[pv.Name] = pv
+			w.pods[pv.Name] = append(w.pods[pv.Name], pod)
+			if !Guarded(pod) {
+				w.unguarded[pv.Name] = append(w.unguarded[pv.Name], pod)
+			}
+		}
+	}
+	for _, vol := range w.volsFromPods(node, classes) {
+		w.vols = append(w.vols, vol)
+	}
+	recs, err := c.rec.Records()
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for pvName, path := range recs {
+		if _, ok := w.pvs[pvName]; ok {
+			continue
+		}
+		pv, err := c.deps.View.PersistentVolume(ctx, pvName)
+		switch {
+		case apierrors.IsNotFound(err):
+			continue // gone: its fake is retired
+		case err != nil:
+			errs = append(errs, err)
+			if path != "" {
+				w.vols = append(w.vols, Volume{PV: pvName, Path: path})
+			}
+			continue
+		}
+		if vol, ok := SelectVolume(pv, node, classes); ok {
+			w.pvs[pv.Name] = pv
+			w.vols = append(w.vols, vol) // kept, never newly faked: no pod here needs it
+		}
+	}
+	sort.Slice(w.vols, func(i, j int) bool { return w.vols[i].PV < w.vols[j].PV })
+	return w, errors.Join(errs...)
+}
+
+func (w wanted) volsFromPods(node *corev1.Node, classes []string) map[string]Volume {
+	out := map[string]Volume{}
+	for name, pv := range w.pvs {
+		vol, _ := SelectVolume(pv, node, classes)
+		vol.MayFake = len(w.pods[name]) > 0 && len(w.unguarded[name]) == 0
+		out[name] = vol
+	}
+	return out
+}

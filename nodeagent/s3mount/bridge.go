@@ -1,0 +1,296 @@
+package s3mount
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+)
+
+// ensureStaging makes sure the PV's staging directory holds a healthy s3fs mount of ours.
+func (r *Restorer) ensureStaging(ctx context.Context, pvName string) error {
+	log := logr.FromContextOrDiscard(ctx).WithValues("pv", pvName)
+	path := r.layout.Staging(pvName)
+	table, err := r.os.Mounter.MountTable()
+	if err != nil {
+		return err
+	}
+	if table.IsMountPoint(path) {
+		if r.os.Statfs.Statfs(ctx, path, r.cfg.S3.StatfsTimeout.Duration) == nil {
+			return nil
+		}
+		// Dead staging: binds made from it keep their own reference, so it can go.
+		log.Info("staging mount is dead, mounting again", "path", path)
+		r.stopStaging(pvName, false)
+		r.unmountAll(path, table)
+	}
+	vol, creds, err := r.resolve(ctx, pvName)
+	if err != nil {
+		return err
+	}
+	passwd := r.layout.PasswdFile(pvName)
+	args, err := S3fsArgs(vol, creds, path, passwd, r.layout.TmpDir(pvName))
+	if err != nil {
+		return err // refused by the allowlists: nothing is written or started
+	}
+	for _, dir := range []string{path, r.layout.TmpDir(pvName)} {
+		if err := r.os.FS.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("%w: create %s: %w", ErrMount, dir, err)
+		}
+	}
+	if err := r.os.FS.WriteFile(passwd, PasswdContent(creds), 0o600); err != nil {
+		return fmt.Errorf("%w: write passwd file: %w", ErrMount, err)
+	}
+	log.Info("starting s3fs", "bucket", vol.Bucket, "prefix", vol.Prefix, "staging", path)
+	proc, err := r.os.Procs.Start(r.cfg.S3.S3fsPath, args)
+	if err != nil {
+		_ = r.os.FS.Remove(passwd)
+		return err
+	}
+	st := &staging{proc: proc, started: r.clk.Now()}
+	exited := make(chan struct{})
+	go func() {
+		werr := proc.Wait()
+		close(exited)
+		r.onExit(ctx, pvName, st, werr)
+	}()
+	if err := r.waitMounted(ctx, path, pvName, exited); err != nil {
+		proc.Kill(r.opts.KillGrace)
+		<-exited
+		if t, terr := r.os.Mounter.MountTable(); terr == nil {
+			r.unmountAll(path, t)
+		}
+		_ = r.os.FS.Remove(passwd)
+		out := scrub(proc.Output(), creds)
+		return fmt.Errorf("%w: %w; s3fs said: %s", ErrS3fs, err, lastLines(out, 3))
+	}
+	r.mu.Lock()
+	r.stagings[pvName] = st
+	r.mu.Unlock()
+	r.updateBridgeGauge()
+	log.Info("s3fs staging mount ready", "pid", proc.Pid(), "after", r.clk.Since(st.started))
+	return nil
+}
+
+func (r *Restorer) updateBridgeGauge() {
+	r.mu.Lock()
+	n := len(r.stagings)
+	r.mu.Unlock()
+	r.metrics.BridgesActive.Set(float64(n))
+}
+
+// waitMounted waits until our s3fs answers at path, or exits, or MountTimeout passes.
+func (r *Restorer) waitMounted(ctx context.Context, path, pvName string, exited <-chan struct{}) error {
+	deadline := r.clk.Now().Add(r.opts.MountTimeout)
+	for {
+		table, err := r.os.Mounter.MountTable()
+		if err != nil {
+			return err
+		}
+		if top, ok := table.Top(path); ok && top.Source == FSName(pvName) {
+			// s3fs checks the bucket inside FUSE init; statfs waits for that answer.
+			serr := r.os.Statfs.Statfs(ctx, path, r.opts.MountTimeout)
+			select {
+			case <-exited:
+				return errors.New("s3fs exited")
+			default:
+			}
+			if serr == nil {
+				return nil
+			}
+		}
+		select {
+		case <-exited:
+			return errors.New("s3fs exited")
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-r.clk.After(50 * time.Millisecond):
+		}
+		if r.clk.Now().After(deadline) {
+			return fmt.Errorf("not mounted after %s", r.opts.MountTimeout)
+		}
+	}
+}
+
+// onExit supervises an s3fs we started: an unexpected exit triggers a check at once, so the dead
+// binds are restored without waiting for the next tick; a quick death counts as a failure.
+func (r *Restorer) onExit(ctx context.Context, pv string, st *staging, err error) {
+	r.mu.Lock()
+	current := r.stagings[pv] == st
+	stopped := st.stopped
+	if current {
+		delete(r.stagings, pv)
+	}
+	r.mu.Unlock()
+	r.updateBridgeGauge()
+	if stopped || !current {
+		return
+	}
+	r.metrics.StagingRestarts.Inc()
+	lived := r.clk.Since(st.started)
+	logr.FromContextOrDiscard(ctx).Info("s3fs exited", "pv", pv, "err", fmt.Sprint(err), "lived", lived)
+	if lived < r.opts.QuickExit {
+		r.backoff(pv)
+	}
+	r.poke()
+}
+
+// stopStaging stops our s3fs for pv (if we own one) and forgets it.
+func (r *Restorer) stopStaging(pv string, wait bool) {
+	r.mu.Lock()
+	st := r.stagings[pv]
+	delete(r.stagings, pv)
+	if st != nil {
+		st.stopped = true
+	}
+	r.mu.Unlock()
+	r.updateBridgeGauge()
+	if st == nil || st.proc == nil {
+		return
+	}
+	if wait {
+		st.proc.Kill(r.opts.KillGrace)
+	} else {
+		go st.proc.Kill(r.opts.KillGrace)
+	}
+}
+
+// bindTarget binds the bridge's staging mount onto one dead target.
+func (r *Restorer) bindTarget(ctx context.Context, stagingPath string, t target) error {
+	dead, ro, ok, err := r.handBack(ctx, stagingPath, t)
+	if err != nil || !ok {
+		return err
+	}
+	r.restored(ctx, t, MethodBridge, ro, dead, "fresh s3fs bound over the dead mount")
+	return nil
+}
+
+// handBack puts the live mount at source on top of the dead target t. Stacks stay bounded: dead
+// mounts of ours at the target are removed first, so the target never holds more than the
+// driver's dead mount plus one live mount. ok=false (and nothing done) when the target is not
+// mounted or answers again. It returns the dead mounts running containers may still hold.
+func (r *Restorer) handBack(ctx context.Context, source string, t target) (dead []MountInfo, ro, ok bool, err error) {
+	log := logr.FromContextOrDiscard(ctx)
+	table, err := r.os.Mounter.MountTable()
+	if err != nil {
+		return nil, false, false, err
+	}
+	if !table.IsMountPoint(t.path) {
+		return nil, false, false, nil // torn down meanwhile: never mount onto a plain dir
+	}
+	serr := r.os.Statfs.Statfs(ctx, t.path, r.cfg.S3.StatfsTimeout.Duration)
+	if !IsDead(serr) && !r.hungTooLong(t.path) {
+		return nil, false, false, nil // healthy again (or unknown): never stack onto it
+	}
+	for {
+		top, found := table.Top(t.path)
+		if !found {
+			return nil, false, false, nil
+		}
+		if _, ours := PVFromFSName(top.Source); !ours && !r.isHanded(t.path, top) {
+			dead = append(dead, top)
+			break
+		}
+		// Our own dead bind: remove it before the next goes on (provably ours: our fsname, or the
+		// device we recorded when we handed the driver's mount back).
+		if err := r.os.Mounter.Unmount(t.path, true); err != nil {
+			return nil, false, false, fmt.Errorf("%w: removing our dead bind at %s: %w", ErrMount, t.path, err)
+		}
+		dead = append(dead, top)
+		log.Info("removed our dead bind before restoring", "path", t.path, "dev", top.Dev)
+		if table, err = r.os.Mounter.MountTable(); err != nil {
+			return nil, false, false, err
+		}
+	}
+	if serr := r.os.Statfs.Statfs(ctx, t.path, r.cfg.S3.StatfsTimeout.Duration); !IsDead(serr) && !r.hungTooLong(t.path) {
+		return nil, false, false, nil // what is left answers: nothing to stack
+	}
+	ro = t.readOnly
+	if top, found := table.Top(t.path); found && top.ReadOnly() {
+		ro = true
+	}
+	if err := r.os.Mounter.Bind(source, t.path, ro); err != nil {
+		return nil, false, false, err
+	}
+	if err := r.os.Statfs.Statfs(ctx, t.path, r.cfg.S3.StatfsTimeout.Duration); err != nil {
+		return nil, false, false, fmt.Errorf("%w: bind at %s does not answer: %w", ErrMount, t.path, err)
+	}
+	return dead, ro, true, nil
+}
+
+// restored records a restored target: timers, metrics, log, Event, and the container remount.
+func (r *Restorer) restored(ctx context.Context, t target, method string, ro bool, dead []MountInfo, how string) {
+	r.mu.Lock()
+	since, ok := r.deadSince[t.path]
+	delete(r.deadSince, t.path)
+	delete(r.hungSince, t.path)
+	r.mu.Unlock()
+	elapsed := r.clk.Since(since)
+	if ok {
+		r.metrics.TimeToRestore.Observe(elapsed.Seconds())
+	}
+	r.metrics.Restores.WithLabelValues(method, "success").Inc()
+	r.metrics.MountHealthy.WithLabelValues(t.pv, t.pod.Namespace, t.pod.Name).Set(1)
+	logr.FromContextOrDiscard(ctx).Info("restored S3 mount", "method", method, "pod", klogRef(t.pod), "pv", t.pv, "path", t.path,
+		"readOnly", ro, "afterDetection", elapsed)
+	r.d.Recorder.Eventf(t.pod, corev1.EventTypeNormal, EventMountRestored,
+		"S3 volume %s mounted again (%s%s)", t.pv, how, map[bool]string{true: ", read-only", false: ""}[ro])
+	r.remount(ctx, t, dead)
+}
+
+// hungTooLong reports whether path's statfs has been timing out for HungAfter.
+func (r *Restorer) hungTooLong(path string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	since, ok := r.hungSince[path]
+	return ok && r.clk.Since(since) >= r.opts.HungAfter
+}
+
+// resolve reads the PV and its credentials secret (the PV's own references only) into what s3fs
+// needs.
+func (r *Restorer) resolve(ctx context.Context, pvName string) (Volume, Credentials, error) {
+	pv, err := r.d.View.PersistentVolume(ctx, pvName)
+	if err != nil {
+		return Volume{}, Credentials{}, fmt.Errorf("get PV %s: %w", pvName, err)
+	}
+	vol, err := ResolveVolume(pv, r.cfg.S3.Parameters)
+	if err != nil {
+		return Volume{}, Credentials{}, err
+	}
+	ref := vol.SecretRef
+	secret, err := r.d.View.Secret(ctx, ref.Namespace, ref.Name)
+	if apierrors.IsNotFound(err) {
+		return Volume{}, Credentials{}, fmt.Errorf("%w: %s/%s", ErrSecretNotFound, ref.Namespace, ref.Name)
+	}
+	if err != nil {
+		return Volume{}, Credentials{}, fmt.Errorf("get secret %s/%s: %w", ref.Namespace, ref.Name, err)
+	}
+	creds, err := ParseCredentials(secret, r.cfg.S3.SecretKeys)
+	if err != nil {
+		return Volume{}, Credentials{}, err
+	}
+	return vol, creds, nil
+}
+
+// scrub removes credential values from text that may reach logs or Events.
+func scrub(s string, c Credentials) string {
+	for _, v := range []string{c.SecretAccessKey, c.AccessKeyID} {
+		if len(v) >= 3 {
+			s = strings.ReplaceAll(s, v, "<redacted>")
+		}
+	}
+	return s
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}

@@ -1,0 +1,134 @@
+package s3mount
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+
+	"github.com/go-logr/logr"
+)
+
+// cleanupTargets empties the targets of pods that are gone (deleted, or every container ended),
+// top down: first our binds, then a dead FUSE mount of a configured S3 driver left under them
+// (a driver whose NodeUnpublish unmounts only the top mount leaves it, and kubelet keeps the pod
+// until the target holds no mount). A live mount that is not ours is never touched: kubelet and
+// the driver tear it down.
+func (r *Restorer) cleanupTargets(ctx context.Context, table MountTable, live map[string]bool) {
+	log := logr.FromContextOrDiscard(ctx)
+	done := map[string]bool{}
+	for _, m := range table {
+		if done[m.MountPoint] {
+			continue
+		}
+		uid, _, ok := ParseTargetPath(r.cfg.KubeletDir, m.MountPoint)
+		if !ok || live[uid] {
+			continue
+		}
+		done[m.MountPoint] = true
+		ours, driver := r.emptyTarget(ctx, m.MountPoint, table)
+		if ours+driver > 0 {
+			log.Info("emptied the target of a gone pod", "podUID", uid, "path", m.MountPoint, "ourBinds", ours, "deadDriverMounts", driver)
+		}
+	}
+}
+
+// emptyTarget removes our mounts and dead S3-driver FUSE mounts from the top of path's stack.
+func (r *Restorer) emptyTarget(ctx context.Context, path string, table MountTable) (ours, driver int) {
+	log := logr.FromContextOrDiscard(ctx)
+	stack := table.Stack(path)
+	for i := len(stack) - 1; i >= 0; i-- {
+		top := stack[i]
+		if _, mine := PVFromFSName(top.Source); mine {
+			if err := r.os.Mounter.Unmount(path, true); err != nil {
+				log.Error(err, "removing our bind from a gone pod's target", "path", path)
+				return ours, driver
+			}
+			ours++
+			continue
+		}
+		if !r.deadDriverMount(ctx, path, top) {
+			return ours, driver
+		}
+		if err := r.os.Mounter.Unmount(path, true); err != nil {
+			log.Error(err, "removing a dead driver mount from a gone pod's target", "path", path)
+			return ours, driver
+		}
+		driver++
+	}
+	return ours, driver
+}
+
+// deadDriverMount: top, the top mount at a gone pod's target path, is a FUSE mount whose
+// filesystem is gone, of a volume kubelet recorded (vol_data.json) for a configured S3 driver.
+func (r *Restorer) deadDriverMount(ctx context.Context, path string, top MountInfo) bool {
+	if top.FSType != "fuse" && !strings.HasPrefix(top.FSType, "fuse.") {
+		return false
+	}
+	data, err := r.os.FS.ReadFile(filepath.Join(filepath.Dir(path), VolDataFile))
+	if err != nil {
+		return false
+	}
+	vd, err := ParseVolData(data)
+	if err != nil || !r.cfg.IsS3Driver(vd.DriverName) {
+		return false
+	}
+	return IsDead(r.os.Statfs.Statfs(ctx, path, r.cfg.S3.StatfsTimeout.Duration))
+}
+
+// cleanupStagings stops staging mounts no target on this node uses any more.
+func (r *Restorer) cleanupStagings(ctx context.Context, table MountTable, live map[string]bool) {
+	log := logr.FromContextOrDiscard(ctx)
+	// A bridge is used while a bind of ours is on a live pod's target (even when discovery missed
+	// the pod's volume this round: stopping s3fs would kill that pod's mount), or a restore of its
+	// PV is in flight. A bridge whose targets all moved to the driver's mount is retired.
+	used := map[string]bool{}
+	for _, m := range table {
+		pv, ours := PVFromFSName(m.Source)
+		if !ours {
+			continue
+		}
+		if uid, _, ok := ParseTargetPath(r.cfg.KubeletDir, m.MountPoint); ok && live[uid] {
+			used[pv] = true
+		}
+	}
+	candidates := map[string]bool{}
+	for _, m := range table {
+		if pv, ok := r.layout.PVFromStaging(m.MountPoint); ok {
+			candidates[pv] = true
+		}
+	}
+	r.mu.Lock()
+	for pv := range r.stagings {
+		candidates[pv] = true
+	}
+	r.mu.Unlock()
+	for pv := range candidates {
+		r.mu.Lock()
+		busy := used[pv] || r.inflight[pv]
+		r.mu.Unlock()
+		if busy {
+			continue
+		}
+		path := r.layout.Staging(pv)
+		r.stopStaging(pv, true)
+		if fresh, err := r.os.Mounter.MountTable(); err == nil {
+			r.unmountAll(path, fresh)
+		}
+		if err := r.os.FS.Remove(r.layout.PasswdFile(pv)); err != nil {
+			log.Error(err, "removing passwd file", "pv", pv)
+		}
+		r.mu.Lock()
+		delete(r.retry, pv)
+		r.mu.Unlock()
+		log.Info("stopped unused staging mount", "pv", pv, "path", path)
+	}
+}
+
+// unmountAll lazily unmounts every mount stacked at path (only used on agent-owned paths).
+func (r *Restorer) unmountAll(path string, table MountTable) {
+	for range table.Stack(path) {
+		if err := r.os.Mounter.Unmount(path, true); err != nil {
+			return
+		}
+	}
+}

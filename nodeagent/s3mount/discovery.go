@@ -1,0 +1,183 @@
+package s3mount
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"path/filepath"
+	"slices"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// target is one pod's mount of one S3 PV.
+type target struct {
+	pod         *corev1.Pod
+	pv          string
+	path        string
+	readOnly    bool
+	terminating bool
+}
+
+// discover lists this node's S3 volume targets and the UIDs of its live pods, reading PVs and
+// PVCs on demand through the node-scoped view (never a cluster-wide list).
+func (r *Restorer) discover(ctx context.Context) ([]target, map[string]bool) {
+	log := logr.FromContextOrDiscard(ctx)
+	pods, err := r.d.View.Pods().List(labels.Everything())
+	if err != nil {
+		log.Error(err, "list pods")
+		return nil, nil
+	}
+	live := map[string]bool{}
+	var out []target
+	for _, pod := range pods {
+		if pod.Spec.NodeName != r.d.NodeName || podGone(pod) {
+			continue
+		}
+		live[string(pod.UID)] = true
+		for _, vol := range pod.Spec.Volumes {
+			src := vol.PersistentVolumeClaim
+			if src == nil {
+				continue
+			}
+			pvc, err := r.d.View.PersistentVolumeClaim(ctx, pod.Namespace, src.ClaimName)
+			if err != nil || pvc.Spec.VolumeName == "" {
+				continue
+			}
+			pv, err := r.d.View.PersistentVolume(ctx, pvc.Spec.VolumeName)
+			if err != nil {
+				continue
+			}
+			if _, ok := S3Driver(r.cfg, pv, pvc); !ok {
+				continue
+			}
+			path := TargetPath(r.cfg.KubeletDir, string(pod.UID), pv.Name)
+			data, err := r.os.FS.ReadFile(filepath.Join(filepath.Dir(path), VolDataFile))
+			if err != nil {
+				if !errors.Is(err, fs.ErrNotExist) {
+					log.V(1).Info("cannot read vol_data.json", "path", path, "err", err.Error())
+				}
+				continue
+			}
+			vd, err := ParseVolData(data)
+			if err == nil {
+				err = vd.Check(pv.Name, pv.Spec.CSI.Driver, pv.Spec.CSI.VolumeHandle)
+			}
+			if err != nil {
+				log.Info("skipping volume whose vol_data.json does not match", "pod", klogRef(pod), "pv", pv.Name, "err", err.Error())
+				continue
+			}
+			ro := src.ReadOnly || pv.Spec.CSI.ReadOnly || slices.Contains(pv.Spec.MountOptions, "ro")
+			// A terminating pod keeps its mounts while its containers run, but gets no new restores.
+			out = append(out, target{pod: pod, pv: pv.Name, path: path, readOnly: ro, terminating: pod.DeletionTimestamp != nil})
+		}
+	}
+	return out, live
+}
+
+// podGone: the pod no longer runs anything that could use its volumes.
+func podGone(pod *corev1.Pod) bool {
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return true
+	}
+	if pod.DeletionTimestamp == nil {
+		return false
+	}
+	for _, cs := range append(slices.Clone(pod.Status.InitContainerStatuses), pod.Status.ContainerStatuses...) {
+		if cs.State.Terminated == nil && (cs.State.Running != nil || cs.State.Waiting != nil) {
+			return false
+		}
+	}
+	return true
+}
+
+func klogRef(pod *corev1.Pod) string { return pod.Namespace + "/" + pod.Name }
+
+// checkTarget classifies one published target, keeps its dead/hung timers and its health series.
+// A statfs timeout alone is not death: only a run of timeouts lasting HungAfter is.
+func (r *Restorer) checkTarget(ctx context.Context, t target) Health {
+	log := logr.FromContextOrDiscard(ctx)
+	serr := r.os.Statfs.Statfs(ctx, t.path, r.cfg.S3.StatfsTimeout.Duration)
+	now := r.clk.Now()
+	h := Classify(true, serr)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if errors.Is(serr, ErrTimeout) {
+		since, ok := r.hungSince[t.path]
+		if !ok {
+			r.hungSince[t.path] = now
+			since = now
+		}
+		if now.Sub(since) >= r.opts.HungAfter {
+			h = Dead
+		}
+	} else {
+		delete(r.hungSince, t.path)
+	}
+	key := healthKey{pv: t.pv, namespace: t.pod.Namespace, pod: t.pod.Name}
+	if old, ok := r.healthy[t.path]; ok && old != key {
+		r.metrics.MountHealthy.DeleteLabelValues(old.pv, old.namespace, old.pod)
+	}
+	r.healthy[t.path] = key
+	switch h {
+	case Healthy:
+		delete(r.deadSince, t.path)
+		r.metrics.MountHealthy.WithLabelValues(key.pv, key.namespace, key.pod).Set(1)
+	case Dead:
+		r.metrics.MountHealthy.WithLabelValues(key.pv, key.namespace, key.pod).Set(0)
+		if _, known := r.deadSince[t.path]; !known {
+			r.deadSince[t.path] = now
+			r.metrics.DeadFound.Inc()
+			log.Info("found dead S3 mount", "pod", klogRef(t.pod), "pv", t.pv, "path", t.path, "err", serr.Error())
+		}
+	default:
+		log.V(1).Info("cannot tell mount health yet", "path", t.path, "err", serr.Error())
+	}
+	return h
+}
+
+// pruneState forgets timers, retry state and health series of targets and PVs that are gone,
+// so memory does not grow with history.
+func (r *Restorer) pruneState(targets []target) {
+	paths := map[string]bool{}
+	pvs := map[string]bool{}
+	for _, t := range targets {
+		paths[t.path] = true
+		pvs[t.pv] = true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for p := range r.deadSince {
+		if !paths[p] {
+			delete(r.deadSince, p)
+		}
+	}
+	for p := range r.hungSince {
+		if !paths[p] {
+			delete(r.hungSince, p)
+		}
+	}
+	for p, k := range r.healthy {
+		if !paths[p] {
+			r.metrics.MountHealthy.DeleteLabelValues(k.pv, k.namespace, k.pod)
+			delete(r.healthy, p)
+		}
+	}
+	pruned := false
+	for p := range r.handed {
+		if !paths[p] {
+			delete(r.handed, p)
+			pruned = true
+		}
+	}
+	if pruned {
+		_ = r.saveHandedLocked()
+	}
+	for pv := range r.retry {
+		if !pvs[pv] && !r.inflight[pv] {
+			delete(r.retry, pv)
+		}
+	}
+}

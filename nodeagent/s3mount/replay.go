@@ -1,0 +1,220 @@
+package s3mount
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+)
+
+// Volume-context keys kubelet adds when the CSIDriver sets podInfoOnMount.
+const (
+	ctxPodName        = "csi.storage.k8s.io/pod.name"
+	ctxPodNamespace   = "csi.storage.k8s.io/pod.namespace"
+	ctxPodUID         = "csi.storage.k8s.io/pod.uid"
+	ctxServiceAccount = "csi.storage.k8s.io/serviceAccount.name"
+	ctxEphemeral      = "csi.storage.k8s.io/ephemeral"
+)
+
+// replay restores the dead targets of one PV through its own node plugin, calling what kubelet
+// called: NodeStageVolume (when the plugin stages) and NodePublishVolume per target, with the
+// PV's volume ID, capability, volume context (plus pod info when the CSIDriver asks for it) and
+// exactly the secrets kubelet passes. Each call goes to a fresh directory of ours, and the result
+// is handed over to kubelet's path (see the package doc). ErrDriverDown when the plugin does not
+// answer.
+func (r *Restorer) replay(ctx context.Context, pv *corev1.PersistentVolume, ts []target) error {
+	log := logr.FromContextOrDiscard(ctx).WithValues("pv", pv.Name, "method", MethodReplay)
+	src := pv.Spec.CSI
+	socket := PluginSocket(r.cfg.KubeletDir, src.Driver)
+	cctx, cancel := context.WithTimeout(ctx, r.opts.MountTimeout)
+	defer cancel()
+	node, err := r.os.CSI.Dial(cctx, socket)
+	if err != nil {
+		return err
+	}
+	defer node.Close()
+	stages, err := node.StageUnstage(cctx)
+	if err != nil {
+		return err
+	}
+	capability := VolumeCapability(pv)
+	replayDir := r.layout.ReplayDir(pv.Name)
+	stagingPath := ""
+	if stages {
+		stagingPath = KubeletStagingPath(r.cfg.KubeletDir, src.Driver, src.VolumeHandle)
+		if err := r.restage(cctx, node, pv, capability, stagingPath, filepath.Join(replayDir, "stage")); err != nil {
+			return err
+		}
+	}
+	var errs []error
+	for _, t := range ts {
+		fresh := filepath.Join(replayDir, string(t.pod.UID))
+		if err := r.republish(cctx, node, pv, capability, stagingPath, fresh, t); err != nil {
+			log.Error(err, "replaying NodePublishVolume", "pod", klogRef(t.pod), "path", t.path)
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// restage stages the volume again when kubelet's staging path is not live: the plugin stages at
+// a fresh directory, whose mount is then bound over kubelet's staging path (on top of the dead
+// one; no container uses that path) and the fresh directory unmounted.
+func (r *Restorer) restage(ctx context.Context, node CSINode, pv *corev1.PersistentVolume, capability *csi.VolumeCapability, stagingPath, fresh string) error {
+	table, err := r.os.Mounter.MountTable()
+	if err != nil {
+		return err
+	}
+	if table.IsMountPoint(stagingPath) && r.os.Statfs.Statfs(ctx, stagingPath, r.cfg.S3.StatfsTimeout.Duration) == nil {
+		return nil // still live: kubelet's staging is fine
+	}
+	secrets, err := r.secretData(ctx, pv.Spec.CSI.NodeStageSecretRef)
+	if err != nil {
+		return err
+	}
+	if err := r.freshDir(fresh, table); err != nil {
+		return err
+	}
+	if err := node.NodeStage(ctx, &csi.NodeStageVolumeRequest{
+		VolumeId: pv.Spec.CSI.VolumeHandle, StagingTargetPath: fresh, VolumeCapability: capability,
+		Secrets: secrets, VolumeContext: pv.Spec.CSI.VolumeAttributes,
+	}); err != nil {
+		return fmt.Errorf("%w: NodeStageVolume: %w", ErrReplay, err)
+	}
+	if err := r.os.FS.MkdirAll(stagingPath, 0o750); err != nil {
+		return fmt.Errorf("%w: create %s: %w", ErrMount, stagingPath, err)
+	}
+	if err := r.os.Mounter.Bind(fresh, stagingPath, false); err != nil {
+		return err
+	}
+	return r.os.Mounter.Unmount(fresh, true)
+}
+
+// republish publishes the volume for one pod at a fresh directory and hands it over to the
+// pod's dead target.
+func (r *Restorer) republish(ctx context.Context, node CSINode, pv *corev1.PersistentVolume, capability *csi.VolumeCapability, stagingPath, fresh string, t target) error {
+	secrets, err := r.secretData(ctx, pv.Spec.CSI.NodePublishSecretRef)
+	if err != nil {
+		return err
+	}
+	volCtx, err := r.volumeContext(ctx, pv, t.pod)
+	if err != nil {
+		return err
+	}
+	table, err := r.os.Mounter.MountTable()
+	if err != nil {
+		return err
+	}
+	if err := r.freshDir(fresh, table); err != nil {
+		return err
+	}
+	if err := node.NodePublish(ctx, publishRequest(pv, capability, stagingPath, fresh, t.readOnly, secrets, volCtx)); err != nil {
+		return fmt.Errorf("%w: NodePublishVolume: %w", ErrReplay, err)
+	}
+	dead, ro, ok, herr := r.handBack(ctx, fresh, t)
+	if herr == nil && ok {
+		if table, terr := r.os.Mounter.MountTable(); terr == nil {
+			if top, found := table.Top(t.path); found {
+				if rerr := r.recordHanded(t.path, top.Dev); rerr != nil {
+					logr.FromContextOrDiscard(ctx).Error(rerr, "recording the replayed mount", "path", t.path)
+				}
+			}
+		}
+	}
+	// The fresh directory is ours; the target (or nothing) now holds the driver's mount.
+	if uerr := r.os.Mounter.Unmount(fresh, true); uerr != nil {
+		herr = errors.Join(herr, uerr)
+	}
+	if herr != nil || !ok {
+		return herr
+	}
+	r.restored(ctx, t, MethodReplay, ro, dead, "driver "+pv.Spec.CSI.Driver+" replayed, its own mount moved over the dead one")
+	return nil
+}
+
+// freshDir makes dir an empty directory with nothing mounted (it is ours: left-overs go).
+func (r *Restorer) freshDir(dir string, table MountTable) error {
+	r.unmountAll(dir, table)
+	if err := r.os.FS.MkdirAll(dir, 0o750); err != nil {
+		return fmt.Errorf("%w: create %s: %w", ErrMount, dir, err)
+	}
+	return nil
+}
+
+// secretData reads a secret kubelet would pass (nil ref: none) as the CSI secrets map.
+func (r *Restorer) secretData(ctx context.Context, ref *corev1.SecretReference) (map[string]string, error) {
+	if ref == nil || ref.Name == "" {
+		return nil, nil
+	}
+	s, err := r.d.View.Secret(ctx, ref.Namespace, ref.Name)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s/%s: %w", ErrSecretNotFound, ref.Namespace, ref.Name, err)
+	}
+	out := make(map[string]string, len(s.Data)+len(s.StringData))
+	for k, v := range s.Data {
+		out[k] = string(v)
+	}
+	return out, nil
+}
+
+// volumeContext is the PV's volume attributes plus, when the CSIDriver sets podInfoOnMount,
+// the pod information kubelet adds.
+func (r *Restorer) volumeContext(ctx context.Context, pv *corev1.PersistentVolume, pod *corev1.Pod) (map[string]string, error) {
+	out := map[string]string{}
+	for k, v := range pv.Spec.CSI.VolumeAttributes {
+		out[k] = v
+	}
+	drv, err := r.d.View.CSIDriver(ctx, pv.Spec.CSI.Driver)
+	if apierrors.IsNotFound(err) {
+		return out, nil // no CSIDriver object: kubelet adds no pod info either
+	}
+	if err != nil {
+		// Never replay with a context that may lack what kubelet would add.
+		return nil, fmt.Errorf("%w: read CSIDriver %s: %w", ErrReplay, pv.Spec.CSI.Driver, err)
+	}
+	if drv.Spec.PodInfoOnMount != nil && *drv.Spec.PodInfoOnMount {
+		out[ctxPodName] = pod.Name
+		out[ctxPodNamespace] = pod.Namespace
+		out[ctxPodUID] = string(pod.UID)
+		out[ctxServiceAccount] = pod.Spec.ServiceAccountName
+		out[ctxEphemeral] = "false"
+	}
+	return out, nil
+}
+
+// VolumeCapability is the capability kubelet sends for a filesystem PV: its first access mode
+// mapped to the CSI one, its fsType and mount options.
+func VolumeCapability(pv *corev1.PersistentVolume) *csi.VolumeCapability {
+	mode := csi.VolumeCapability_AccessMode_UNKNOWN
+	if len(pv.Spec.AccessModes) > 0 {
+		switch pv.Spec.AccessModes[0] {
+		case corev1.ReadWriteOnce:
+			mode = csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER
+		case corev1.ReadOnlyMany:
+			mode = csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY
+		case corev1.ReadWriteMany:
+			mode = csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER
+		case corev1.ReadWriteOncePod:
+			mode = csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER
+		}
+	}
+	return &csi.VolumeCapability{
+		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{
+			FsType: pv.Spec.CSI.FSType, MountFlags: pv.Spec.MountOptions}},
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: mode},
+	}
+}
+
+// publishRequest is kubelet's NodePublishVolume request for pv at targetPath.
+func publishRequest(pv *corev1.PersistentVolume, capability *csi.VolumeCapability, stagingPath, targetPath string, ro bool,
+	secrets, volCtx map[string]string) *csi.NodePublishVolumeRequest {
+	return &csi.NodePublishVolumeRequest{
+		VolumeId: pv.Spec.CSI.VolumeHandle, StagingTargetPath: stagingPath, TargetPath: targetPath,
+		VolumeCapability: capability, Readonly: ro, Secrets: secrets, VolumeContext: volCtx,
+	}
+}

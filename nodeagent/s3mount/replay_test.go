@@ -1,0 +1,248 @@
+package s3mount
+
+import (
+	"context"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+)
+
+func replayWorld(t *testing.T, stages bool, extra ...runtime.Object) (*world, string) {
+	pv := pvObj("pv-a", testDriver, false)
+	pv.Spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}
+	pv.Spec.MountOptions = []string{"allow_other"}
+	pv.Spec.CSI.NodeStageSecretRef = &corev1.SecretReference{Name: "stage-creds", Namespace: "default"}
+	objs := append([]runtime.Object{secretObj("creds", goodSecret), secretObj("stage-creds", stageSecret),
+		pv, pvcObj("data", "pv-a"), podObj("app", "uid-1", "data", false)}, extra...)
+	w := newWorld(t, objs...)
+	w.csi = &FakeCSI{Node: w.node, Stages: stages}
+	target := w.publish("uid-1", "pv-a")
+	return w, target
+}
+
+// The driver answers: kubelet's call is replayed at a fresh directory and the driver's own mount
+// is moved over the dead target; no s3fs of ours runs.
+func TestReplayThroughTheDriver(t *testing.T) {
+	w, target := replayWorld(t, false, &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: testDriver},
+		Spec: storagev1.CSIDriverSpec{PodInfoOnMount: ptr.To(true)}})
+	w.remount = &fakeRemounter{}
+	dead, _ := w.node.Table().Top(target)
+	w.node.KillMount(target)
+	w.start()
+
+	if n := len(w.node.Started()); n != 0 {
+		t.Errorf("started %d s3fs although the driver answers", n)
+	}
+	if len(w.csi.Publish) != 1 {
+		t.Fatalf("NodePublishVolume calls: %d, want 1", len(w.csi.Publish))
+	}
+	req := w.csi.Publish[0]
+	fresh := filepath.Join(Layout{StateDir: testState}.ReplayDir("pv-a"), "uid-1")
+	want := &csi.NodePublishVolumeRequest{
+		VolumeId: "bkt/pv-a", TargetPath: fresh,
+		VolumeCapability: &csi.VolumeCapability{
+			AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{MountFlags: []string{"allow_other"}}},
+			AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER}},
+		Secrets: goodSecret,
+		VolumeContext: map[string]string{"mounter": "s3fs", ctxPodName: "app", ctxPodNamespace: "default", ctxPodUID: "uid-1",
+			ctxServiceAccount: "", ctxEphemeral: "false"},
+	}
+	if d := cmp.Diff(want.String(), req.String()); d != "" {
+		t.Errorf("NodePublishVolume request (-want +got):\n%s", d)
+	}
+	if got := w.csi.Sockets; len(got) == 0 || got[0] != filepath.Join(testKubelet, "plugins", testDriver, "csi.sock") {
+		t.Errorf("dialled %v", got)
+	}
+	stack := w.node.Table().Stack(target)
+	if got := sources(stack); !slices.Equal(got, []string{"s3fs", "s3fs"}) || stack[1].Dev == dead.Dev {
+		t.Errorf("target stack %v, want the dead driver mount + the driver's new mount", stack)
+	}
+	if w.node.Table().IsMountPoint(fresh) {
+		t.Error("fresh publish directory still mounted after the hand-back")
+	}
+	if err := w.node.OS().Statfs.Statfs(context.Background(), target, time.Second); err != nil {
+		t.Errorf("target after replay: %v", err)
+	}
+	if got := value(t, w.r.Metrics().Restores.WithLabelValues(MethodReplay, "success")); got != 1 {
+		t.Errorf("restores{replay,success} = %v", got)
+	}
+	if len(w.remount.reqs) != 1 || w.remount.reqs[0].DeadDevice != dead.Dev {
+		t.Errorf("remount requests %+v", w.remount.reqs)
+	}
+	// The restored target answers: later checks leave it alone.
+	w.settle()
+	if n := len(w.csi.Publish); n != 1 {
+		t.Errorf("republished a live target: %d calls", n)
+	}
+}
+
+// A staging driver: NodeStageVolume is replayed (stage secrets) at a fresh directory whose mount
+// is moved over kubelet's dead staging path; NodePublishVolume then uses kubelet's staging path.
+func TestReplayStagesFirst(t *testing.T) {
+	w, target := replayWorld(t, true)
+	stagingPath := KubeletStagingPath(testKubelet, testDriver, "bkt/pv-a")
+	w.node.AddMount(stagingPath, "fuse.s3fs", "s3fs")
+	w.node.KillMount(stagingPath)
+	w.node.KillMount(target)
+	w.start()
+	if len(w.csi.Staged) != 1 || len(w.csi.Publish) != 1 {
+		t.Fatalf("stage calls %d, publish calls %d; want 1 and 1", len(w.csi.Staged), len(w.csi.Publish))
+	}
+	st := w.csi.Staged[0]
+	if st.GetStagingTargetPath() != filepath.Join(Layout{StateDir: testState}.ReplayDir("pv-a"), "stage") ||
+		!cmp.Equal(st.GetSecrets(), stageSecret) || st.GetVolumeId() != "bkt/pv-a" {
+		t.Errorf("NodeStageVolume request: %v", st)
+	}
+	if got := w.csi.Publish[0].GetStagingTargetPath(); got != stagingPath {
+		t.Errorf("NodePublishVolume staging path %q, want kubelet's %q", got, stagingPath)
+	}
+	if err := w.node.OS().Statfs.Statfs(context.Background(), stagingPath, time.Second); err != nil {
+		t.Errorf("kubelet's staging path after replay: %v", err)
+	}
+	if err := w.node.OS().Statfs.Statfs(context.Background(), target, time.Second); err != nil {
+		t.Errorf("target after replay: %v", err)
+	}
+}
+
+// The driver stays down: no bridge before BridgeAfter, then our s3fs bridges.
+func TestBridgeOnlyWhileTheDriverStaysDown(t *testing.T) {
+	w, target := replayWorld(t, false)
+	w.csi.Down = true
+	w.node.KillMount(target)
+	w.start()
+	w.clock.Step(5 * time.Second)
+	w.sync()
+	if n := len(w.node.Started()); n != 0 {
+		t.Fatalf("bridged before BridgeAfter (10s): %d s3fs", n)
+	}
+	w.clock.Step(6 * time.Second)
+	w.sync()
+	if n := len(w.node.Started()); n != 1 {
+		t.Fatalf("after BridgeAfter: %d s3fs started, want 1", n)
+	}
+	if err := w.node.OS().Statfs.Statfs(context.Background(), target, time.Second); err != nil {
+		t.Errorf("target after the bridge: %v", err)
+	}
+	if got := value(t, w.r.Metrics().Restores.WithLabelValues(MethodReplay, "failure")); got < 2 {
+		t.Errorf("restores{replay,failure} = %v, want >= 2", got)
+	}
+}
+
+// A dead mount that is not fuse.s3fs is reported, never bridged.
+func TestNoBridgeForAMountWeCannotReproduce(t *testing.T) {
+	w := newWorld(t, standard(false)...)
+	target := TargetPath(testKubelet, "uid-1", "pv-a")
+	w.publish("uid-1", "pv-a")
+	_ = w.node.OS().Mounter.Unmount(target, false)
+	w.node.AddMount(target, "fuse.geesefs", "geesefs")
+	w.node.KillMount(target)
+	w.start()
+	w.settle()
+	if n := len(w.node.Started()); n != 0 {
+		t.Errorf("bridged a geesefs mount with s3fs")
+	}
+	if n := w.events.Count("app", corev1.EventTypeWarning, EventMountRestoreFailed, "CannotReproduce:"); n == 0 {
+		t.Errorf("not reported; events %+v", w.events.Events())
+	}
+}
+
+var stageSecret = map[string]string{"accessKeyID": "AKSTAGE", "secretAccessKey": "SKSTAGE-secret"}
+
+// The driver's FUSE process dies three times in a row (once across an agent restart): restored
+// through the driver each time, and the target never holds more than the first dead mount plus
+// one live one — the dead mounts we handed back are recognised by their recorded device.
+func TestReplayStackStaysBounded(t *testing.T) {
+	w, target := replayWorld(t, false)
+	w.node.KillMount(target)
+	w.start()
+	for i := 0; i < 3; i++ {
+		if i == 2 { // a new agent: the record of handed-back mounts is read from the state dir
+			w.start()
+		}
+		w.node.KillMount(target)
+		w.clock.Step(time.Second)
+		w.sync()
+		if err := w.node.OS().Statfs.Statfs(context.Background(), target, time.Second); err != nil {
+			t.Fatalf("after death %d: target %v", i+1, err)
+		}
+		if n := len(w.node.Table().Stack(target)); n != 2 {
+			t.Errorf("after death %d: %d mounts at the target, want 2", i+1, n)
+		}
+	}
+	if n := len(w.csi.Publish); n != 4 {
+		t.Errorf("NodePublishVolume calls %d, want 4", n)
+	}
+	if n := len(w.node.Started()); n != 0 {
+		t.Errorf("started %d s3fs of ours", n)
+	}
+}
+
+// Plugin kept down → the bridge restores; plugin back → the volume moves to the driver's own
+// mount and the bridge is retired (its s3fs stopped), the stack still the dead mount + one live.
+func TestBridgeRetiredWhenTheDriverAnswersAgain(t *testing.T) {
+	w, target := replayWorld(t, false)
+	w.csi.Down = true
+	w.node.KillMount(target)
+	w.start()
+	w.clock.Step(11 * time.Second)
+	w.sync()
+	if top, _ := w.node.Table().Top(target); top.Source != FSName("pv-a") {
+		t.Fatalf("not bridged: top %+v", top)
+	}
+	w.csi.Down = false
+	w.clock.Step(2 * time.Second)
+	w.sync() // the driver answers: swap
+	w.sync() // the bridge has no bind left: retired
+	stack := w.node.Table().Stack(target)
+	if got := sources(stack); !slices.Equal(got, []string{"s3fs", "s3fs"}) {
+		t.Errorf("target stack %v, want the dead driver mount + the driver's new mount", got)
+	}
+	if err := w.node.OS().Statfs.Statfs(context.Background(), target, time.Second); err != nil {
+		t.Errorf("target after the swap: %v", err)
+	}
+	if p := w.node.Processes(); len(p) != 1 || !p[0].Exited() {
+		t.Errorf("bridge s3fs not stopped after the swap")
+	}
+	if got := value(t, w.r.Metrics().BridgesActive); got != 0 {
+		t.Errorf("bridges_active = %v, want 0", got)
+	}
+	if w.node.Table().IsMountPoint(Layout{StateDir: testState}.Staging("pv-a")) {
+		t.Error("bridge staging mount left")
+	}
+}
+
+// Our bridge dies while the driver is still down: bridged again at once, without a second
+// BridgeAfter wait.
+func TestRebridgeWithoutWaitingAgain(t *testing.T) {
+	w, target := replayWorld(t, false)
+	w.csi.Down = true
+	w.node.KillMount(target)
+	w.start()
+	w.clock.Step(11 * time.Second)
+	w.sync()
+	if n := len(w.node.Started()); n != 1 {
+		t.Fatalf("first bridge: %d s3fs", n)
+	}
+	w.clock.Step(11 * time.Second) // past the crash-loop window
+	w.node.Processes()[0].Crash()
+	w.clock.Step(time.Second)
+	w.sync()
+	if n := len(w.node.Started()); n != 2 {
+		t.Fatalf("after our bridge died: %d s3fs started, want 2 (no second wait)", n)
+	}
+	if err := w.node.OS().Statfs.Statfs(context.Background(), target, time.Second); err != nil {
+		t.Errorf("target: %v", err)
+	}
+	if n := len(w.node.Table().Stack(target)); n != 2 {
+		t.Errorf("stack %d, want 2", n)
+	}
+}

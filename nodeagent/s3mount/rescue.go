@@ -1,0 +1,302 @@
+package s3mount
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/utils/clock"
+
+	"github.com/pvrescue/pvrescue/internal/config"
+	"github.com/pvrescue/pvrescue/nodeagent"
+)
+
+// Event reasons on the pod.
+const (
+	EventMountRestored      = "MountRestored"
+	EventMountRestoreFailed = "MountRestoreFailed"
+	EventContainersRemount  = "ContainersRemounted"
+)
+
+// credsTmpfsSize bounds the tmpfs holding passwd files (a few hundred bytes each).
+const credsTmpfsSize = 1 << 20
+
+// Options tune the rescue; NewOptions gives the defaults.
+type Options struct {
+	// BackoffInitial and BackoffMax bound the wait between failed restores of one PV.
+	BackoffInitial time.Duration
+	BackoffMax     time.Duration
+	// MountTimeout bounds the wait for a started s3fs to answer at its staging directory
+	// (s3fs retries an unreachable endpoint for about 20s before giving up).
+	MountTimeout time.Duration
+	// KillGrace is how long a stopped s3fs gets between SIGTERM and SIGKILL.
+	KillGrace time.Duration
+	// HungAfter: a target whose statfs keeps timing out for this long counts as dead. A single
+	// timeout is a slow but live s3fs, which must not get a second writer.
+	HungAfter time.Duration
+	// QuickExit: an s3fs of ours that exits sooner than this after its start counts as a
+	// failed restore (backoff).
+	QuickExit time.Duration
+}
+
+// NewOptions returns the defaults.
+func NewOptions() Options {
+	return Options{
+		BackoffInitial: 2 * time.Second,
+		BackoffMax:     2 * time.Minute,
+		MountTimeout:   60 * time.Second,
+		KillGrace:      5 * time.Second,
+		HungAfter:      30 * time.Second,
+		QuickExit:      10 * time.Second,
+	}
+}
+
+// withDefaults fills zero fields from NewOptions.
+func (o Options) withDefaults() Options {
+	d := NewOptions()
+	for _, f := range []struct{ v, def *time.Duration }{
+		{&o.BackoffInitial, &d.BackoffInitial}, {&o.BackoffMax, &d.BackoffMax},
+		{&o.MountTimeout, &d.MountTimeout}, {&o.KillGrace, &d.KillGrace},
+		{&o.HungAfter, &d.HungAfter}, {&o.QuickExit, &d.QuickExit},
+	} {
+		if *f.v == 0 {
+			*f.v = *f.def
+		}
+	}
+	return o
+}
+
+// Validate reports nonsensical tuning.
+func (o Options) Validate() error {
+	var errs []error
+	for name, v := range map[string]time.Duration{"BackoffInitial": o.BackoffInitial, "BackoffMax": o.BackoffMax,
+		"MountTimeout": o.MountTimeout, "KillGrace": o.KillGrace, "HungAfter": o.HungAfter, "QuickExit": o.QuickExit} {
+		if v < 0 {
+			errs = append(errs, fmt.Errorf("s3mount: Options.%s must not be negative, got %s", name, v))
+		}
+	}
+	if o.BackoffMax > 0 && o.BackoffInitial > o.BackoffMax {
+		errs = append(errs, fmt.Errorf("s3mount: Options.BackoffInitial (%s) exceeds BackoffMax (%s)", o.BackoffInitial, o.BackoffMax))
+	}
+	return errors.Join(errs...)
+}
+
+// Restorer finds dead FUSE mounts of this node's S3 pods and restores them.
+type Restorer struct {
+	d       nodeagent.Deps
+	os      OS
+	opts    Options
+	cfg     *config.Config
+	clk     clock.WithTicker
+	layout  Layout
+	metrics *Metrics
+
+	kick chan struct{}
+	wg   sync.WaitGroup
+
+	mu        sync.Mutex
+	stagings  map[string]*staging    // by PV
+	retry     map[string]*retryState // by PV
+	inflight  map[string]bool        // by PV
+	deadSince map[string]time.Time   // by target path
+	hungSince map[string]time.Time   // by target path: first statfs timeout of a run of them
+	healthy   map[string]healthKey   // by target path: the pvrescue_s3_mount_healthy series
+	handed    map[string]string      // by target path: device of the mount a replay handed back
+}
+
+type healthKey struct{ pv, namespace, pod string }
+
+type staging struct {
+	proc    Process // nil when adopted from an earlier agent
+	started time.Time
+	stopped bool // we stopped it on purpose; its exit is not a failure
+}
+
+type retryState struct {
+	failures int
+	next     time.Time
+}
+
+// New checks the dependencies and registers for pod changes on deps.View; Run does the work.
+func New(deps nodeagent.Deps, os OS, opts Options) (*Restorer, error) {
+	if err := deps.Validate(); err != nil {
+		return nil, err
+	}
+	if os.Mounter == nil || os.Procs == nil || os.Statfs == nil || os.FS == nil {
+		return nil, errors.New("s3mount: OS must have every implementation set")
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts = opts.withDefaults()
+	m, err := NewMetrics(deps.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("s3mount: %w", err)
+	}
+	r := &Restorer{
+		d: deps, os: os, opts: opts, cfg: deps.Config, clk: deps.Clock,
+		layout: Layout{StateDir: deps.Config.StateDir}, metrics: m,
+		kick:      make(chan struct{}, 1),
+		stagings:  map[string]*staging{},
+		retry:     map[string]*retryState{},
+		inflight:  map[string]bool{},
+		deadSince: map[string]time.Time{},
+		hungSince: map[string]time.Time{},
+		healthy:   map[string]healthKey{},
+		handed:    map[string]string{},
+	}
+	deps.View.OnPodChange(r.poke)
+	return r, nil
+}
+
+// Metrics returns the rescue's metrics (for tests and the agent's status page).
+func (r *Restorer) Metrics() *Metrics { return r.metrics }
+
+func (r *Restorer) poke() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Run checks the mounts at start, on every pod change and every CheckInterval until ctx ends.
+// The s3fs processes it started keep running after it returns: they serve pods, and the next
+// agent re-adopts them.
+func (r *Restorer) Run(ctx context.Context) error {
+	log := logr.FromContextOrDiscard(ctx).WithName("s3mount")
+	ctx = logr.NewContext(ctx, log)
+	if err := r.Prepare(ctx); err != nil {
+		return err
+	}
+	log.Info("watching S3 volume mounts", "node", r.d.NodeName, "interval", r.cfg.S3.CheckInterval.Duration)
+	tick := r.clk.NewTicker(r.cfg.S3.CheckInterval.Duration)
+	defer tick.Stop()
+	for {
+		if err := r.Sync(ctx); err != nil {
+			log.Error(err, "checking S3 volume mounts")
+		}
+		select {
+		case <-ctx.Done():
+			r.wg.Wait()
+			return nil
+		case <-tick.C():
+		case <-r.kick:
+		}
+	}
+}
+
+// Prepare creates the state directories and the credentials tmpfs, and re-adopts the staging
+// mounts an earlier agent left. Run calls it; tests driving Sync call it once first.
+func (r *Restorer) Prepare(ctx context.Context) error {
+	for _, dir := range []string{r.layout.StagingRoot(), r.layout.CredsDir(), r.layout.TmpRoot()} {
+		if err := r.os.FS.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("s3mount: create %s: %w", dir, err)
+		}
+	}
+	table, err := r.os.Mounter.MountTable()
+	if err != nil {
+		return fmt.Errorf("s3mount: %w", err)
+	}
+	if top, ok := table.Top(r.layout.CredsDir()); !ok || top.FSType != "tmpfs" {
+		if err := r.os.Mounter.MountTmpfs(r.layout.CredsDir(), credsTmpfsSize); err != nil {
+			return fmt.Errorf("s3mount: credentials tmpfs: %w", err)
+		}
+		logr.FromContextOrDiscard(ctx).V(1).Info("mounted tmpfs for credentials", "path", r.layout.CredsDir())
+	}
+	if err := r.loadHanded(); err != nil {
+		logr.FromContextOrDiscard(ctx).Error(err, "reading the record of replayed mounts; starting empty")
+	}
+	if err := r.adopt(ctx); err != nil {
+		logr.FromContextOrDiscard(ctx).Error(err, "re-adopting staging mounts")
+	}
+	return nil
+}
+
+// adopt takes over the healthy staging mounts an earlier agent left and drops the dead ones.
+func (r *Restorer) adopt(ctx context.Context) error {
+	log := logr.FromContextOrDiscard(ctx)
+	table, err := r.os.Mounter.MountTable()
+	if err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	for _, m := range table {
+		pv, ok := r.layout.PVFromStaging(m.MountPoint)
+		if !ok || seen[pv] {
+			continue
+		}
+		seen[pv] = true
+		if err := r.os.Statfs.Statfs(ctx, m.MountPoint, r.cfg.S3.StatfsTimeout.Duration); err == nil {
+			r.mu.Lock()
+			r.stagings[pv] = &staging{started: r.clk.Now()}
+			r.mu.Unlock()
+			log.Info("re-adopted healthy staging mount", "pv", pv, "path", m.MountPoint)
+			continue
+		}
+		log.Info("dropping dead staging mount left by an earlier agent", "pv", pv, "path", m.MountPoint)
+		r.unmountAll(m.MountPoint, table)
+	}
+	r.updateBridgeGauge()
+	return nil
+}
+
+// Wait blocks until every restore started by Sync has finished (tests; Run does it on exit).
+func (r *Restorer) Wait() { r.wg.Wait() }
+
+// Sync runs one check: find dead targets, start restores, clean up after gone pods.
+func (r *Restorer) Sync(ctx context.Context) error {
+	table, err := r.os.Mounter.MountTable()
+	if err != nil {
+		return err
+	}
+	targets, live := r.discover(ctx)
+	needs := map[string][]target{}
+	for _, t := range targets {
+		if t.terminating || !table.IsMountPoint(t.path) {
+			continue // kubelet has not published it (or tore it down): not ours to create
+		}
+		if r.checkTarget(ctx, t) == Dead {
+			needs[t.pv] = append(needs[t.pv], t)
+		}
+	}
+	r.startRestores(ctx, needs)
+	r.startRetires(ctx, r.bridgedTargets(table, targets))
+	if live == nil {
+		return nil // pod listing failed: do not mistake every pod for gone
+	}
+	r.pruneState(targets)
+	r.cleanupTargets(ctx, table, live)
+	r.cleanupStagings(ctx, table, live)
+	return nil
+}
+
+// startRestores starts one restore per PV that is not in flight or backing off.
+func (r *Restorer) startRestores(ctx context.Context, needs map[string][]target) {
+	pvs := make([]string, 0, len(needs))
+	for pv := range needs {
+		pvs = append(pvs, pv)
+	}
+	sort.Strings(pvs)
+	now := r.clk.Now()
+	for _, pv := range pvs {
+		r.mu.Lock()
+		rs := r.retry[pv]
+		busy := r.inflight[pv] || (rs != nil && now.Before(rs.next))
+		if !busy {
+			r.inflight[pv] = true
+		}
+		r.mu.Unlock()
+		if busy {
+			continue
+		}
+		r.wg.Add(1)
+		go func(pv string, ts []target) {
+			defer r.wg.Done()
+			r.restore(ctx, pv, ts)
+		}(pv, needs[pv])
+	}
+}

@@ -1,0 +1,193 @@
+package s3mount
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/pvrescue/pvrescue/nodeagent"
+)
+
+// restore brings back one PV's dead targets: through its own driver when the driver may be
+// replayed and answers (primary), else — once the targets have been dead for BridgeAfter — with
+// our own s3fs bridge, when the dead mount is one our s3fs can reproduce.
+func (r *Restorer) restore(ctx context.Context, pvName string, ts []target) {
+	log := logr.FromContextOrDiscard(ctx).WithValues("pv", pvName)
+	defer func() {
+		r.mu.Lock()
+		delete(r.inflight, pvName)
+		r.mu.Unlock()
+	}()
+	pv, err := r.d.View.PersistentVolume(ctx, pvName)
+	if err != nil || pv.Spec.CSI == nil {
+		err = fmt.Errorf("get PV %s: %w", pvName, errors.Join(err, ErrNotS3))
+		r.failed(ts, err)
+		r.backoff(pvName)
+		return
+	}
+	if r.os.CSI != nil && r.cfg.MayReplay(pv.Spec.CSI.Driver) {
+		rerr := r.replay(ctx, pv, ts)
+		if rerr == nil {
+			r.mu.Lock()
+			delete(r.retry, pvName)
+			r.mu.Unlock()
+			return
+		}
+		r.metrics.Restores.WithLabelValues(MethodReplay, "failure").Inc()
+		if !errors.Is(rerr, ErrDriverDown) {
+			log.Error(rerr, "replay through the driver failed", "reason", Reason(rerr))
+			r.failed(ts, rerr)
+		} else {
+			log.V(1).Info("driver does not answer", "err", rerr.Error())
+		}
+		if wait := r.bridgeWait(ts); wait > 0 {
+			log.V(1).Info("waiting for the driver before bridging", "wait", wait)
+			if !errors.Is(rerr, ErrDriverDown) {
+				r.backoff(pvName)
+			}
+			return
+		}
+	}
+	var bridgeable []target
+	for _, t := range ts {
+		if berr := r.bridgeable(t); berr != nil {
+			r.metrics.Restores.WithLabelValues(MethodBridge, "failure").Inc()
+			r.failed([]target{t}, berr)
+			err = errors.Join(err, berr)
+			continue
+		}
+		bridgeable = append(bridgeable, t)
+	}
+	if len(bridgeable) == 0 {
+		r.backoff(pvName)
+		return
+	}
+	stagingPath := r.layout.Staging(pvName)
+	if serr := r.ensureStaging(ctx, pvName); serr != nil {
+		log.Error(serr, "restore failed", "reason", Reason(serr))
+		r.metrics.Restores.WithLabelValues(MethodBridge, "failure").Inc()
+		r.failed(bridgeable, serr)
+		r.backoff(pvName)
+		return
+	}
+	for _, t := range bridgeable {
+		if berr := r.bindTarget(ctx, stagingPath, t); berr != nil {
+			err = errors.Join(err, berr)
+			r.metrics.Restores.WithLabelValues(MethodBridge, "failure").Inc()
+			r.failed([]target{t}, berr)
+		}
+	}
+	if err != nil {
+		r.backoff(pvName)
+		return
+	}
+	r.mu.Lock()
+	delete(r.retry, pvName)
+	r.mu.Unlock()
+}
+
+// bridgeWait is how much longer the targets must stay dead before a bridge (0: now). A target
+// whose top mount is our own dead bridge is bridged again at once: its driver was already found
+// down, and waiting again would only lengthen the outage.
+func (r *Restorer) bridgeWait(ts []target) time.Duration {
+	after := r.cfg.S3.BridgeAfter.Duration
+	if table, err := r.os.Mounter.MountTable(); err == nil {
+		for _, t := range ts {
+			if top, ok := table.Top(t.path); ok {
+				if _, ours := PVFromFSName(top.Source); ours {
+					return 0
+				}
+			}
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var wait time.Duration
+	for _, t := range ts {
+		since, ok := r.deadSince[t.path]
+		if !ok {
+			continue
+		}
+		wait = max(wait, after-r.clk.Since(since))
+	}
+	return wait
+}
+
+// bridgeable: our s3fs can stand in only for a dead fuse.s3fs mount of the driver.
+func (r *Restorer) bridgeable(t target) error {
+	table, err := r.os.Mounter.MountTable()
+	if err != nil {
+		return err
+	}
+	stack := table.Stack(t.path)
+	for i := len(stack) - 1; i >= 0; i-- {
+		if _, ours := PVFromFSName(stack[i].Source); ours {
+			continue
+		}
+		if stack[i].FSType != "fuse.s3fs" {
+			return fmt.Errorf("%w: the driver's dead mount is %q, not fuse.s3fs", ErrCannotReproduce, stack[i].FSType)
+		}
+		return nil
+	}
+	return nil
+}
+
+func (r *Restorer) failed(ts []target, err error) {
+	reason := Reason(err)
+	r.metrics.Failures.WithLabelValues(reason).Inc()
+	for _, t := range ts {
+		r.d.Recorder.Eventf(t.pod, corev1.EventTypeWarning, EventMountRestoreFailed,
+			"%s: restoring S3 volume %s: %v", reason, t.pv, err)
+	}
+}
+
+func (r *Restorer) backoff(pv string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rs := r.retry[pv]
+	if rs == nil {
+		rs = &retryState{}
+		r.retry[pv] = rs
+	}
+	rs.failures++
+	wait := r.opts.BackoffInitial
+	for i := 1; i < rs.failures && wait < r.opts.BackoffMax; i++ {
+		wait *= 2
+	}
+	wait = min(wait, r.opts.BackoffMax)
+	rs.next = r.clk.Now().Add(wait)
+}
+
+// remount asks the container remounter (when configured) to move the pod's running containers
+// from each dead mount onto the live one at the target, and reports the result.
+func (r *Restorer) remount(ctx context.Context, t target, dead []MountInfo) {
+	if r.d.Remounter == nil {
+		return
+	}
+	log := logr.FromContextOrDiscard(ctx)
+	for _, m := range dead {
+		res, err := r.d.Remounter.RemountInContainers(ctx, nodeagent.RemountRequest{
+			Pod: t.pod, DeadDevice: m.Dev, DeadRoot: m.Root, LivePath: t.path,
+		})
+		if err != nil {
+			log.Error(err, "remounting in containers", "pod", klogRef(t.pod), "pv", t.pv, "deadDevice", m.Dev)
+			r.d.Recorder.Eventf(t.pod, corev1.EventTypeWarning, EventContainersRemount,
+				"S3 volume %s: could not put the restored mount into running containers: %v", t.pv, err)
+			continue
+		}
+		log.Info("remounted in containers", "pod", klogRef(t.pod), "pv", t.pv, "deadDevice", m.Dev,
+			"fixed", res.Fixed, "failed", len(res.Failed), "untouched", res.Untouched)
+		if len(res.Fixed) > 0 || len(res.Failed) > 0 {
+			typ := corev1.EventTypeNormal
+			if len(res.Failed) > 0 {
+				typ = corev1.EventTypeWarning
+			}
+			r.d.Recorder.Eventf(t.pod, typ, EventContainersRemount,
+				"S3 volume %s: restored mount put into %d container(s), %d failed", t.pv, len(res.Fixed), len(res.Failed))
+		}
+	}
+}

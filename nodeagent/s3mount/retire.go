@@ -1,0 +1,152 @@
+package s3mount
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// bridgedTargets returns, by PV, the live targets whose top mount is our bridge, for PVs whose
+// driver may be replayed: when that driver answers again, the volume moves to its mount.
+func (r *Restorer) bridgedTargets(table MountTable, targets []target) map[string][]target {
+	if r.os.CSI == nil {
+		return nil
+	}
+	out := map[string][]target{}
+	for _, t := range targets {
+		if t.terminating {
+			continue
+		}
+		top, ok := table.Top(t.path)
+		if !ok {
+			continue
+		}
+		if pv, ours := PVFromFSName(top.Source); ours && pv == t.pv {
+			out[t.pv] = append(out[t.pv], t)
+		}
+	}
+	return out
+}
+
+// startRetires starts one retire per bridged PV that is not busy.
+func (r *Restorer) startRetires(ctx context.Context, bridged map[string][]target) {
+	for pv, ts := range bridged {
+		r.mu.Lock()
+		busy := r.inflight[pv]
+		if !busy {
+			r.inflight[pv] = true
+		}
+		r.mu.Unlock()
+		if busy {
+			continue
+		}
+		r.wg.Add(1)
+		go func(pv string, ts []target) {
+			defer r.wg.Done()
+			defer func() {
+				r.mu.Lock()
+				delete(r.inflight, pv)
+				r.mu.Unlock()
+			}()
+			r.retire(ctx, pv, ts)
+		}(pv, ts)
+	}
+}
+
+// retire moves bridged targets to the driver's own mount once the driver answers: the driver
+// publishes at a fresh directory, then our bind at the target is replaced by the driver's mount
+// (unmount ours, bind the driver's — the dead driver mount stays below throughout, so a reader
+// sees at worst ENOTCONN for that instant, never the bare directory). The bridge's s3fs stops
+// when no target holds its bind any more (cleanupStagings).
+func (r *Restorer) retire(ctx context.Context, pvName string, ts []target) {
+	log := logr.FromContextOrDiscard(ctx).WithValues("pv", pvName)
+	pv, err := r.d.View.PersistentVolume(ctx, pvName)
+	if err != nil || pv.Spec.CSI == nil || !r.cfg.MayReplay(pv.Spec.CSI.Driver) {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, r.opts.MountTimeout)
+	defer cancel()
+	node, err := r.os.CSI.Dial(cctx, PluginSocket(r.cfg.KubeletDir, pv.Spec.CSI.Driver))
+	if err != nil {
+		return
+	}
+	defer node.Close()
+	stages, err := node.StageUnstage(cctx)
+	if err != nil {
+		return // still down: the bridge stays
+	}
+	capability := VolumeCapability(pv)
+	stagingPath := ""
+	if stages {
+		stagingPath = KubeletStagingPath(r.cfg.KubeletDir, pv.Spec.CSI.Driver, pv.Spec.CSI.VolumeHandle)
+		if err := r.restage(cctx, node, pv, capability, stagingPath, filepath.Join(r.layout.ReplayDir(pvName), "stage")); err != nil {
+			log.Error(err, "driver answers, but staging again failed; the bridge stays")
+			return
+		}
+	}
+	for _, t := range ts {
+		if err := r.swap(cctx, node, pv, stagingPath, t); err != nil {
+			log.Error(err, "moving a bridged target to the driver's mount; the bridge stays", "path", t.path)
+			r.metrics.Restores.WithLabelValues(MethodReplay, "failure").Inc()
+		}
+	}
+}
+
+// swap publishes at a fresh directory and replaces our bridge bind at t by the driver's mount.
+func (r *Restorer) swap(ctx context.Context, node CSINode, pv *corev1.PersistentVolume, stagingPath string, t target) error {
+	secrets, err := r.secretData(ctx, pv.Spec.CSI.NodePublishSecretRef)
+	if err != nil {
+		return err
+	}
+	volCtx, err := r.volumeContext(ctx, pv, t.pod)
+	if err != nil {
+		return err
+	}
+	table, err := r.os.Mounter.MountTable()
+	if err != nil {
+		return err
+	}
+	fresh := filepath.Join(r.layout.ReplayDir(pv.Name), string(t.pod.UID))
+	if err := r.freshDir(fresh, table); err != nil {
+		return err
+	}
+	if err := node.NodePublish(ctx, publishRequest(pv, VolumeCapability(pv), stagingPath, fresh, t.readOnly, secrets, volCtx)); err != nil {
+		return fmt.Errorf("%w: NodePublishVolume: %w", ErrReplay, err)
+	}
+	defer func() { _ = r.os.Mounter.Unmount(fresh, true) }()
+	if table, err = r.os.Mounter.MountTable(); err != nil {
+		return err
+	}
+	stack := table.Stack(t.path)
+	if len(stack) < 2 {
+		return errors.New("target no longer holds our bridge over the driver's mount")
+	}
+	ourBind := stack[len(stack)-1]
+	if pv2, ours := PVFromFSName(ourBind.Source); !ours || pv2 != pv.Name {
+		return errors.New("target's top mount is no longer our bridge")
+	}
+	ro := t.readOnly || ourBind.ReadOnly()
+	if err := r.os.Mounter.Unmount(t.path, false); err != nil {
+		return fmt.Errorf("%w: removing our bridge bind at %s: %w", ErrMount, t.path, err)
+	}
+	if err := r.os.Mounter.Bind(fresh, t.path, ro); err != nil {
+		// Put the bridge back rather than leave the dead mount on top.
+		_ = r.os.Mounter.Bind(r.layout.Staging(pv.Name), t.path, ro)
+		return err
+	}
+	if table, err = r.os.Mounter.MountTable(); err == nil {
+		if top, ok := table.Top(t.path); ok {
+			_ = r.recordHanded(t.path, top.Dev)
+		}
+	}
+	var dead []MountInfo
+	if len(stack) >= 2 {
+		dead = append(dead, stack[len(stack)-2], ourBind)
+	}
+	r.restored(ctx, t, MethodReplay, ro, dead, "driver "+pv.Spec.CSI.Driver+" answers again: moved to its own mount, bridge retired")
+	return nil
+}

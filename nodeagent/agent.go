@@ -1,6 +1,3 @@
-// Package nodeagent is the per-node agent: a set of runnables (the local-disk rescuer, the s3fs
-// restorer) sharing one Kubernetes client, event recorder and metrics registry, with /healthz
-// and /metrics servers.
 package nodeagent
 
 import (

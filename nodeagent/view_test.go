@@ -218,3 +218,32 @@ func TestStripManagedFieldsDropsLastApplied(t *testing.T) {
 		t.Fatalf("after strip: managedFields %v, annotations %v", p.ManagedFields, p.Annotations)
 	}
 }
+
+// An unbound claim is served but kept only for NotFoundTTL, so its binding is seen promptly; a
+// bound one is kept for the TTL.
+func TestKubeViewKeepsUnboundClaimsBriefly(t *testing.T) {
+	cs := fake.NewClientset(
+		&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pending"}},
+		&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "bound"}, Spec: corev1.PersistentVolumeClaimSpec{VolumeName: "pv1"}},
+	)
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	v, err := NewKubeView(cs, "n1", clk, ViewOptions{TTL: time.Hour, NotFoundTTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, name := range []string{"pending", "bound"} {
+		if _, err := v.PersistentVolumeClaim(ctx, "ns", name); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	clk.Step(6 * time.Second)
+	for _, name := range []string{"pending", "bound"} {
+		if _, err := v.PersistentVolumeClaim(ctx, "ns", name); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	if n := countGets(cs, "persistentvolumeclaims"); n != 3 {
+		t.Fatalf("GETs = %d, want 3 (the unbound claim read again after NotFoundTTL, the bound one cached)", n)
+	}
+}

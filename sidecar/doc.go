@@ -10,7 +10,9 @@
 //
 //	pvrescue-sidecar guard --device /dev/data1=claimA --device /dev/data2=claimB \
 //	    --policy filter|require --out /pvrescue --fake-size 512 [--termination-log /dev/termination-log]
-//	    Measures each block device (BLKGETSIZE64); a device of exactly --fake-size bytes is fake.
+//	    Measures each block device from sysfs (/sys/dev/block/MAJ:MIN/size, 512-byte sectors) —
+//	    no open of the node, so it works as any user (the helper image runs as 65532 and device
+//	    nodes are root:disk 0660); a device of exactly --fake-size bytes is fake.
 //	    Writes /pvrescue/devices.json (schema: Report) and /pvrescue/dev/<basename> symlinks to the
 //	    real devices only, and a one-line summary to the termination log and stdout. Devices that
 //	    cannot be measured (missing node, not a block device, size 0) are recorded with an error
@@ -25,6 +27,11 @@
 //	    PID, signals and exit code are the command's. A missing devices.json means no guard ran:
 //	    it just execs. Problems (unreadable report, node that cannot be removed) go to stderr and
 //	    never stop the command. Exit 127 when CMD is not found, 126 when it cannot be executed.
+//	    Non-root containers: the wrapper cannot unlink a node in the container's root-owned /dev
+//	    (EACCES). It then says so on stderr, points at /pvrescue/dev (the filtered view, real
+//	    devices only) and runs the command anyway: the app must open its devices through the
+//	    filtered view or read devices.json to tell the fake. The fake cannot harm it: the agent
+//	    attaches it read-only, and its node (root 0660) is not even openable by a non-root user.
 //
 //	pvrescue-sidecar probe --timeout 3s /mnt/a /mnt/b
 //	    statfs on every path concurrently, all bounded by one timeout; prints "PATH: ok" or

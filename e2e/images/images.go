@@ -110,8 +110,18 @@ func Layer(files []File) (v1.Layer, error) {
 // epoch keeps layers reproducible: the same files give the same digest.
 var epoch = time.Unix(0, 0)
 
-// Build makes a linux/amd64 image from one layer of files.
+// HelperUser is the user the published helper image runs as (distroless "nonroot"); the e2e
+// helper image must run as it too, or root hides permission problems (device nodes are
+// root:disk 0660).
+const HelperUser = "65532:65532"
+
+// Build makes a linux/amd64 image from one layer of files, running as root.
 func Build(files []File, entrypoint, cmd []string) (v1.Image, error) {
+	return BuildAs(files, entrypoint, cmd, "")
+}
+
+// BuildAs is Build with the image's user set (e.g. HelperUser; "" leaves it unset: root).
+func BuildAs(files []File, entrypoint, cmd []string, user string) (v1.Image, error) {
 	l, err := Layer(files)
 	if err != nil {
 		return nil, err
@@ -126,7 +136,7 @@ func Build(files []File, entrypoint, cmd []string) (v1.Image, error) {
 	}
 	cf = cf.DeepCopy()
 	cf.Architecture, cf.OS = "amd64", "linux"
-	cf.Config.Entrypoint, cf.Config.Cmd = entrypoint, cmd
+	cf.Config.Entrypoint, cf.Config.Cmd, cf.Config.User = entrypoint, cmd, user
 	cf.Config.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 	return mutate.ConfigFile(img, cf)
 }

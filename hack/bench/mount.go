@@ -141,10 +141,12 @@ func lostMount(ctx context.Context, o *Options, s *Section) error {
 	if err != nil {
 		return err
 	}
-	if err := view.Start(ctx); err != nil {
+	vctx, stopView := context.WithCancel(ctx)
+	if err := view.Start(vctx); err != nil {
+		stopView()
 		return err
 	}
-	defer view.Shutdown()
+	defer func() { stopView(); view.Shutdown() }() // Shutdown waits for Start's context to end
 	deps := nodeagent.Deps{NodeName: s3Node, Config: cfg, Client: cs, View: view, Recorder: rec,
 		Registerer: reg, Clock: clock.RealClock{}}
 	r, err := s3mount.New(deps, s3mount.NewOS(), s3mount.NewOptions())

@@ -174,7 +174,7 @@ func scale(ctx context.Context, o *Options, s *Section) error {
 			rssVerdict, Ratio(float64(big.maxRSS), float64(base.maxRSS)), cpuVerdict, Ratio(big.cpu, base.cpu), lwVerdict),
 		fmt.Sprintf("Own-node objects created in %s, the other nodes' %d PVs + %d PVCs in %s. Each agent settled for %s after start, then /proc/<pid>/stat (utime+stime, USER_HZ %d) and /proc/<pid>/status (VmRSS) were read every second for %s; it was then stopped.",
 			seedTook.Round(time.Second), o.ScaleOthers, o.ScaleOthers, othersTook.Round(time.Second), scaleSettle, clockTicks, o.ScaleSample),
-		"Requests: the delta of the apiserver's own apiserver_request_total (its /metrics, by verb and resource) from just before the agent started to just after it stopped; the bench makes no other requests meanwhile and envtest runs no controllers, so they are the agent's. All non-zero in the large run: "+strings.Join(all, ", ")+".",
+		"Requests: the delta of the apiserver's own apiserver_request_total (its /metrics, by verb and resource) from just before the agent started to just after it stopped; the bench makes no other requests meanwhile and envtest runs no controllers, so they are the agent's, apart from the apiserver's own upkeep (leases, endpoints, openapi). All non-zero in the large run: "+strings.Join(all, ", ")+".",
 		"Note: "+s3+".",
 		fmt.Sprintf("The agent runs with the shipped defaults (local-disk resync %s, S3 check interval %s); idle CPU is mostly those periodic passes over every watched volume.", cfg.LocalBlock.ResyncPeriod.Duration, cfg.S3.CheckInterval.Duration))
 	return nil

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -63,6 +64,12 @@ type LocalBlock struct {
 	ResyncPeriod metav1.Duration `json:"resyncPeriod"`
 	// MissingWarningAfter raises a warning Event when a path stays missing this long.
 	MissingWarningAfter metav1.Duration `json:"missingWarningAfter"`
+	// PathRoots: a PV's spec.local.path must lie under one of them (kernel device names such as
+	// /dev/sdb are also accepted: followed, never faked).
+	PathRoots []string `json:"pathRoots"`
+	// LinkRoots: the agent puts a fake link only at a missing path under one of them (udev's
+	// stable-name directories); admins' links elsewhere are never changed.
+	LinkRoots []string `json:"linkRoots"`
 }
 
 // S3 configures the restoration of s3fs mounts.
@@ -170,6 +177,8 @@ func Default() *Config {
 			NodeLabel:           "pvrescue.io/fake-devices",
 			ResyncPeriod:        metav1.Duration{Duration: 10 * time.Second},
 			MissingWarningAfter: metav1.Duration{Duration: 10 * time.Minute},
+			PathRoots:           []string{"/dev/disk", "/mnt/disks", "/mnt/fast-disks"},
+			LinkRoots:           []string{"/dev/disk/by-id", "/dev/disk/by-path", "/dev/disk/by-uuid"},
 		},
 		S3: S3{
 			Drivers:          []string{"ru.yandex.s3.csi", "ch.ctrox.csi.s3-driver", "csi-s3"},
@@ -288,6 +297,16 @@ func (c *Config) Validate() error {
 	}
 	if c.LocalBlock.ResyncPeriod.Duration < time.Second {
 		add("localBlock.resyncPeriod: must be at least 1s, got %s", c.LocalBlock.ResyncPeriod.Duration)
+	}
+	if len(c.LocalBlock.LinkRoots) == 0 {
+		add("localBlock.linkRoots: must name at least one directory")
+	}
+	for name, roots := range map[string][]string{"pathRoots": c.LocalBlock.PathRoots, "linkRoots": c.LocalBlock.LinkRoots} {
+		for i, d := range roots {
+			if !filepath.IsAbs(d) || filepath.Clean(d) != d || d == "/" {
+				add("localBlock.%s[%d]: %q must be an absolute, clean directory other than /", name, i, d)
+			}
+		}
 	}
 	if c.LocalBlock.MissingWarningAfter.Duration <= 0 {
 		add("localBlock.missingWarningAfter: must be positive, got %s", c.LocalBlock.MissingWarningAfter.Duration)

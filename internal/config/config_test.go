@@ -88,6 +88,7 @@ kubeletDir: relative/path
 			wantErr: []string{"s3.probe.statfsTimeout"},
 		},
 		{name: "empty local class list", yaml: "apiVersion: pvrescue.io/v1alpha1\nkind: Config\nlocalBlock:\n  storageClasses: []\n", wantErr: []string{"localBlock.storageClasses: must name at least one"}},
+		{name: "bad local roots", yaml: "apiVersion: pvrescue.io/v1alpha1\nkind: Config\nlocalBlock:\n  pathRoots: [\"mnt/disks\"]\n  linkRoots: []\n", wantErr: []string{"localBlock.pathRoots[0]", "localBlock.linkRoots: must name"}},
 		{name: "bad duration", yaml: "apiVersion: pvrescue.io/v1alpha1\nkind: Config\nlocalBlock:\n  resyncPeriod: soon\n", wantErr: []string{"decode"}},
 	}
 	for _, tt := range tests {

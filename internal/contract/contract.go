@@ -12,7 +12,8 @@ const (
 	LabelInjectEnabled   = "enabled"
 	LabelInjectOptOutVal = "false"
 
-	// AnnotationStatus records, as JSON, what the webhook did to the pod (see webhook.Injection).
+	// AnnotationStatus records, as JSON, what the webhook did to the pod and what it skipped, with
+	// reasons (see webhook.Injection).
 	AnnotationStatus = Prefix + "status"
 	// AnnotationFakeDevicePolicy is "filter" (default) or "require" (fail the pod when a device is fake).
 	AnnotationFakeDevicePolicy = Prefix + "fake-device-policy"

@@ -65,6 +65,12 @@ func New(deps nodeagent.Deps, os OS, opts Options) (*Controller, error) {
 	if err := deps.Validate(); err != nil {
 		return nil, err
 	}
+	if len(opts.PathRoots) == 0 {
+		opts.PathRoots = deps.Config.LocalBlock.PathRoots
+	}
+	if len(opts.LinkRoots) == 0 {
+		opts.LinkRoots = deps.Config.LocalBlock.LinkRoots
+	}
 	opts = opts.withDefaults()
 	if err := opts.Validate(); err != nil {
 		return nil, err

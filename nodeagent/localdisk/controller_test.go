@@ -430,7 +430,7 @@ func TestControllerWarnsWhenMissingTooLong(t *testing.T) {
 }
 
 func TestOptionsValidate(t *testing.T) {
-	if err := NewOptions().Validate(); err != nil {
+	if err := NewOptions().withDefaults().Validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
 	for name, o := range map[string]Options{

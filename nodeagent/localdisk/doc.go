@@ -1,15 +1,33 @@
-// Package localdisk makes pods with a lost local block disk startable: when the path of a Bound
-// local block PV of this node is absent, it links a 512-byte fake loop device there, and retires
-// it once the real disk is back and nothing holds the fake.
+// Package localdisk makes pods with a lost local block disk startable: when the link chain of a
+// Bound local block PV used by a guarded pod on this node dangles, it links a 512-byte read-only
+// fake loop device at the chain's first missing component, and retires it once the real disk is
+// back and nothing holds the fake.
 //
 // Split: Reconciler (one idempotent pass over the OS, no memory between passes), OS (every OS
-// effect; RealOS on Linux, FakeOS for tests), Controller (informers, fsnotify, resync,
-// Events, PV annotation, Node condition, eviction, metrics).
+// effect; RealOS on Linux, FakeOS for tests, which records safety violations), Controller
+// (New(deps, os, opts); volumes.go reads this node's pods from deps.View and
+// their PVC/PV on demand plus the PVs of the records — never all PVs; report.go Events, PV
+// annotation and metrics; nodestatus.go the Node condition; evict.go evictions).
+//
+// Paths: spec.local.path must lie under Options.PathRoots (default /dev/disk, /mnt/disks,
+// /mnt/fast-disks) or be a kernel name (/dev/sdb), which is followed but never faked. The chain is
+// followed link by link; the first missing component gets the fake only under
+// Options.LinkRoots (default /dev/disk/by-{id,path,uuid}): an admin's link in a discovery
+// directory (local-static-provisioner's /mnt/fast-disks/<name>) is never changed.
 //
 // Ownership: everything the agent makes lives in <stateDir>/localdisk: <pv>.json (written first,
-// removed last) and <pv>.img. A loop is ours only if its backing file is in that directory; a
-// link is ours only if its content is exactly /dev/loopN for such a loop. Links are made with
-// RENAME_NOREPLACE and never replace anything.
+// removed last; it names the PV path and the link made) and <pv>.img. A loop is ours only if its
+// backing file is in that directory. A link is ours if its content is /dev/loopN for such a loop,
+// or — when someone detached or rebound the loop — if it points into our loop range and its
+// record names it: such a stale link is removed (never counted as a returned disk), and a minor
+// a recorded link still points at is never given to another fake. A link of our range that no
+// record names is not provably ours and is left alone. Links are made with RENAME_NOREPLACE and
+// never replace anything. A PV whose path changed has its old link removed.
+//
+// Guard gating: a new fake is made only when every pod on this node using the PV carries the
+// webhook's status annotation (the guard filters the fake); an unguarded pod is named in an
+// Event and kubelet's error stays. A `require` pod is evicted (Eviction API, PDBs respected) when
+// the disk returns, as is a pod with the restart annotation.
 //
 // Known limits: a link is removed after re-reading it, not atomically with the check (udev
 // replacing it in that instant would lose its link until its next event); a loop held only by

@@ -9,10 +9,11 @@ import (
 
 // Options tune the rescue beyond the shared config.
 type Options struct {
-	// PathRoots: PV paths must lie under one of them (default DefaultPathRoots); kernel device
-	// names are followed but never faked.
+	// PathRoots: PV paths must lie under one of them (default: the config's localBlock.pathRoots,
+	// else DefaultPathRoots); kernel device names are followed but never faked.
 	PathRoots []string
-	// LinkRoots: fake links are only made under them (default DefaultLinkRoots).
+	// LinkRoots: fake links are only made under them (default: the config's
+	// localBlock.linkRoots, else DefaultLinkRoots).
 	LinkRoots []string
 	// DevDir holds the loop nodes (default /dev).
 	DevDir string
@@ -22,22 +23,19 @@ type Options struct {
 	HeartbeatPeriod time.Duration
 }
 
-// NewOptions returns the defaults.
+// NewOptions returns the defaults (the roots are left empty: New takes them from the config).
 func NewOptions() Options {
-	return Options{
-		PathRoots: DefaultPathRoots, LinkRoots: DefaultLinkRoots, DevDir: "/dev",
-		LoopSearchLimit: 256, HeartbeatPeriod: 5 * time.Minute,
-	}
+	return Options{DevDir: "/dev", LoopSearchLimit: 256, HeartbeatPeriod: 5 * time.Minute}
 }
 
 // withDefaults fills zero fields from NewOptions.
 func (o Options) withDefaults() Options {
 	d := NewOptions()
 	if len(o.PathRoots) == 0 {
-		o.PathRoots = d.PathRoots
+		o.PathRoots = DefaultPathRoots
 	}
 	if len(o.LinkRoots) == 0 {
-		o.LinkRoots = d.LinkRoots
+		o.LinkRoots = DefaultLinkRoots
 	}
 	if o.DevDir == "" {
 		o.DevDir = d.DevDir

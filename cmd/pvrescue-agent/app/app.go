@@ -109,6 +109,11 @@ func Run(ctx context.Context, o *Options) error {
 	if err != nil {
 		return fmt.Errorf("kubernetes client config: %w", err)
 	}
+	// kubelet's client defaults (kubeAPIQPS 50, burst 100): the view reads each volume of the
+	// node by name, and client-go's 5 QPS made the first pass over 700 volumes take minutes.
+	if rc.QPS == 0 {
+		rc.QPS, rc.Burst = 50, 100
+	}
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return fmt.Errorf("kubernetes client: %w", err)

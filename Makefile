@@ -48,7 +48,7 @@ docker-build: ## Build the container images with docker or podman (needs a runni
 test: deps lint unit integration node e2e ## Run every test layer (unit, integration, node, e2e).
 
 .PHONY: unit
-unit: ## Fast unit tests: pure functions and fakes, no root, no cluster.
+unit: monitoring-deps ## Fast unit tests: pure functions and fakes, no root, no cluster (promtool checks the alert rules).
 	$(GO) test $(GOTEST_FLAGS) ./...
 
 .PHONY: integration

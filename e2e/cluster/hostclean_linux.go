@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pvrescue/pvrescue/internal/config"
+	"github.com/pvrescue/pvrescue/internal/testenv"
 )
 
 // Host cleanup: everything a cluster (or a crashed run, from its work dir alone) leaves on the
@@ -222,32 +223,42 @@ func recordLoops(path string) error {
 	return os.WriteFile(path, []byte(strings.Join(lines, "\n")), 0o644)
 }
 
-// agentLoopNodes lists the /dev/loopN nodes in the agent's range (config firstLoopMinor and the
-// next 31), which the agent makes with mknod for its fakes.
-func agentLoopNodes() []string {
+// suiteLoopRanges are where the suite's loop devices are made: the agent's fakes (config
+// firstLoopMinor and the next 31) and the suite's disks (testenv.TestLoops).
+func suiteLoopRanges() []testenv.LoopRange {
 	first := config.Default().LocalBlock.FirstLoopMinor
+	return []testenv.LoopRange{{First: first, Last: first + 31}, testenv.TestLoops}
+}
+
+// agentLoopNodes lists the /dev/loopN nodes in the suite's ranges.
+func agentLoopNodes() []string {
 	var out []string
-	for n := first; n < first+32; n++ {
-		if p := fmt.Sprintf("/dev/loop%d", n); exists(p) {
-			out = append(out, p)
+	for _, r := range suiteLoopRanges() {
+		for n := r.First; n <= r.Last; n++ {
+			if p := testenv.LoopDevPath(n); exists(p) {
+				out = append(out, p)
+			}
 		}
 	}
 	return out
 }
 
-// removeNewLoopNodes removes the agent-range loop nodes that appeared since Up and are detached.
+// removeNewLoopNodes removes the loop devices in the suite's ranges that appeared since Up and
+// are detached: their nodes and their kernel devices (a node-less kernel device would be taken
+// by the next `losetup --find`, which then fails).
 func removeNewLoopNodes(beforeFile string) {
 	b, err := os.ReadFile(beforeFile)
 	if err != nil {
 		return
 	}
-	attached := attachedLoops()
-	for _, n := range agentLoopNodes() {
-		if !strings.Contains(string(b), "node "+n+"\n") && !strings.HasSuffix(string(b), "node "+n) {
-			if _, busy := attached[n]; !busy {
-				_ = os.Remove(n)
-			}
+	before := map[string]bool{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if n, ok := strings.CutPrefix(line, "node "); ok {
+			before[n] = true
 		}
+	}
+	for _, r := range suiteLoopRanges() {
+		_, _ = testenv.RemoveLoopNodes(r, func(minor int) bool { return before[testenv.LoopDevPath(minor)] })
 	}
 }
 

@@ -35,6 +35,7 @@ build: ## Build the webhook, agent and (static) helper binaries into bin/.
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/pvrescue-webhook ./cmd/pvrescue-webhook
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/pvrescue-agent ./cmd/pvrescue-agent
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/pvrescue-sidecar ./cmd/pvrescue-sidecar
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/kubectl-pvrescue ./cmd/kubectl-pvrescue
 
 .PHONY: docker-build
 docker-build: ## Build the container images with docker or podman (needs a running engine).
@@ -139,8 +140,8 @@ node-deps: ## Install host packages and kernel modules the node tests need, when
 	hack/install-deps.sh node
 
 .PHONY: e2e-deps
-e2e-deps: ## Install host packages and kernel modules the e2e suite needs, when missing.
-	hack/install-deps.sh node e2e
+e2e-deps: ## Install host packages and kernel modules the e2e suite needs (Prometheus included), when missing.
+	hack/install-deps.sh node e2e monitoring
 
 .PHONY: monitoring-deps
 monitoring-deps: ## Install promtool (Debian prometheus) for the alert-rule tests, when missing.

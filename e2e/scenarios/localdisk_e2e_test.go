@@ -30,7 +30,9 @@ import (
 const (
 	localNS   = "e2e-local"
 	diskSize  = 16 << 20
-	firstDisk = 201 // /dev/loop201..203: clear of the agent's fakes (config firstLoopMinor 101)
+	// /dev/loop401..403 (testenv.TestLoops): outside the agent's loop range (101 + loopSearchLimit),
+	// where a recorded link to a loop counts as the agent's own stale fake.
+	firstDisk = 401
 )
 
 func localClass() string { return config.Default().LocalBlock.StorageClasses[0] }

@@ -8,13 +8,15 @@ import (
 	"testing"
 )
 
-// Loop device numbers: the agent uses 101 and up (config.LocalBlock.FirstLoopMinor), so tests and
-// tools attach their own devices in ranges of their own, far above it.
+// Loop device numbers: the agent owns 101 up to 101+loopSearchLimit (256 by default: 101–356), and
+// a link it recorded that points into that range counts as its own (stale) link. Tests and tools
+// therefore attach their "real" disks in ranges above it, or the agent would take a returning test
+// disk for one of its stale fakes.
 var (
-	// TestLoops is the range node tests attach their loop devices in.
-	TestLoops = LoopRange{First: 200, Last: 299}
+	// TestLoops is the range node tests and the e2e suite attach their loop devices in.
+	TestLoops = LoopRange{First: 400, Last: 499}
 	// BenchLoops is the range hack/bench attaches its loop devices in.
-	BenchLoops = LoopRange{First: 340, Last: 369}
+	BenchLoops = LoopRange{First: 500, Last: 529}
 )
 
 // LoopMajor is the block major number of loop devices.

@@ -28,8 +28,8 @@ import (
 )
 
 const (
-	localNS   = "e2e-local"
-	diskSize  = 16 << 20
+	localNS  = "e2e-local"
+	diskSize = 16 << 20
 	// /dev/loop401..403 (testenv.TestLoops): outside the agent's loop range (101 + loopSearchLimit),
 	// where a recorded link to a loop counts as the agent's own stale fake.
 	firstDisk = 401

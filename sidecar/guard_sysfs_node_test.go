@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pvrescue/pvrescue/internal/testenv"
 )
 
 // sysfsLoopMinor is this test's own loop number (outside the agent's and other tests' ranges).
@@ -29,6 +31,9 @@ func attachTestLoopMode(t *testing.T, image string, minor, mode int) string {
 	if os.Geteuid() != 0 {
 		t.Fatal("needs root (loop devices): run under sudo, as CI does")
 	}
+	// Registered first, so it runs after the detach below: removes the node and the kernel
+	// device LOOP_CTL_ADD made (devtmpfs recreates a removed node while the device exists).
+	testenv.LoopNodesT(t, testenv.LoopRange{First: minor, Last: minor})
 	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR, 0)
 	if err != nil {
 		t.Fatalf("/dev/loop-control: %v (modprobe loop)", err)

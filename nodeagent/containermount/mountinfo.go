@@ -6,6 +6,8 @@ import (
 	"path"
 	"strconv"
 	"strings"
+
+	"github.com/pvrescue/pvrescue/internal/mountinfo"
 )
 
 // ErrMountInfo is wrapped by every mountinfo parse error.
@@ -80,12 +82,12 @@ func ParseMountInfoLine(line string) (Mount, error) {
 		ID:         id,
 		ParentID:   parent,
 		Dev:        f[2],
-		Root:       unescapeOctal(f[3]),
-		MountPoint: unescapeOctal(f[4]),
+		Root:       mountinfo.Unescape(f[3]),
+		MountPoint: mountinfo.Unescape(f[4]),
 		Options:    strings.Split(f[5], ","),
 		Optional:   append([]string(nil), f[6:sep]...),
 		FSType:     f[sep+1],
-		Source:     unescapeOctal(f[sep+2]),
+		Source:     mountinfo.Unescape(f[sep+2]),
 	}, nil
 }
 
@@ -98,25 +100,6 @@ func validDev(s string) bool {
 	_, err1 := strconv.ParseUint(maj, 10, 32)
 	_, err2 := strconv.ParseUint(minor, 10, 32)
 	return err1 == nil && err2 == nil
-}
-
-// unescapeOctal undoes the kernel's \ooo escaping of space, tab, newline and backslash.
-func unescapeOctal(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // MountTable is one snapshot of a mount namespace's table.

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/pvrescue/pvrescue/internal/mountinfo"
 )
 
 // ErrMountInfo is wrapped by every mountinfo parse error.
@@ -72,31 +74,12 @@ func parseMountInfoLine(line string) (MountInfo, error) {
 		ID:         id,
 		ParentID:   parent,
 		Dev:        f[2],
-		Root:       unescapeOctal(f[3]),
-		MountPoint: unescapeOctal(f[4]),
+		Root:       mountinfo.Unescape(f[3]),
+		MountPoint: mountinfo.Unescape(f[4]),
 		Options:    strings.Split(f[5], ","),
 		FSType:     f[sep+1],
-		Source:     unescapeOctal(f[sep+2]),
+		Source:     mountinfo.Unescape(f[sep+2]),
 	}, nil
-}
-
-// unescapeOctal undoes the kernel's \ooo escaping of space, tab, newline and backslash.
-func unescapeOctal(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // MountTable answers questions about one snapshot of the mount table.

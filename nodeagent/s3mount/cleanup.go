@@ -110,7 +110,7 @@ func (r *Restorer) cleanupStagings(ctx context.Context, table MountTable, live m
 			continue
 		}
 		path := r.layout.Staging(pv)
-		r.stopStaging(pv, true)
+		r.stopStaging(ctx, pv, true)
 		if fresh, err := r.os.Mounter.MountTable(); err == nil {
 			r.unmountAll(path, fresh)
 		}

@@ -53,7 +53,59 @@
 // mount, and a driver whose NodeUnpublish unmounts only the top leaves that dead mount behind).
 // Live mounts that are not ours are never touched.
 //
+// # Bridges outlive the agent
+//
+// A bridge's s3fs serves running pods, so it must survive the agent's container: a DaemonSet
+// rollout, a pod deletion, an OOM kill. The container runtime ends a container by killing every
+// process of the container's cgroup (runc's destroy does so for a container that shares the
+// host's PID namespace, as the agent does with hostPID; it reads the pids from the devices
+// hierarchy on cgroup v1) and then removes that cgroup. So every bridge is:
+//
+//   - started detached (detach.go, procs_linux.go): its own session (setsid), stdin /dev/null,
+//     stdout and stderr to <state>/s3/log/<pv>.log (truncated at each start; a pipe to the agent
+//     would break with the agent and SIGPIPE would kill s3fs), working directory <state>/s3,
+//     TMPDIR and s3fs's tmpdir= in <state>/s3/tmp/<pv>, no other inherited descriptor;
+//   - moved at once into a cgroup of ours, <Options.BridgeCgroup>/<pv>-<pid> (default
+//     pvrescue/s3/...), on every hierarchy of the node: each v1 hierarchy (cpuset levels get
+//     their parent's cpus and mems) and the v2 one. The hierarchies are taken as /proc/1 (the
+//     node's init, with hostPID) sees them, through /proc/1/root, and written from a thread that
+//     joined /proc/1's cgroup namespace (v2 refuses moves outside the writer's namespace); when
+//     /proc/1/root is not reachable, the agent's own mounts are used (on v1 a privileged
+//     container sees the node's hierarchies). A failed move is logged: the bridge works but dies
+//     with the container. The group has no limits set; the agent container's memory limit no
+//     longer covers s3fs;
+//   - recorded in <state>/s3/bridges/<pv>.json: pid, start time (field 22 of /proc/<pid>/stat)
+//     and cgroup.
+//
+// While the agent lives, the bridge is its child and it reaps it. When the agent dies the bridge
+// is reparented to the container's shim (a child subreaper) and, when the shim ends with the pod,
+// to init; both reap. A restarted agent (Prepare → adopt) recognises a bridge as live and its
+// own when the staging mount at <state>/s3/staging/<pv> answers and the recorded pid still has
+// the recorded start time and our staging path on its command line; it then watches it through
+// a pidfd (it is no longer its child) and neither starts a second s3fs nor binds again. A
+// recorded s3fs whose staging mount is dead or gone is stopped (through the pidfd, so a reused
+// pid is never signalled), and its mount, record and cgroup removed. Retiring a bridge (its
+// targets moved back to the driver, or its pods gone) sends SIGTERM through the pidfd (SIGKILL
+// after KillGrace): s3fs unmounts and exits, its parent reaps it, and record and cgroup go.
+//
+// The bridge's mount namespace and root stay the agent container's: s3fs and its libraries
+// (libfuse, libcurl, libssl, NSS modules loaded at run time, CA certificates read at each TLS
+// handshake) come from the agent image, and running it in the host's namespace would load the
+// host's copies, of other versions. The FUSE mount itself does not depend on that namespace: it
+// is made at <state>/s3/staging/<pv>, a Bidirectional mount, so it exists in the host's
+// namespace independently, and kubelet's binds of it keep working after the container is gone.
+// What an orphaned bridge pins is bounded and released when it retires: the old container's
+// mount namespace, holding the read-only image rootfs (readOnlyRootFilesystem: the writable
+// layer is empty) and the old pod's small volume mounts (configmap, token, the 64 MiB /tmp
+// emptyDir); containerd's removal of the container still succeeds (its own copy of the rootfs
+// mount is unmounted, the snapshot directory removed; the pinned superblock is freed with the
+// last bridge of that generation). No bridge is ever started from an old generation: new ones
+// come from the running agent. Without hostPID the agent has its own PID namespace, and the
+// kernel kills every process of it when the container ends: bridges then cannot survive (the
+// agent logs it; the shipped manifests set hostPID).
+//
 // Files: rescue.go (options, loop), discovery.go (targets, health), restore.go (the order above),
 // replay.go and csi.go (the driver path), bridge.go and allowlist.go (our s3fs and what may reach
-// its command line), cleanup.go (teardown).
+// its command line), detach.go, procs_linux.go and cgroup_linux.go (bridges that outlive the
+// agent), cleanup.go (teardown).
 package s3mount

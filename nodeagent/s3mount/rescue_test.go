@@ -45,6 +45,8 @@ type world struct {
 	csi     *FakeCSI
 	r       *Restorer
 	ctx     context.Context
+	// bridgeCgroup is Options.BridgeCgroup of the restorers start makes.
+	bridgeCgroup string
 }
 
 func newWorld(t *testing.T, objs ...runtime.Object) *world {
@@ -74,7 +76,8 @@ func (w *world) start() {
 	if w.csi != nil {
 		os.CSI = w.csi
 	}
-	r, err := New(w.deps(), os, Options{BackoffInitial: 2 * time.Second, BackoffMax: 10 * time.Second, KillGrace: time.Millisecond})
+	r, err := New(w.deps(), os, Options{BackoffInitial: 2 * time.Second, BackoffMax: 10 * time.Second, KillGrace: time.Millisecond,
+		BridgeCgroup: w.bridgeCgroup})
 	if err != nil {
 		w.t.Fatal(err)
 	}

@@ -81,16 +81,6 @@ func (r *Restorer) cleanupStagings(ctx context.Context, table MountTable, live m
 	// A bridge is used while a bind of ours is on a live pod's target (even when discovery missed
 	// the pod's volume this round: stopping s3fs would kill that pod's mount), or a restore of its
 	// PV is in flight. A bridge whose targets all moved to the driver's mount is retired.
-	used := map[string]bool{}
-	for _, m := range table {
-		pv, ours := PVFromFSName(m.Source)
-		if !ours {
-			continue
-		}
-		if uid, _, ok := ParseTargetPath(r.cfg.KubeletDir, m.MountPoint); ok && live[uid] {
-			used[pv] = true
-		}
-	}
 	candidates := map[string]bool{}
 	for _, m := range table {
 		if pv, ok := r.layout.PVFromStaging(m.MountPoint); ok {
@@ -101,12 +91,35 @@ func (r *Restorer) cleanupStagings(ctx context.Context, table MountTable, live m
 	for pv := range r.stagings {
 		candidates[pv] = true
 	}
-	r.mu.Unlock()
+	// A restore in flight (started by an earlier Sync) may be binding right now: skip its PV.
+	// Restores set their binds before they clear inflight, so the table read below, after this
+	// check, holds the binds of every restore found finished here.
 	for pv := range candidates {
-		r.mu.Lock()
-		busy := used[pv] || r.inflight[pv]
-		r.mu.Unlock()
-		if busy {
+		if r.inflight[pv] {
+			delete(candidates, pv)
+		}
+	}
+	r.mu.Unlock()
+	if len(candidates) == 0 {
+		return
+	}
+	fresh, err := r.os.Mounter.MountTable()
+	if err != nil {
+		log.Error(err, "reading the mount table")
+		return
+	}
+	used := map[string]bool{}
+	for _, m := range fresh {
+		pv, ours := PVFromFSName(m.Source)
+		if !ours {
+			continue
+		}
+		if uid, _, ok := ParseTargetPath(r.cfg.KubeletDir, m.MountPoint); ok && live[uid] {
+			used[pv] = true
+		}
+	}
+	for pv := range candidates {
+		if used[pv] {
 			continue
 		}
 		path := r.layout.Staging(pv)

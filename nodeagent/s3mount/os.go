@@ -17,6 +17,8 @@ type OS struct {
 	FS      FS
 	// CSI dials node plugins for replay; nil turns replay off.
 	CSI CSIDialer
+	// Plugins wakes the check when a node plugin's socket appears; nil: periodic checks only.
+	Plugins PluginWatcher
 }
 
 // Mounter reads the mount table and makes the few mounts the restorer needs.

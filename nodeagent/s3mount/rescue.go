@@ -185,6 +185,16 @@ func (r *Restorer) Run(ctx context.Context) error {
 		return err
 	}
 	log.Info("watching S3 volume mounts", "node", r.d.NodeName, "interval", r.cfg.S3.CheckInterval.Duration)
+	if r.os.Plugins != nil && r.os.CSI != nil && len(r.cfg.S3.ReplayDrivers) > 0 {
+		dirs := PluginDirs(r.cfg.KubeletDir, r.cfg.S3.ReplayDrivers)
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			if err := r.os.Plugins.Watch(ctx, dirs, r.poke); err != nil {
+				log.Error(err, "watching node plugin sockets; periodic checks only")
+			}
+		}()
+	}
 	tick := r.clk.NewTicker(r.cfg.S3.CheckInterval.Duration)
 	defer tick.Stop()
 	for {

@@ -218,7 +218,7 @@ func (r *Restorer) bindTarget(ctx context.Context, stagingPath string, t target)
 	if err != nil || !ok {
 		return err
 	}
-	r.restored(ctx, t, MethodBridge, ro, dead, "fresh s3fs bound over the dead mount")
+	r.restored(ctx, t, MethodBridge, EventMountBridged, ro, dead, "fresh s3fs bound over the dead mount")
 	return nil
 }
 
@@ -276,7 +276,7 @@ func (r *Restorer) handBack(ctx context.Context, source string, t target) (dead 
 }
 
 // restored records a restored target: timers, metrics, log, Event, and the container remount.
-func (r *Restorer) restored(ctx context.Context, t target, method string, ro bool, dead []MountInfo, how string) {
+func (r *Restorer) restored(ctx context.Context, t target, method, reason string, ro bool, dead []MountInfo, how string) {
 	r.mu.Lock()
 	since, ok := r.deadSince[t.path]
 	delete(r.deadSince, t.path)
@@ -290,7 +290,7 @@ func (r *Restorer) restored(ctx context.Context, t target, method string, ro boo
 	r.metrics.MountHealthy.WithLabelValues(t.pv, t.pod.Namespace, t.pod.Name).Set(1)
 	logr.FromContextOrDiscard(ctx).Info("restored S3 mount", "method", method, "pod", klogRef(t.pod), "pv", t.pv, "path", t.path,
 		"readOnly", ro, "afterDetection", elapsed)
-	r.d.Recorder.Eventf(t.pod, corev1.EventTypeNormal, EventMountRestored,
+	r.d.Recorder.Eventf(t.pod, corev1.EventTypeNormal, reason,
 		"S3 volume %s mounted again (%s%s)", t.pv, how, map[bool]string{true: ", read-only", false: ""}[ro])
 	r.remount(ctx, t, dead)
 }

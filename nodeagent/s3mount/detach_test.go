@@ -5,9 +5,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 )
 
 func TestParseProcStat(t *testing.T) {
@@ -134,7 +131,7 @@ func TestBridgeAdoptedAcrossAgentRestart(t *testing.T) {
 	if n := len(w.node.Table().Stack(target)); n != 2 {
 		t.Errorf("target stack %d, want 2 (no stacking)", n)
 	}
-	if got := gaugeValue(t, w.r.Metrics().BridgesActive); got != 1 {
+	if got := value(t, w.r.Metrics().BridgesActive); got != 1 {
 		t.Errorf("bridges active after adoption %v, want 1", got)
 	}
 
@@ -168,13 +165,4 @@ func TestBridgeRecordsOfDeadBridgesDropped(t *testing.T) {
 	if w.node.Table().IsMountPoint(l.Staging("pv-old")) {
 		t.Error("dead staging mount kept")
 	}
-}
-
-func gaugeValue(t *testing.T, g prometheus.Gauge) float64 {
-	t.Helper()
-	var pb dto.Metric
-	if err := g.Write(&pb); err != nil {
-		t.Fatal(err)
-	}
-	return pb.GetGauge().GetValue()
 }

@@ -333,8 +333,8 @@ func TestNodeRestoreAfterS3fsDeath(t *testing.T) {
 	if s := topFSType(filepath.Join(e.state, "s3", "creds")); s != "tmpfs" {
 		t.Errorf("creds dir is on %q, want tmpfs", s)
 	}
-	if got := e.rec.count(corev1.EventTypeNormal, s3mount.EventMountRestored); got < 5 {
-		t.Errorf("MountRestored events: %d, want >= 5", got)
+	if got := e.rec.count(corev1.EventTypeNormal, s3mount.EventMountBridged); got < 5 {
+		t.Errorf("MountBridged events: %d, want >= 5", got)
 	}
 	if got := counterValue(t, r.Metrics().Restores.WithLabelValues(s3mount.MethodBridge, "success")); got < 5 {
 		t.Errorf("restored metric %v, want >= 5", got)

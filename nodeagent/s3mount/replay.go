@@ -133,7 +133,7 @@ func (r *Restorer) republish(ctx context.Context, node CSINode, pv *corev1.Persi
 	if herr != nil || !ok {
 		return herr
 	}
-	r.restored(ctx, t, MethodReplay, ro, dead, "driver "+pv.Spec.CSI.Driver+" replayed, its own mount moved over the dead one")
+	r.restored(ctx, t, MethodReplay, EventMountReplayed, ro, dead, "driver "+pv.Spec.CSI.Driver+" replayed, its own mount moved over the dead one")
 	return nil
 }
 

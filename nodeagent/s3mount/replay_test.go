@@ -83,6 +83,7 @@ func TestReplayThroughTheDriver(t *testing.T) {
 	if n := len(w.csi.Publish); n != 1 {
 		t.Errorf("republished a live target: %d calls", n)
 	}
+	assertReasons(t, w.events, map[string]int{EventMountReplayed: 1, EventMountBridged: 0, EventBridgeRetired: 0})
 }
 
 // A staging driver: NodeStageVolume is replayed (stage secrets) at a fresh directory whose mount
@@ -217,6 +218,18 @@ func TestBridgeRetiredWhenTheDriverAnswersAgain(t *testing.T) {
 	}
 	if w.node.Table().IsMountPoint(Layout{StateDir: testState}.Staging("pv-a")) {
 		t.Error("bridge staging mount left")
+	}
+	assertReasons(t, w.events, map[string]int{EventMountBridged: 1, EventBridgeRetired: 1, EventMountReplayed: 0})
+}
+
+// assertReasons checks the number of Normal Events on the pod by reason: tools tell the restore
+// methods apart by reason alone.
+func assertReasons(t *testing.T, l *EventLog, want map[string]int) {
+	t.Helper()
+	for reason, n := range want {
+		if got := l.Count("app", corev1.EventTypeNormal, reason, ""); got != n {
+			t.Errorf("%s Events: %d, want %d", reason, got, n)
+		}
 	}
 }
 

@@ -248,7 +248,7 @@ func TestRestorerRestoresDeadTarget(t *testing.T) {
 	if len(started) != 1 || !slices.Contains(started[0], "url=http://s3.local:9000") || started[0][1] != "bkt:/pv-a" || started[0][2] != staging {
 		t.Errorf("s3fs command lines: %v", started)
 	}
-	w.waitFor("MountRestored event", func() bool { return w.events.Count("app", corev1.EventTypeNormal, EventMountRestored, "") == 1 })
+	w.waitFor("MountBridged event", func() bool { return w.events.Count("app", corev1.EventTypeNormal, EventMountBridged, "") == 1 })
 	if got := counter(t, w.r.Metrics().DeadFound); got != 1 {
 		t.Errorf("dead mounts found = %v, want 1", got)
 	}

@@ -147,6 +147,6 @@ func (r *Restorer) swap(ctx context.Context, node CSINode, pv *corev1.Persistent
 	if len(stack) >= 2 {
 		dead = append(dead, stack[len(stack)-2], ourBind)
 	}
-	r.restored(ctx, t, MethodReplay, ro, dead, "driver "+pv.Spec.CSI.Driver+" answers again: moved to its own mount, bridge retired")
+	r.restored(ctx, t, MethodReplay, EventBridgeRetired, ro, dead, "driver "+pv.Spec.CSI.Driver+" answers again: moved to its own mount, bridge retired")
 	return nil
 }

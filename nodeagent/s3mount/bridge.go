@@ -240,9 +240,16 @@ func (r *Restorer) handBack(ctx context.Context, source string, t target) (dead 
 		return nil, false, false, nil // healthy again (or unknown): never stack onto it
 	}
 	for {
-		top, found := table.Top(t.path)
-		if !found {
+		stack := table.Stack(t.path)
+		if len(stack) == 0 {
 			return nil, false, false, nil
+		}
+		top := stack[len(stack)-1]
+		if len(stack) == 1 {
+			// The last mount stays, ours or not: removing it would show running containers the
+			// bare directory. The live mount goes on top of it.
+			dead = append(dead, top)
+			break
 		}
 		if _, ours := PVFromFSName(top.Source); !ours && !r.isHanded(t.path, top) {
 			dead = append(dead, top)
@@ -282,14 +289,17 @@ func (r *Restorer) restored(ctx context.Context, t target, method, reason string
 	delete(r.deadSince, t.path)
 	delete(r.hungSince, t.path)
 	r.mu.Unlock()
-	elapsed := r.clk.Since(since)
+	// A target restored without having been seen dead by this agent (a retire, a pod that got a
+	// bind of our bridge from kubelet's staging path) has no detection time.
+	var elapsed time.Duration
 	if ok {
+		elapsed = r.clk.Since(since)
 		r.metrics.TimeToRestore.Observe(elapsed.Seconds())
 	}
 	r.metrics.Restores.WithLabelValues(method, "success").Inc()
 	r.metrics.MountHealthy.WithLabelValues(t.pv, t.pod.Namespace, t.pod.Name).Set(1)
-	logr.FromContextOrDiscard(ctx).Info("restored S3 mount", "method", method, "pod", klogRef(t.pod), "pv", t.pv, "path", t.path,
-		"readOnly", ro, "afterDetection", elapsed)
+	logr.FromContextOrDiscard(ctx).Info("restored S3 mount", "method", method, "reason", reason, "pod", klogRef(t.pod), "pv", t.pv, "path", t.path,
+		"readOnly", ro, "afterDetection", map[bool]any{true: elapsed, false: "unknown"}[ok])
 	r.d.Recorder.Eventf(t.pod, corev1.EventTypeNormal, reason,
 		"S3 volume %s mounted again (%s%s)", t.pv, how, map[bool]string{true: ", read-only", false: ""}[ro])
 	r.remount(ctx, t, dead)

@@ -108,14 +108,18 @@ func (r *Restorer) cleanupStagings(ctx context.Context, table MountTable, live m
 		log.Error(err, "reading the mount table")
 		return
 	}
+	// Only a bind of ours at the top of a live pod's target serves it; one covered by the
+	// driver's mount (after a retire) does not hold the bridge.
 	used := map[string]bool{}
 	for _, m := range fresh {
-		pv, ours := PVFromFSName(m.Source)
-		if !ours {
+		uid, _, ok := ParseTargetPath(r.cfg.KubeletDir, m.MountPoint)
+		if !ok || !live[uid] {
 			continue
 		}
-		if uid, _, ok := ParseTargetPath(r.cfg.KubeletDir, m.MountPoint); ok && live[uid] {
-			used[pv] = true
+		if top, found := fresh.Top(m.MountPoint); found {
+			if pv, ours := PVFromFSName(top.Source); ours {
+				used[pv] = true
+			}
 		}
 	}
 	for pv := range candidates {

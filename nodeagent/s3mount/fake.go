@@ -228,7 +228,16 @@ func (s fakeStatfs) Statfs(_ context.Context, path string, timeout time.Duration
 
 type fakeFS struct{ f *FakeNode }
 
-func (x fakeFS) MkdirAll(string, fs.FileMode) error { return nil }
+// MkdirAll fails as the real one does on a dead FUSE mount point: stat gives ENOTCONN, so it
+// tries mkdir, which fails with EEXIST.
+func (x fakeFS) MkdirAll(path string, _ fs.FileMode) error {
+	x.f.mu.Lock()
+	defer x.f.mu.Unlock()
+	if top, ok := x.f.mounts.Top(filepath.Clean(path)); ok && x.f.dead[top.Dev] {
+		return &fs.PathError{Op: "mkdir", Path: path, Err: syscall.EEXIST}
+	}
+	return nil
+}
 
 func (x fakeFS) WriteFile(path string, data []byte, perm fs.FileMode) error {
 	x.f.mu.Lock()

@@ -218,6 +218,15 @@ func (r *Restorer) bindTarget(ctx context.Context, stagingPath string, t target)
 	if err != nil || !ok {
 		return err
 	}
+	// Recorded like a replayed mount: when it vanishes from a gone pod's target without us
+	// removing it, kubelet's teardown (the driver's NodeUnpublish) took it (cleanup.go).
+	if table, terr := r.os.Mounter.MountTable(); terr == nil {
+		if top, found := table.Top(t.path); found {
+			if rerr := r.recordHanded(t.path, top.Dev); rerr != nil {
+				logr.FromContextOrDiscard(ctx).Error(rerr, "recording the bridge bind", "path", t.path)
+			}
+		}
+	}
 	r.restored(ctx, t, MethodBridge, EventMountBridged, ro, dead, "fresh s3fs bound over the dead mount")
 	return nil
 }

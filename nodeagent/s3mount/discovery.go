@@ -142,8 +142,8 @@ func (r *Restorer) checkTarget(ctx context.Context, t target) Health {
 }
 
 // pruneState forgets timers, retry state and health series of targets and PVs that are gone,
-// so memory does not grow with history.
-func (r *Restorer) pruneState(targets []target) {
+// so memory does not grow with history (table: the mount table this pass started with).
+func (r *Restorer) pruneState(targets []target, table MountTable) {
 	paths := map[string]bool{}
 	pvs := map[string]bool{}
 	stagings := map[string]bool{}
@@ -172,7 +172,8 @@ func (r *Restorer) pruneState(targets []target) {
 	}
 	pruned := false
 	for p := range r.handed {
-		if !paths[p] && !stagings[p] {
+		// A gone pod's target keeps its record while it is mounted: cleanupTargets reads it.
+		if !paths[p] && !stagings[p] && !table.IsMountPoint(p) {
 			delete(r.handed, p)
 			pruned = true
 		}

@@ -55,7 +55,13 @@
 // (deleted, or every container ended), its targets are emptied top down: our binds, then a dead
 // FUSE mount of a configured S3 driver below them (kubelet keeps the pod until its target holds no
 // mount, and a driver whose NodeUnpublish unmounts only the top leaves that dead mount behind).
-// Live mounts that are not ours are never touched.
+// Live mounts that are not ours are never touched. The mount we put at a target (a replayed
+// hand-back, a bridge bind) is recorded by device (handed.json); when it vanishes from a gone
+// pod's target without us removing it, kubelet's teardown took it (the driver's NodeUnpublish
+// unmounts the top only), found the dead mount below and left its directory; once the agent has
+// removed that dead mount it finishes kubelet's removeMountDir: the empty mount directory,
+// vol_data.json and the empty volume directory, so kubelet's orphan cleanup can remove the pod's
+// directory. When the agent empties the target first, kubelet's own teardown cleans up.
 //
 // # Bridges outlive the agent
 //

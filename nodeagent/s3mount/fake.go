@@ -29,6 +29,7 @@ type FakeNode struct {
 	started [][]string
 	procs   []*FakeProcess
 	cgroups map[string][]int // by group: pids placed there
+	removed []string         // every path given to FS.Remove
 	specs   []ProcSpec
 
 	// S3fsFailure decides whether a started s3fs fails; it gets the arguments and the content
@@ -103,6 +104,13 @@ func (f *FakeNode) Started() [][]string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.started)
+}
+
+// Removed returns every path removed through FS.Remove (files and directories).
+func (f *FakeNode) Removed() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.removed)
 }
 
 // Specs returns the specs of every process started.
@@ -273,6 +281,7 @@ func (x fakeFS) ReadDir(dir string) ([]string, error) {
 func (x fakeFS) Remove(path string) error {
 	x.f.mu.Lock()
 	defer x.f.mu.Unlock()
+	x.f.removed = append(x.f.removed, path)
 	delete(x.f.files, path)
 	delete(x.f.modes, path)
 	return nil

@@ -366,7 +366,7 @@ func (r *Restorer) Sync(ctx context.Context) error {
 	if live == nil {
 		return nil // pod listing failed: do not mistake every pod for gone
 	}
-	r.pruneState(targets)
+	r.pruneState(targets, table)
 	r.cleanupTargets(ctx, table, live)
 	r.cleanupStagings(ctx, table, live)
 	return nil

@@ -10,8 +10,9 @@
 // replayed through as soon as it is back). It restores a dead target in this order:
 //
 //  1. Replay through the driver (primary), for drivers in s3.replayDrivers. The node plugin's
-//     socket is found where drivers register it with kubelet (<kubelet>/plugins/<driver>/csi.sock)
-//     and kubelet's calls are replayed: NodeStageVolume when the plugin has STAGE_UNSTAGE_VOLUME,
+//     socket is found as kubelet finds it: Registration.GetInfo on each registration socket in
+//     <kubelet>/plugins_registry names the driver's endpoint (registry.go); without one, the
+//     usual <kubelet>/plugins/<driver>/csi.sock. Kubelet's calls are then replayed: NodeStageVolume when the plugin has STAGE_UNSTAGE_VOLUME,
 //     then NodePublishVolume for each dead target — same volume ID, capability (access mode,
 //     fsType, the PV's mount options), volume context (the PV's attributes, plus pod info when the
 //     CSIDriver sets podInfoOnMount), and exactly the secrets kubelet passes (the PV's

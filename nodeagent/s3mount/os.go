@@ -19,6 +19,9 @@ type OS struct {
 	CSI CSIDialer
 	// Plugins wakes the check when a node plugin's socket appears; nil: periodic checks only.
 	Plugins PluginWatcher
+	// Registry finds node plugins through kubelet's plugin registration; nil: the usual
+	// <kubelet>/plugins/<driver>/csi.sock only.
+	Registry PluginRegistry
 }
 
 // Mounter reads the mount table and makes the few mounts the restorer needs.

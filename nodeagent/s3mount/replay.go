@@ -30,7 +30,7 @@ const (
 func (r *Restorer) replay(ctx context.Context, pv *corev1.PersistentVolume, ts []target) error {
 	log := logr.FromContextOrDiscard(ctx).WithValues("pv", pv.Name, "method", MethodReplay)
 	src := pv.Spec.CSI
-	socket := PluginSocket(r.cfg.KubeletDir, src.Driver)
+	socket := r.pluginSocket(ctx, src.Driver)
 	cctx, cancel := context.WithTimeout(ctx, r.opts.MountTimeout)
 	defer cancel()
 	node, err := r.os.CSI.Dial(cctx, socket)

@@ -259,3 +259,29 @@ func TestRebridgeWithoutWaitingAgain(t *testing.T) {
 		t.Errorf("stack %d, want 2", n)
 	}
 }
+
+// The plugin is dialled where it registered with kubelet; without a registration, at
+// <kubelet>/plugins/<driver>/csi.sock.
+func TestReplayDialsTheRegisteredEndpoint(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		registry PluginRegistry
+		want     string
+	}{
+		{"registered", FakeRegistry{testDriver: "/csi/elsewhere.sock"}, "/csi/elsewhere.sock"},
+		{"not registered", FakeRegistry{}, PluginSocket(testKubelet, testDriver)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w, target := replayWorld(t, false)
+			w.registry = c.registry
+			w.node.KillMount(target)
+			w.start()
+			if len(w.csi.Sockets) == 0 || w.csi.Sockets[0] != c.want {
+				t.Errorf("dialled %q, want %q", w.csi.Sockets, c.want)
+			}
+			if err := w.node.OS().Statfs.Statfs(context.Background(), target, time.Second); err != nil {
+				t.Errorf("target: %v", err)
+			}
+		})
+	}
+}

@@ -47,6 +47,7 @@ type world struct {
 	ctx     context.Context
 	// bridgeCgroup is Options.BridgeCgroup of the restorers start makes.
 	bridgeCgroup string
+	registry     PluginRegistry
 }
 
 func newWorld(t *testing.T, objs ...runtime.Object) *world {
@@ -76,6 +77,7 @@ func (w *world) start() {
 	if w.csi != nil {
 		os.CSI = w.csi
 	}
+	os.Registry = w.registry
 	r, err := New(w.deps(), os, Options{BackoffInitial: 2 * time.Second, BackoffMax: 10 * time.Second, KillGrace: time.Millisecond,
 		BridgeCgroup: w.bridgeCgroup})
 	if err != nil {

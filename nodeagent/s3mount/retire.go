@@ -70,7 +70,7 @@ func (r *Restorer) retire(ctx context.Context, pvName string, ts []target) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, r.opts.MountTimeout)
 	defer cancel()
-	node, err := r.os.CSI.Dial(cctx, PluginSocket(r.cfg.KubeletDir, pv.Spec.CSI.Driver))
+	node, err := r.os.CSI.Dial(cctx, r.pluginSocket(cctx, pv.Spec.CSI.Driver))
 	if err != nil {
 		return
 	}

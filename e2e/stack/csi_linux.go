@@ -28,9 +28,15 @@ import (
 type CSI struct {
 	Opts *csis3.Options
 	Bin  string
+	// Name names the instance's log and pid files (csi-s3-test, csi-s3-test-<layout>).
+	Name string
 	c    *cluster.Cluster
 	proc *cluster.Process
 }
+
+// DirectDriver is the driver name of the suite's first plugin (direct layout). The field names
+// ru.yandex.s3.csi and ch.ctrox.csi.s3-driver are left to the instances imitating those drivers.
+const DirectDriver = "csi-s3"
 
 // BuildCSI compiles cmd csi-s3-test of the e2e module into the work dir.
 func BuildCSI(ctx context.Context, c *cluster.Cluster, e2eDir string) (*CSI, error) {
@@ -43,8 +49,27 @@ func BuildCSI(ctx context.Context, c *cluster.Cluster, e2eDir string) (*CSI, err
 	o := csis3.NewOptions()
 	o.NodeID = c.Opts.NodeName
 	o.KubeletDir = c.Opts.KubeletDir
+	o.Driver = DirectDriver
 	o.StateDir = filepath.Join(c.Opts.WorkDir, "csi-s3-test")
-	return &CSI{Opts: o, Bin: bin, c: c}, nil
+	return &CSI{Opts: o, Bin: bin, Name: "csi-s3-test", c: c}, nil
+}
+
+// Sibling is another instance of the same plugin binary, under its own driver name and field
+// layout (csis3.LayoutYandex, csis3.LayoutCtrox), with its own state dir and log. Start it.
+func (p *CSI) Sibling(driver, layout string) *CSI {
+	o := *p.Opts
+	o.Driver, o.Layout = driver, layout
+	name := "csi-s3-test-" + layout
+	o.StateDir = filepath.Join(p.c.Opts.WorkDir, name)
+	return &CSI{Opts: &o, Bin: p.Bin, Name: name, c: p.c}
+}
+
+// Pid is the plugin's process id (0 when it is not running).
+func (p *CSI) Pid() int {
+	if p.proc == nil || p.proc.Exited() != nil {
+		return 0
+	}
+	return p.proc.Pid()
 }
 
 // Start starts the plugin, ensures its CSIDriver object, and waits until kubelet registered it.
@@ -59,9 +84,10 @@ func (p *CSI) Start(ctx context.Context) error {
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create CSIDriver %s: %w", p.Opts.Driver, err)
 	}
-	before := strings.Count(readFile(filepath.Join(p.c.Opts.LogDir(), "csi-s3-test.log")), `"registered"=true`)
-	p.proc, err = cluster.StartProcess(p.c.Opts.LogDir(), "csi-s3-test", p.Bin, []string{
+	before := strings.Count(readFile(filepath.Join(p.c.Opts.LogDir(), p.Name+".log")), `"registered"=true`)
+	p.proc, err = cluster.StartProcess(p.c.Opts.LogDir(), p.Name, p.Bin, []string{
 		"--driver", p.Opts.Driver, "--node-id", p.Opts.NodeID, "--kubelet-dir", p.Opts.KubeletDir, "--state-dir", p.Opts.StateDir,
+		"--layout", p.Opts.Layout,
 	}, nil)
 	if err != nil {
 		return err
@@ -70,7 +96,7 @@ func (p *CSI) Start(ctx context.Context) error {
 		if err := p.proc.Exited(); err != nil {
 			return false, err
 		}
-		n := strings.Count(readFile(filepath.Join(p.c.Opts.LogDir(), "csi-s3-test.log")), `"registered"=true`)
+		n := strings.Count(readFile(filepath.Join(p.c.Opts.LogDir(), p.Name+".log")), `"registered"=true`)
 		if n <= before {
 			return false, errors.New("no successful registration status from kubelet yet")
 		}
@@ -103,6 +129,19 @@ func (p *CSI) Kill() error {
 		return nil
 	}
 	return p.proc.Kill()
+}
+
+// Remove kills the plugin and deletes its CSIDriver object (kubelet unregisters it when its
+// registration socket goes).
+func (p *CSI) Remove(ctx context.Context) error {
+	if err := p.Kill(); err != nil {
+		return err
+	}
+	err := p.c.Client.StorageV1().CSIDrivers().Delete(ctx, p.Opts.Driver, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete CSIDriver %s: %w", p.Opts.Driver, err)
+	}
+	return nil
 }
 
 func ptr[T any](v T) *T { return &v }

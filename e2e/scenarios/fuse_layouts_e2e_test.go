@@ -90,24 +90,7 @@ func dataVolume() []corev1.Volume {
 // StatefulSet "app" of one pod; cleanup removes all of it (plugin last).
 func setupLayout(t *testing.T, e *env, l *fieldLayout) {
 	t.Helper()
-	l.plugin = sibling(t, e, l.driver, l.layout)
-	dir, err := e.s3.Bucket(s3Bucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, content := range l.files {
-		p := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(filepath.Join(dir, l.name)) })
-	fuseNamespace(t, e, l.ns, true)
-	s3Volume(t, e, s3Vol{ns: l.ns, pv: l.pv, driver: l.driver, handle: l.handle, attrs: l.attrs, stageSecret: l.stage})
-	deletePVAtCleanup(t, e, l.pv)
+	layoutObjects(t, e, l)
 	labels := map[string]string{"app": "fuse-" + l.name}
 	ss := &appsv1.StatefulSet{
 		ObjectMeta: metav1.ObjectMeta{Name: "app"},
@@ -128,6 +111,31 @@ func setupLayout(t *testing.T, e *env, l *fieldLayout) {
 	if _, err := e.c.Client.AppsV1().StatefulSets(l.ns).Create(context.Background(), ss, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create StatefulSet in %s: %v", l.ns, err)
 	}
+}
+
+// layoutObjects starts the plugin instance, writes the files into the bucket, creates an
+// opted-in namespace and the PV/PVC. Cleanup removes all of it, the plugin last (after the
+// pods' teardown, which needs it).
+func layoutObjects(t *testing.T, e *env, l *fieldLayout) {
+	t.Helper()
+	l.plugin = sibling(t, e, l.driver, l.layout)
+	dir, err := e.s3.Bucket(s3Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range l.files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(filepath.Join(dir, l.name)) })
+	fuseNamespace(t, e, l.ns, true)
+	s3Volume(t, e, s3Vol{ns: l.ns, pv: l.pv, driver: l.driver, handle: l.handle, attrs: l.attrs, stageSecret: l.stage})
+	deletePVAtCleanup(t, e, l.pv)
 }
 
 func (l *fieldLayout) readers(pod string) []reader {

@@ -23,7 +23,10 @@ func agentRestarts(t *testing.T, e *env, checkRestarts func(*testing.T), rs ...r
 	ctx := context.Background()
 	cs := e.c.Client
 	seen := map[types.UID]bool{}
-	old := agentPod(t, e)
+	old, why := runningAgent(e)
+	if old == nil {
+		t.Fatal(why)
+	}
 	seen[old.UID] = true
 
 	during := func(what string, act func()) {
@@ -50,7 +53,10 @@ func agentRestarts(t *testing.T, e *env, checkRestarts func(*testing.T), rs ...r
 				d.Status.NumberReady != d.Status.DesiredNumberScheduled {
 				return false, "DaemonSet not rolled out: " + framework.PodTable(cs, stack.Namespace)
 			}
-			p := agentPod(t, e)
+			p, why := runningAgent(e)
+			if p == nil {
+				return false, why
+			}
 			if seen[p.UID] {
 				return false, "still the old agent pod " + p.Name
 			}

@@ -293,18 +293,16 @@ func sibling(t *testing.T, e *env, driver, layout string) *stack.CSI {
 	return p
 }
 
-// agentPod returns the running agent pod.
-func agentPod(t *testing.T, e *env) *corev1.Pod {
-	t.Helper()
+// runningAgent returns the running, ready agent pod not being deleted, or nil and why not.
+func runningAgent(e *env) (*corev1.Pod, string) {
 	pods, err := e.c.Client.CoreV1().Pods(stack.Namespace).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + stack.AgentDS})
 	if err != nil {
-		t.Fatalf("list agent pods: %v", err)
+		return nil, err.Error()
 	}
 	for i := range pods.Items {
 		if p := &pods.Items[i]; p.DeletionTimestamp == nil && framework.Running(p) {
-			return p
+			return p, ""
 		}
 	}
-	t.Fatalf("no running agent pod: %s", framework.PodTable(e.c.Client, stack.Namespace))
-	return nil
+	return nil, "no running agent pod: " + framework.PodTable(e.c.Client, stack.Namespace)
 }

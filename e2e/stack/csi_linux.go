@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -131,11 +132,13 @@ func (p *CSI) Kill() error {
 	return p.proc.Kill()
 }
 
-// Remove kills the plugin and deletes its CSIDriver object (kubelet unregisters it when its
-// registration socket goes).
+// Remove stops the plugin (SIGTERM: it removes its sockets, so kubelet unregisters it) and
+// deletes its CSIDriver object.
 func (p *CSI) Remove(ctx context.Context) error {
-	if err := p.Kill(); err != nil {
-		return err
+	if p.proc != nil {
+		if err := p.proc.Stop(5 * time.Second); err != nil {
+			return err
+		}
 	}
 	err := p.c.Client.StorageV1().CSIDrivers().Delete(ctx, p.Opts.Driver, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {

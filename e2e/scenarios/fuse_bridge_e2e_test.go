@@ -9,33 +9,19 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/pvrescue/pvrescue/e2e/csis3"
 	"github.com/pvrescue/pvrescue/e2e/framework"
 	"github.com/pvrescue/pvrescue/internal/config"
 )
 
-// fusePodSetup makes the layout's objects (layoutObjects) and a pod "app" (containers app and
-// pinned), and waits until both read.
+// fusePodSetup makes the layout's objects and a pod "app" (createAppPod), and waits until both
+// containers read.
 func fusePodSetup(t *testing.T, e *env, l *fieldLayout) *corev1.Pod {
 	t.Helper()
-	layoutObjects(t, e, l)
-	if _, err := e.c.Client.CoreV1().Pods(l.ns).Create(context.Background(), &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "app"},
-		Spec: corev1.PodSpec{
-			AutomountServiceAccountToken: ptr(false), TerminationGracePeriodSeconds: ptr(int64(1)),
-			Containers: appContainers(e.c.BusyboxImage), Volumes: dataVolume(),
-		},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create pod in %s: %v", l.ns, err)
-	}
+	createAppPod(t, e, l)
 	p := framework.WaitPod(t, e.c.Client, l.ns, "app", 2*time.Minute, "Running", framework.Running)
-	for _, r := range l.readers("app") {
-		if ok, why := readFrom(e, r.ns, r.pod, r.container, r.path, r.want); !ok {
-			t.Fatalf("cannot read before the failure: %s", why)
-		}
-	}
+	waitReads(t, e, time.Now(), 30*time.Second, "before the failure", l.readers("app")...)
 	return p
 }
 

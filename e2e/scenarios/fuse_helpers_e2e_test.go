@@ -21,6 +21,7 @@ import (
 	"github.com/pvrescue/pvrescue/e2e/framework"
 	"github.com/pvrescue/pvrescue/e2e/stack"
 	"github.com/pvrescue/pvrescue/internal/contract"
+	"github.com/pvrescue/pvrescue/internal/testenv"
 )
 
 // Helpers of the FUSE scenarios: mounts and processes as the host sees them, reads from
@@ -84,6 +85,12 @@ func describeStack(ms []hostMount) string {
 // ourFSName is the fsname the agent gives its own s3fs (bridge) and, through binds, its mounts.
 func ourFSName(pv string) string { return "pvrescue-s3:" + pv }
 
+// onOurMount reports whether the top mount at path is the agent's own (its bridge s3fs or a bind of it).
+func onOurMount(path, pv string) bool {
+	ms := mountsAt(path)
+	return len(ms) > 0 && ms[len(ms)-1].Source == ourFSName(pv)
+}
+
 // procs lists host processes named comm (as /proc/<pid>/comm) matching keep.
 func procs(comm string, keep func(pid int, ppid int, cmdline []byte) bool) []int {
 	ents, _ := os.ReadDir("/proc")
@@ -146,16 +153,26 @@ type reader struct {
 
 func (r reader) String() string { return r.ns + "/" + r.pod + "/" + r.container }
 
-// waitReads waits until every reader reads its file and returns, per reader, the time since t0.
+// waitReads polls every reader in rounds until each has read its file once, and returns, per
+// reader (reader.String()), the time from t0 to its first good read. Readers are polled
+// together, so one slow reader does not inflate the others' times.
 func waitReads(t *testing.T, e *env, t0 time.Time, timeout time.Duration, what string, rs ...reader) map[string]time.Duration {
 	t.Helper()
 	at := map[string]time.Duration{}
-	for _, r := range rs {
-		waitFor(t, timeout, r.String()+" to read "+r.path+" "+what, func() (bool, string) {
-			return readFrom(e, r.ns, r.pod, r.container, r.path, r.want)
-		})
-		at[r.String()] = time.Since(t0).Round(100 * time.Millisecond)
-	}
+	waitFor(t, timeout, fmt.Sprintf("%d container(s) to read their file %s", len(rs), what), func() (bool, string) {
+		var why []string
+		for _, r := range rs {
+			if _, ok := at[r.String()]; ok {
+				continue
+			}
+			if ok, w := readFrom(e, r.ns, r.pod, r.container, r.path, r.want); ok {
+				at[r.String()] = time.Since(t0).Round(100 * time.Millisecond)
+			} else {
+				why = append(why, w)
+			}
+		}
+		return len(why) == 0, strings.Join(why, "; ")
+	})
 	return at
 }
 
@@ -227,13 +244,40 @@ func deletePodGone(t *testing.T, e *env, ns, name string, limit time.Duration) t
 		return false, framework.DescribePod(e.c.Client, got) + "\nmounts of the pod: " + strings.Join(mountsUnder(uid), "; ")
 	})
 	gone := time.Since(t0).Round(100 * time.Millisecond)
-	if left := mountsUnder(uid); len(left) > 0 {
-		t.Errorf("pod %s/%s is gone but mounts under its UID stay on the host:\n  %s", ns, name, strings.Join(left, "\n  "))
-	}
-	if _, err := os.Stat(filepath.Join(e.c.Opts.KubeletDir, "pods", uid)); err == nil {
-		t.Logf("note: kubelet's directory of pod %s (%s) still exists right after the pod object went (kubelet cleans orphans lazily)", name, uid)
-	}
+	checkPodLeftNothing(t, e, ns+"/"+name, uid)
 	return gone
+}
+
+// checkPodLeftNothing checks, for a pod whose object is gone, that no mount under its UID is left
+// on the host and that kubelet's pod directory goes within 30 s: kubelet removes it once nothing
+// is mounted and no file is left in it (its orphan cleanup runs every 2 s and refuses files, e.g. a
+// vol_data.json left by a TearDown that found the target still mounted).
+func checkPodLeftNothing(t *testing.T, e *env, pod, uid string) {
+	t.Helper()
+	if left := mountsUnder(uid); len(left) > 0 {
+		t.Errorf("pod %s (%s) is gone but mounts under its UID stay on the host:\n  %s", pod, uid, strings.Join(left, "\n  "))
+	}
+	podDir := filepath.Join(e.c.Opts.KubeletDir, "pods", uid)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := testenv.Poll(ctx, 250*time.Millisecond, func(context.Context) (bool, error) {
+		_, err := os.Stat(podDir)
+		return os.IsNotExist(err), nil
+	}); err != nil {
+		t.Errorf("pod %s is gone but kubelet's directory %s stays 30 s later; files left: %v", pod, podDir, filesUnder(podDir))
+	}
+}
+
+// filesUnder lists the non-directories under dir (what keeps kubelet from removing it).
+func filesUnder(dir string) []string {
+	var out []string
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			out = append(out, p)
+		}
+		return nil
+	})
+	return out
 }
 
 // podTarget is kubelet's publish path of a CSI PV in a pod.
@@ -260,13 +304,21 @@ func deleteNamespace(t *testing.T, e *env, name string) {
 		t.Errorf("cleanup: delete namespace %s: %v", name, err)
 		return
 	}
-	waitFor(t, 2*time.Minute, "namespace "+name+" to be gone at cleanup", func() (bool, string) {
+	// Not waitFor: t.Context() is already cancelled when cleanups run.
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	var why string
+	err := testenv.Poll(wctx, 250*time.Millisecond, func(context.Context) (bool, error) {
 		_, err := cs.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
-			return true, ""
+			return true, nil
 		}
-		return false, fmt.Sprintf("%v; pods: %s", err, framework.PodTable(cs, name))
+		why = fmt.Sprintf("%v; pods:\n%s", err, framework.PodTable(cs, name))
+		return false, nil
 	})
+	if err != nil {
+		t.Errorf("cleanup: namespace %s not gone after 2m: %s", name, why)
+	}
 }
 
 // deletePV deletes a PV at cleanup (after its namespace, so after its claim).

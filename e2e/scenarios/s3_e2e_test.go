@@ -228,7 +228,9 @@ func lostFUSEMount(t *testing.T, e *env) {
 			}
 		}
 		t.Logf("container %s: mountPropagation %s", c.Name, prop)
-		if want, ok := map[string]string{"follower": string(corev1.MountPropagationHostToContainer), "pinned": string(corev1.MountPropagationNone)}[c.Name]; ok && prop != want {
+		// Read-only mounts keep None: a mount propagated into them would arrive writable.
+		if want, ok := map[string]string{"follower": string(corev1.MountPropagationHostToContainer), "pinned": string(corev1.MountPropagationNone),
+			"ro": "<unset>"}[c.Name]; ok && prop != want {
 			t.Errorf("container %s: mountPropagation %s, want %s", c.Name, prop, want)
 		}
 		if c.LivenessProbe == nil {

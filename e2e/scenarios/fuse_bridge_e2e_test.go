@@ -89,7 +89,7 @@ func lostFUSEMountBridge(t *testing.T, e *env) {
 	if len(st) > 2 {
 		t.Errorf("depth %d at the target after the hand-back: %s", len(st), describeStack(st))
 	}
-	checkRestarts(t, e, l.ns, restarts)
-	t.Logf("RESULT bridge retired: plugin back → volume on the driver's mount, no agent s3fs, after %s (app reads %s, pinned %s); plugin s3fs pids %v; depth %d %s; no restarts %v",
-		back, after[l.ns+"/app/app"], after[l.ns+"/app/pinned"], pluginS3fs(l.plugin.Pid()), len(st), describeStack(st), restarts)
+	final := checkRestarts(t, e, l.ns, restarts)
+	t.Logf("RESULT bridge retired: plugin back → volume on the driver's mount, agent s3fs gone, after %s (app reads %s, pinned %s); plugin s3fs pids %v; depth %d %s; restarts %v → %v",
+		back, after[l.ns+"/app/app"], after[l.ns+"/app/pinned"], pluginS3fs(l.plugin.Pid()), len(st), describeStack(st), restarts, final)
 }

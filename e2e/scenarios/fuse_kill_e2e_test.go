@@ -82,9 +82,9 @@ func lostFUSEMountKilled3(t *testing.T, e *env) {
 			if len(tgt) > 2 || len(glob) > 2 {
 				t.Errorf("round %d, %s: stacks too deep: target %s, staging %s", i, l.name, describeStack(tgt), describeStack(glob))
 			}
-			checkRestarts(t, e, l.ns, restarts[l.name])
-			t.Logf("RESULT %s layout, s3fs kill #%d: app reads again after %s, pinned (None) %s; depth %d at the target %s, %d at staging %s; plugin s3fs %v → %v, agent s3fs %v",
-				l.layout, i, at[l.ns+"/app/app"], at[l.ns+"/app/pinned"], len(tgt), describeStack(tgt), len(glob), describeStack(glob), killed[l.name], now, ours)
+			rc := checkRestarts(t, e, l.ns, restarts[l.name])
+			t.Logf("RESULT %s layout, s3fs kill #%d: app reads again after %s, pinned (None) %s; restarts %v; depth %d at the target %s, %d at staging %s; plugin s3fs %v → %v, agent s3fs %v",
+				l.layout, i, at[l.ns+"/app/app"], at[l.ns+"/app/pinned"], rc, len(tgt), describeStack(tgt), len(glob), describeStack(glob), killed[l.name], now, ours)
 		}
 	}
 }

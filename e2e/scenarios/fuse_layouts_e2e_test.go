@@ -186,7 +186,7 @@ func lostFUSEMountLayouts(t *testing.T, e *env) {
 	}
 	at := waitReads(t, e, t0, 90*time.Second, "again after the plugin restart", all...)
 	for _, l := range ls {
-		checkRestarts(t, e, l.ns, restarts[l.name])
+		after := checkRestarts(t, e, l.ns, restarts[l.name])
 		if ours := ourS3fs(l.pv); len(ours) > 0 || onOurMount(targets[l.name], l.pv) {
 			t.Errorf("%s layout: restored by the agent's own s3fs %v (top at the target %s), not through the driver, although the plugin answers",
 				l.name, ours, describeStack(mountsAt(targets[l.name])))
@@ -195,8 +195,8 @@ func lostFUSEMountLayouts(t *testing.T, e *env) {
 		if len(tgt) > 2 || len(glob) > 2 {
 			t.Errorf("%s layout: stacks too deep after the restore: target %s, global %s", l.name, describeStack(tgt), describeStack(glob))
 		}
-		t.Logf("RESULT %s layout: plugin restart → app reads its own file again after %s, pinned (None) %s, no restarts %v; depth %d at the target %s, %d at the staging path %s",
-			l.name, at[l.ns+"/app-0/app"], at[l.ns+"/app-0/pinned"], restarts[l.name], len(tgt), describeStack(tgt), len(glob), describeStack(glob))
+		t.Logf("RESULT %s layout: plugin restart → app reads its own file again after %s, pinned (None) %s, restarts %v → %v; depth %d at the target %s, %d at the staging path %s",
+			l.name, at[l.ns+"/app-0/app"], at[l.ns+"/app-0/pinned"], restarts[l.name], after, len(tgt), describeStack(tgt), len(glob), describeStack(glob))
 	}
 
 	// A new pod of the same PV starts (the restored mounts serve kubelet's paths too).
@@ -229,7 +229,7 @@ func lostFUSEMountLayouts(t *testing.T, e *env) {
 			return p.UID != old && framework.Running(p)
 		})
 		waitReads(t, e, t1, 30*time.Second, "in the replacement pod", l.readers("app-0")...)
-		t.Logf("RESULT %s layout: rescued pod app-0 deleted and gone in %s, nothing left at its targets; replacement running and reading after %s more",
+		t.Logf("RESULT %s layout: rescued pod app-0 deleted and gone in %s; replacement running and reading after %s more",
 			l.name, gone, time.Since(t1).Round(100*time.Millisecond))
 	}
 
@@ -260,7 +260,7 @@ func lostFUSEMountLayouts(t *testing.T, e *env) {
 				return len(m) == 0, describeStack(m)
 			})
 		}
-		t.Logf("RESULT %s layout: new pod deleted and gone in %s, StatefulSet pod gone %s after scaling to 0; nothing left at targets or staging", l.name, goneNew, goneSS)
+		t.Logf("RESULT %s layout: new pod deleted and gone in %s, StatefulSet pod gone %s after scaling to 0", l.name, goneNew, goneSS)
 	}
 }
 

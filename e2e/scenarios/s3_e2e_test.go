@@ -271,8 +271,7 @@ func lostFUSEMount(t *testing.T, e *env) {
 	// follower follows through HostToContainer; the others get the restored mount from the agent
 	// inside their running containers (containermount, hostPID), without a restart.
 	at := waitReads(t, e, t0, 90*time.Second, "again without a restart", readers...)
-	checkRestarts(t, e, s3NS, restarts)
-	checkRestarts(t, e, s3PlainNS, plainRestarts)
+	afterRestore := []any{checkRestarts(t, e, s3NS, restarts), checkRestarts(t, e, s3PlainNS, plainRestarts)}
 	checkReadOnly(t, e, s3NS, "s3app", "ro", "after the restore")
 	atTarget := mountsAt(target)
 	if !sawDead && len(atTarget) < 2 {
@@ -283,13 +282,12 @@ func lostFUSEMount(t *testing.T, e *env) {
 	}
 	t.Logf("pods after the repair:\n%s%s", framework.PodTable(cs, s3NS), framework.PodTable(cs, s3PlainNS))
 	t.Logf("mounts at the pod's volume after the repair (the dead s3fs mount, the agent's bind on top):\n%s", framework.MountTable(target))
-	t.Logf("RESULT lost FUSE mount: read again after the plugin restart: follower (HostToContainer) %s, pinned (None) %s, sub (subPath, reads sub/) %s, ro (readOnly, still EROFS) %s, plain (unlabelled namespace, never mutated) %s; no restarts (%v, %v); depth %d at the target",
-		at[s3NS+"/s3app/follower"], at[s3NS+"/s3app/pinned"], at[s3NS+"/s3app/sub"], at[s3NS+"/s3app/ro"], at[s3PlainNS+"/plain/app"], restarts, plainRestarts, len(atTarget))
+	t.Logf("RESULT lost FUSE mount: read again after the plugin restart: follower (HostToContainer) %s, pinned (None) %s, sub (subPath, reads sub/) %s, ro (readOnly) %s, plain (unlabelled namespace, never mutated) %s; restarts %v %v → %v; depth %d at the target",
+		at[s3NS+"/s3app/follower"], at[s3NS+"/s3app/pinned"], at[s3NS+"/s3app/sub"], at[s3NS+"/s3app/ro"], at[s3PlainNS+"/plain/app"], restarts, plainRestarts, afterRestore, len(atTarget))
 
 	t.Run("AgentRestart", func(t *testing.T) {
-		agentRestarts(t, e, func(t *testing.T) {
-			checkRestarts(t, e, s3NS, restarts)
-			checkRestarts(t, e, s3PlainNS, plainRestarts)
+		agentRestarts(t, e, func(t *testing.T) any {
+			return []any{checkRestarts(t, e, s3NS, restarts), checkRestarts(t, e, s3PlainNS, plainRestarts)}
 		}, readers...)
 	})
 

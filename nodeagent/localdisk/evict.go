@@ -50,8 +50,14 @@ func (c *Controller) notifyPods(ctx context.Context, pv *corev1.PersistentVolume
 			c.deps.Recorder.Eventf(pod, corev1.EventTypeNormal, ReasonEvicted,
 				"real disk returned for PV %s; evicted so the pod restarts on it", pv.Name)
 		case apierrors.IsTooManyRequests(err):
-			// A PodDisruptionBudget forbids it now: try again next pass.
-			log.Info("eviction blocked by a disruption budget; retrying", "pod", pod.Namespace+"/"+pod.Name)
+			// A PodDisruptionBudget forbids it now: try again next pass (at the latest the
+			// periodic resync), told once per pod.
+			log.Info("eviction blocked by a disruption budget; retrying", "pod", pod.Namespace+"/"+pod.Name, "reason", err.Error())
+			if !c.podsBlocked[pod.UID] {
+				c.podsBlocked[pod.UID] = true
+				c.deps.Recorder.Eventf(pod, corev1.EventTypeWarning, ReasonEvictionBlocked,
+					"real disk returned for PV %s; eviction refused for now (%v); pvrescue retries on every pass", pv.Name, err)
+			}
 		default:
 			log.Error(err, "evict pod", "pod", pod.Namespace+"/"+pod.Name)
 			c.metrics.Errors.WithLabelValues("api").Inc()

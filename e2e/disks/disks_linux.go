@@ -68,10 +68,20 @@ func (d *Disk) Unplug() error {
 	return nil
 }
 
-// Plug (re)creates the link to the loop device.
+// Plug (re)creates the link to the loop device the way udev does: a link at a temporary name
+// renamed over the path, so whatever stands there (the agent's fake link) is replaced at once and
+// the path is never missing in between (the agent would fake it again).
 func (d *Disk) Plug() error {
-	_ = os.Remove(d.Link())
-	return os.Symlink(d.Dev, d.Link())
+	tmp := d.Link() + ".udev-tmp"
+	_ = os.Remove(tmp)
+	if err := os.Symlink(d.Dev, tmp); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, d.Link()); err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	return nil
 }
 
 // Remove unlinks, detaches and deletes the disk.

@@ -30,7 +30,9 @@ func TestStartedOnFake(t *testing.T) {
 	guardSt := func(s, last corev1.ContainerState) []corev1.ContainerStatus {
 		return []corev1.ContainerStatus{{Name: "guard", State: s, LastTerminationState: last}}
 	}
-	app := func(s corev1.ContainerState) []corev1.ContainerStatus { return []corev1.ContainerStatus{{Name: "app", State: s}} }
+	app := func(s corev1.ContainerState) []corev1.ContainerStatus {
+		return []corev1.ContainerStatus{{Name: "app", State: s}}
+	}
 	cases := []struct {
 		name string
 		pod  *corev1.Pod

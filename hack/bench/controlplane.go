@@ -2,10 +2,14 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/pvrescue/pvrescue/internal/testenv"
 )
 
 // controlPlane is one etcd + kube-apiserver shared by the sections of a run (each uses its own
@@ -23,7 +27,7 @@ func (c *controlPlane) get(o *Options) (*rest.Config, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.cfg == nil && c.err == nil {
-		c.env, c.cfg, c.err = startAPIServer(o)
+		c.env, c.cfg, c.err = testenv.ControlPlane{Assets: assetsDir(o)}.StartEnvironment()
 	}
 	if c.err != nil {
 		return nil, c.err
@@ -50,4 +54,12 @@ func (c *controlPlane) stop() {
 		}
 		c.env, c.cfg = nil, nil
 	}
+}
+
+// assetsDir is where kube-apiserver and etcd are: $KUBEBUILDER_ASSETS, else under -root's bin/.
+func assetsDir(o *Options) string {
+	if d := os.Getenv("KUBEBUILDER_ASSETS"); d != "" {
+		return d
+	}
+	return filepath.Join(o.Root, "bin", "k8s", KubeVersion)
 }

@@ -80,6 +80,9 @@ func (o *Options) Validate() error {
 			break
 		}
 	}
+	if fakes := benchFakeLoops.Last - benchFakeLoops.First + 1; o.DiskRepeats > fakes {
+		errs = append(errs, fmt.Errorf("-disk-repeats %d: the lost-disk section has %d loop devices (%s) for fakes", o.DiskRepeats, fakes, benchFakeLoops))
+	}
 	if _, err := os.Stat(filepath.Join(o.Root, "go.mod")); err != nil {
 		errs = append(errs, fmt.Errorf("-root %s is not the repository root: %w", o.Root, err))
 	}

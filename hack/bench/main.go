@@ -113,6 +113,7 @@ func sections() []section {
 		{"helper", runHelper},
 		{"disk", runLostDisk},
 		{"mount", runLostMount},
+		{"containers", runContainers},
 		{"scale", runScale},
 	}
 }

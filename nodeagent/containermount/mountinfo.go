@@ -106,42 +106,11 @@ func validDev(s string) bool {
 type MountTable []Mount
 
 // Stack returns the mounts at mountPoint from the bottom to the top, following parent IDs
-// rather than line order.
+// rather than line order (mountinfo.Stack).
 func (t MountTable) Stack(mountPoint string) []Mount {
-	var at []Mount
-	for _, m := range t {
-		if m.MountPoint == mountPoint {
-			at = append(at, m)
-		}
-	}
-	if len(at) <= 1 {
-		return at
-	}
-	byParent := map[int]Mount{}
-	ids := map[int]bool{}
-	for _, m := range at {
-		byParent[m.ParentID] = m
-		ids[m.ID] = true
-	}
-	var bottom *Mount
-	for i := range at {
-		if !ids[at[i].ParentID] {
-			bottom = &at[i]
-			break
-		}
-	}
-	if bottom == nil {
-		return at
-	}
-	out := []Mount{*bottom}
-	for len(out) < len(at) {
-		next, ok := byParent[out[len(out)-1].ID]
-		if !ok {
-			break
-		}
-		out = append(out, next)
-	}
-	return out
+	return mountinfo.Stack(t, mountPoint, func(m Mount) mountinfo.Place {
+		return mountinfo.Place{ID: m.ID, ParentID: m.ParentID, MountPoint: m.MountPoint}
+	})
 }
 
 // Top returns the uppermost mount at mountPoint, the one a path lookup reaches.

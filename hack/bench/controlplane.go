@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -27,7 +28,9 @@ func (c *controlPlane) get(o *Options) (*rest.Config, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.cfg == nil && c.err == nil {
+		start := time.Now()
 		c.env, c.cfg, c.err = testenv.ControlPlane{Assets: assetsDir(o)}.StartEnvironment()
+		fmt.Fprintf(os.Stderr, "bench: control plane started in %s (err %v)\n", time.Since(start).Round(100*time.Millisecond), c.err)
 	}
 	if c.err != nil {
 		return nil, c.err
@@ -49,9 +52,11 @@ func (c *controlPlane) stop() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.env != nil {
+		start := time.Now()
 		if err := c.env.Stop(); err != nil {
-			fmt.Printf("bench: stop control plane: %v\n", err)
+			fmt.Fprintf(os.Stderr, "bench: stop control plane: %v\n", err)
 		}
+		fmt.Fprintf(os.Stderr, "bench: control plane stopped in %s\n", time.Since(start).Round(100*time.Millisecond))
 		c.env, c.cfg = nil, nil
 	}
 }

@@ -115,7 +115,9 @@ func lostDisk(ctx context.Context, o *Options, s *Section) error {
 	if err != nil {
 		return err
 	}
-	if err := view.Start(ctx); err != nil {
+	vctx, stopView := context.WithCancel(ctx)
+	defer func() { stopView(); view.Shutdown() }() // Shutdown waits for Start's context to end
+	if err := view.Start(vctx); err != nil {
 		return err
 	}
 	ctrl, err := localdisk.New(nodeagent.Deps{NodeName: node, Config: cfg, Client: cs, View: view, Recorder: rec, Registerer: prometheus.NewRegistry(), Clock: clock.RealClock{}},

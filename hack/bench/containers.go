@@ -110,6 +110,7 @@ func containers(ctx context.Context, o *Options, s *Section) error {
 	type sample struct{ host, htc, all time.Duration }
 	var samples []sample
 	for i := 0; i < o.MountRepeats; i++ {
+		r.dephase(ctx)
 		t0 := time.Now()
 		if err := r.restartPlugin(); err != nil {
 			return err
@@ -155,7 +156,7 @@ func containers(ctx context.Context, o *Options, s *Section) error {
 		{"plugin restart → host target reads again (same runs)", fmt.Sprint(len(host)), Ms(Percentile(host, 50)), Ms(Percentile(host, 99)), Ms(Percentile(host, 100)), Ratio(float64(Percentile(host, 50)), float64(hp50)), "—"},
 	}
 	s.Notes = append(s.Notes,
-		"Each run: the plugin restart of the lost-mount section (every s3fs of the driver SIGKILLed, a new plugin serving the socket at once), then every container's file is read every "+Ms(benchPoll)+" through /proc/<pid>/root until all three read their content; the subPath container reads a file of the subdirectory (a root bind there would not show it). One sample per run gives all three times, so the figures share their runs.",
+		"Each run: a random wait in [0, check interval) so the loss falls at a random point of the agent's periodic check, the plugin restart of the lost-mount section (every s3fs of the driver SIGKILLed, a new plugin serving the socket at once), then every container's file is read every "+Ms(benchPoll)+" through /proc/<pid>/root until all three read their content; the subPath container reads a file of the subdirectory (a root bind there would not show it). One sample per run gives all three times, so the figures share their runs.",
 		"Without containermount the None and subPath containers would read again only after a restart (the injected liveness probe): the baseline row is what propagation alone gives. The HostToContainer container's copy is live by propagation as soon as the host target is; the others wait for the agent to stack a clone into their namespaces after the restore.",
 		fmt.Sprintf("Shipped defaults (check interval %s, containermount namespace timeout %s). Each loss stacks one more (dead) layer inside the None and subPath containers, as documented in nodeagent/containermount; %d losses in a row were measured.", r.cfg.S3.CheckInterval.Duration, containermount.NewOptions().NamespaceTimeout, len(samples)))
 	if sum, n, ok := histogram(r.reg, "pvrescue_container_remount_duration_seconds"); ok && n > 0 {

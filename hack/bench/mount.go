@@ -45,6 +45,7 @@ func lostMount(ctx context.Context, o *Options, s *Section) error {
 	defer r.close()
 	readable := func() bool { return readsBack(filepath.Join(r.target, "before.txt"), before) }
 	measure := func(i int, kill func() error) (time.Duration, error) {
+		r.dephase(ctx)
 		t0 := time.Now()
 		if err := kill(); err != nil {
 			return 0, err
@@ -116,7 +117,7 @@ func lostMount(ctx context.Context, o *Options, s *Section) error {
 		fmt.Sprintf("Baseline: the agent's own periodic check (%s, the shipped default); a pure poll at that period notices a loss %s later on average, before any repair.", interval, Ms(interval/2)),
 		"Replay: a plugin restart as the bench makes it — every s3fs of the driver SIGKILLed (the first run kills the s3fs the bench published as the driver's), the node plugin (pvrescue's test plugin, nodeagent/s3mount/csitest, s3fs as its child) stops serving and a new one serves the same socket at once; the agent replays NodePublishVolume at a fresh directory and binds the driver's new mount over the dead one. A real plugin's own restart time (image, container start) comes on top.",
 		fmt.Sprintf("Bridge: the plugin no longer answers; the agent waits s3.bridgeAfter (%s, shipped default) after finding the target dead, then mounts its own s3fs and binds it over. Later bridge runs kill the agent's own s3fs, each after it has lived past the agent's 10 s crash-loop window. Readable means a file written before the loss reads back with its content.", cfg.S3.BridgeAfter.Duration),
-		fmt.Sprintf("Check interval %s, statfs timeout %s (shipped defaults); the bench polls the file every %s.", interval, cfg.S3.StatfsTimeout.Duration, benchPoll))
+		fmt.Sprintf("Check interval %s, statfs timeout %s (shipped defaults); the bench polls the file every %s. Before each loss the bench waits a random time in [0, check interval), so losses fall at random points of the agent's periodic check (back to back, each would come just after the check that restored the last one).", interval, cfg.S3.StatfsTimeout.Duration, benchPoll))
 	if sum, n, ok := histogram(r.reg, "pvrescue_s3_time_to_restore_seconds"); ok && n > replayN && replayN > 0 {
 		rmean := time.Duration(replayTTR / float64(replayN) * float64(time.Second))
 		bmean := time.Duration((sum - replayTTR) / float64(n-replayN) * float64(time.Second))

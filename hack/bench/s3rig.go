@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -245,6 +246,18 @@ func (r *s3Rig) startAgent(ctx context.Context, remounter func(nodeagent.Deps) (
 	})
 	time.Sleep(time.Second) // let it see the healthy mount first
 	return nil
+}
+
+// dephase waits a random time in [0, the agent's check interval) before a loss, so that losses
+// fall at random points of the agent's periodic check, as a real plugin restart does. Without it
+// each loss would come right after the check that restored the last one, and every sample would
+// wait a whole interval to be noticed.
+func (r *s3Rig) dephase(ctx context.Context) {
+	d := time.Duration(rand.Int64N(int64(r.cfg.S3.CheckInterval.Duration)))
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
 }
 
 // waitDead waits until the target answers ENOTCONN (the kill has taken effect).

@@ -147,6 +147,8 @@ func containers(ctx context.Context, o *Options, s *Section) error {
 		return out
 	}
 	all, htc, host := pick(func(x sample) time.Duration { return x.all }), pick(func(x sample) time.Duration { return x.htc }), pick(func(x sample) time.Duration { return x.host })
+	s.Raw = RawSamples([]string{"all-containers", "hostToContainer", "host-target"},
+		map[string][]time.Duration{"all-containers": all, "hostToContainer": htc, "host-target": host})
 	ap50, hp50 := Percentile(all, 50), Percentile(htc, 50)
 	s.Header = []string{"figure", "samples", "p50", "p99", "max", "p50 ratio to HostToContainer only", "target"}
 	s.Rows = [][]string{

@@ -154,6 +154,7 @@ func lostDisk(ctx context.Context, o *Options, s *Section) error {
 		// Let the pass finish its API writes (events, annotation, condition) before the next loss.
 		time.Sleep(300 * time.Millisecond)
 	}
+	s.Raw = RawSamples([]string{"link-removed-to-fake"}, map[string][]time.Duration{"link-removed-to-fake": lat})
 	p50, p99 := Percentile(lat, 50), Percentile(lat, 99)
 	bp50, bp99 := pollBaseline/2, pollBaseline*99/100
 	s.Header = []string{"figure", "samples", "p50", "p99", "max", "baseline: 10 s poll (p50 / p99)", "p50 ratio", "target p50 < 1 s"}

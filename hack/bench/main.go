@@ -161,6 +161,12 @@ func run(ctx context.Context, o *Options) error {
 			fmt.Fprintf(os.Stderr, "!! %s failed: %v\n", s.name, sec.Err)
 		}
 		fmt.Fprintf(os.Stderr, "<< %s done in %s\n", s.name, sec.Elapsed.Round(time.Second))
+		if sec.Raw != "" {
+			if err := writeRaw(o, s.name, sec.Raw); err != nil {
+				return err
+			}
+			sec.Notes = append(sec.Notes, fmt.Sprintf("Raw samples (milliseconds): `%s`.", filepath.Join(o.RawDir, s.name+".txt")))
+		}
 		r.Sections = append(r.Sections, sec)
 		// Write after every section so an interrupted run keeps what it measured.
 		if err := writeReport(o.Out, r); err != nil {
@@ -171,6 +177,19 @@ func run(ctx context.Context, o *Options) error {
 		return fmt.Errorf("sections failed: %s (see %s)", strings.Join(failed, ", "), o.Out)
 	}
 	return ctx.Err()
+}
+
+// writeRaw writes a section's raw samples to <raw dir>/<name>.txt (the raw dir is relative to
+// the repository root, as go test's output in the gobench section).
+func writeRaw(o *Options, name, raw string) error {
+	dir := o.RawDir
+	if !filepath.IsAbs(dir) {
+		dir = filepath.Join(o.Root, dir)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, name+".txt"), []byte(raw), 0o644)
 }
 
 func writeReport(path string, r *Report) error {

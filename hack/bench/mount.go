@@ -101,6 +101,7 @@ func lostMount(ctx context.Context, o *Options, s *Section) error {
 		lat = append(lat, d)
 		restoredAt = time.Now()
 	}
+	s.Raw = RawSamples([]string{"replay", "bridge"}, map[string][]time.Duration{"replay": replayLat, "bridge": lat})
 	cfg := r.cfg
 	interval := cfg.S3.CheckInterval.Duration
 	s.Header = []string{"figure", "samples", "p50", "p99", "max", "baseline: check interval", "p50 ratio", "target"}

@@ -131,3 +131,13 @@ PASS
 		t.Error("hasBenchFor wrong")
 	}
 }
+
+func TestRawSamples(t *testing.T) {
+	got := RawSamples([]string{"b", "a", "none"}, map[string][]time.Duration{
+		"a": {1500 * time.Microsecond, 2 * time.Second},
+		"b": {250 * time.Microsecond},
+	})
+	if want := "b 0.250\na 1.500 2000.000\nnone\n"; got != want {
+		t.Errorf("RawSamples = %q, want %q", got, want)
+	}
+}

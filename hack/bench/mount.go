@@ -3,11 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
-	"slices"
-	"strings"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,10 +11,6 @@ import (
 
 	"github.com/pvrescue/pvrescue/internal/testenv"
 )
-
-// quickDeathWindow is a little more than the s3mount Restorer's crash-loop window: an s3fs of its
-// own that dies sooner after starting is restarted only after a backoff.
-const quickDeathWindow = 11 * time.Second
 
 func runLostMount(ctx context.Context, o *Options) Section {
 	s := Section{
@@ -72,36 +64,33 @@ func lostMount(ctx context.Context, o *Options, s *Section) error {
 	}
 	replayTTR, replayN, _ := histogram(r.reg, "pvrescue_s3_time_to_restore_seconds")
 
-	// Phase 2, bridge: the plugin stops answering (its s3fs keeps running until killed, as after a
-	// plugin crash); the agent bridges with its own s3fs once the target has been dead for
-	// s3.bridgeAfter. The first run kills the plugin's last s3fs, later ones the agent's bridge.
-	r.stopPlugin()
+	// Phase 2, bridge: a plugin restart after which the plugin stays down: its s3fs die and it
+	// no longer answers; the agent bridges with its own s3fs once the target has been dead for
+	// s3.bridgeAfter. Then the plugin comes back and the agent hands the volume back to the
+	// driver's mount and retires the bridge (timed too), which sets up the next run.
 	staging := filepath.Join(r.state, "s3", "staging", r.names.pv)
-	var lat []time.Duration
-	var restoredAt time.Time
+	var lat, handBack []time.Duration
 	for i := 0; i < o.MountRepeats; i++ {
-		kill := func() error { r.plugin.KillMounts(); return nil }
-		if i > 0 {
-			// The agent treats an s3fs of its own that dies within 10 s of starting as a crash loop
-			// and backs off before restarting it. A plugin restart kills long-lived mounts, so let
-			// each restored mount outlive that window before killing it again.
-			if wait := time.Until(restoredAt.Add(quickDeathWindow)); wait > 0 {
-				time.Sleep(wait)
-			}
-			pid, err := findS3fs(ctx, staging)
-			if err != nil {
-				return fmt.Errorf("run %d: %w", i, err)
-			}
-			kill = func() error { return syscall.Kill(pid, syscall.SIGKILL) }
-		}
-		d, err := measure(i, kill)
+		d, err := measure(i, func() error { r.plugin.KillMounts(); r.stopPlugin(); return nil })
 		if err != nil {
 			return fmt.Errorf("bridge %w", err)
 		}
 		lat = append(lat, d)
-		restoredAt = time.Now()
+		if len(testenv.S3fsPIDs(staging)) == 0 {
+			return fmt.Errorf("bridge run %d: readable again, but no s3fs of the agent's serves %s", i, staging)
+		}
+		t0 := time.Now()
+		if err := r.startPlugin(); err != nil {
+			return err
+		}
+		if err := testenv.WaitUntil(ctx, restoreTimeout, benchPoll, func() bool {
+			return len(testenv.S3fsPIDs(staging)) == 0 && len(r.plugin.Pids()) > 0 && readable()
+		}); err != nil {
+			return fmt.Errorf("bridge run %d: plugin back, but the volume is not on the driver's mount with the bridge gone within %s: %w", i, restoreTimeout, err)
+		}
+		handBack = append(handBack, time.Since(t0))
 	}
-	s.Raw = RawSamples([]string{"replay", "bridge"}, map[string][]time.Duration{"replay": replayLat, "bridge": lat})
+	s.Raw = RawSamples([]string{"replay", "bridge", "hand-back"}, map[string][]time.Duration{"replay": replayLat, "bridge": lat, "hand-back": handBack})
 	cfg := r.cfg
 	interval := cfg.S3.CheckInterval.Duration
 	s.Header = []string{"figure", "samples", "p50", "p99", "max", "baseline: check interval", "p50 ratio", "target"}
@@ -110,14 +99,16 @@ func lostMount(ctx context.Context, o *Options, s *Section) error {
 	s.Rows = [][]string{
 		{"replay: plugin restarted → driver's mount handed back, file readable", fmt.Sprint(len(replayLat)), Ms(rp50), Ms(rp99), Ms(Percentile(replayLat, 100)),
 			Ms(interval), Ratio(float64(rp50), float64(interval)), "p50 < 1.5 s: " + Verdict(rp50.Seconds(), 1.5, "s")},
-		{"bridge (driver kept down): s3fs SIGKILL → our s3fs bound, file readable", fmt.Sprint(len(lat)), Ms(p50), Ms(p99), Ms(Percentile(lat, 100)),
+		{"bridge: plugin restarted but kept down → our s3fs bound, file readable", fmt.Sprint(len(lat)), Ms(p50), Ms(p99), Ms(Percentile(lat, 100)),
 			Ms(interval), Ratio(float64(p50), float64(interval)), fmt.Sprintf("p50 < bridgeAfter %s + 3 s: %s", cfg.S3.BridgeAfter.Duration,
 				Verdict(p50.Seconds(), cfg.S3.BridgeAfter.Duration.Seconds()+3, "s"))},
+		{"hand-back: plugin back → driver's mount in place, bridge retired, file readable", fmt.Sprint(len(handBack)), Ms(Percentile(handBack, 50)), Ms(Percentile(handBack, 99)), Ms(Percentile(handBack, 100)),
+			Ms(interval), Ratio(float64(Percentile(handBack, 50)), float64(interval)), "—"},
 	}
 	s.Notes = append(s.Notes,
 		fmt.Sprintf("Baseline: the agent's own periodic check (%s, the shipped default); a pure poll at that period notices a loss %s later on average, before any repair.", interval, Ms(interval/2)),
 		"Replay: a plugin restart as the bench makes it — every s3fs of the driver SIGKILLed (the first run kills the s3fs the bench published as the driver's), the node plugin (pvrescue's test plugin, nodeagent/s3mount/csitest, s3fs as its child) stops serving and a new one serves the same socket at once; the agent replays NodePublishVolume at a fresh directory and binds the driver's new mount over the dead one. A real plugin's own restart time (image, container start) comes on top.",
-		fmt.Sprintf("Bridge: the plugin no longer answers; the agent waits s3.bridgeAfter (%s, shipped default) after finding the target dead, then mounts its own s3fs and binds it over. Later bridge runs kill the agent's own s3fs, each after it has lived past the agent's 10 s crash-loop window. Readable means a file written before the loss reads back with its content.", cfg.S3.BridgeAfter.Duration),
+		fmt.Sprintf("Bridge: the same plugin restart, but the plugin does not come back; the agent waits s3.bridgeAfter (%s, shipped default) after finding the target dead, then mounts its own s3fs and binds it over. Hand-back: the plugin then serves again; timed until no s3fs of the agent's is left and the file reads back through the driver's new mount. Readable means a file written before the loss reads back with its content.", cfg.S3.BridgeAfter.Duration),
 		fmt.Sprintf("Check interval %s, statfs timeout %s (shipped defaults); the bench polls the file every %s. Before each loss the bench waits a random time in [0, check interval), so losses fall at random points of the agent's periodic check (back to back, each would come just after the check that restored the last one).", interval, cfg.S3.StatfsTimeout.Duration, benchPoll))
 	if sum, n, ok := histogram(r.reg, "pvrescue_s3_time_to_restore_seconds"); ok && n > replayN && replayN > 0 {
 		rmean := time.Duration(replayTTR / float64(replayN) * float64(time.Second))
@@ -152,23 +143,4 @@ func histogram(reg prometheus.Gatherer, name string) (float64, uint64, bool) {
 		}
 	}
 	return 0, 0, false
-}
-
-// findS3fs finds the s3fs serving staging (s3fs rewrites its argv, so any argument counts).
-func findS3fs(ctx context.Context, staging string) (int, error) {
-	var found int
-	err := testenv.WaitUntil(ctx, 15*time.Second, benchPoll, func() bool {
-		for _, pid := range testenv.S3fsPIDs(staging) {
-			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-			if slices.Contains(strings.Split(string(b), "\x00"), staging) {
-				found = pid
-				return true
-			}
-		}
-		return false
-	})
-	if err != nil {
-		return 0, fmt.Errorf("no s3fs serving %s: %w", staging, err)
-	}
-	return found, nil
 }

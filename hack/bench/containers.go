@@ -53,20 +53,6 @@ func (c *benchContainer) reads() bool {
 	return readsBack(c.path(filepath.Join(c.data, c.file)), c.content)
 }
 
-// benchProcFS is the real /proc, except that the bench's container processes report the pod's
-// kubepods cgroup (cgroupfs layout), as containerd's would.
-type benchProcFS struct {
-	containermount.RealProcFS
-	cgroups map[int]string
-}
-
-func (p benchProcFS) Cgroup(pid int) (string, error) {
-	if cg, ok := p.cgroups[pid]; ok {
-		return cg, nil
-	}
-	return p.RealProcFS.Cgroup(pid)
-}
-
 func containers(ctx context.Context, o *Options, s *Section) error {
 	const before, inSub = "written before\n", "inside sub\n"
 	cgroups := map[int]string{}
@@ -87,7 +73,7 @@ func containers(ctx context.Context, o *Options, s *Section) error {
 	r, err := newS3Rig(ctx, o, s3RigOptions{names: newS3Names("bench-ctr"), pod: spec,
 		files: map[string]string{"before.txt": before, "sub/inside.txt": inSub},
 		remounter: func(deps nodeagent.Deps) (nodeagent.ContainerRemounter, error) {
-			os := containermount.OS{Proc: benchProcFS{RealProcFS: containermount.RealProcFS{Root: "/proc"}, cgroups: cgroups},
+			os := containermount.OS{Proc: containermount.CgroupProcFS{ProcFS: containermount.RealProcFS{Root: "/proc"}, Cgroups: cgroups},
 				NS: containermount.RealNamespaces{ProcRoot: "/proc"}}
 			return containermount.New(deps, os, containermount.NewOptions())
 		}})
@@ -101,7 +87,7 @@ func containers(ctx context.Context, o *Options, s *Section) error {
 		}
 		defer func() { _ = c.cmd.Process.Kill(); _ = c.cmd.Wait() }()
 		// The map is read by the remounter only during a restore, after this loop.
-		cgroups[c.cmd.Process.Pid] = fmt.Sprintf("12:memory:/kubepods/burstable/pod%s/%s\n", r.pod.UID, containerID(c.name))
+		cgroups[c.cmd.Process.Pid] = containermount.PodCgroup(string(r.pod.UID), containerID(c.name))
 		if !c.reads() {
 			return fmt.Errorf("container %s does not read %s before the loss", c.name, c.file)
 		}

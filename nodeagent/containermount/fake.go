@@ -232,3 +232,25 @@ func escapeOctal(s string) string {
 	r := strings.NewReplacer(" ", `\040`, "\t", `\011`, "\n", `\012`, `\`, `\134`)
 	return r.Replace(s)
 }
+
+// CgroupProcFS is a ProcFS whose Cgroup answers from Cgroups for the pids listed there and
+// passes everything else to the ProcFS it wraps (normally RealProcFS). Node tests and hack/bench
+// use it: their stand-in container processes cannot join a kubepods cgroup without kubelet.
+type CgroupProcFS struct {
+	ProcFS
+	Cgroups map[int]string
+}
+
+// Cgroup implements ProcFS.
+func (p CgroupProcFS) Cgroup(pid int) (string, error) {
+	if cg, ok := p.Cgroups[pid]; ok {
+		return cg, nil
+	}
+	return p.ProcFS.Cgroup(pid)
+}
+
+// PodCgroup is the /proc/<pid>/cgroup content of a process of container containerID of pod
+// podUID under kubelet's cgroupfs layout (cgroup v1, burstable).
+func PodCgroup(podUID, containerID string) string {
+	return "12:memory:/kubepods/burstable/pod" + podUID + "/" + containerID + "\n"
+}

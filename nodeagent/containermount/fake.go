@@ -189,6 +189,13 @@ func (n fakeNS) AttachInNamespace(ctx context.Context, ref NamespaceRef, livePat
 			errs[i] = fmt.Errorf("%w: %s", ErrTargetChanged, a.Target)
 			continue
 		}
+		if a.Protect {
+			if top.Dev != live.Dev {
+				f.violate("made mount %d at %s read-only: it is not the live connection", top.ID, a.Target)
+			}
+			table = setReadOnly(table, top.ID)
+			continue
+		}
 		opts := []string{"rw"}
 		if a.ReadOnly || live.ReadOnly() { // flags are only added to the clone of the live mount
 			opts[0] = "ro"
@@ -212,6 +219,24 @@ func (n fakeNS) AttachInNamespace(ctx context.Context, ref NamespaceRef, livePat
 	}
 	f.tables[ref.Inode] = table
 	return errs, nil
+}
+
+// setReadOnly returns table with mount id read-only (a copy: tables handed out stay unchanged).
+func setReadOnly(table MountTable, id int) MountTable {
+	out := append(MountTable(nil), table...)
+	for i, m := range out {
+		if m.ID != id {
+			continue
+		}
+		opts := []string{"ro"}
+		for _, o := range m.Options {
+			if o != "rw" && o != "ro" {
+				opts = append(opts, o)
+			}
+		}
+		out[i].Options = opts
+	}
+	return out
 }
 
 // FormatMountInfo renders a table in the mountinfo format (the inverse of ParseMountInfo).

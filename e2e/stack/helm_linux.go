@@ -5,7 +5,6 @@ package stack
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"time"
 
 	"helm.sh/helm/v4/pkg/action"
@@ -17,7 +16,6 @@ import (
 
 	"github.com/pvrescue/pvrescue/charts"
 	"github.com/pvrescue/pvrescue/e2e/cluster"
-	"github.com/pvrescue/pvrescue/e2e/images"
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/manifests"
 )
@@ -46,35 +44,6 @@ func HelmValues(img Images) map[string]any {
 		"webhook":   map[string]any{"image": map[string]any{"repository": wName, "tag": wTag}},
 		"agent":     map[string]any{"image": map[string]any{"repository": aName, "tag": aTag}},
 	}
-}
-
-// BuildAndPushImages builds the webhook and agent images (as Install does) and pushes them.
-func BuildAndPushImages(ctx context.Context, c *cluster.Cluster, repo string) (Images, error) {
-	var img Images
-	bins, err := BuildBinaries(ctx, repo, filepath.Join(c.Opts.WorkDir, "bin"))
-	if err != nil {
-		return img, err
-	}
-	wf, wEntry := WebhookImage(bins)
-	wimg, err := images.Build(wf, wEntry, nil)
-	if err != nil {
-		return img, err
-	}
-	af, aEntry, err := AgentImage(bins)
-	if err != nil {
-		return img, err
-	}
-	aimg, err := images.Build(af, aEntry, nil)
-	if err != nil {
-		return img, err
-	}
-	if img.Webhook, err = c.Registry.Push(ctx, "pvrescue/pvrescue-webhook", "e2e", wimg); err != nil {
-		return img, err
-	}
-	if img.Agent, err = c.Registry.Push(ctx, "pvrescue/pvrescue-agent", "e2e", aimg); err != nil {
-		return img, err
-	}
-	return img, nil
 }
 
 // NewHelm builds the images and prepares a Helm client for the cluster. It creates the release

@@ -164,6 +164,38 @@ func ptr[T any](v T) *T { return &v }
 
 func readFile(p string) string { b, _ := os.ReadFile(p); return string(b) }
 
+// BuildAndPushImages builds the pvrescue binaries and the webhook and agent images from them, and
+// pushes both to the cluster's registry. The webhook image carries the injected helper and runs as
+// images.HelperUser, as the published image does (distroless nonroot, Dockerfile.webhook's USER):
+// a helper that only works as root would fail here as it would in the field.
+func BuildAndPushImages(ctx context.Context, c *cluster.Cluster, repo string) (Images, error) {
+	var img Images
+	bins, err := BuildBinaries(ctx, repo, filepath.Join(c.Opts.WorkDir, "bin"))
+	if err != nil {
+		return img, err
+	}
+	wf, wEntry := WebhookImage(bins)
+	wimg, err := images.BuildAs(wf, wEntry, nil, images.HelperUser)
+	if err != nil {
+		return img, err
+	}
+	af, aEntry, err := AgentImage(bins)
+	if err != nil {
+		return img, err
+	}
+	aimg, err := images.Build(af, aEntry, nil)
+	if err != nil {
+		return img, err
+	}
+	if img.Webhook, err = c.Registry.Push(ctx, "pvrescue/pvrescue-webhook", "e2e", wimg); err != nil {
+		return img, err
+	}
+	if img.Agent, err = c.Registry.Push(ctx, "pvrescue/pvrescue-agent", "e2e", aimg); err != nil {
+		return img, err
+	}
+	return img, nil
+}
+
 // Installed describes pvrescue as installed on the cluster.
 type Installed struct {
 	Images  Images
@@ -189,28 +221,9 @@ type InstallOptions struct {
 // Install builds the pvrescue binaries and images, pushes them to the cluster's registry, applies
 // manifests/ with the e2e overlay, and waits for the webhook Deployment and agent DaemonSet.
 func Install(ctx context.Context, c *cluster.Cluster, repo string, opts InstallOptions) (*Installed, error) {
-	bins, err := BuildBinaries(ctx, repo, filepath.Join(c.Opts.WorkDir, "bin"))
-	if err != nil {
-		return nil, err
-	}
-	wf, wEntry := WebhookImage(bins)
-	wimg, err := images.Build(wf, wEntry, nil)
-	if err != nil {
-		return nil, err
-	}
-	af, aEntry, err := AgentImage(bins)
-	if err != nil {
-		return nil, err
-	}
-	aimg, err := images.Build(af, aEntry, nil)
-	if err != nil {
-		return nil, err
-	}
 	in := &Installed{}
-	if in.Images.Webhook, err = c.Registry.Push(ctx, "pvrescue/pvrescue-webhook", "e2e", wimg); err != nil {
-		return nil, err
-	}
-	if in.Images.Agent, err = c.Registry.Push(ctx, "pvrescue/pvrescue-agent", "e2e", aimg); err != nil {
+	var err error
+	if in.Images, err = BuildAndPushImages(ctx, c, repo); err != nil {
 		return nil, err
 	}
 	objs, err := Render(manifests.FS, in.Images)

@@ -9,14 +9,13 @@ import (
 
 	"helm.sh/helm/v4/pkg/action"
 	"helm.sh/helm/v4/pkg/kube"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 
 	"github.com/pvrescue/pvrescue/charts"
 	"github.com/pvrescue/pvrescue/e2e/cluster"
-	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/manifests"
 )
 
@@ -110,10 +109,8 @@ func (h *Helm) Install(ctx context.Context, values map[string]any) error {
 	if _, err := in.RunWithContext(ctx, h.chart, merge(HelmValues(h.Images), values)); err != nil {
 		return fmt.Errorf("helm install: %w", err)
 	}
-	label := config.Default().LocalBlock.NodeLabel
-	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, label, "enabled")
-	if _, err := h.c.Client.CoreV1().Nodes().Patch(ctx, h.c.Opts.NodeName, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-		return fmt.Errorf("label node: %w", err)
+	if err := EnableFakeDevices(ctx, h.c); err != nil {
+		return err
 	}
 	return WaitWorkloads(ctx, h.c)
 }
@@ -137,20 +134,12 @@ func (h *Helm) Upgrade(ctx context.Context, values map[string]any) error {
 // WaitWebhookRolledOut waits until the webhook Deployment's roll is complete: its latest spec
 // observed, and every replica updated and available with no old replica left.
 func WaitWebhookRolledOut(ctx context.Context, c *cluster.Cluster) error {
-	return c.Wait(ctx, 3*time.Minute, "Deployment "+WebhookDep+" to finish rolling", func(ctx context.Context) (bool, error) {
-		d, err := c.Client.AppsV1().Deployments(Namespace).Get(ctx, WebhookDep, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		want := int32(1)
-		if d.Spec.Replicas != nil {
-			want = *d.Spec.Replicas
-		}
+	return waitWebhook(ctx, c, "to finish rolling", func(d *appsv1.Deployment, want int32) error {
 		st := d.Status
 		if st.ObservedGeneration >= d.Generation && st.UpdatedReplicas == want && st.AvailableReplicas == want && st.Replicas == want {
-			return true, nil
+			return nil
 		}
-		return false, fmt.Errorf("generation %d/%d, %d updated, %d available, %d in all, want %d", st.ObservedGeneration, d.Generation,
+		return fmt.Errorf("generation %d/%d, %d updated, %d available, %d in all, want %d", st.ObservedGeneration, d.Generation,
 			st.UpdatedReplicas, st.AvailableReplicas, st.Replicas, want)
 	})
 }

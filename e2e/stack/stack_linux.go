@@ -28,6 +28,7 @@ import (
 	"github.com/pvrescue/pvrescue/e2e/csis3"
 	"github.com/pvrescue/pvrescue/e2e/images"
 	"github.com/pvrescue/pvrescue/internal/config"
+	"github.com/pvrescue/pvrescue/internal/contract"
 	"github.com/pvrescue/pvrescue/internal/testenv"
 	"github.com/pvrescue/pvrescue/manifests"
 )
@@ -266,16 +267,23 @@ func Install(ctx context.Context, c *cluster.Cluster, repo string, opts InstallO
 			return nil, fmt.Errorf("bootstrap the webhook certificate: %w", err)
 		}
 	}
-	// The agent creates fake devices only on nodes that opt in.
-	label := config.Default().LocalBlock.NodeLabel
-	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, label, "enabled")
-	if _, err := c.Client.CoreV1().Nodes().Patch(ctx, c.Opts.NodeName, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-		return nil, fmt.Errorf("label node: %w", err)
+	if err := EnableFakeDevices(ctx, c); err != nil {
+		return nil, err
 	}
 	if err := WaitWorkloads(ctx, c); err != nil {
 		return in, err
 	}
 	return in, nil
+}
+
+// EnableFakeDevices labels the node so the agent creates fake devices there (nodes opt in).
+func EnableFakeDevices(ctx context.Context, c *cluster.Cluster) error {
+	label := config.Default().LocalBlock.NodeLabel
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, label, contract.LabelFakeDevicesEnabled)
+	if _, err := c.Client.CoreV1().Nodes().Patch(ctx, c.Opts.NodeName, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("label node %s %s: %w", c.Opts.NodeName, label, err)
+	}
+	return nil
 }
 
 func applyObject(ctx context.Context, cl client.Client, o *unstructured.Unstructured) error {
@@ -309,19 +317,11 @@ const (
 // WaitWorkloads waits until every webhook replica and the agent pod are ready, and the webhook
 // Service has ready endpoints (what the apiserver dials with aggregator routing).
 func WaitWorkloads(ctx context.Context, c *cluster.Cluster) error {
-	if err := c.Wait(ctx, 3*time.Minute, "Deployment "+WebhookDep+" to be available", func(ctx context.Context) (bool, error) {
-		d, err := c.Client.AppsV1().Deployments(Namespace).Get(ctx, WebhookDep, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		want := int32(1)
-		if d.Spec.Replicas != nil {
-			want = *d.Spec.Replicas
-		}
+	if err := waitWebhook(ctx, c, "to be available", func(d *appsv1.Deployment, want int32) error {
 		if d.Status.ReadyReplicas >= want && d.Status.UpdatedReplicas >= want {
-			return true, nil
+			return nil
 		}
-		return false, fmt.Errorf("%d/%d ready; pods: %s", d.Status.ReadyReplicas, want, podSummary(ctx, c, "app.kubernetes.io/name="+WebhookDep))
+		return fmt.Errorf("%d/%d ready; pods: %s", d.Status.ReadyReplicas, want, podSummary(ctx, c, "app.kubernetes.io/name="+WebhookDep))
 	}); err != nil {
 		return err
 	}
@@ -334,6 +334,25 @@ func WaitWorkloads(ctx context.Context, c *cluster.Cluster) error {
 			return true, nil
 		}
 		return false, fmt.Errorf("%d/%d ready; pods: %s", d.Status.NumberReady, d.Status.DesiredNumberScheduled, podSummary(ctx, c, "app.kubernetes.io/name="+AgentDS))
+	})
+}
+
+// waitWebhook waits until done (given the Deployment and its wanted replicas) returns nil; its
+// last error says why not yet.
+func waitWebhook(ctx context.Context, c *cluster.Cluster, what string, done func(d *appsv1.Deployment, want int32) error) error {
+	return c.Wait(ctx, 3*time.Minute, "Deployment "+WebhookDep+" "+what, func(ctx context.Context) (bool, error) {
+		d, err := c.Client.AppsV1().Deployments(Namespace).Get(ctx, WebhookDep, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		want := int32(1)
+		if d.Spec.Replicas != nil {
+			want = *d.Spec.Replicas
+		}
+		if err := done(d, want); err != nil {
+			return false, err
+		}
+		return true, nil
 	})
 }
 

@@ -37,6 +37,8 @@ import (
 type S3 struct {
 	testenv.S3Config
 	Endpoint string // http://NodeIP:port, reachable from the host and from pods
+	bin      string
+	c        *cluster.Cluster
 	proc     *cluster.Process
 }
 
@@ -58,21 +60,34 @@ func StartS3(ctx context.Context, c *cluster.Cluster, versitygw string) (*S3, er
 		AccessKey: "E2E" + strings.ToUpper(randomHex(8)),
 		SecretKey: randomHex(20),
 	}
-	s := &S3{S3Config: cfg, Endpoint: cfg.Endpoint()}
+	s := &S3{S3Config: cfg, Endpoint: cfg.Endpoint(), bin: versitygw, c: c}
 	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
 		return nil, err
 	}
-	s.proc, err = cluster.StartProcess(c.Opts.LogDir(), "versitygw", versitygw, cfg.Args(), cfg.Env())
+	return s, s.Start(ctx)
+}
+
+// Start (re)starts the server on its address, with its buckets and keys, and waits until it listens.
+func (s *S3) Start(ctx context.Context) error {
+	var err error
+	s.proc, err = cluster.StartProcess(s.c.Opts.LogDir(), "versitygw", s.bin, s.Args(), s.Env())
 	if err != nil {
-		return nil, err
+		return err
 	}
-	err = c.Wait(ctx, c.Opts.Timeout, "versitygw to listen", func(ctx context.Context) (bool, error) {
+	return s.c.Wait(ctx, s.c.Opts.Timeout, "versitygw to listen", func(ctx context.Context) (bool, error) {
 		if err := s.proc.Exited(); err != nil {
 			return false, testenv.Abort(err)
 		}
-		return testenv.Listening(ctx, cfg.Addr)
+		return testenv.Listening(ctx, s.Addr)
 	})
-	return s, err
+}
+
+// Stop kills the server (an S3 outage: every s3fs mount of it fails until Start).
+func (s *S3) Stop() error {
+	if s.proc == nil {
+		return nil
+	}
+	return s.proc.Kill()
 }
 
 // CSI is the test S3 CSI node plugin running as a host process.

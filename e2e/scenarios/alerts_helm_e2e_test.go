@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -125,6 +126,8 @@ func alertsOnFailures(ctx context.Context, t *testing.T, c *cluster.Cluster, pro
 	}
 
 	// The failures.
+	w := watchAlerts(ctx, prom)
+	defer w.Stop()
 	t.Logf("unplugging %s (PV %s, in use by pod disk-app); stopping S3 and killing the CSI plugin (PV %s, pod s3app)", disk.Link(), alertsDiskPV, alertsS3PV)
 	diskLost := time.Now()
 	if err := disk.Unplug(); err != nil {
@@ -138,8 +141,8 @@ func alertsOnFailures(ctx context.Context, t *testing.T, c *cluster.Cluster, pro
 		t.Fatalf("kill the CSI plugin: %v", err)
 	}
 
-	// The mount: its alert fires while it is dead, then S3 and the plugin come back.
-	mountFired := waitAlerts(ctx, t, prom, alertsS3PV, mountAlerts, "firing", mountLost, 2*time.Minute)
+	// The mount: its alert fires while it is dead, then S3 and the plugin come back and it resolves.
+	mountFired := w.wait(t, alertsS3PV, mountAlerts, false, 2*time.Minute)
 	if v, err := prom.Query(ctx, healthy+" == 0"); err != nil || len(v) != 1 {
 		t.Errorf("the mount alert fires but Prometheus does not see the mount dead now: %v %v", v, err)
 	}
@@ -151,9 +154,14 @@ func alertsOnFailures(ctx context.Context, t *testing.T, c *cluster.Cluster, pro
 	if err := e.csi.Start(ctx); err != nil {
 		t.Fatalf("start the CSI plugin again: %v", err)
 	}
+	mountResolved := w.wait(t, alertsS3PV, mountAlerts, true, 3*time.Minute)
+	waitFor(t, time.Minute, "Prometheus to see the restored mount healthy", func() (bool, string) {
+		v, err := prom.Query(ctx, healthy+" == 1")
+		return err == nil && len(v) == 1, fmt.Sprintf("%v %v", v, err)
+	})
 
 	// The disk: both alerts fire while it is missing (the fake stands in), then it comes back.
-	diskFired := waitAlerts(ctx, t, prom, alertsDiskPV, diskAlerts, "firing", diskLost, 3*time.Minute)
+	diskFired := w.wait(t, alertsDiskPV, diskAlerts, false, 3*time.Minute)
 	pv, err := cs.CoreV1().PersistentVolumes().Get(ctx, alertsDiskPV, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -166,23 +174,17 @@ func alertsOnFailures(ctx context.Context, t *testing.T, c *cluster.Cluster, pro
 	if err := disk.Plug(); err != nil {
 		t.Fatal(err)
 	}
-
-	mountResolved := waitAlerts(ctx, t, prom, alertsS3PV, mountAlerts, "", mountBack, 3*time.Minute)
-	waitFor(t, time.Minute, "Prometheus to see the restored mount healthy", func() (bool, string) {
-		v, err := prom.Query(ctx, healthy+" == 1")
-		return err == nil && len(v) == 1, fmt.Sprintf("%v %v", v, err)
-	})
-	diskResolved := waitAlerts(ctx, t, prom, alertsDiskPV, diskAlerts, "", diskBack, 2*time.Minute)
+	diskResolved := w.wait(t, alertsDiskPV, diskAlerts, true, 2*time.Minute)
 	if v, err := prom.Query(ctx, fmt.Sprintf(`pvrescue_localdisk_disk_missing{pv=%q}`, alertsDiskPV)); err != nil || len(v) != 0 {
 		t.Errorf("disk back but still reported missing: %v %v", v, err)
 	}
 	for _, a := range diskAlerts {
-		t.Logf("RESULT alert %s (PV %s): firing %s after the disk was unplugged, resolved %s after it was plugged back",
-			a, alertsDiskPV, diskFired[a].Round(100*time.Millisecond), diskResolved[a].Round(100*time.Millisecond))
+		t.Logf("RESULT alert %s (PV %s): %sfiring %s after the disk was unplugged, resolved %s after it was plugged back",
+			a, alertsDiskPV, w.pendingSince(a, alertsDiskPV, diskLost), diskFired[a].Sub(diskLost).Round(100*time.Millisecond), diskResolved[a].Sub(diskBack).Round(100*time.Millisecond))
 	}
 	for _, a := range mountAlerts {
-		t.Logf("RESULT alert %s (PV %s): firing %s after the mount died (S3 down), resolved %s after S3 and the plugin came back",
-			a, alertsS3PV, mountFired[a].Round(100*time.Millisecond), mountResolved[a].Round(100*time.Millisecond))
+		t.Logf("RESULT alert %s (PV %s): %sfiring %s after the mount died (S3 down, plugin killed), resolved %s after S3 and the plugin came back",
+			a, alertsS3PV, w.pendingSince(a, alertsS3PV, mountLost), mountFired[a].Sub(mountLost).Round(100*time.Millisecond), mountResolved[a].Sub(mountBack).Round(100*time.Millisecond))
 	}
 }
 
@@ -270,38 +272,108 @@ func activeAlerts(ctx context.Context, t *testing.T, prom *stack.Prometheus, pvs
 	return out
 }
 
-// waitAlerts waits until every named alert about pv is in state ("firing"), or gone from
-// /api/v1/alerts (state ""), and returns for each the time since `since` when it first was.
-func waitAlerts(ctx context.Context, t *testing.T, prom *stack.Prometheus, pv string, names []string, state string, since time.Time, timeout time.Duration) map[string]time.Duration {
+// alertWatch polls /api/v1/alerts every 500 ms in the background and records, per alert name and
+// PV, when it was first seen pending, firing, and gone after firing — so the times printed do not
+// depend on when the test got round to looking.
+type alertWatch struct {
+	mu   sync.Mutex
+	seen map[string]*alertTimes // by alertname/pv
+	err  error
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+type alertTimes struct{ pending, firing, gone time.Time }
+
+func watchAlerts(ctx context.Context, prom *stack.Prometheus) *alertWatch {
+	ctx, stop := context.WithCancel(ctx)
+	w := &alertWatch{seen: map[string]*alertTimes{}, stop: stop, done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		tick := time.NewTicker(500 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			as, err := prom.Alerts(ctx)
+			now := time.Now()
+			w.mu.Lock()
+			w.err = err
+			if err == nil {
+				active := map[string]bool{}
+				for _, a := range as {
+					k := a.Labels["alertname"] + "/" + a.Labels["pv"]
+					active[k] = true
+					at := w.seen[k]
+					if at == nil {
+						at = &alertTimes{}
+						w.seen[k] = at
+					}
+					if a.State == "pending" && at.pending.IsZero() {
+						at.pending = now
+					}
+					if a.State == "firing" && at.firing.IsZero() {
+						at.firing = now
+					}
+				}
+				for k, at := range w.seen {
+					if !active[k] && !at.firing.IsZero() && at.gone.IsZero() {
+						at.gone = now
+					}
+				}
+			}
+			w.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return w
+}
+
+func (w *alertWatch) Stop() { w.stop(); <-w.done }
+
+// wait waits until every named alert about pv has fired (resolved false) or has fired and is gone
+// again (resolved true), and returns the times it was first seen so.
+func (w *alertWatch) wait(t *testing.T, pv string, names []string, resolved bool, timeout time.Duration) map[string]time.Time {
 	t.Helper()
-	at := map[string]time.Duration{}
-	what := fmt.Sprintf("alerts %v about PV %s to be %s", names, pv, state)
-	if state == "" {
+	what := fmt.Sprintf("alerts %v about PV %s to fire", names, pv)
+	if resolved {
 		what = fmt.Sprintf("alerts %v about PV %s to resolve", names, pv)
 	}
+	out := map[string]time.Time{}
 	waitFor(t, timeout, what, func() (bool, string) {
-		as, err := prom.Alerts(ctx)
-		if err != nil {
-			return false, err.Error()
-		}
-		now := map[string]string{}
-		for _, a := range as {
-			if a.Labels["pv"] == pv {
-				now[a.Labels["alertname"]] = a.State
-			}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.err != nil {
+			return false, w.err.Error()
 		}
 		var missing []string
 		for _, n := range names {
-			if _, seen := at[n]; seen {
-				continue
-			}
-			if now[n] == state {
-				at[n] = time.Since(since)
-			} else {
-				missing = append(missing, fmt.Sprintf("%s is %q", n, now[n]))
+			at := w.seen[n+"/"+pv]
+			switch {
+			case at == nil || at.firing.IsZero():
+				missing = append(missing, n+" has not fired")
+			case resolved && at.gone.IsZero():
+				missing = append(missing, n+" still active")
+			case resolved:
+				out[n] = at.gone
+			default:
+				out[n] = at.firing
 			}
 		}
 		return len(missing) == 0, strings.Join(missing, ", ")
 	})
-	return at
+	return out
+}
+
+// pendingSince is when the alert was first seen pending ("never" for alerts without `for:`, which
+// fire on their first true evaluation).
+func (w *alertWatch) pendingSince(name, pv string, since time.Time) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if at := w.seen[name+"/"+pv]; at != nil && !at.pending.IsZero() {
+		return "pending " + at.pending.Sub(since).Round(100*time.Millisecond).String() + ", "
+	}
+	return ""
 }

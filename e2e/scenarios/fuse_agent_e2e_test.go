@@ -18,8 +18,9 @@ import (
 
 // agentRestarts deletes the agent's pod, then rolls the DaemonSet (what `kubectl rollout restart`
 // does: a new template annotation), while the readers' restored mounts are in use: every read
-// must keep working throughout, and checkRestarts must find no container restarted.
-func agentRestarts(t *testing.T, e *env, checkRestarts func(*testing.T) any, rs ...reader) {
+// must keep working throughout; after each, check (no container restarted, …) runs and its
+// returned state is logged.
+func agentRestarts(t *testing.T, e *env, check func(*testing.T) any, rs ...reader) {
 	ctx := context.Background()
 	cs := e.c.Client
 	seen := map[types.UID]bool{}
@@ -73,9 +74,9 @@ func agentRestarts(t *testing.T, e *env, checkRestarts func(*testing.T) any, rs 
 		if len(r.failures) > 0 {
 			t.Errorf("%s: %d of %d read rounds failed while the agent restarted:\n  %s", what, len(r.failures), r.rounds, strings.Join(r.failures, "\n  "))
 		}
-		restarts := checkRestarts(t)
-		t.Logf("RESULT %s: new agent pod %s ready after %s; %d read rounds over %d containers, %d failed; restart counts now %v",
-			what, next, up, r.rounds, len(rs), len(r.failures), restarts)
+		state := check(t)
+		t.Logf("RESULT %s: new agent pod %s ready after %s; %d read rounds over %d containers, %d failed; now %v",
+			what, next, up, r.rounds, len(rs), len(r.failures), state)
 	}
 
 	during("agent pod deleted", func() {

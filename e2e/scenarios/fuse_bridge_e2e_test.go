@@ -66,6 +66,20 @@ func lostFUSEMountBridge(t *testing.T, e *env) {
 	t.Logf("RESULT bridge: plugin down → app reads through the bridge after %s, pinned (None) %s (bridgeAfter %s); agent s3fs pids %v; depth %d %s",
 		at[l.ns+"/app/app"], at[l.ns+"/app/pinned"], bridgeAfter, ours, len(down), describeStack(down))
 
+	// The bridge outlives the agent: its pod deleted, then the DaemonSet rolled, while the app
+	// reads through the bridge (plugin still down) → no failed read, no restart, still exactly one
+	// s3fs of ours (the new agent adopts it, starts no second one), depth ≤ 2.
+	t.Run("AgentRestartWhileBridged", func(t *testing.T) {
+		agentRestarts(t, e, func(t *testing.T) any {
+			rc := checkRestarts(t, e, l.ns, restarts)
+			ours, st := ourS3fs(l.pv), mountsAt(target)
+			if len(ours) != 1 || !onOurMount(target, l.pv) || len(st) > 2 {
+				t.Errorf("after the agent restart: want exactly one s3fs of ours serving the top of the target, depth ≤ 2; agent s3fs %v, target %s", ours, describeStack(st))
+			}
+			return fmt.Sprintf("restarts %v, agent s3fs %v, depth %d %s", rc, ours, len(st), describeStack(st))
+		}, l.readers("app")...)
+	})
+
 	t1 := time.Now()
 	if err := l.plugin.Start(ctx); err != nil {
 		t.Fatalf("start the plugin again: %v", err)

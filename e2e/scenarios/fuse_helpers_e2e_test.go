@@ -21,60 +21,45 @@ import (
 	"github.com/pvrescue/pvrescue/e2e/framework"
 	"github.com/pvrescue/pvrescue/e2e/stack"
 	"github.com/pvrescue/pvrescue/internal/contract"
+	"github.com/pvrescue/pvrescue/internal/mountinfo"
 	"github.com/pvrescue/pvrescue/internal/testenv"
 )
 
 // Helpers of the FUSE scenarios: mounts and processes as the host sees them, reads from
 // containers, pod deletion with the check that nothing is left at the pod's targets.
 
-// hostMount is one line of /proc/self/mountinfo.
-type hostMount struct {
-	Point, FSType, Source string
-}
-
-func hostMounts() []hostMount {
+// hostMounts parses (line by line, skipping what does not parse) the test process's /proc/self/mountinfo (the host's mount namespace).
+func hostMounts() []mountinfo.Mount {
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return nil
 	}
-	var out []hostMount
+	var ms []mountinfo.Mount
 	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		sep := 6
-		for sep < len(f) && f[sep] != "-" {
-			sep++
+		if m, err := mountinfo.ParseLine(line); err == nil {
+			ms = append(ms, m)
 		}
-		if len(f) < 5 || sep+2 >= len(f) {
-			continue
-		}
-		out = append(out, hostMount{Point: strings.ReplaceAll(f[4], `\040`, " "), FSType: f[sep+1], Source: f[sep+2]})
 	}
-	return out
+	return ms
 }
 
-// mountsAt lists the mounts stacked exactly at path, bottom first.
-func mountsAt(path string) []hostMount {
-	var out []hostMount
-	for _, m := range hostMounts() {
-		if m.Point == path {
-			out = append(out, m)
-		}
-	}
-	return out
+// mountsAt lists the mounts stacked exactly at path, bottom first (by parent IDs, not line order).
+func mountsAt(path string) []mountinfo.Mount {
+	return mountinfo.Stack(hostMounts(), path, mountinfo.Mount.Place)
 }
 
 // mountsUnder lists the mounts whose mount point contains s (a pod UID).
 func mountsUnder(s string) []string {
 	var out []string
 	for _, m := range hostMounts() {
-		if strings.Contains(m.Point, s) {
-			out = append(out, m.Point+" "+m.FSType+" "+m.Source)
+		if strings.Contains(m.MountPoint, s) {
+			out = append(out, m.MountPoint+" "+m.FSType+" "+m.Source)
 		}
 	}
 	return out
 }
 
-func describeStack(ms []hostMount) string {
+func describeStack(ms []mountinfo.Mount) string {
 	parts := make([]string, 0, len(ms))
 	for _, m := range ms {
 		parts = append(parts, m.FSType+" "+m.Source)

@@ -343,3 +343,35 @@ func runningAgent(e *env) (*corev1.Pod, string) {
 	}
 	return nil, "no running agent pod: " + framework.PodTable(e.c.Client, stack.Namespace)
 }
+
+// logAgentOnFailure registers a cleanup that, when the test failed, logs the running agent's log
+// lines about pv (the last 60): the agent pod may be gone by the time someone looks.
+func logAgentOnFailure(t *testing.T, e *env, pv string) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		p, why := runningAgent(e)
+		if p == nil {
+			t.Logf("agent log for %s: %s", pv, why)
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		out, err := framework.Logs(ctx, e.c.Client, stack.Namespace, p.Name, "agent")
+		if err != nil {
+			t.Logf("agent log for %s: %v", pv, err)
+			return
+		}
+		var lines []string
+		for _, l := range strings.Split(out, "\n") {
+			if strings.Contains(l, pv) {
+				lines = append(lines, l)
+			}
+		}
+		if len(lines) > 60 {
+			lines = lines[len(lines)-60:]
+		}
+		t.Logf("agent %s log lines about %s (last %d):\n%s", p.Name, pv, len(lines), strings.Join(lines, "\n"))
+	})
+}

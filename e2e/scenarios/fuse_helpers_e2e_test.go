@@ -345,8 +345,10 @@ func runningAgent(e *env) (*corev1.Pod, string) {
 }
 
 // logAgentOnFailure registers a cleanup that, when the test failed, logs the running agent's log
-// lines about pv (the last 60): the agent pod may be gone by the time someone looks.
-func logAgentOnFailure(t *testing.T, e *env, pv string) {
+// lines naming any of needles (PV, driver; the last 60): the agent pod may be gone by the time
+// someone looks.
+func logAgentOnFailure(t *testing.T, e *env, needles ...string) {
+	pv := strings.Join(needles, "|")
 	t.Cleanup(func() {
 		if !t.Failed() {
 			return
@@ -365,8 +367,11 @@ func logAgentOnFailure(t *testing.T, e *env, pv string) {
 		}
 		var lines []string
 		for _, l := range strings.Split(out, "\n") {
-			if strings.Contains(l, pv) {
-				lines = append(lines, l)
+			for _, n := range needles {
+				if strings.Contains(l, n) {
+					lines = append(lines, l)
+					break
+				}
 			}
 		}
 		if len(lines) > 60 {

@@ -136,7 +136,7 @@ func layoutObjects(t *testing.T, e *env, l *fieldLayout) {
 	fuseNamespace(t, e, l.ns, true)
 	s3Volume(t, e, s3Vol{ns: l.ns, pv: l.pv, driver: l.driver, handle: l.handle, attrs: l.attrs, stageSecret: l.stage})
 	deletePVAtCleanup(t, e, l.pv)
-	logAgentOnFailure(t, e, l.pv)
+	logAgentOnFailure(t, e, l.pv, l.driver)
 }
 
 func (l *fieldLayout) readers(pod string) []reader {

@@ -368,6 +368,12 @@ func checkNonRootView(t *testing.T, e *env, pod *corev1.Pod) {
 	if ok {
 		t.Errorf("a write to the fake /dev/data2 must fail, it succeeded: %s", out)
 	}
+	// The app can see for itself, without opening the node, that the fake is a read-only disk of
+	// one sector (sysfs is readable by any user).
+	sysfs := `set -- $(stat -c "%t %T" /dev/data2); d=/sys/dev/block/$(printf %d:%d 0x$1 0x$2); echo $(cat $d/ro) $(cat $d/size)`
+	if got, err := execIn(e, provNS, pod.Name, "app", "sh", "-c", sysfs); err != nil || strings.TrimSpace(got) != "1 1" {
+		t.Errorf("from the app, /dev/data2's sysfs should say read-only and 1 sector (\"1 1\"), got %q (%v)", got, err)
+	}
 	t.Logf("non-root app on the fake: report %+v; view %s/%s = %q; /dev = %q; write to the fake: %s",
 		rep.Devices, mp, contract.FilteredDevDir, strings.Join(strings.Fields(view), " "), strings.Join(strings.Fields(devs), " "), out)
 }

@@ -191,7 +191,7 @@ func Default() *Config {
 				FailureThreshold:    3,
 				StatfsTimeout:       metav1.Duration{Duration: 3 * time.Second},
 			},
-			CheckInterval: metav1.Duration{Duration: 2 * time.Second},
+			CheckInterval: metav1.Duration{Duration: time.Second},
 			StatfsTimeout: metav1.Duration{Duration: 2 * time.Second},
 			SecretKeys: SecretKeys{
 				AccessKeyID:     "accessKeyID",

@@ -26,7 +26,7 @@ func (r *Restorer) ensureStaging(ctx context.Context, pvName string) error {
 		}
 		// Dead staging: binds made from it keep their own reference, so it can go.
 		log.Info("staging mount is dead, mounting again", "path", path)
-		r.stopStaging(pvName, false)
+		r.stopStaging(ctx, pvName, false)
 		r.unmountAll(path, table)
 	}
 	vol, creds, err := r.resolve(ctx, pvName)
@@ -47,12 +47,16 @@ func (r *Restorer) ensureStaging(ctx context.Context, pvName string) error {
 		return fmt.Errorf("%w: write passwd file: %w", ErrMount, err)
 	}
 	log.Info("starting s3fs", "bucket", vol.Bucket, "prefix", vol.Prefix, "staging", path)
-	proc, err := r.os.Procs.Start(r.cfg.S3.S3fsPath, args)
+	proc, err := r.os.Procs.Start(ProcSpec{
+		Path: r.cfg.S3.S3fsPath, Args: args, Dir: r.layout.Root(), LogFile: r.layout.LogFile(pvName),
+		Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "TMPDIR=" + r.layout.TmpDir(pvName)},
+	})
 	if err != nil {
 		_ = r.os.FS.Remove(passwd)
 		return err
 	}
 	st := &staging{proc: proc, started: r.clk.Now()}
+	r.detach(ctx, pvName, st)
 	exited := make(chan struct{})
 	go func() {
 		werr := proc.Wait()
@@ -73,8 +77,52 @@ func (r *Restorer) ensureStaging(ctx context.Context, pvName string) error {
 	r.stagings[pvName] = st
 	r.mu.Unlock()
 	r.updateBridgeGauge()
-	log.Info("s3fs staging mount ready", "pid", proc.Pid(), "after", r.clk.Since(st.started))
+	log.Info("s3fs staging mount ready", "pid", proc.Pid(), "cgroup", st.cgroup, "after", r.clk.Since(st.started))
 	return nil
+}
+
+// detach moves a just started s3fs into its own cgroup outside the agent container's and
+// records it, so that it survives the container and the next agent adopts it. A failure is
+// logged, not fatal: the bridge serves the pod now, it only would not outlive this agent.
+func (r *Restorer) detach(ctx context.Context, pvName string, st *staging) {
+	log := logr.FromContextOrDiscard(ctx).WithValues("pv", pvName)
+	if group := BridgeCgroup(r.opts.BridgeCgroup, pvName, st.proc.Pid()); group != "" {
+		if err := r.os.Cgroups.Place(st.proc.Pid(), group); err != nil {
+			log.Error(err, "moving s3fs out of the agent's cgroups failed: this bridge dies with the agent container")
+		} else {
+			st.cgroup = group
+		}
+	}
+	if err := r.writeBridgeRecord(pvName, BridgeRecord{Proc: st.proc.ID(), Cgroup: st.cgroup}); err != nil {
+		log.Error(err, "recording the bridge failed: a restarted agent will not adopt its process")
+	}
+}
+
+// forgetBridge removes what detach made once the bridge's process has exited: its record (when
+// it still names that process) and its cgroup.
+func (r *Restorer) forgetBridge(ctx context.Context, pvName string, st *staging) {
+	var id *ProcID
+	if st.proc != nil {
+		pid := st.proc.ID()
+		id = &pid
+	}
+	r.forgetRecord(ctx, pvName, id, st.cgroup)
+}
+
+// forgetRecord removes pv's bridge record when it names id (any record when id is nil), and
+// the cgroup.
+func (r *Restorer) forgetRecord(ctx context.Context, pvName string, id *ProcID, cgroup string) {
+	log := logr.FromContextOrDiscard(ctx).WithValues("pv", pvName)
+	if rec, ok, err := r.readBridgeRecord(pvName); err != nil || (ok && (id == nil || rec.Proc == *id)) {
+		if err := r.os.FS.Remove(r.layout.BridgeRecordFile(pvName)); err != nil {
+			log.Error(err, "removing the bridge record")
+		}
+	}
+	if cgroup != "" {
+		if err := r.os.Cgroups.Remove(cgroup); err != nil {
+			log.Error(err, "removing the bridge's cgroup", "cgroup", cgroup)
+		}
+	}
 }
 
 func (r *Restorer) updateBridgeGauge() {
@@ -120,6 +168,7 @@ func (r *Restorer) waitMounted(ctx context.Context, path, pvName string, exited 
 // onExit supervises an s3fs we started: an unexpected exit triggers a check at once, so the dead
 // binds are restored without waiting for the next tick; a quick death counts as a failure.
 func (r *Restorer) onExit(ctx context.Context, pv string, st *staging, err error) {
+	r.forgetBridge(ctx, pv, st)
 	r.mu.Lock()
 	current := r.stagings[pv] == st
 	stopped := st.stopped
@@ -141,7 +190,7 @@ func (r *Restorer) onExit(ctx context.Context, pv string, st *staging, err error
 }
 
 // stopStaging stops our s3fs for pv (if we own one) and forgets it.
-func (r *Restorer) stopStaging(pv string, wait bool) {
+func (r *Restorer) stopStaging(ctx context.Context, pv string, wait bool) {
 	r.mu.Lock()
 	st := r.stagings[pv]
 	delete(r.stagings, pv)
@@ -155,6 +204,9 @@ func (r *Restorer) stopStaging(pv string, wait bool) {
 	}
 	if wait {
 		st.proc.Kill(r.opts.KillGrace)
+		// Its exit is handled by onExit too; forgetting here as well makes a retire complete
+		// when this returns (forgetting twice is harmless).
+		r.forgetBridge(ctx, pv, st)
 	} else {
 		go st.proc.Kill(r.opts.KillGrace)
 	}
@@ -166,7 +218,16 @@ func (r *Restorer) bindTarget(ctx context.Context, stagingPath string, t target)
 	if err != nil || !ok {
 		return err
 	}
-	r.restored(ctx, t, MethodBridge, ro, dead, "fresh s3fs bound over the dead mount")
+	// Recorded like a replayed mount: when it vanishes from a gone pod's target without us
+	// removing it, kubelet's teardown (the driver's NodeUnpublish) took it (cleanup.go).
+	if table, terr := r.os.Mounter.MountTable(); terr == nil {
+		if top, found := table.Top(t.path); found {
+			if rerr := r.recordHanded(t.path, top.Dev); rerr != nil {
+				logr.FromContextOrDiscard(ctx).Error(rerr, "recording the bridge bind", "path", t.path)
+			}
+		}
+	}
+	r.restored(ctx, t, MethodBridge, EventMountBridged, ro, dead, "fresh s3fs bound over the dead mount")
 	return nil
 }
 
@@ -188,9 +249,16 @@ func (r *Restorer) handBack(ctx context.Context, source string, t target) (dead 
 		return nil, false, false, nil // healthy again (or unknown): never stack onto it
 	}
 	for {
-		top, found := table.Top(t.path)
-		if !found {
+		stack := table.Stack(t.path)
+		if len(stack) == 0 {
 			return nil, false, false, nil
+		}
+		top := stack[len(stack)-1]
+		if len(stack) == 1 {
+			// The last mount stays, ours or not: removing it would show running containers the
+			// bare directory. The live mount goes on top of it.
+			dead = append(dead, top)
+			break
 		}
 		if _, ours := PVFromFSName(top.Source); !ours && !r.isHanded(t.path, top) {
 			dead = append(dead, top)
@@ -224,21 +292,24 @@ func (r *Restorer) handBack(ctx context.Context, source string, t target) (dead 
 }
 
 // restored records a restored target: timers, metrics, log, Event, and the container remount.
-func (r *Restorer) restored(ctx context.Context, t target, method string, ro bool, dead []MountInfo, how string) {
+func (r *Restorer) restored(ctx context.Context, t target, method, reason string, ro bool, dead []MountInfo, how string) {
 	r.mu.Lock()
 	since, ok := r.deadSince[t.path]
 	delete(r.deadSince, t.path)
 	delete(r.hungSince, t.path)
 	r.mu.Unlock()
-	elapsed := r.clk.Since(since)
+	// A target restored without having been seen dead by this agent (a retire, a pod that got a
+	// bind of our bridge from kubelet's staging path) has no detection time.
+	var elapsed time.Duration
 	if ok {
+		elapsed = r.clk.Since(since)
 		r.metrics.TimeToRestore.Observe(elapsed.Seconds())
 	}
 	r.metrics.Restores.WithLabelValues(method, "success").Inc()
 	r.metrics.MountHealthy.WithLabelValues(t.pv, t.pod.Namespace, t.pod.Name).Set(1)
-	logr.FromContextOrDiscard(ctx).Info("restored S3 mount", "method", method, "pod", klogRef(t.pod), "pv", t.pv, "path", t.path,
-		"readOnly", ro, "afterDetection", elapsed)
-	r.d.Recorder.Eventf(t.pod, corev1.EventTypeNormal, EventMountRestored,
+	logr.FromContextOrDiscard(ctx).Info("restored S3 mount", "method", method, "reason", reason, "pod", klogRef(t.pod), "pv", t.pv, "path", t.path,
+		"readOnly", ro, "afterDetection", map[bool]any{true: elapsed, false: "unknown"}[ok])
+	r.d.Recorder.Eventf(t.pod, corev1.EventTypeNormal, reason,
 		"S3 volume %s mounted again (%s%s)", t.pv, how, map[bool]string{true: ", read-only", false: ""}[ro])
 	r.remount(ctx, t, dead)
 }

@@ -3,6 +3,7 @@ package s3mount
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/go-logr/logr"
@@ -25,11 +26,43 @@ func (r *Restorer) cleanupTargets(ctx context.Context, table MountTable, live ma
 			continue
 		}
 		done[m.MountPoint] = true
+		// The mount we put at this target (a replayed hand-back or a bridge bind) is gone
+		// although we did not remove it: kubelet's teardown took it (the driver's NodeUnpublish
+		// unmounts the top only) and found the dead driver mount below, so kubelet left its
+		// mount directory and vol_data.json behind and will not come back for them.
+		rec := r.handedDev(m.MountPoint)
+		stack := table.Stack(m.MountPoint)
+		tornDown := rec != "" && !slices.ContainsFunc(stack, func(x MountInfo) bool { return x.Dev == rec })
 		ours, driver := r.emptyTarget(ctx, m.MountPoint, table)
 		if ours+driver > 0 {
 			log.Info("emptied the target of a gone pod", "podUID", uid, "path", m.MountPoint, "ourBinds", ours, "deadDriverMounts", driver)
 		}
+		if ours+driver == len(stack) && tornDown && driver > 0 {
+			r.finishTeardown(ctx, m.MountPoint)
+		}
 	}
+}
+
+// finishTeardown does for an emptied target what kubelet's CSI TearDownAt (removeMountDir) does
+// once the target is no longer a mount point: remove the (empty) mount directory, vol_data.json
+// and the (empty) volume directory. Only empty directories are removed.
+func (r *Restorer) finishTeardown(ctx context.Context, path string) {
+	log := logr.FromContextOrDiscard(ctx)
+	table, err := r.os.Mounter.MountTable()
+	if err != nil || table.IsMountPoint(path) {
+		return
+	}
+	volDir := filepath.Dir(path)
+	for _, p := range []string{path, filepath.Join(volDir, VolDataFile), volDir} {
+		if err := r.os.FS.Remove(p); err != nil {
+			log.Error(err, "finishing kubelet's teardown of a gone pod's volume", "path", p)
+			return
+		}
+	}
+	if err := r.forgetHanded(path); err != nil {
+		log.Error(err, "forgetting the record of a torn-down target", "path", path)
+	}
+	log.Info("finished kubelet's teardown of a gone pod's volume (its driver left a dead mount under ours)", "path", volDir)
 }
 
 // emptyTarget removes our mounts and dead S3-driver FUSE mounts from the top of path's stack.
@@ -43,6 +76,7 @@ func (r *Restorer) emptyTarget(ctx context.Context, path string, table MountTabl
 				log.Error(err, "removing our bind from a gone pod's target", "path", path)
 				return ours, driver
 			}
+			r.removedRecorded(ctx, path, top)
 			ours++
 			continue
 		}
@@ -53,9 +87,21 @@ func (r *Restorer) emptyTarget(ctx context.Context, path string, table MountTabl
 			log.Error(err, "removing a dead driver mount from a gone pod's target", "path", path)
 			return ours, driver
 		}
+		r.removedRecorded(ctx, path, top)
 		driver++
 	}
 	return ours, driver
+}
+
+// removedRecorded forgets path's record when we ourselves removed the mount it names: its
+// absence then says nothing about kubelet's teardown.
+func (r *Restorer) removedRecorded(ctx context.Context, path string, m MountInfo) {
+	if r.handedDev(path) != m.Dev {
+		return
+	}
+	if err := r.forgetHanded(path); err != nil {
+		logr.FromContextOrDiscard(ctx).Error(err, "forgetting the record of a removed mount", "path", path)
+	}
 }
 
 // deadDriverMount: top, the top mount at a gone pod's target path, is a FUSE mount whose
@@ -81,16 +127,6 @@ func (r *Restorer) cleanupStagings(ctx context.Context, table MountTable, live m
 	// A bridge is used while a bind of ours is on a live pod's target (even when discovery missed
 	// the pod's volume this round: stopping s3fs would kill that pod's mount), or a restore of its
 	// PV is in flight. A bridge whose targets all moved to the driver's mount is retired.
-	used := map[string]bool{}
-	for _, m := range table {
-		pv, ours := PVFromFSName(m.Source)
-		if !ours {
-			continue
-		}
-		if uid, _, ok := ParseTargetPath(r.cfg.KubeletDir, m.MountPoint); ok && live[uid] {
-			used[pv] = true
-		}
-	}
 	candidates := map[string]bool{}
 	for _, m := range table {
 		if pv, ok := r.layout.PVFromStaging(m.MountPoint); ok {
@@ -101,16 +137,43 @@ func (r *Restorer) cleanupStagings(ctx context.Context, table MountTable, live m
 	for pv := range r.stagings {
 		candidates[pv] = true
 	}
-	r.mu.Unlock()
+	// A restore in flight (started by an earlier Sync) may be binding right now: skip its PV.
+	// Restores set their binds before they clear inflight, so the table read below, after this
+	// check, holds the binds of every restore found finished here.
 	for pv := range candidates {
-		r.mu.Lock()
-		busy := used[pv] || r.inflight[pv]
-		r.mu.Unlock()
-		if busy {
+		if r.inflight[pv] {
+			delete(candidates, pv)
+		}
+	}
+	r.mu.Unlock()
+	if len(candidates) == 0 {
+		return
+	}
+	fresh, err := r.os.Mounter.MountTable()
+	if err != nil {
+		log.Error(err, "reading the mount table")
+		return
+	}
+	// Only a bind of ours at the top of a live pod's target serves it; one covered by the
+	// driver's mount (after a retire) does not hold the bridge.
+	used := map[string]bool{}
+	for _, m := range fresh {
+		uid, _, ok := ParseTargetPath(r.cfg.KubeletDir, m.MountPoint)
+		if !ok || !live[uid] {
+			continue
+		}
+		if top, found := fresh.Top(m.MountPoint); found {
+			if pv, ours := PVFromFSName(top.Source); ours {
+				used[pv] = true
+			}
+		}
+	}
+	for pv := range candidates {
+		if used[pv] {
 			continue
 		}
 		path := r.layout.Staging(pv)
-		r.stopStaging(pv, true)
+		r.stopStaging(ctx, pv, true)
 		if fresh, err := r.os.Mounter.MountTable(); err == nil {
 			r.unmountAll(path, fresh)
 		}

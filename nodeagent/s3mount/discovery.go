@@ -19,6 +19,8 @@ type target struct {
 	path        string
 	readOnly    bool
 	terminating bool
+	// staging is kubelet's staging path of the volume (used when its driver stages).
+	staging string
 }
 
 // discover lists this node's S3 volume targets and the UIDs of its live pods, reading PVs and
@@ -71,7 +73,8 @@ func (r *Restorer) discover(ctx context.Context) ([]target, map[string]bool) {
 			}
 			ro := src.ReadOnly || pv.Spec.CSI.ReadOnly || slices.Contains(pv.Spec.MountOptions, "ro")
 			// A terminating pod keeps its mounts while its containers run, but gets no new restores.
-			out = append(out, target{pod: pod, pv: pv.Name, path: path, readOnly: ro, terminating: pod.DeletionTimestamp != nil})
+			out = append(out, target{pod: pod, pv: pv.Name, path: path, readOnly: ro, terminating: pod.DeletionTimestamp != nil,
+				staging: KubeletStagingPath(r.cfg.KubeletDir, pv.Spec.CSI.Driver, pv.Spec.CSI.VolumeHandle)})
 		}
 	}
 	return out, live
@@ -139,13 +142,15 @@ func (r *Restorer) checkTarget(ctx context.Context, t target) Health {
 }
 
 // pruneState forgets timers, retry state and health series of targets and PVs that are gone,
-// so memory does not grow with history.
-func (r *Restorer) pruneState(targets []target) {
+// so memory does not grow with history (table: the mount table this pass started with).
+func (r *Restorer) pruneState(targets []target, table MountTable) {
 	paths := map[string]bool{}
 	pvs := map[string]bool{}
+	stagings := map[string]bool{}
 	for _, t := range targets {
 		paths[t.path] = true
 		pvs[t.pv] = true
+		stagings[t.staging] = true
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -167,7 +172,8 @@ func (r *Restorer) pruneState(targets []target) {
 	}
 	pruned := false
 	for p := range r.handed {
-		if !paths[p] {
+		// A gone pod's target keeps its record while it is mounted: cleanupTargets reads it.
+		if !paths[p] && !stagings[p] && !table.IsMountPoint(p) {
 			delete(r.handed, p)
 			pruned = true
 		}

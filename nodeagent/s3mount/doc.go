@@ -3,11 +3,16 @@
 // When an S3 CSI node plugin restarts, its FUSE processes die and every pod volume they served
 // answers ENOTCONN. The rescue (Restorer, built as New(deps, os, opts) like every rescue of the
 // agent) checks the targets of this node's pods (read through the node-scoped ClusterView: pods
-// from the shared informer, PVs/PVCs on demand) and restores a dead one in this order:
+// from the shared informer, PVs/PVCs on demand) every s3.checkInterval (1 s: a pass costs a
+// mountinfo read and one statfs per target, ~0.3 ms on a small node), at once on every pod
+// change, and at once when a node plugin's socket appears in <kubelet>/plugins_registry,
+// <kubelet>/plugins or <kubelet>/plugins/<driver> (inotify, watch.go: a restarted driver is
+// replayed through as soon as it is back). It restores a dead target in this order:
 //
 //  1. Replay through the driver (primary), for drivers in s3.replayDrivers. The node plugin's
-//     socket is found where drivers register it with kubelet (<kubelet>/plugins/<driver>/csi.sock)
-//     and kubelet's calls are replayed: NodeStageVolume when the plugin has STAGE_UNSTAGE_VOLUME,
+//     socket is found as kubelet finds it: Registration.GetInfo on each registration socket in
+//     <kubelet>/plugins_registry names the driver's endpoint (registry.go); without one, the
+//     usual <kubelet>/plugins/<driver>/csi.sock. Kubelet's calls are then replayed: NodeStageVolume when the plugin has STAGE_UNSTAGE_VOLUME,
 //     then NodePublishVolume for each dead target — same volume ID, capability (access mode,
 //     fsType, the PV's mount options), volume context (the PV's attributes, plus pod info when the
 //     CSIDriver sets podInfoOnMount), and exactly the secrets kubelet passes (the PV's
@@ -51,9 +56,67 @@
 // (deleted, or every container ended), its targets are emptied top down: our binds, then a dead
 // FUSE mount of a configured S3 driver below them (kubelet keeps the pod until its target holds no
 // mount, and a driver whose NodeUnpublish unmounts only the top leaves that dead mount behind).
-// Live mounts that are not ours are never touched.
+// Live mounts that are not ours are never touched. The mount we put at a target (a replayed
+// hand-back, a bridge bind) is recorded by device (handed.json); when it vanishes from a gone
+// pod's target without us removing it, kubelet's teardown took it (the driver's NodeUnpublish
+// unmounts the top only), found the dead mount below and left its directory; once the agent has
+// removed that dead mount it finishes kubelet's removeMountDir: the empty mount directory,
+// vol_data.json and the empty volume directory, so kubelet's orphan cleanup can remove the pod's
+// directory. When the agent empties the target first, kubelet's own teardown cleans up.
+//
+// # Bridges outlive the agent
+//
+// A bridge's s3fs serves running pods, so it must survive the agent's container: a DaemonSet
+// rollout, a pod deletion, an OOM kill. The container runtime ends a container by killing every
+// process of the container's cgroup (runc's destroy does so for a container that shares the
+// host's PID namespace, as the agent does with hostPID; it reads the pids from the devices
+// hierarchy on cgroup v1) and then removes that cgroup. So every bridge is:
+//
+//   - started detached (detach.go, procs_linux.go): its own session (setsid), stdin /dev/null,
+//     stdout and stderr to <state>/s3/log/<pv>.log (truncated at each start; a pipe to the agent
+//     would break with the agent and SIGPIPE would kill s3fs), working directory <state>/s3,
+//     TMPDIR and s3fs's tmpdir= in <state>/s3/tmp/<pv>, no other inherited descriptor;
+//   - moved at once into a cgroup of ours, <Options.BridgeCgroup>/<pv>-<pid> (default
+//     pvrescue/s3/...), on every hierarchy of the node: each v1 hierarchy (cpuset levels get
+//     their parent's cpus and mems) and the v2 one. The hierarchies are taken as /proc/1 (the
+//     node's init, with hostPID) sees them, through /proc/1/root, and written from a thread that
+//     joined /proc/1's cgroup namespace (v2 refuses moves outside the writer's namespace); when
+//     /proc/1/root is not reachable, the agent's own mounts are used (on v1 a privileged
+//     container sees the node's hierarchies). A failed move is logged: the bridge works but dies
+//     with the container. The group has no limits set; the agent container's memory limit no
+//     longer covers s3fs;
+//   - recorded in <state>/s3/bridges/<pv>.json: pid, start time (field 22 of /proc/<pid>/stat)
+//     and cgroup.
+//
+// While the agent lives, the bridge is its child and it reaps it. When the agent dies the bridge
+// is reparented to the container's shim (a child subreaper) and, when the shim ends with the pod,
+// to init; both reap. A restarted agent (Prepare → adopt) recognises a bridge as live and its
+// own when the staging mount at <state>/s3/staging/<pv> answers and the recorded pid still has
+// the recorded start time and our staging path on its command line; it then watches it through
+// a pidfd (it is no longer its child) and neither starts a second s3fs nor binds again. A
+// recorded s3fs whose staging mount is dead or gone is stopped (through the pidfd, so a reused
+// pid is never signalled), and its mount, record and cgroup removed. Retiring a bridge (its
+// targets moved back to the driver, or its pods gone) sends SIGTERM through the pidfd (SIGKILL
+// after KillGrace): s3fs unmounts and exits, its parent reaps it, and record and cgroup go.
+//
+// The bridge's mount namespace and root stay the agent container's: s3fs and its libraries
+// (libfuse, libcurl, libssl, NSS modules loaded at run time, CA certificates read at each TLS
+// handshake) come from the agent image, and running it in the host's namespace would load the
+// host's copies, of other versions. The FUSE mount itself does not depend on that namespace: it
+// is made at <state>/s3/staging/<pv>, a Bidirectional mount, so it exists in the host's
+// namespace independently, and kubelet's binds of it keep working after the container is gone.
+// What an orphaned bridge pins is bounded and released when it retires: the old container's
+// mount namespace, holding the read-only image rootfs (readOnlyRootFilesystem: the writable
+// layer is empty) and the old pod's small volume mounts (configmap, token, the 64 MiB /tmp
+// emptyDir); containerd's removal of the container still succeeds (its own copy of the rootfs
+// mount is unmounted, the snapshot directory removed; the pinned superblock is freed with the
+// last bridge of that generation). No bridge is ever started from an old generation: new ones
+// come from the running agent. Without hostPID the agent has its own PID namespace, and the
+// kernel kills every process of it when the container ends: bridges then cannot survive (the
+// agent logs it; the shipped manifests set hostPID).
 //
 // Files: rescue.go (options, loop), discovery.go (targets, health), restore.go (the order above),
 // replay.go and csi.go (the driver path), bridge.go and allowlist.go (our s3fs and what may reach
-// its command line), cleanup.go (teardown).
+// its command line), detach.go, procs_linux.go and cgroup_linux.go (bridges that outlive the
+// agent), cleanup.go (teardown).
 package s3mount

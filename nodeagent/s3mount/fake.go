@@ -28,6 +28,9 @@ type FakeNode struct {
 	modes   map[string]fs.FileMode
 	started [][]string
 	procs   []*FakeProcess
+	cgroups map[string][]int // by group: pids placed there
+	removed []string         // every path given to FS.Remove
+	specs   []ProcSpec
 
 	// S3fsFailure decides whether a started s3fs fails; it gets the arguments and the content
 	// of its passwd file and returns the output of a failed s3fs, or "" to mount.
@@ -37,14 +40,14 @@ type FakeNode struct {
 // NewFakeNode returns a node with only a root mount.
 func NewFakeNode() *FakeNode {
 	f := &FakeNode{nextID: 100, nextDev: 50, dead: map[string]bool{}, hung: map[string]bool{},
-		files: map[string][]byte{}, modes: map[string]fs.FileMode{}}
+		files: map[string][]byte{}, modes: map[string]fs.FileMode{}, cgroups: map[string][]int{}}
 	f.mounts = MountTable{{ID: 1, ParentID: 0, Dev: "8:1", Root: "/", MountPoint: "/", Options: []string{"rw"}, FSType: "ext4", Source: "/dev/vda"}}
 	return f
 }
 
 // OS returns the node's OS bundle.
 func (f *FakeNode) OS() OS {
-	return OS{Mounter: fakeMounter{f}, Procs: fakeProcs{f}, Statfs: fakeStatfs{f}, FS: fakeFS{f}}
+	return OS{Mounter: fakeMounter{f}, Procs: fakeProcs{f}, Cgroups: fakeCgroups{f}, Statfs: fakeStatfs{f}, FS: fakeFS{f}}
 }
 
 // AddMount mounts a new filesystem at mountPoint (on top of anything there) and returns it.
@@ -101,6 +104,51 @@ func (f *FakeNode) Started() [][]string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.started)
+}
+
+// Removed returns every path removed through FS.Remove (files and directories).
+func (f *FakeNode) Removed() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.removed)
+}
+
+// Specs returns the specs of every process started.
+func (f *FakeNode) Specs() []ProcSpec {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.specs)
+}
+
+// Cgroup returns the pids placed in group (and not removed).
+func (f *FakeNode) Cgroup(group string) ([]int, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	pids, ok := f.cgroups[group]
+	return slices.Clone(pids), ok
+}
+
+type fakeCgroups struct{ f *FakeNode }
+
+func (c fakeCgroups) Place(pid int, group string) error {
+	c.f.mu.Lock()
+	defer c.f.mu.Unlock()
+	c.f.cgroups[group] = append(c.f.cgroups[group], pid)
+	return nil
+}
+
+func (c fakeCgroups) Remove(group string) error {
+	c.f.mu.Lock()
+	defer c.f.mu.Unlock()
+	for _, pid := range c.f.cgroups[group] {
+		for _, p := range c.f.procs {
+			if p.pid == pid && !p.Exited() {
+				return fmt.Errorf("remove cgroup %s: %w", group, syscall.EBUSY)
+			}
+		}
+	}
+	delete(c.f.cgroups, group)
+	return nil
 }
 
 // Processes returns the processes started so far.
@@ -188,7 +236,16 @@ func (s fakeStatfs) Statfs(_ context.Context, path string, timeout time.Duration
 
 type fakeFS struct{ f *FakeNode }
 
-func (x fakeFS) MkdirAll(string, fs.FileMode) error { return nil }
+// MkdirAll fails as the real one does on a dead FUSE mount point: stat gives ENOTCONN, so it
+// tries mkdir, which fails with EEXIST.
+func (x fakeFS) MkdirAll(path string, _ fs.FileMode) error {
+	x.f.mu.Lock()
+	defer x.f.mu.Unlock()
+	if top, ok := x.f.mounts.Top(filepath.Clean(path)); ok && x.f.dead[top.Dev] {
+		return &fs.PathError{Op: "mkdir", Path: path, Err: syscall.EEXIST}
+	}
+	return nil
+}
 
 func (x fakeFS) WriteFile(path string, data []byte, perm fs.FileMode) error {
 	x.f.mu.Lock()
@@ -208,9 +265,23 @@ func (x fakeFS) ReadFile(path string) ([]byte, error) {
 	return slices.Clone(b), nil
 }
 
+func (x fakeFS) ReadDir(dir string) ([]string, error) {
+	x.f.mu.Lock()
+	defer x.f.mu.Unlock()
+	var names []string
+	for p := range x.f.files {
+		if filepath.Dir(p) == filepath.Clean(dir) {
+			names = append(names, filepath.Base(p))
+		}
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
 func (x fakeFS) Remove(path string) error {
 	x.f.mu.Lock()
 	defer x.f.mu.Unlock()
+	x.f.removed = append(x.f.removed, path)
 	delete(x.f.files, path)
 	delete(x.f.modes, path)
 	return nil
@@ -228,8 +299,9 @@ type FakeProcess struct {
 
 type fakeProcs struct{ f *FakeNode }
 
-func (p fakeProcs) Start(path string, args []string) (Process, error) {
+func (p fakeProcs) Start(spec ProcSpec) (Process, error) {
 	f := p.f
+	path, args := spec.Path, spec.Args
 	mountPoint, fsname, passwd := "", "s3fs", ""
 	if len(args) > 1 {
 		mountPoint = args[1]
@@ -247,6 +319,7 @@ func (p fakeProcs) Start(path string, args []string) (Process, error) {
 	}
 	f.mu.Lock()
 	f.started = append(f.started, append([]string{path}, args...))
+	f.specs = append(f.specs, spec)
 	pw := f.files[passwd]
 	fail := ""
 	if f.S3fsFailure != nil {
@@ -264,6 +337,24 @@ func (p fakeProcs) Start(path string, args []string) (Process, error) {
 		proc.exit()
 	}
 	return proc, nil
+}
+
+// Adopt finds a running fake process by pid; its start time is its pid times 10, and its
+// command line is its arguments.
+func (p fakeProcs) Adopt(id ProcID, mention string) (Process, error) {
+	f := p.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, proc := range f.procs {
+		if proc.pid != id.Pid || proc.Exited() {
+			continue
+		}
+		if proc.ID() != id || !slices.Contains(f.started[i], mention) {
+			return nil, fmt.Errorf("%w: pid %d is another process", ErrProcessGone, id.Pid)
+		}
+		return proc, nil
+	}
+	return nil, fmt.Errorf("%w: pid %d", ErrProcessGone, id.Pid)
 }
 
 func (p *FakeProcess) exit() { p.once.Do(func() { close(p.done) }) }
@@ -285,6 +376,7 @@ func (p *FakeProcess) Exited() bool {
 }
 
 func (p *FakeProcess) Pid() int       { return p.pid }
+func (p *FakeProcess) ID() ProcID     { return ProcID{Pid: p.pid, StartTime: uint64(p.pid) * 10} }
 func (p *FakeProcess) Output() string { return p.output }
 func (p *FakeProcess) Wait() error {
 	<-p.done

@@ -58,3 +58,21 @@ func (r *Restorer) isHanded(target string, m MountInfo) bool {
 	defer r.mu.Unlock()
 	return r.handed[target] != "" && r.handed[target] == m.Dev
 }
+
+// handedDev returns the device recorded at target ("" when none).
+func (r *Restorer) handedDev(target string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.handed[target]
+}
+
+// forgetHanded drops the record of target.
+func (r *Restorer) forgetHanded(target string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.handed[target]; !ok {
+		return nil
+	}
+	delete(r.handed, target)
+	return r.saveHandedLocked()
+}

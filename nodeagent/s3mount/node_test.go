@@ -7,11 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -65,11 +63,11 @@ func newNodeEnv(t *testing.T) *nodeEnv {
 	testenv.RequireCommand(t, "s3fs", "apt-get install s3fs")
 	testenv.RequireCommand(t, "unshare", "apt-get install util-linux")
 	testenv.RequireCommand(t, "nsenter", "apt-get install util-linux")
-	gw := testenv.Binary(t, "versitygw", "versitygw")
+	srv := testenv.S3(t, bucket)
 
 	dir := t.TempDir()
 	e := &nodeEnv{t: t, dir: dir, kubelet: filepath.Join(dir, "kubelet"), state: filepath.Join(dir, "state"),
-		s3dir: filepath.Join(dir, "s3"), rec: &recorder{}}
+		s3dir: srv.Dir, endpoint: srv.Endpoint(), rec: &recorder{}}
 	for _, d := range []string{e.kubelet, e.state, filepath.Join(e.s3dir, bucket, "pfx"), filepath.Join(dir, "driver")} {
 		must(t, os.MkdirAll(d, 0o755))
 	}
@@ -78,26 +76,10 @@ func newNodeEnv(t *testing.T) *nodeEnv {
 	must(t, err)
 	e.client = client
 
-	port := freePort(t)
-	e.endpoint = "http://127.0.0.1:" + strconv.Itoa(port)
-	cmd := exec.Command(gw, "--access", ak, "--secret", sk, "--port", "127.0.0.1:"+strconv.Itoa(port), "posix", e.s3dir)
-	gwLog, err := os.Create(filepath.Join(dir, "versitygw.log"))
-	must(t, err)
-	cmd.Stdout, cmd.Stderr = gwLog, gwLog
-	must(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	waitFor(t, 10*time.Second, "versitygw listening", func() bool {
-		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
-
 	// kubelet makes its root directory a shared mount; do the same for the temporary one.
 	must(t, unix.Mount(e.kubelet, e.kubelet, "", unix.MS_BIND, ""))
 	must(t, unix.Mount("", e.kubelet, "", unix.MS_SHARED, ""))
-	t.Cleanup(func() { sweep(t, dir) })
+	testenv.Sweep(t, dir)
 
 	ctx := context.Background()
 	_, err = client.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
@@ -333,8 +315,8 @@ func TestNodeRestoreAfterS3fsDeath(t *testing.T) {
 	if s := topFSType(filepath.Join(e.state, "s3", "creds")); s != "tmpfs" {
 		t.Errorf("creds dir is on %q, want tmpfs", s)
 	}
-	if got := e.rec.count(corev1.EventTypeNormal, s3mount.EventMountRestored); got < 5 {
-		t.Errorf("MountRestored events: %d, want >= 5", got)
+	if got := e.rec.count(corev1.EventTypeNormal, s3mount.EventMountBridged); got < 5 {
+		t.Errorf("MountBridged events: %d, want >= 5", got)
 	}
 	if got := counterValue(t, r.Metrics().Restores.WithLabelValues(s3mount.MethodBridge, "success")); got < 5 {
 		t.Errorf("restored metric %v, want >= 5", got)
@@ -427,7 +409,7 @@ func TestNodeBadInputLeavesTargetAlone(t *testing.T) {
 	_, err = e.client.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "server-down", Namespace: ns},
 		Data: map[string][]byte{"accessKeyID": []byte(ak), "secretAccessKey": []byte(sk),
-			"endpoint": []byte(fmt.Sprintf("http://127.0.0.1:%d", freePort(t)))},
+			"endpoint": []byte(fmt.Sprintf("http://127.0.0.1:%d", testenv.FreePort(t)))},
 	}, metav1.CreateOptions{})
 	must(t, err)
 	_, err = e.client.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
@@ -500,22 +482,10 @@ func must(t testing.TB, err error) {
 	}
 }
 
+// waitFor is testenv.WaitFor for a predicate.
 func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for: %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func freePort(t testing.TB) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	must(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	testenv.WaitFor(t, timeout, what, testenv.Until(cond))
 }
 
 func mountTable() s3mount.MountTable {
@@ -542,83 +512,23 @@ func topFSType(path string) string {
 	return m.FSType
 }
 
-// stagingProcess finds the s3fs serving a staging directory (s3fs rewrites its argv in place, so
-// look for the mount point among all arguments).
+// stagingProcess finds the s3fs serving a staging directory.
 func stagingProcess(t testing.TB, staging string) *os.Process {
 	t.Helper()
 	var found *os.Process
 	waitFor(t, 10*time.Second, "s3fs process for "+staging, func() bool {
-		for _, pid := range s3fsPids() {
-			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-			args := strings.Split(string(b), "\x00")
-			if slices.Contains(args, staging) {
-				found, _ = os.FindProcess(pid)
-				return true
-			}
+		for _, pid := range testenv.S3fsPIDs(staging) {
+			found, _ = os.FindProcess(pid)
+			return true
 		}
 		return false
 	})
 	return found
 }
 
-// s3fsPidsUnder returns the s3fs processes whose command line names a path under dir (this
-// test's), so other s3fs on the machine do not count.
-func s3fsPidsUnder(dir string) []int {
-	var out []int
-	for _, pid := range s3fsPids() {
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if strings.Contains(string(b), dir) {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
-
-func s3fsPids() []int {
-	ents, _ := os.ReadDir("/proc")
-	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if err != nil {
-			continue
-		}
-		if filepath.Base(strings.Split(string(b), "\x00")[0]) == "s3fs" {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
-
-// sweep kills the s3fs processes serving paths under dir and lazily unmounts everything under it,
-// the most recent mounts first.
-func sweep(t testing.TB, dir string) {
-	for _, pid := range s3fsPids() {
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if strings.Contains(string(b), dir) {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-	}
-	for pass := 0; pass < 20; pass++ {
-		var under []s3mount.MountInfo
-		for _, m := range mountTable() {
-			if m.MountPoint == dir || strings.HasPrefix(m.MountPoint, dir+"/") {
-				under = append(under, m)
-			}
-		}
-		if len(under) == 0 {
-			return
-		}
-		sort.Slice(under, func(i, j int) bool { return under[i].ID > under[j].ID })
-		for _, m := range under {
-			_ = unix.Unmount(m.MountPoint, unix.MNT_DETACH)
-		}
-	}
-	t.Errorf("mounts left under %s after cleanup", dir)
-}
+// s3fsPidsUnder returns the s3fs processes with an argument under dir (this test's), so other
+// s3fs on the machine do not count.
+func s3fsPidsUnder(dir string) []int { return testenv.S3fsPIDs(dir) }
 
 func counterValue(t testing.TB, c prometheus.Collector) float64 {
 	ch := make(chan prometheus.Metric, 16)

@@ -11,10 +11,17 @@ import (
 type OS struct {
 	Mounter Mounter
 	Procs   ProcessStarter
+	// Cgroups moves our s3fs bridges out of the agent container's cgroups.
+	Cgroups Cgroups
 	Statfs  StatfsChecker
 	FS      FS
 	// CSI dials node plugins for replay; nil turns replay off.
 	CSI CSIDialer
+	// Plugins wakes the check when a node plugin's socket appears; nil: periodic checks only.
+	Plugins PluginWatcher
+	// Registry finds node plugins through kubelet's plugin registration; nil: the usual
+	// <kubelet>/plugins/<driver>/csi.sock only.
+	Registry PluginRegistry
 }
 
 // Mounter reads the mount table and makes the few mounts the restorer needs.
@@ -30,20 +37,58 @@ type Mounter interface {
 	MountTmpfs(target string, sizeBytes int64) error
 }
 
-// Process is a started s3fs.
+// ProcID names one process across agent restarts: its pid and its start time (clock ticks
+// after boot, field 22 of /proc/<pid>/stat), so a reused pid is never taken for it.
+type ProcID struct {
+	Pid       int    `json:"pid"`
+	StartTime uint64 `json:"startTime"`
+}
+
+// Process is a started (or adopted) s3fs.
 type Process interface {
 	Pid() int
-	// Wait blocks until the process exits and returns its error.
+	ID() ProcID
+	// Wait blocks until the process exits and returns its error (nil for an adopted process,
+	// whose exit status belongs to its parent).
 	Wait() error
-	// Kill sends SIGTERM, then SIGKILL after grace.
+	// Kill sends SIGTERM, then SIGKILL after grace, and returns once the process has exited.
 	Kill(grace time.Duration)
 	// Output returns the tail of the process's stderr and stdout.
 	Output() string
 }
 
-// ProcessStarter starts programs the restorer supervises.
+// ProcSpec says how to start a bridge's s3fs.
+type ProcSpec struct {
+	Path string
+	Args []string
+	// Dir is the working directory; Env the whole environment.
+	Dir string
+	Env []string
+	// LogFile receives stdout and stderr (truncated at start). A file, not a pipe: a pipe to the
+	// agent would break (SIGPIPE, EPIPE) when the agent exits, and the bridge must outlive it.
+	LogFile string
+}
+
+// ProcessStarter starts the programs the restorer supervises and takes over those an earlier
+// agent started.
 type ProcessStarter interface {
-	Start(path string, args []string) (Process, error)
+	// Start starts a program detached from the agent: its own session, stdin /dev/null,
+	// stdout/stderr to spec.LogFile, no other inherited file descriptor.
+	Start(spec ProcSpec) (Process, error)
+	// Adopt returns a handle on a process an earlier agent started; ErrProcessGone when id no
+	// longer names a live process whose command line has the argument mention.
+	Adopt(id ProcID, mention string) (Process, error)
+}
+
+// Cgroups places processes into cgroups of ours outside the agent container's: the container
+// runtime kills every process of the container's cgroup when the container ends (runc for
+// containers sharing the host's PID namespace), and the bridges must survive that.
+type Cgroups interface {
+	// Place moves process pid (every thread) into group, a path relative to the root of every
+	// cgroup hierarchy of the node (cgroup v1: each one; v2: the unified one).
+	Place(pid int, group string) error
+	// Remove removes the (empty) group from every hierarchy; a missing group is no error.
+	Remove(group string) error
 }
 
 // StatfsChecker runs statfs on a path with a timeout; a hung FUSE daemon yields ErrTimeout.
@@ -57,5 +102,7 @@ type FS interface {
 	// WriteFile writes data with exactly mode perm (replacing any existing file).
 	WriteFile(path string, data []byte, perm fs.FileMode) error
 	ReadFile(path string) ([]byte, error)
+	// ReadDir returns the names in a directory (a missing directory has none).
+	ReadDir(path string) ([]string, error)
 	Remove(path string) error
 }

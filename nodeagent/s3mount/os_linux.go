@@ -3,16 +3,13 @@
 package s3mount
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -20,7 +17,7 @@ import (
 
 // NewOS returns the real node implementation.
 func NewOS() OS {
-	return OS{Mounter: realMounter{}, Procs: realProcs{}, Statfs: newRealStatfs(), FS: realFS{}, CSI: GRPCDialer{}}
+	return OS{Mounter: realMounter{}, Procs: realProcs{}, Cgroups: NewHostCgroups(), Statfs: newRealStatfs(), FS: realFS{}, CSI: GRPCDialer{}, Plugins: FSNotifyWatcher{}, Registry: GRPCRegistry{}}
 }
 
 type realMounter struct{}
@@ -81,74 +78,6 @@ func (realMounter) MountTmpfs(target string, sizeBytes int64) error {
 		return fmt.Errorf("%w: tmpfs at %s: %w", ErrMount, target, err)
 	}
 	return nil
-}
-
-type realProcs struct{}
-
-// tailBuffer keeps the last bytes written to it.
-type tailBuffer struct {
-	mu  sync.Mutex
-	buf []byte
-}
-
-const tailMax = 4096
-
-func (b *tailBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf = append(b.buf, p...)
-	if len(b.buf) > tailMax {
-		b.buf = b.buf[len(b.buf)-tailMax:]
-	}
-	return len(p), nil
-}
-
-func (b *tailBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return string(bytes.TrimSpace(b.buf))
-}
-
-type realProcess struct {
-	cmd  *exec.Cmd
-	out  *tailBuffer
-	done chan struct{}
-	err  error
-}
-
-func (realProcs) Start(path string, args []string) (Process, error) {
-	cmd := exec.Command(path, args...)
-	out := &tailBuffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	// Own process group: a signal to the agent's group (Ctrl-C, a restart) must not take the
-	// mounts down with it; a restarted agent re-adopts them.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("%w: start %s: %w", ErrS3fs, path, err)
-	}
-	p := &realProcess{cmd: cmd, out: out, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	return p, nil
-}
-
-func (p *realProcess) Pid() int       { return p.cmd.Process.Pid }
-func (p *realProcess) Output() string { return p.out.String() }
-func (p *realProcess) Wait() error {
-	<-p.done
-	return p.err
-}
-
-func (p *realProcess) Kill(grace time.Duration) {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(grace):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
 }
 
 // realStatfs runs statfs in a goroutine so a hung FUSE daemon cannot block the loop. A call
@@ -226,4 +155,19 @@ func (realFS) WriteFile(path string, data []byte, perm fs.FileMode) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+func (realFS) ReadDir(path string) ([]string, error) {
+	ents, err := os.ReadDir(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(ents))
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names, nil
 }

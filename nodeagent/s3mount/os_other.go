@@ -14,7 +14,7 @@ var ErrUnsupportedOS = errors.New("s3 mount restore needs Linux")
 
 // NewOS returns an implementation whose every effect fails: mounts are Linux-only.
 func NewOS() OS {
-	return OS{Mounter: noMounter{}, Procs: noProcs{}, Statfs: noStatfs{}, FS: noFS{}, CSI: GRPCDialer{}}
+	return OS{Mounter: noMounter{}, Procs: noProcs{}, Cgroups: noCgroups{}, Statfs: noStatfs{}, FS: noFS{}, CSI: GRPCDialer{}}
 }
 
 type noMounter struct{}
@@ -26,7 +26,7 @@ func (noMounter) MountTmpfs(string, int64) error  { return ErrUnsupportedOS }
 
 type noProcs struct{}
 
-func (noProcs) Start(string, []string) (Process, error) { return nil, ErrUnsupportedOS }
+func (noProcs) Start(ProcSpec) (Process, error) { return nil, ErrUnsupportedOS }
 
 type noStatfs struct{}
 
@@ -38,3 +38,12 @@ func (noFS) MkdirAll(string, fs.FileMode) error          { return ErrUnsupported
 func (noFS) WriteFile(string, []byte, fs.FileMode) error { return ErrUnsupportedOS }
 func (noFS) ReadFile(string) ([]byte, error)             { return nil, ErrUnsupportedOS }
 func (noFS) Remove(string) error                         { return ErrUnsupportedOS }
+
+func (noProcs) Adopt(ProcID, string) (Process, error) { return nil, ErrUnsupportedOS }
+
+type noCgroups struct{}
+
+func (noCgroups) Place(int, string) error { return ErrUnsupportedOS }
+func (noCgroups) Remove(string) error     { return ErrUnsupportedOS }
+
+func (noFS) ReadDir(string) ([]string, error) { return nil, ErrUnsupportedOS }

@@ -30,7 +30,7 @@ const (
 func (r *Restorer) replay(ctx context.Context, pv *corev1.PersistentVolume, ts []target) error {
 	log := logr.FromContextOrDiscard(ctx).WithValues("pv", pv.Name, "method", MethodReplay)
 	src := pv.Spec.CSI
-	socket := PluginSocket(r.cfg.KubeletDir, src.Driver)
+	socket := r.pluginSocket(ctx, src.Driver)
 	cctx, cancel := context.WithTimeout(ctx, r.opts.MountTimeout)
 	defer cancel()
 	node, err := r.os.CSI.Dial(cctx, socket)
@@ -62,16 +62,21 @@ func (r *Restorer) replay(ctx context.Context, pv *corev1.PersistentVolume, ts [
 	return errors.Join(errs...)
 }
 
-// restage stages the volume again when kubelet's staging path is not live: the plugin stages at
-// a fresh directory, whose mount is then bound over kubelet's staging path (on top of the dead
-// one; no container uses that path) and the fresh directory unmounted.
+// restage stages the volume again when kubelet's staging path is not the driver's live mount
+// (dead, or our bridge): the plugin stages at a fresh directory, whose mount is then bound over
+// kubelet's staging path (on top of the dead one; no container uses that path) and the fresh
+// directory unmounted. Our own mounts on top there (a bridge, a dead earlier hand-back) go first,
+// so the stack stays the driver's dead mount plus one live mount.
 func (r *Restorer) restage(ctx context.Context, node CSINode, pv *corev1.PersistentVolume, capability *csi.VolumeCapability, stagingPath, fresh string) error {
 	table, err := r.os.Mounter.MountTable()
 	if err != nil {
 		return err
 	}
-	if table.IsMountPoint(stagingPath) && r.os.Statfs.Statfs(ctx, stagingPath, r.cfg.S3.StatfsTimeout.Duration) == nil {
-		return nil // still live: kubelet's staging is fine
+	mounted := table.IsMountPoint(stagingPath)
+	if top, ok := table.Top(stagingPath); ok {
+		if _, ours := PVFromFSName(top.Source); !ours && r.os.Statfs.Statfs(ctx, stagingPath, r.cfg.S3.StatfsTimeout.Duration) == nil {
+			return nil // the driver's staging is live
+		}
 	}
 	secrets, err := r.secretData(ctx, pv.Spec.CSI.NodeStageSecretRef)
 	if err != nil {
@@ -86,13 +91,52 @@ func (r *Restorer) restage(ctx context.Context, node CSINode, pv *corev1.Persist
 	}); err != nil {
 		return fmt.Errorf("%w: NodeStageVolume: %w", ErrReplay, err)
 	}
-	if err := r.os.FS.MkdirAll(stagingPath, 0o750); err != nil {
-		return fmt.Errorf("%w: create %s: %w", ErrMount, stagingPath, err)
+	defer func() { _ = r.os.Mounter.Unmount(fresh, true) }()
+	if !mounted {
+		// Only a path that is not a mount point may need creating: on a dead FUSE mount point
+		// stat fails with ENOTCONN and mkdir with EEXIST.
+		if err := r.os.FS.MkdirAll(stagingPath, 0o750); err != nil {
+			return fmt.Errorf("%w: create %s: %w", ErrMount, stagingPath, err)
+		}
+	}
+	if err := r.dropOurTops(ctx, stagingPath); err != nil {
+		return err
 	}
 	if err := r.os.Mounter.Bind(fresh, stagingPath, false); err != nil {
 		return err
 	}
-	return r.os.Mounter.Unmount(fresh, true)
+	if table, err := r.os.Mounter.MountTable(); err == nil {
+		if top, ok := table.Top(stagingPath); ok {
+			if err := r.recordHanded(stagingPath, top.Dev); err != nil {
+				logr.FromContextOrDiscard(ctx).Error(err, "recording the restaged mount", "path", stagingPath)
+			}
+		}
+	}
+	return nil
+}
+
+// dropOurTops removes, from the top of path's stack, our bridge binds (live or dead) and dead
+// mounts we handed back earlier — never the last mount at path, so path is never left bare.
+func (r *Restorer) dropOurTops(ctx context.Context, path string) error {
+	for {
+		table, err := r.os.Mounter.MountTable()
+		if err != nil {
+			return err
+		}
+		stack := table.Stack(path)
+		if len(stack) < 2 {
+			return nil
+		}
+		top := stack[len(stack)-1]
+		_, ours := PVFromFSName(top.Source)
+		if !ours && !(r.isHanded(path, top) && IsDead(r.os.Statfs.Statfs(ctx, path, r.cfg.S3.StatfsTimeout.Duration))) {
+			return nil
+		}
+		if err := r.os.Mounter.Unmount(path, true); err != nil {
+			return fmt.Errorf("%w: removing our mount at %s: %w", ErrMount, path, err)
+		}
+		logr.FromContextOrDiscard(ctx).Info("removed our mount before the driver's", "path", path, "dev", top.Dev, "source", top.Source)
+	}
 }
 
 // republish publishes the volume for one pod at a fresh directory and hands it over to the
@@ -133,7 +177,7 @@ func (r *Restorer) republish(ctx context.Context, node CSINode, pv *corev1.Persi
 	if herr != nil || !ok {
 		return herr
 	}
-	r.restored(ctx, t, MethodReplay, ro, dead, "driver "+pv.Spec.CSI.Driver+" replayed, its own mount moved over the dead one")
+	r.restored(ctx, t, MethodReplay, EventMountReplayed, ro, dead, "driver "+pv.Spec.CSI.Driver+" replayed, its own mount moved over the dead one")
 	return nil
 }
 

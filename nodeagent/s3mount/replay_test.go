@@ -83,6 +83,7 @@ func TestReplayThroughTheDriver(t *testing.T) {
 	if n := len(w.csi.Publish); n != 1 {
 		t.Errorf("republished a live target: %d calls", n)
 	}
+	assertReasons(t, w.events, map[string]int{EventMountReplayed: 1, EventMountBridged: 0, EventBridgeRetired: 0})
 }
 
 // A staging driver: NodeStageVolume is replayed (stage secrets) at a fresh directory whose mount
@@ -218,6 +219,18 @@ func TestBridgeRetiredWhenTheDriverAnswersAgain(t *testing.T) {
 	if w.node.Table().IsMountPoint(Layout{StateDir: testState}.Staging("pv-a")) {
 		t.Error("bridge staging mount left")
 	}
+	assertReasons(t, w.events, map[string]int{EventMountBridged: 1, EventBridgeRetired: 1, EventMountReplayed: 0})
+}
+
+// assertReasons checks the number of Normal Events on the pod by reason: tools tell the restore
+// methods apart by reason alone.
+func assertReasons(t *testing.T, l *EventLog, want map[string]int) {
+	t.Helper()
+	for reason, n := range want {
+		if got := l.Count("app", corev1.EventTypeNormal, reason, ""); got != n {
+			t.Errorf("%s Events: %d, want %d", reason, got, n)
+		}
+	}
 }
 
 // Our bridge dies while the driver is still down: bridged again at once, without a second
@@ -244,5 +257,31 @@ func TestRebridgeWithoutWaitingAgain(t *testing.T) {
 	}
 	if n := len(w.node.Table().Stack(target)); n != 2 {
 		t.Errorf("stack %d, want 2", n)
+	}
+}
+
+// The plugin is dialled where it registered with kubelet; without a registration, at
+// <kubelet>/plugins/<driver>/csi.sock.
+func TestReplayDialsTheRegisteredEndpoint(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		registry PluginRegistry
+		want     string
+	}{
+		{"registered", FakeRegistry{testDriver: "/csi/elsewhere.sock"}, "/csi/elsewhere.sock"},
+		{"not registered", FakeRegistry{}, PluginSocket(testKubelet, testDriver)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w, target := replayWorld(t, false)
+			w.registry = c.registry
+			w.node.KillMount(target)
+			w.start()
+			if len(w.csi.Sockets) == 0 || w.csi.Sockets[0] != c.want {
+				t.Errorf("dialled %q, want %q", w.csi.Sockets, c.want)
+			}
+			if err := w.node.OS().Statfs.Statfs(context.Background(), target, time.Second); err != nil {
+				t.Errorf("target: %v", err)
+			}
+		})
 	}
 }

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
 	"sort"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -15,11 +18,23 @@ import (
 	"github.com/pvrescue/pvrescue/nodeagent"
 )
 
-// Event reasons on the pod.
+// Event reasons on the pod. Tools tell the restore methods apart by reason, never by message.
 const (
-	EventMountRestored      = "MountRestored"
+	// EventMountReplayed: the driver's own mount is back at the target (kubelet's calls replayed).
+	EventMountReplayed = "MountReplayed"
+	// EventMountBridged: our own s3fs is bound over the dead target while the driver is down.
+	EventMountBridged = "MountBridged"
+	// EventBridgeRetired: the driver answers again; the target moved from our bridge to the
+	// driver's own mount.
+	EventBridgeRetired      = "BridgeRetired"
 	EventMountRestoreFailed = "MountRestoreFailed"
 	EventContainersRemount  = "ContainersRemounted"
+
+	// EventMountRestored was the one reason of every restore before the methods got their own.
+	//
+	// Deprecated: no longer emitted; read EventMountReplayed, EventMountBridged and
+	// EventBridgeRetired.
+	EventMountRestored = "MountRestored"
 )
 
 // credsTmpfsSize bounds the tmpfs holding passwd files (a few hundred bytes each).
@@ -41,6 +56,10 @@ type Options struct {
 	// QuickExit: an s3fs of ours that exits sooner than this after its start counts as a
 	// failed restore (backoff).
 	QuickExit time.Duration
+	// BridgeCgroup is the cgroup (relative to every hierarchy's root) under which each bridge's
+	// s3fs gets a group of its own, outside the agent container's cgroups, so that it survives
+	// the container (doc.go). Empty: bridges stay in the agent's cgroups and die with it.
+	BridgeCgroup string
 }
 
 // NewOptions returns the defaults.
@@ -52,6 +71,7 @@ func NewOptions() Options {
 		KillGrace:      5 * time.Second,
 		HungAfter:      30 * time.Second,
 		QuickExit:      10 * time.Second,
+		BridgeCgroup:   "pvrescue/s3",
 	}
 }
 
@@ -78,6 +98,9 @@ func (o Options) Validate() error {
 		if v < 0 {
 			errs = append(errs, fmt.Errorf("s3mount: Options.%s must not be negative, got %s", name, v))
 		}
+	}
+	if g := o.BridgeCgroup; g != "" && (path.IsAbs(g) || path.Clean(g) != g || g == "." || strings.HasPrefix(g, "..")) {
+		errs = append(errs, fmt.Errorf("s3mount: Options.BridgeCgroup must be a clean relative path, got %q", g))
 	}
 	if o.BackoffMax > 0 && o.BackoffInitial > o.BackoffMax {
 		errs = append(errs, fmt.Errorf("s3mount: Options.BackoffInitial (%s) exceeds BackoffMax (%s)", o.BackoffInitial, o.BackoffMax))
@@ -111,7 +134,8 @@ type Restorer struct {
 type healthKey struct{ pv, namespace, pod string }
 
 type staging struct {
-	proc    Process // nil when adopted from an earlier agent
+	proc    Process // nil when adopted from an earlier agent that kept no record of it
+	cgroup  string  // the cgroup it was placed in ("" when not)
 	started time.Time
 	stopped bool // we stopped it on purpose; its exit is not a failure
 }
@@ -126,7 +150,7 @@ func New(deps nodeagent.Deps, os OS, opts Options) (*Restorer, error) {
 	if err := deps.Validate(); err != nil {
 		return nil, err
 	}
-	if os.Mounter == nil || os.Procs == nil || os.Statfs == nil || os.FS == nil {
+	if os.Mounter == nil || os.Procs == nil || os.Cgroups == nil || os.Statfs == nil || os.FS == nil {
 		return nil, errors.New("s3mount: OS must have every implementation set")
 	}
 	if err := opts.Validate(); err != nil {
@@ -173,6 +197,16 @@ func (r *Restorer) Run(ctx context.Context) error {
 		return err
 	}
 	log.Info("watching S3 volume mounts", "node", r.d.NodeName, "interval", r.cfg.S3.CheckInterval.Duration)
+	if r.os.Plugins != nil && r.os.CSI != nil && len(r.cfg.S3.ReplayDrivers) > 0 {
+		dirs := PluginDirs(r.cfg.KubeletDir, r.cfg.S3.ReplayDrivers)
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			if err := r.os.Plugins.Watch(ctx, dirs, r.poke); err != nil {
+				log.Error(err, "watching node plugin sockets; periodic checks only")
+			}
+		}()
+	}
 	tick := r.clk.NewTicker(r.cfg.S3.CheckInterval.Duration)
 	defer tick.Stop()
 	for {
@@ -192,7 +226,7 @@ func (r *Restorer) Run(ctx context.Context) error {
 // Prepare creates the state directories and the credentials tmpfs, and re-adopts the staging
 // mounts an earlier agent left. Run calls it; tests driving Sync call it once first.
 func (r *Restorer) Prepare(ctx context.Context) error {
-	for _, dir := range []string{r.layout.StagingRoot(), r.layout.CredsDir(), r.layout.TmpRoot()} {
+	for _, dir := range []string{r.layout.StagingRoot(), r.layout.CredsDir(), r.layout.TmpRoot(), r.layout.BridgesDir(), r.layout.LogDir()} {
 		if err := r.os.FS.MkdirAll(dir, 0o700); err != nil {
 			return fmt.Errorf("s3mount: create %s: %w", dir, err)
 		}
@@ -207,6 +241,9 @@ func (r *Restorer) Prepare(ctx context.Context) error {
 		}
 		logr.FromContextOrDiscard(ctx).V(1).Info("mounted tmpfs for credentials", "path", r.layout.CredsDir())
 	}
+	if r.opts.BridgeCgroup != "" && syscall.Getpid() == 1 {
+		logr.FromContextOrDiscard(ctx).Info("the agent is PID 1 of its own PID namespace: its s3fs bridges die with its container (run it with hostPID)")
+	}
 	if err := r.loadHanded(); err != nil {
 		logr.FromContextOrDiscard(ctx).Error(err, "reading the record of replayed mounts; starting empty")
 	}
@@ -216,7 +253,11 @@ func (r *Restorer) Prepare(ctx context.Context) error {
 	return nil
 }
 
-// adopt takes over the healthy staging mounts an earlier agent left and drops the dead ones.
+// adopt takes over the healthy bridges an earlier agent left (their staging mount answers; the
+// s3fs recorded in <state>/s3/bridges/<pv>.json still runs, watched from now on through a
+// pidfd) and drops the dead ones: a recorded s3fs still running behind a dead staging mount is
+// stopped, the mount removed, record and cgroup deleted. Records without a staging mount are
+// dropped the same way.
 func (r *Restorer) adopt(ctx context.Context) error {
 	log := logr.FromContextOrDiscard(ctx)
 	table, err := r.os.Mounter.MountTable()
@@ -230,18 +271,75 @@ func (r *Restorer) adopt(ctx context.Context) error {
 			continue
 		}
 		seen[pv] = true
+		rec, proc := r.adoptProcess(ctx, pv, m.MountPoint)
 		if err := r.os.Statfs.Statfs(ctx, m.MountPoint, r.cfg.S3.StatfsTimeout.Duration); err == nil {
+			st := &staging{proc: proc, started: r.clk.Now()}
+			if proc != nil {
+				st.cgroup = rec.Cgroup
+				go func() {
+					werr := proc.Wait()
+					r.onExit(ctx, pv, st, werr)
+				}()
+			}
 			r.mu.Lock()
-			r.stagings[pv] = &staging{started: r.clk.Now()}
+			r.stagings[pv] = st
 			r.mu.Unlock()
-			log.Info("re-adopted healthy staging mount", "pv", pv, "path", m.MountPoint)
+			log.Info("re-adopted healthy bridge", "pv", pv, "path", m.MountPoint, "pid", rec.Proc.Pid, "supervised", proc != nil, "cgroup", st.cgroup)
 			continue
 		}
 		log.Info("dropping dead staging mount left by an earlier agent", "pv", pv, "path", m.MountPoint)
-		r.unmountAll(m.MountPoint, table)
+		r.dropBridge(ctx, pv, rec, proc)
+		if t, err := r.os.Mounter.MountTable(); err == nil {
+			r.unmountAll(m.MountPoint, t)
+		}
+	}
+	names, err := r.os.FS.ReadDir(r.layout.BridgesDir())
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		pv, ok := PVFromBridgeRecord(name)
+		if !ok || seen[pv] {
+			continue
+		}
+		rec, proc := r.adoptProcess(ctx, pv, r.layout.Staging(pv))
+		log.Info("dropping the record of a bridge whose staging mount is gone", "pv", pv, "pid", rec.Proc.Pid, "running", proc != nil)
+		r.dropBridge(ctx, pv, rec, proc)
 	}
 	r.updateBridgeGauge()
 	return nil
+}
+
+// adoptProcess returns pv's record and, when its s3fs still runs at staging, a handle on it.
+func (r *Restorer) adoptProcess(ctx context.Context, pv, staging string) (BridgeRecord, Process) {
+	log := logr.FromContextOrDiscard(ctx).WithValues("pv", pv)
+	rec, ok, err := r.readBridgeRecord(pv)
+	if err != nil {
+		log.Error(err, "reading the bridge record")
+		return BridgeRecord{}, nil
+	}
+	if !ok {
+		return BridgeRecord{}, nil
+	}
+	proc, err := r.os.Procs.Adopt(rec.Proc, staging)
+	if err != nil {
+		log.V(1).Info("recorded s3fs does not run any more", "err", err.Error())
+		return rec, nil
+	}
+	return rec, proc
+}
+
+// dropBridge stops a recorded s3fs that still runs (provably ours: pid, start time and our
+// staging path on its command line) and removes its record and cgroup.
+func (r *Restorer) dropBridge(ctx context.Context, pv string, rec BridgeRecord, proc Process) {
+	if proc != nil {
+		proc.Kill(r.opts.KillGrace)
+	}
+	var id *ProcID
+	if rec.Proc.Pid > 0 {
+		id = &rec.Proc
+	}
+	r.forgetRecord(ctx, pv, id, rec.Cgroup)
 }
 
 // Wait blocks until every restore started by Sync has finished (tests; Run does it on exit).
@@ -268,7 +366,7 @@ func (r *Restorer) Sync(ctx context.Context) error {
 	if live == nil {
 		return nil // pod listing failed: do not mistake every pod for gone
 	}
-	r.pruneState(targets)
+	r.pruneState(targets, table)
 	r.cleanupTargets(ctx, table, live)
 	r.cleanupStagings(ctx, table, live)
 	return nil

@@ -45,6 +45,9 @@ type world struct {
 	csi     *FakeCSI
 	r       *Restorer
 	ctx     context.Context
+	// bridgeCgroup is Options.BridgeCgroup of the restorers start makes.
+	bridgeCgroup string
+	registry     PluginRegistry
 }
 
 func newWorld(t *testing.T, objs ...runtime.Object) *world {
@@ -74,7 +77,9 @@ func (w *world) start() {
 	if w.csi != nil {
 		os.CSI = w.csi
 	}
-	r, err := New(w.deps(), os, Options{BackoffInitial: 2 * time.Second, BackoffMax: 10 * time.Second, KillGrace: time.Millisecond})
+	os.Registry = w.registry
+	r, err := New(w.deps(), os, Options{BackoffInitial: 2 * time.Second, BackoffMax: 10 * time.Second, KillGrace: time.Millisecond,
+		BridgeCgroup: w.bridgeCgroup})
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -245,7 +250,7 @@ func TestRestorerRestoresDeadTarget(t *testing.T) {
 	if len(started) != 1 || !slices.Contains(started[0], "url=http://s3.local:9000") || started[0][1] != "bkt:/pv-a" || started[0][2] != staging {
 		t.Errorf("s3fs command lines: %v", started)
 	}
-	w.waitFor("MountRestored event", func() bool { return w.events.Count("app", corev1.EventTypeNormal, EventMountRestored, "") == 1 })
+	w.waitFor("MountBridged event", func() bool { return w.events.Count("app", corev1.EventTypeNormal, EventMountBridged, "") == 1 })
 	if got := counter(t, w.r.Metrics().DeadFound); got != 1 {
 		t.Errorf("dead mounts found = %v, want 1", got)
 	}

@@ -70,7 +70,7 @@ func (r *Restorer) retire(ctx context.Context, pvName string, ts []target) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, r.opts.MountTimeout)
 	defer cancel()
-	node, err := r.os.CSI.Dial(cctx, PluginSocket(r.cfg.KubeletDir, pv.Spec.CSI.Driver))
+	node, err := r.os.CSI.Dial(cctx, r.pluginSocket(cctx, pv.Spec.CSI.Driver))
 	if err != nil {
 		return
 	}
@@ -122,31 +122,41 @@ func (r *Restorer) swap(ctx context.Context, node CSINode, pv *corev1.Persistent
 		return err
 	}
 	stack := table.Stack(t.path)
-	if len(stack) < 2 {
-		return errors.New("target no longer holds our bridge over the driver's mount")
+	if len(stack) == 0 {
+		return errors.New("target no longer holds our bridge")
 	}
 	ourBind := stack[len(stack)-1]
 	if pv2, ours := PVFromFSName(ourBind.Source); !ours || pv2 != pv.Name {
 		return errors.New("target's top mount is no longer our bridge")
 	}
 	ro := t.readOnly || ourBind.ReadOnly()
-	if err := r.os.Mounter.Unmount(t.path, false); err != nil {
-		return fmt.Errorf("%w: removing our bridge bind at %s: %w", ErrMount, t.path, err)
-	}
-	if err := r.os.Mounter.Bind(fresh, t.path, ro); err != nil {
-		// Put the bridge back rather than leave the dead mount on top.
-		_ = r.os.Mounter.Bind(r.layout.Staging(pv.Name), t.path, ro)
-		return err
+	if len(stack) == 1 {
+		// Our bridge is the only mount (a pod that started while the bridge sat on kubelet's
+		// staging path got a bind of it from the driver): removing it would show the bare
+		// directory, so the driver's mount goes on top; ours below dies with the bridge and is
+		// removed with the pod's target.
+		if err := r.os.Mounter.Bind(fresh, t.path, ro); err != nil {
+			return err
+		}
+	} else {
+		if err := r.os.Mounter.Unmount(t.path, false); err != nil {
+			return fmt.Errorf("%w: removing our bridge bind at %s: %w", ErrMount, t.path, err)
+		}
+		if err := r.os.Mounter.Bind(fresh, t.path, ro); err != nil {
+			// Put the bridge back rather than leave the dead mount on top.
+			_ = r.os.Mounter.Bind(r.layout.Staging(pv.Name), t.path, ro)
+			return err
+		}
 	}
 	if table, err = r.os.Mounter.MountTable(); err == nil {
 		if top, ok := table.Top(t.path); ok {
 			_ = r.recordHanded(t.path, top.Dev)
 		}
 	}
-	var dead []MountInfo
+	dead := []MountInfo{ourBind}
 	if len(stack) >= 2 {
-		dead = append(dead, stack[len(stack)-2], ourBind)
+		dead = append(dead, stack[len(stack)-2])
 	}
-	r.restored(ctx, t, MethodReplay, ro, dead, "driver "+pv.Spec.CSI.Driver+" answers again: moved to its own mount, bridge retired")
+	r.restored(ctx, t, MethodReplay, EventBridgeRetired, ro, dead, "driver "+pv.Spec.CSI.Driver+" answers again: moved to its own mount, bridge retired")
 	return nil
 }

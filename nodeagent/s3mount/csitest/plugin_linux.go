@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
 
 // Options of the plugin.
@@ -32,6 +33,11 @@ type Options struct {
 	Stage bool
 	// S3fs is the program (default "s3fs").
 	S3fs string
+	// RegistrationSocket, when set, is served as node-driver-registrar serves
+	// <kubelet>/plugins_registry/<driver>-reg.sock: GetInfo names Driver and Socket.
+	RegistrationSocket string
+	// Driver is the name GetInfo reports.
+	Driver string
 }
 
 // Plugin is a running node plugin.
@@ -39,6 +45,7 @@ type Plugin struct {
 	csi.UnimplementedNodeServer
 	opts  Options
 	srv   *grpc.Server
+	reg   *grpc.Server
 	mu    sync.Mutex
 	procs map[string]*exec.Cmd // by mount path
 	// Calls counts NodeStage and NodePublish calls.
@@ -64,11 +71,46 @@ func Start(opts Options) (*Plugin, error) {
 	p := &Plugin{opts: opts, srv: grpc.NewServer(), procs: map[string]*exec.Cmd{}, Calls: map[string]int{}}
 	csi.RegisterNodeServer(p.srv, p)
 	go func() { _ = p.srv.Serve(ln) }()
+	if opts.RegistrationSocket != "" {
+		if err := os.MkdirAll(filepath.Dir(opts.RegistrationSocket), 0o755); err != nil {
+			p.srv.Stop()
+			return nil, err
+		}
+		_ = os.Remove(opts.RegistrationSocket)
+		rln, err := net.Listen("unix", opts.RegistrationSocket)
+		if err != nil {
+			p.srv.Stop()
+			return nil, err
+		}
+		p.reg = grpc.NewServer()
+		registerapi.RegisterRegistrationServer(p.reg, registration{opts: opts})
+		go func() { _ = p.reg.Serve(rln) }()
+	}
 	return p, nil
 }
 
+// registration is the plugin-registration service (what node-driver-registrar serves).
+type registration struct {
+	registerapi.UnimplementedRegistrationServer
+	opts Options
+}
+
+func (r registration) GetInfo(context.Context, *registerapi.InfoRequest) (*registerapi.PluginInfo, error) {
+	return &registerapi.PluginInfo{Type: registerapi.CSIPlugin, Name: r.opts.Driver, Endpoint: r.opts.Socket,
+		SupportedVersions: []string{"1.0.0"}}, nil
+}
+
+func (registration) NotifyRegistrationStatus(context.Context, *registerapi.RegistrationStatus) (*registerapi.RegistrationStatusResponse, error) {
+	return &registerapi.RegistrationStatusResponse{}, nil
+}
+
 // Stop stops serving (the s3fs children keep running, as after a plugin crash).
-func (p *Plugin) Stop() { p.srv.Stop() }
+func (p *Plugin) Stop() {
+	p.srv.Stop()
+	if p.reg != nil {
+		p.reg.Stop()
+	}
+}
 
 // KillMounts kills every s3fs of the plugin with SIGKILL (what a plugin restart does to them).
 func (p *Plugin) KillMounts() {

@@ -1,0 +1,125 @@
+package s3mount
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// A bridge's s3fs must outlive the agent container (see doc.go, "Bridges outlive the agent"). It
+// is started detached, moved into a cgroup of ours outside the container's, and recorded in
+// <state>/s3/bridges/<pv>.json (pid and start time, and the cgroup) so that the next agent
+// recognises it as its own, supervises it, and stops it when the bridge retires.
+
+// ErrProcessGone is returned by ProcessStarter.Adopt when the recorded process no longer runs
+// (or its pid now names another program).
+var ErrProcessGone = errors.New("recorded process is gone")
+
+// BridgeRecord is what the agent keeps of one bridge's s3fs across its own restarts.
+type BridgeRecord struct {
+	Proc ProcID `json:"proc"`
+	// Cgroup is the group (relative to every hierarchy's root) the process was moved into; ""
+	// when moving it failed.
+	Cgroup string `json:"cgroup,omitempty"`
+}
+
+// BridgesDir holds one BridgeRecord per PV whose bridge runs.
+func (l Layout) BridgesDir() string { return filepath.Join(l.Root(), "bridges") }
+
+// BridgeRecordFile is the record of one PV's bridge.
+func (l Layout) BridgeRecordFile(pvName string) string {
+	return filepath.Join(l.BridgesDir(), pvName+".json")
+}
+
+// LogDir holds s3fs's output, one file per PV, truncated at every start.
+func (l Layout) LogDir() string { return filepath.Join(l.Root(), "log") }
+
+// LogFile is the output file of one PV's s3fs.
+func (l Layout) LogFile(pvName string) string { return filepath.Join(l.LogDir(), pvName+".log") }
+
+// BridgeCgroup is the cgroup of one bridge process under the configured parent group: one per
+// process, so that the exit of a replaced bridge never races its successor for the group.
+func BridgeCgroup(parent, pvName string, pid int) string {
+	if parent == "" {
+		return ""
+	}
+	return fmt.Sprintf("%s/%s-%d", parent, pvName, pid)
+}
+
+// readBridgeRecord reads pv's record; ok=false when there is none.
+func (r *Restorer) readBridgeRecord(pvName string) (BridgeRecord, bool, error) {
+	data, err := r.os.FS.ReadFile(r.layout.BridgeRecordFile(pvName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return BridgeRecord{}, false, nil
+	}
+	if err != nil {
+		return BridgeRecord{}, false, err
+	}
+	var rec BridgeRecord
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return BridgeRecord{}, false, fmt.Errorf("decode %s: %w", r.layout.BridgeRecordFile(pvName), err)
+	}
+	if rec.Proc.Pid <= 0 {
+		return BridgeRecord{}, false, fmt.Errorf("decode %s: no pid", r.layout.BridgeRecordFile(pvName))
+	}
+	return rec, true, nil
+}
+
+func (r *Restorer) writeBridgeRecord(pvName string, rec BridgeRecord) error {
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	return r.os.FS.WriteFile(r.layout.BridgeRecordFile(pvName), data, 0o600)
+}
+
+// PVFromBridgeRecord returns the PV of a record file name ("<pv>.json"), or ok=false.
+func PVFromBridgeRecord(name string) (string, bool) {
+	pv, ok := strings.CutSuffix(name, ".json")
+	return pv, ok && pv != "" && !strings.HasPrefix(pv, ".")
+}
+
+// ParseProcStat returns the start time (field 22, clock ticks after boot) from the content of
+// /proc/<pid>/stat. The command name (field 2) is in parentheses and may itself hold spaces and
+// parentheses, so fields are counted after its last ')'.
+func ParseProcStat(content string) (startTime uint64, state string, err error) {
+	i := strings.LastIndexByte(content, ')')
+	if i < 0 {
+		return 0, "", fmt.Errorf("proc stat: no command name")
+	}
+	f := strings.Fields(content[i+1:])
+	// f[0] is field 3 (state); field 22 is f[19].
+	if len(f) < 20 {
+		return 0, "", fmt.Errorf("proc stat: %d fields after the command name, want >= 20", len(f))
+	}
+	st, err := strconv.ParseUint(f[19], 10, 64)
+	if err != nil {
+		return 0, "", fmt.Errorf("proc stat: start time %q: %w", f[19], err)
+	}
+	return st, f[0], nil
+}
+
+// CgroupDirs returns, for group, its directory in every cgroup hierarchy of table (the mount
+// table of the process whose view of the hierarchies is used), each mount point prefixed with
+// root (e.g. /proc/1/root to reach the host's hierarchies from a container). v1 hierarchies
+// (fstype cgroup) and the v2 one (cgroup2) are all returned; a hierarchy mounted twice counts
+// once.
+func CgroupDirs(table MountTable, root, group string) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, m := range table {
+		if m.FSType != "cgroup" && m.FSType != "cgroup2" {
+			continue
+		}
+		if seen[m.Dev] || m.Root != "/" {
+			continue // a second mount of a hierarchy, or a sub-tree of it (a cgroup namespace)
+		}
+		seen[m.Dev] = true
+		out = append(out, filepath.Join(root, m.MountPoint, group))
+	}
+	return out
+}

@@ -1,0 +1,110 @@
+package s3mount
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+)
+
+// PluginRegistry finds a CSI driver's node plugin endpoint as kubelet does: every socket in
+// <kubelet>/plugins_registry is a registration socket (node-driver-registrar's), whose
+// Registration.GetInfo names the plugin's type, name and endpoint.
+type PluginRegistry interface {
+	// Endpoint returns the endpoint the driver registered with kubelet; ok=false when no
+	// registration socket names it (then the agent uses <kubelet>/plugins/<driver>/csi.sock).
+	Endpoint(ctx context.Context, kubeletDir, driver string) (endpoint string, ok bool)
+}
+
+// RegistrationDir is kubelet's plugin-registration directory.
+func RegistrationDir(kubeletDir string) string { return filepath.Join(kubeletDir, "plugins_registry") }
+
+// pluginSocket is the socket of driver's node plugin: the registered endpoint, else the usual
+// path.
+func (r *Restorer) pluginSocket(ctx context.Context, driver string) string {
+	if r.os.Registry != nil {
+		if ep, ok := r.os.Registry.Endpoint(ctx, r.cfg.KubeletDir, driver); ok {
+			return ep
+		}
+	}
+	return PluginSocket(r.cfg.KubeletDir, driver)
+}
+
+// EndpointPath turns a registered endpoint ("/path", "unix:///path", "unix:/path") into a
+// socket path; ok=false for anything else.
+func EndpointPath(ep string) (string, bool) {
+	switch {
+	case strings.HasPrefix(ep, "unix://"):
+		ep = strings.TrimPrefix(ep, "unix://")
+	case strings.HasPrefix(ep, "unix:"):
+		ep = strings.TrimPrefix(ep, "unix:")
+	}
+	if !filepath.IsAbs(ep) {
+		return "", false
+	}
+	return filepath.Clean(ep), true
+}
+
+// GRPCRegistry is the real PluginRegistry.
+type GRPCRegistry struct {
+	// Timeout bounds the GetInfo call on each registration socket (default 2s).
+	Timeout time.Duration
+}
+
+func (g GRPCRegistry) Endpoint(ctx context.Context, kubeletDir, driver string) (string, bool) {
+	ents, err := os.ReadDir(RegistrationDir(kubeletDir))
+	if err != nil {
+		return "", false
+	}
+	var socks []string
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), ".sock") {
+			socks = append(socks, filepath.Join(RegistrationDir(kubeletDir), e.Name()))
+		}
+	}
+	sort.Strings(socks)
+	// node-driver-registrar names its socket <driver>-reg.sock: ask that one first.
+	sort.SliceStable(socks, func(i, j int) bool {
+		return filepath.Base(socks[i]) == driver+"-reg.sock" && filepath.Base(socks[j]) != driver+"-reg.sock"
+	})
+	timeout := g.Timeout
+	if timeout <= 0 {
+		timeout = 2 * time.Second
+	}
+	for _, s := range socks {
+		info, err := getInfo(ctx, s, timeout)
+		if err != nil || info.GetType() != registerapi.CSIPlugin || info.GetName() != driver {
+			continue
+		}
+		if p, ok := EndpointPath(info.GetEndpoint()); ok {
+			return p, true
+		}
+	}
+	return "", false
+}
+
+func getInfo(ctx context.Context, socket string, timeout time.Duration) (*registerapi.PluginInfo, error) {
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("registration socket %s: %w", socket, err)
+	}
+	defer conn.Close()
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return registerapi.NewRegistrationClient(conn).GetInfo(cctx, &registerapi.InfoRequest{})
+}
+
+// FakeRegistry is a PluginRegistry for unit tests: endpoints by driver.
+type FakeRegistry map[string]string
+
+func (f FakeRegistry) Endpoint(_ context.Context, _ string, driver string) (string, bool) {
+	ep, ok := f[driver]
+	return ep, ok
+}

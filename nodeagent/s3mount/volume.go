@@ -336,6 +336,7 @@ func Reason(err error) string {
 		{ErrBadOptions, "BadVolumeAttributes"},
 		{ErrS3fs, "S3fsFailed"},
 		{ErrCannotReproduce, "CannotReproduce"},
+		{ErrNotAttached, "NotAttached"},
 		{ErrReplay, "ReplayFailed"},
 		{ErrDriverDown, "DriverDown"},
 		{ErrMount, "MountFailed"},

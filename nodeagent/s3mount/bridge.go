@@ -329,7 +329,7 @@ func (r *Restorer) resolve(ctx context.Context, pvName string) (Volume, Credenti
 	if err != nil {
 		return Volume{}, Credentials{}, fmt.Errorf("get PV %s: %w", pvName, err)
 	}
-	vol, err := ResolveVolume(pv, r.cfg.S3.Parameters)
+	vol, err := ResolveVolume(pv, r.cfg.S3.Parameters, r.cfg.S3.Profile(pv.Spec.CSI.Driver))
 	if err != nil {
 		return Volume{}, Credentials{}, err
 	}

@@ -20,9 +20,11 @@
 //     driver's own — any FUSE program, the right directory, its options — and it lives with the
 //     driver, not with our agent.
 //  2. Bridge with our own s3fs only while the driver stays down: after the target has been dead
-//     for s3.bridgeAfter, only for a dead fuse.s3fs mount, and only when the driver's layout is
-//     known (bridgeProfiles: ru.yandex.s3.csi without "mounter: s3fs" runs geesefs;
-//     ch.ctrox.csi.s3-driver mounts bucket:/<prefix>/csi-fs unless usePrefix). Anything else is
+//     for s3.bridgeAfter, only for a dead mount of the FUSE type the driver's profile gives for
+//     s3fs, and only when the driver's layout is known (s3.profiles, config.S3Profile: attribute
+//     names, subdirectory rule, mounter attribute and the values meaning s3fs; built in:
+//     ru.yandex.s3.csi without "mounter: s3fs" runs geesefs; ch.ctrox.csi.s3-driver mounts
+//     bucket:/<prefix>/csi-fs unless usePrefix). Anything else is
 //     reported (Event reason CannotReproduce), not guessed.
 //
 // # The hand-back

@@ -68,15 +68,22 @@ e2e: kube-binaries-all e2e-deps versitygw ## End-to-end suite on a real kubelet 
 	@[ "$$(id -u)" = 0 ] || { echo "make e2e needs root" >&2; exit 1; }
 	cd e2e && $(GO) test $(GOTEST_FLAGS) -p 1 -tags e2e -timeout 40m ./...
 
+# The demo cluster's admin kubeconfig (e2e/cluster writes it into the run's work dir).
+DEMO_KUBECONFIG   ?= $(CURDIR)/e2e/.work/suite/admin.kubeconfig
+
 .PHONY: demo
 demo: kube-binaries-all e2e-deps versitygw ## Narrated end-to-end run on a real node; leaves the cluster up (root).
 	@[ "$$(id -u)" = 0 ] || { echo "make demo needs root" >&2; exit 1; }
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/kubectl-pvrescue ./cmd/kubectl-pvrescue
 	cd e2e && PVRESCUE_DEMO=1 $(GO) test -count=1 -tags e2e -timeout 40m -v -run '^TestPVRescue$$' ./scenarios/
+	@printf '\n=== What an operator sees: kubectl pvrescue status (bin/kubectl-pvrescue, the plugin built above)\n\n$$ kubectl pvrescue status -o wide\n'
+	$(BIN)/kubectl-pvrescue --kubeconfig $(DEMO_KUBECONFIG) status -o wide
 
 .PHONY: demo-down
 demo-down: ## Remove every process, mount, loop device and file make demo (or a crashed e2e run) left.
 	cd e2e && $(GO) run ./cmd/pvrescue-e2e down --work-dir $(CURDIR)/e2e/.work/suite
 	cd e2e && $(GO) run ./cmd/pvrescue-e2e down --work-dir $(CURDIR)/e2e/.work/cluster
+	cd e2e && $(GO) run ./cmd/pvrescue-e2e down --work-dir $(CURDIR)/e2e/.work/helm
 	@rmdir $(CURDIR)/e2e/.work 2>/dev/null || true
 
 .PHONY: fuzz

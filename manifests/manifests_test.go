@@ -89,6 +89,21 @@ func TestAgentMountsMatchConfig(t *testing.T) {
 			t.Errorf("agent does not mount %s", path)
 		}
 	}
+	// The local disks' path roots outside /dev hold the admins' links (the local static
+	// provisioner's discovery directories): the agent must see them to follow a PV's link chain,
+	// read-only since it never changes them.
+	for _, root := range cfg.LocalBlock.PathRoots {
+		if root == "/dev" || strings.HasPrefix(root, "/dev/") {
+			continue
+		}
+		i := slices.IndexFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == root })
+		switch {
+		case i < 0:
+			t.Errorf("agent does not mount the path root %s (localBlock.pathRoots)", root)
+		case hostPaths[c.VolumeMounts[i].Name] != root || !c.VolumeMounts[i].ReadOnly:
+			t.Errorf("path root %s: mounted from host path %q read-only %v, want the same path read-only", root, hostPaths[c.VolumeMounts[i].Name], c.VolumeMounts[i].ReadOnly)
+		}
+	}
 	var nodeName bool
 	for _, e := range c.Env {
 		if e.Name == "NODE_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName" {

@@ -3,6 +3,7 @@ package nodeagent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -12,8 +13,9 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/apimachinery/pkg/util/wait"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/pvrescue/pvrescue/internal/testenv"
 )
 
 // A rescue that keeps failing is restarted in process, its failures show in metrics and
@@ -40,10 +42,10 @@ func TestAgentFailingRunnableDoesNotFailLiveness(t *testing.T) {
 	go func() { done <- a.Run(ctx) }()
 	for want := int32(1); want <= 4; want++ {
 		// Each failure leaves the supervisor waiting on the fake clock's backoff timer.
-		waitFor(t, func() bool { return failing.Load() == want && clk.HasWaiters() })
+		testenv.WaitFor(t, 10*time.Second, fmt.Sprintf("failure %d and the backoff timer", want), testenv.Until(func() bool { return failing.Load() == want && clk.HasWaiters() }))
 		clk.Step(4 * time.Second)
 	}
-	waitFor(t, func() bool { return failing.Load() == 5 && clk.HasWaiters() })
+	testenv.WaitFor(t, 10*time.Second, "failure 5 and the backoff timer", testenv.Until(func() bool { return failing.Load() == 5 && clk.HasWaiters() }))
 
 	if err := a.Healthy(); err != nil {
 		t.Fatalf("Healthy() = %v although only a rescue fails", err)
@@ -82,15 +84,6 @@ func TestAgentFailingRunnableDoesNotFailLiveness(t *testing.T) {
 	}
 	if steady.Load() != 1 {
 		t.Fatalf("steady runnable started %d times, want 1 (never restarted by the other's failures)", steady.Load())
-	}
-}
-
-// waitFor polls cond: the supervisor goroutines reach the fake clock's timer asynchronously.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true,
-		func(context.Context) (bool, error) { return cond(), nil }); err != nil {
-		t.Fatalf("condition not reached: %v", err)
 	}
 }
 

@@ -406,6 +406,12 @@ func (in *injector) propagation(u *userContainer, s3Mounts []int) bool {
 	for _, i := range s3Mounts {
 		m := c.VolumeMounts[i]
 		switch {
+		case m.MountPropagation == nil && m.ReadOnly:
+			// A mount that propagates into a read-only volume mount arrives with the host mount's
+			// flags (read-write): Kubernetes makes read-only recursive only without propagation.
+			// The agent puts the restored mount into such a container itself, read-only.
+			in.skip(Skip{Container: c.Name, What: InjectedPropagation, Reason: fmt.Sprintf("volume %q is mounted read-only; HostToContainer would make a restored mount writable", m.Name)},
+				"%s %q mounts S3 volume %q read-only; mountPropagation left unset so it stays read-only", kindOf(u.init), c.Name, m.Name)
 		case m.MountPropagation == nil:
 			if !copied {
 				c.VolumeMounts = append([]corev1.VolumeMount(nil), c.VolumeMounts...)

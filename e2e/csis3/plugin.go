@@ -260,6 +260,9 @@ func (p *Plugin) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	if target == "" || req.GetVolumeId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume id and target path are required")
 	}
+	if err := checkPath(target); err != nil {
+		return nil, err
+	}
 	if isMountPoint(target) {
 		return &csi.NodePublishVolumeResponse{}, nil
 	}
@@ -287,6 +290,9 @@ func (p *Plugin) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	path := req.GetStagingTargetPath()
 	if path == "" || req.GetVolumeId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume id and staging path are required")
+	}
+	if err := checkPath(path); err != nil {
+		return nil, err
 	}
 	if isMountPoint(path) {
 		return &csi.NodeStageVolumeResponse{}, nil
@@ -402,6 +408,17 @@ func (p *Plugin) NodeUnpublishVolume(_ context.Context, req *csi.NodeUnpublishVo
 	_ = os.Remove(filepath.Join(p.o.StateDir, hex.EncodeToString(sum[:8])+".passwd"))
 	p.log.Info("unpublished", "volume", req.GetVolumeId(), "target", target)
 	return &csi.NodeUnpublishVolumeResponse{}, nil
+}
+
+// checkPath refuses a path whose mount check fails with ENOTCONN (a dead FUSE mount), as the
+// s3fs drivers in the field do (their IsLikelyNotMountPoint fails): a dead path is never
+// reported as published.
+func checkPath(path string) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); errors.Is(err, unix.ENOTCONN) || errors.Is(err, unix.ECONNABORTED) {
+		return status.Error(codes.Internal, fmt.Sprintf("check %s: %v", path, err))
+	}
+	return nil
 }
 
 // isMountPoint reports whether path is a mount point in /proc/self/mountinfo (dead FUSE mounts

@@ -68,10 +68,20 @@ func (d *Disk) Unplug() error {
 	return nil
 }
 
-// Plug (re)creates the link to the loop device.
+// Plug (re)creates the link to the loop device the way udev does: a link at a temporary name
+// renamed over the path, so whatever stands there (the agent's fake link) is replaced at once and
+// the path is never missing in between (the agent would fake it again).
 func (d *Disk) Plug() error {
-	_ = os.Remove(d.Link())
-	return os.Symlink(d.Dev, d.Link())
+	tmp := d.Link() + ".udev-tmp"
+	_ = os.Remove(tmp)
+	if err := os.Symlink(d.Dev, tmp); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, d.Link()); err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	return nil
 }
 
 // Remove unlinks, detaches and deletes the disk.
@@ -80,5 +90,46 @@ func (d *Disk) Remove() error {
 	errs = append(errs, d.Unplug())
 	errs = append(errs, d.loop.Detach())
 	errs = append(errs, os.Remove(d.Image))
+	return errors.Join(errs...)
+}
+
+// DiskGroup is the group udev gives disk nodes (Debian's "disk", gid 6): a non-root application
+// reads its raw devices through a supplemental group, not as their owner.
+const DiskGroup = 6
+
+// ShareWithGroup makes the disk's loop node root:gid 0660, as udev's rule for disks does; the
+// container runtime copies the host node's owner and mode into the pod.
+func (d *Disk) ShareWithGroup(gid int) error {
+	if err := os.Chown(d.Dev, 0, gid); err != nil {
+		return err
+	}
+	return os.Chmod(d.Dev, 0o660)
+}
+
+// AdminLink is the admin's link for the disk in a discovery directory, as
+// sig-storage-local-static-provisioner's setup has it: dir/<Name> → the disk's by-id link. It
+// survives the disk's loss (then dangling) and is never changed by pvrescue.
+func (d *Disk) AdminLink(dir string) string { return filepath.Join(dir, d.Name) }
+
+// LinkInto makes d.AdminLink(dir), creating dir where missing.
+func (d *Disk) LinkInto(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	_ = os.Remove(d.AdminLink(dir))
+	return os.Symlink(d.Link(), d.AdminLink(dir))
+}
+
+// RemoveAdminLinks removes the suite's links (LinkPrefix) from a discovery directory, and the
+// directory when that leaves it empty.
+func RemoveAdminLinks(dir string) error {
+	links, _ := filepath.Glob(filepath.Join(dir, LinkPrefix+"*"))
+	var errs []error
+	for _, l := range links {
+		if err := os.Remove(l); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	_ = os.Remove(dir) // only when empty
 	return errors.Join(errs...)
 }

@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -35,8 +34,9 @@ import (
 // CA, the caBundle and the serving certificate must be the same after the upgrade. A real
 // Prometheus scrapes the webhook, the agent and the apiserver throughout, with the alert rules
 // loaded: every target is up, every rule evaluates, no alert fires on the healthy install, and every
-// dashboard query runs (those over always-exported metrics return series). Last,
-// `kubectl pvrescue status` runs against the cluster.
+// dashboard query runs (those over always-exported metrics return series). Then
+// `kubectl pvrescue status` runs against the cluster. Last, a local disk and an S3 mount are lost
+// and brought back, and the lost-disk and lost-mount alerts fire and resolve (alertsOnFailures).
 func TestHelm(t *testing.T) {
 	c := framework.Up(t, "helm")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
@@ -55,7 +55,11 @@ func TestHelm(t *testing.T) {
 	}
 	cs := c.Client
 	framework.Namespace(t, cs, "e2e-helm", map[string]string{contract.LabelInject: contract.LabelInjectEnabled})
-	prom, err := stack.StartPrometheus(ctx, c, filepath.Join(testenv.RepoRoot(), "monitoring", monitoring.RulesFile))
+	rules, err := monitoring.FS.ReadFile(monitoring.RulesFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prom, err := stack.StartPrometheus(ctx, c, rules)
 	if prom != nil {
 		t.Cleanup(func() { _ = prom.Stop() })
 	}
@@ -184,6 +188,8 @@ func TestHelm(t *testing.T) {
 	if len(r.Nodes) != 1 || r.Nodes[0].Name != c.Opts.NodeName || len(r.Notes) != 0 || len(r.Unprotected) != 0 {
 		t.Errorf("kubectl pvrescue status on the chart install: %s", out.String())
 	}
+
+	alertsOnFailures(ctx, t, c, prom, rules)
 }
 
 type tlsSnapshot struct{ caBundle, caCert, servingCert []byte }

@@ -222,8 +222,14 @@ func hasInit(p *corev1.Pod, name string) bool {
 
 func guardReport(t *testing.T, e *env, pod string) sidecar.Report {
 	t.Helper()
+	return guardReportIn(t, e, localNS, pod)
+}
+
+// guardReportIn reads the guard's report from the app container of ns/pod.
+func guardReportIn(t *testing.T, e *env, ns, pod string) sidecar.Report {
+	t.Helper()
 	path := filepath.Join(config.Default().Helper.MountPath, contract.DevicesFile)
-	out, err := execIn(e, localNS, pod, "app", "cat", path)
+	out, err := execIn(e, ns, pod, "app", "cat", path)
 	if err != nil {
 		t.Fatalf("read the guard's report %s: %v", path, err)
 	}

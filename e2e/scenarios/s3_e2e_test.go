@@ -31,13 +31,30 @@ const (
 )
 
 // s3Objects creates, in ns, the credentials Secret, the S3 StorageClass (once), a static PV on the
-// bucket and a PVC "data" bound to it.
+// bucket for the suite's direct-layout plugin and a PVC "data" bound to it.
 func s3Objects(t *testing.T, e *env, ns, pvName string) {
+	t.Helper()
+	keys := config.Default().S3
+	s3Volume(t, e, s3Vol{ns: ns, pv: pvName, driver: e.csi.Opts.Driver, handle: s3Bucket,
+		attrs: map[string]string{keys.Parameters.Bucket: s3Bucket, keys.Parameters.Endpoint: e.s3.Endpoint, "mounter": "s3fs"}})
+}
+
+// s3Vol is a static S3 PV and its claim "data" in ns.
+type s3Vol struct {
+	ns, pv, driver, handle string
+	attrs                  map[string]string
+	// stageSecret sets nodeStageSecretRef too (drivers with STAGE_UNSTAGE mount at staging).
+	stageSecret bool
+}
+
+// s3Volume creates the credentials Secret "s3-creds" in v.ns, the S3 StorageClass (once), the PV
+// and a PVC "data" bound to it, and waits for the binding.
+func s3Volume(t *testing.T, e *env, v s3Vol) {
 	t.Helper()
 	ctx := context.Background()
 	cs := e.c.Client
 	keys := config.Default().S3
-	if _, err := cs.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
+	if _, err := cs.CoreV1().Secrets(v.ns).Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "s3-creds"},
 		StringData: map[string]string{
 			keys.SecretKeys.AccessKeyID: e.s3.AccessKey, keys.SecretKeys.SecretAccessKey: e.s3.SecretKey, keys.SecretKeys.Endpoint: e.s3.Endpoint,
@@ -55,38 +72,42 @@ func s3Objects(t *testing.T, e *env, ns, pvName string) {
 	}, metav1.CreateOptions{}); err != nil && !isAlreadyExists(err) {
 		t.Fatalf("create storageclass: %v", err)
 	}
+	src := &corev1.CSIPersistentVolumeSource{
+		Driver:               v.driver,
+		VolumeHandle:         v.handle,
+		VolumeAttributes:     v.attrs,
+		NodePublishSecretRef: &corev1.SecretReference{Name: "s3-creds", Namespace: v.ns},
+	}
+	if v.stageSecret {
+		src.NodeStageSecretRef = &corev1.SecretReference{Name: "s3-creds", Namespace: v.ns}
+	}
 	if _, err := cs.CoreV1().PersistentVolumes().Create(ctx, &corev1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: pvName},
+		ObjectMeta: metav1.ObjectMeta{Name: v.pv},
 		Spec: corev1.PersistentVolumeSpec{
 			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
 			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
 			PersistentVolumeReclaimPolicy: retain,
 			StorageClassName:              s3Class,
-			ClaimRef:                      &corev1.ObjectReference{Namespace: ns, Name: "data"},
-			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
-				Driver:               e.csi.Opts.Driver,
-				VolumeHandle:         s3Bucket,
-				VolumeAttributes:     map[string]string{keys.Parameters.Bucket: s3Bucket, keys.Parameters.Endpoint: e.s3.Endpoint, "mounter": "s3fs"},
-				NodePublishSecretRef: &corev1.SecretReference{Name: "s3-creds", Namespace: ns},
-			}},
+			ClaimRef:                      &corev1.ObjectReference{Namespace: v.ns, Name: "data"},
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{CSI: src},
 		},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create pv: %v", err)
 	}
 	class := s3Class
-	if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, &corev1.PersistentVolumeClaim{
+	if _, err := cs.CoreV1().PersistentVolumeClaims(v.ns).Create(ctx, &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: "data"},
 		Spec: corev1.PersistentVolumeClaimSpec{
 			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
 			StorageClassName: &class,
-			VolumeName:       pvName,
+			VolumeName:       v.pv,
 			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
 		},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create pvc: %v", err)
 	}
-	waitFor(t, time.Minute, "PVC "+ns+"/data to be Bound", func() (bool, string) {
-		pvc, err := cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
+	waitFor(t, time.Minute, "PVC "+v.ns+"/data to be Bound", func() (bool, string) {
+		pvc, err := cs.CoreV1().PersistentVolumeClaims(v.ns).Get(ctx, "data", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -94,6 +115,7 @@ func s3Objects(t *testing.T, e *env, ns, pvName string) {
 	})
 }
 
+// s3Pod is the S3 scenario's application: four containers on the PVC "data".
 func s3Pod(name, image string) *corev1.Pod {
 	none := corev1.MountPropagationNone
 	loop := []string{"sh", "-c", "while true; do sleep 1; done"}
@@ -107,12 +129,56 @@ func s3Pod(name, image string) *corev1.Pod {
 				{Name: "follower", Image: image, Command: loop, VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}},
 				// The user chose None: the webhook leaves it; the agent puts the restored mount into the running container.
 				{Name: "pinned", Image: image, Command: loop, VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data", MountPropagation: &none}}},
+				// The bucket's directory "sub" only (seaweedfs-csi#271: a naive remount shows the root here).
+				{Name: "sub", Image: image, Command: loop, VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data", SubPath: "sub"}}},
+				// Read-only: must stay read-only after the restore.
+				{Name: "ro", Image: image, Command: loop, VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data", ReadOnly: true}}},
 			},
 			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
 				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"},
 			}}},
 		},
 	}
+}
+
+// plainPod is an application that the webhook never saw (unlabelled namespace): no probe, no
+// propagation set.
+func plainPod(name, image string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{
+			AutomountServiceAccountToken:  ptr(false),
+			TerminationGracePeriodSeconds: ptr(int64(1)),
+			Containers: []corev1.Container{{Name: "app", Image: image, Command: []string{"sh", "-c", "while true; do sleep 1; done"},
+				VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}}},
+			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"},
+			}}},
+		},
+	}
+}
+
+const (
+	helloRoot = "hello from the bucket\n"
+	helloSub  = "hello from sub, not the root\n"
+	// s3PlainNS is not opted in: its pods are never mutated.
+	s3PlainNS = "e2e-s3-plain"
+	s3PlainPV = "e2e-s3-plain-pv"
+)
+
+// checkReadOnly fails unless a write in the container fails as on a read-only file system.
+func checkReadOnly(t *testing.T, e *env, ns, pod, container, when string) {
+	t.Helper()
+	out, err := execIn(e, ns, pod, container, "sh", "-c", "echo x > /data/ro-probe-"+container)
+	if err == nil {
+		t.Errorf("%s: %s/%s wrote into its read-only mount (%q)", when, pod, container, out)
+		return
+	}
+	if !strings.Contains(err.Error(), "Read-only file system") {
+		t.Errorf("%s: %s/%s write failed, but not with EROFS: %v", when, pod, container, err)
+		return
+	}
+	t.Logf("%s: write in %s/%s refused: Read-only file system", when, pod, container)
 }
 
 func lostFUSEMount(t *testing.T, e *env) {
@@ -123,17 +189,36 @@ func lostFUSEMount(t *testing.T, e *env) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "hello.txt"), []byte("hello from the bucket\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "hello.txt"), []byte(helloRoot), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "sub", "hello.txt"), []byte(helloSub), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	s3Objects(t, e, s3NS, s3PV)
+	// The same bucket through a second PV, in a namespace the webhook ignores.
+	fuseNamespace(t, e, s3PlainNS, false)
+	keys := config.Default().S3
+	s3Volume(t, e, s3Vol{ns: s3PlainNS, pv: s3PlainPV, driver: e.csi.Opts.Driver, handle: s3Bucket + "-plain",
+		attrs: map[string]string{keys.Parameters.Bucket: s3Bucket, keys.Parameters.Endpoint: e.s3.Endpoint, "mounter": "s3fs"}})
+	deletePVAtCleanup(t, e, s3PlainPV)
 
 	if _, err := cs.CoreV1().Pods(s3NS).Create(ctx, s3Pod("s3app", e.c.BusyboxImage), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create pod: %v", err)
 	}
+	if _, err := cs.CoreV1().Pods(s3PlainNS).Create(ctx, plainPod("plain", e.c.BusyboxImage), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create pod: %v", err)
+	}
 	pod := framework.WaitPod(t, cs, s3NS, "s3app", 2*time.Minute, "Running", framework.Running)
+	plain := framework.WaitPod(t, cs, s3PlainNS, "plain", 2*time.Minute, "Running", framework.Running)
 	if pod.Annotations[contract.AnnotationStatus] == "" {
 		t.Fatalf("the webhook did not mutate the pod (no %s annotation): %v", contract.AnnotationStatus, pod.Annotations)
+	}
+	if m := mutated(plain); len(m) > 0 {
+		t.Fatalf("the pod in the unlabelled namespace was mutated: %v", m)
 	}
 	for _, c := range pod.Spec.Containers {
 		prop := "<unset>"
@@ -142,23 +227,34 @@ func lostFUSEMount(t *testing.T, e *env) {
 				prop = string(*m.MountPropagation)
 			}
 		}
-		want := map[string]string{"follower": string(corev1.MountPropagationHostToContainer), "pinned": string(corev1.MountPropagationNone)}[c.Name]
-		if prop != want {
+		t.Logf("container %s: mountPropagation %s", c.Name, prop)
+		// Read-only mounts keep None: a mount propagated into them would arrive writable.
+		if want, ok := map[string]string{"follower": string(corev1.MountPropagationHostToContainer), "pinned": string(corev1.MountPropagationNone),
+			"ro": "<unset>"}[c.Name]; ok && prop != want {
 			t.Errorf("container %s: mountPropagation %s, want %s", c.Name, prop, want)
 		}
 		if c.LivenessProbe == nil {
 			t.Errorf("container %s: no livenessProbe injected", c.Name)
 		}
 	}
-	for _, c := range []string{"follower", "pinned"} {
-		if out, err := execIn(e, s3NS, "s3app", c, "cat", "/data/hello.txt"); err != nil || out != "hello from the bucket\n" {
-			t.Fatalf("%s cannot read the bucket before the failure: %q %v", c, out, err)
+	readers := []reader{
+		{s3NS, "s3app", "follower", "/data/hello.txt", helloRoot},
+		{s3NS, "s3app", "pinned", "/data/hello.txt", helloRoot},
+		{s3NS, "s3app", "sub", "/data/hello.txt", helloSub},
+		{s3NS, "s3app", "ro", "/data/hello.txt", helloRoot},
+		{s3PlainNS, "plain", "app", "/data/hello.txt", helloRoot},
+	}
+	for _, r := range readers {
+		if ok, why := readFrom(e, r.ns, r.pod, r.container, r.path, r.want); !ok {
+			t.Fatalf("cannot read the bucket before the failure: %s", why)
 		}
 	}
-	restarts := restartCounts(pod)
-	target := filepath.Join(e.c.Opts.KubeletDir, "pods", string(pod.UID), "volumes", "kubernetes.io~csi", s3PV, "mount")
+	checkReadOnly(t, e, s3NS, "s3app", "ro", "before the failure")
+	restarts := map[string]map[string]int32{"s3app": restartCounts(pod)}
+	plainRestarts := map[string]map[string]int32{"plain": restartCounts(plain)}
+	target := podTarget(e, string(pod.UID), s3PV)
 
-	t.Logf("pods before the failure:\n%s", framework.PodTable(cs, s3NS))
+	t.Logf("pods before the failure:\n%s%s", framework.PodTable(cs, s3NS), framework.PodTable(cs, s3PlainNS))
 	t.Logf("mounts at the pod's volume before the failure:\n%s", framework.MountTable(target))
 	t.Logf("restarting the CSI plugin: its s3fs dies, %s goes dead", target)
 	t0 := time.Now()
@@ -172,43 +268,28 @@ func lostFUSEMount(t *testing.T, e *env) {
 		t.Fatalf("start the CSI plugin again: %v", err)
 	}
 
-	var followerAt, pinnedAt time.Duration
-	waitFor(t, 90*time.Second, "container follower (HostToContainer) to read the bucket again", func() (bool, string) {
-		out, err := execIn(e, s3NS, "s3app", "follower", "cat", "/data/hello.txt")
-		if err != nil || out != "hello from the bucket\n" {
-			return false, fmt.Sprintf("%q %v", out, err)
-		}
-		followerAt = time.Since(t0)
-		return true, ""
-	})
-	// The agent puts the restored mount into the running container itself (containermount,
-	// hostPID): pinned reads again WITHOUT a restart, although its propagation is None.
-	waitFor(t, 90*time.Second, "container pinned (mountPropagation None) to read the bucket again without a restart", func() (bool, string) {
-		out, err := execIn(e, s3NS, "s3app", "pinned", "cat", "/data/hello.txt")
-		if err != nil || out != "hello from the bucket\n" {
-			return false, fmt.Sprintf("%q %v", out, err)
-		}
-		pinnedAt = time.Since(t0)
-		return true, ""
-	})
-	p, err := cs.CoreV1().Pods(s3NS).Get(ctx, "s3app", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
+	// follower follows through HostToContainer; the others get the restored mount from the agent
+	// inside their running containers (containermount, hostPID), without a restart.
+	at := waitReads(t, e, t0, 90*time.Second, "again without a restart", readers...)
+	afterRestore := []any{checkRestarts(t, e, s3NS, restarts), checkRestarts(t, e, s3PlainNS, plainRestarts)}
+	checkReadOnly(t, e, s3NS, "s3app", "ro", "after the restore")
+	atTarget := mountsAt(target)
+	if !sawDead && len(atTarget) < 2 {
+		t.Errorf("no evidence the mount died: stat after the kill gave %v and %d mount(s) sit at the target", statErr, len(atTarget))
 	}
-	for _, c := range []string{"follower", "pinned"} {
-		if got := restartCounts(p)[c]; got != restarts[c] {
-			t.Errorf("%s was restarted (%d → %d): the restored mount should have reached it without a restart", c, restarts[c], got)
-		}
+	if len(atTarget) > 2 {
+		t.Errorf("%d mounts stacked at %s, want at most 2 (the dead one and one live): %s", len(atTarget), target, describeStack(atTarget))
 	}
-	mi, _ := os.ReadFile("/proc/self/mountinfo")
-	stacked := strings.Count(string(mi), " "+target+" ")
-	if !sawDead && stacked < 2 {
-		t.Errorf("no evidence the mount died: stat after the kill gave %v and %d mount(s) sit at the target", statErr, stacked)
-	}
-	t.Logf("pods after the repair:\n%s", framework.PodTable(cs, s3NS))
+	t.Logf("pods after the repair:\n%s%s", framework.PodTable(cs, s3NS), framework.PodTable(cs, s3PlainNS))
 	t.Logf("mounts at the pod's volume after the repair (the dead s3fs mount, the agent's bind on top):\n%s", framework.MountTable(target))
-	t.Logf("RESULT lost FUSE mount: follower (HostToContainer) reads again %s after the plugin restart, pinned (None) %s after, neither restarted (restarts %v → %v); %d mounts stacked at the target",
-		followerAt.Round(100*time.Millisecond), pinnedAt.Round(100*time.Millisecond), restarts, restartCounts(p), stacked)
+	t.Logf("RESULT lost FUSE mount: read again after the plugin restart: follower (HostToContainer) %s, pinned (None) %s, sub (subPath, reads sub/) %s, ro (readOnly) %s, plain (unlabelled namespace, never mutated) %s; restarts %v %v → %v; depth %d at the target",
+		at[s3NS+"/s3app/follower"], at[s3NS+"/s3app/pinned"], at[s3NS+"/s3app/sub"], at[s3NS+"/s3app/ro"], at[s3PlainNS+"/plain/app"], restarts, plainRestarts, afterRestore, len(atTarget))
+
+	t.Run("AgentRestart", func(t *testing.T) {
+		agentRestarts(t, e, func(t *testing.T) any {
+			return []any{checkRestarts(t, e, s3NS, restarts), checkRestarts(t, e, s3PlainNS, plainRestarts)}
+		}, readers...)
+	})
 
 	for _, c := range []string{"follower", "pinned"} {
 		if _, err := execIn(e, s3NS, "s3app", c, "sh", "-c", "echo written-after-by-"+c+" > /data/after-"+c+".txt"); err != nil {

@@ -61,7 +61,11 @@ func TestPVRescue(t *testing.T) {
 	t.Logf("setup done in %s", time.Since(start).Round(100*time.Millisecond))
 
 	t.Run("LostLocalDisk", func(t *testing.T) { lostLocalDisk(t, e) })
+	t.Run("LostLocalDiskProvisionerLayout", func(t *testing.T) { lostLocalDiskProvisionerLayout(t, e) })
 	t.Run("LostFUSEMount", func(t *testing.T) { lostFUSEMount(t, e) })
+	t.Run("LostFUSEMountLayouts", func(t *testing.T) { lostFUSEMountLayouts(t, e) })
+	t.Run("LostFUSEMountBridge", func(t *testing.T) { lostFUSEMountBridge(t, e) })
+	t.Run("LostFUSEMountKilled3", func(t *testing.T) { lostFUSEMountKilled3(t, e) })
 	t.Run("LeftAlone", func(t *testing.T) { leftAlone(t, e) })
 	t.Run("WebhookDown", func(t *testing.T) { webhookDown(t, e) })
 }

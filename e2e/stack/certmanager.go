@@ -23,6 +23,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/pvrescue/pvrescue/charts"
+
 	// Each controller registers itself with controllerpkg.Known(); each issuer type with the issuer factory.
 	_ "github.com/cert-manager/cert-manager/pkg/controller/certificaterequests/approver"
 	_ "github.com/cert-manager/cert-manager/pkg/controller/certificaterequests/ca"
@@ -192,7 +194,7 @@ func installCRDs(ctx context.Context, cfg *rest.Config, crdDir string) error {
 		if err != nil {
 			return err
 		}
-		objs, err := SplitYAML(b)
+		objs, err := charts.SplitYAML(b)
 		if err != nil {
 			return fmt.Errorf("%s: %w", f, err)
 		}

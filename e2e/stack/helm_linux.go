@@ -5,20 +5,17 @@ package stack
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"time"
 
 	"helm.sh/helm/v4/pkg/action"
 	"helm.sh/helm/v4/pkg/kube"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 
 	"github.com/pvrescue/pvrescue/charts"
 	"github.com/pvrescue/pvrescue/e2e/cluster"
-	"github.com/pvrescue/pvrescue/e2e/images"
-	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/manifests"
 )
 
@@ -46,35 +43,6 @@ func HelmValues(img Images) map[string]any {
 		"webhook":   map[string]any{"image": map[string]any{"repository": wName, "tag": wTag}},
 		"agent":     map[string]any{"image": map[string]any{"repository": aName, "tag": aTag}},
 	}
-}
-
-// BuildAndPushImages builds the webhook and agent images (as Install does) and pushes them.
-func BuildAndPushImages(ctx context.Context, c *cluster.Cluster, repo string) (Images, error) {
-	var img Images
-	bins, err := BuildBinaries(ctx, repo, filepath.Join(c.Opts.WorkDir, "bin"))
-	if err != nil {
-		return img, err
-	}
-	wf, wEntry := WebhookImage(bins)
-	wimg, err := images.Build(wf, wEntry, nil)
-	if err != nil {
-		return img, err
-	}
-	af, aEntry, err := AgentImage(bins)
-	if err != nil {
-		return img, err
-	}
-	aimg, err := images.Build(af, aEntry, nil)
-	if err != nil {
-		return img, err
-	}
-	if img.Webhook, err = c.Registry.Push(ctx, "pvrescue/pvrescue-webhook", "e2e", wimg); err != nil {
-		return img, err
-	}
-	if img.Agent, err = c.Registry.Push(ctx, "pvrescue/pvrescue-agent", "e2e", aimg); err != nil {
-		return img, err
-	}
-	return img, nil
 }
 
 // NewHelm builds the images and prepares a Helm client for the cluster. It creates the release
@@ -141,10 +109,8 @@ func (h *Helm) Install(ctx context.Context, values map[string]any) error {
 	if _, err := in.RunWithContext(ctx, h.chart, merge(HelmValues(h.Images), values)); err != nil {
 		return fmt.Errorf("helm install: %w", err)
 	}
-	label := config.Default().LocalBlock.NodeLabel
-	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, label, "enabled")
-	if _, err := h.c.Client.CoreV1().Nodes().Patch(ctx, h.c.Opts.NodeName, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-		return fmt.Errorf("label node: %w", err)
+	if err := EnableFakeDevices(ctx, h.c); err != nil {
+		return err
 	}
 	return WaitWorkloads(ctx, h.c)
 }
@@ -168,20 +134,12 @@ func (h *Helm) Upgrade(ctx context.Context, values map[string]any) error {
 // WaitWebhookRolledOut waits until the webhook Deployment's roll is complete: its latest spec
 // observed, and every replica updated and available with no old replica left.
 func WaitWebhookRolledOut(ctx context.Context, c *cluster.Cluster) error {
-	return c.Wait(ctx, 3*time.Minute, "Deployment "+WebhookDep+" to finish rolling", func(ctx context.Context) (bool, error) {
-		d, err := c.Client.AppsV1().Deployments(Namespace).Get(ctx, WebhookDep, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		want := int32(1)
-		if d.Spec.Replicas != nil {
-			want = *d.Spec.Replicas
-		}
+	return waitWebhook(ctx, c, "to finish rolling", func(d *appsv1.Deployment, want int32) error {
 		st := d.Status
 		if st.ObservedGeneration >= d.Generation && st.UpdatedReplicas == want && st.AvailableReplicas == want && st.Replicas == want {
-			return true, nil
+			return nil
 		}
-		return false, fmt.Errorf("generation %d/%d, %d updated, %d available, %d in all, want %d", st.ObservedGeneration, d.Generation,
+		return fmt.Errorf("generation %d/%d, %d updated, %d available, %d in all, want %d", st.ObservedGeneration, d.Generation,
 			st.UpdatedReplicas, st.AvailableReplicas, st.Replicas, want)
 	})
 }

@@ -34,10 +34,11 @@ import (
 // is built without Kubernetes service discovery, so the suite lists the pods every 2 s and writes
 // their addresses into file_sd files (the operator would use kubernetes_sd).
 type Prometheus struct {
-	URL    string
-	proc   *cluster.Process
-	cancel context.CancelFunc
-	done   chan struct{}
+	URL       string
+	rulesFile string
+	proc      *cluster.Process
+	cancel    context.CancelFunc
+	done      chan struct{}
 }
 
 // PrometheusBinary is where Debian's prometheus package installs the server.
@@ -121,8 +122,9 @@ func hostPort(server string) string {
 // ErrNoPrometheus is wrapped when the prometheus binary is missing.
 var ErrNoPrometheus = errors.New("prometheus not installed")
 
-// StartPrometheus starts Prometheus on 127.0.0.1 with rulesFile loaded and waits until it is ready.
-func StartPrometheus(ctx context.Context, c *cluster.Cluster, rulesFile string) (*Prometheus, error) {
+// StartPrometheus starts Prometheus on 127.0.0.1 with the rule file rules loaded and waits until it
+// is ready.
+func StartPrometheus(ctx context.Context, c *cluster.Cluster, rules []byte) (*Prometheus, error) {
 	bin, err := exec.LookPath(PrometheusBinary)
 	if err != nil {
 		return nil, fmt.Errorf("%w (%v): apt-get install -y prometheus", ErrNoPrometheus, err)
@@ -134,6 +136,10 @@ func StartPrometheus(ctx context.Context, c *cluster.Cluster, rulesFile string) 
 	if err := writeTargets(ctx, c, dir); err != nil {
 		return nil, fmt.Errorf("write scrape targets: %w", err)
 	}
+	rulesFile := filepath.Join(dir, "pvrescue.rules.yaml")
+	if err := os.WriteFile(rulesFile, rules, 0o644); err != nil {
+		return nil, err
+	}
 	cfg := filepath.Join(dir, "prometheus.yml")
 	if err := os.WriteFile(cfg, []byte(prometheusConfig(c, rulesFile, dir)), 0o644); err != nil {
 		return nil, err
@@ -143,7 +149,7 @@ func StartPrometheus(ctx context.Context, c *cluster.Cluster, rulesFile string) 
 		return nil, err
 	}
 	sdCtx, cancel := context.WithCancel(context.Background())
-	p := &Prometheus{URL: fmt.Sprintf("http://127.0.0.1:%d", port), cancel: cancel, done: make(chan struct{})}
+	p := &Prometheus{URL: fmt.Sprintf("http://127.0.0.1:%d", port), rulesFile: rulesFile, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
 		t := time.NewTicker(2 * time.Second)
@@ -160,6 +166,7 @@ func StartPrometheus(ctx context.Context, c *cluster.Cluster, rulesFile string) 
 	p.proc, err = cluster.StartProcess(c.Opts.LogDir(), "prometheus", bin, []string{
 		"--config.file=" + cfg, "--storage.tsdb.path=" + filepath.Join(dir, "data"),
 		fmt.Sprintf("--web.listen-address=127.0.0.1:%d", port),
+		"--web.enable-lifecycle", // POST /-/reload: SetRules
 	}, nil)
 	if err != nil {
 		p.cancel()
@@ -184,6 +191,50 @@ func (p *Prometheus) Stop() error {
 	p.cancel()
 	<-p.done
 	return p.proc.Kill()
+}
+
+// SetRules replaces the loaded rule file with rules and reloads Prometheus (the reload endpoint
+// answers once the new rules are in place, or with the reason they were refused).
+func (p *Prometheus) SetRules(ctx context.Context, rules []byte) error {
+	tmp := p.rulesFile + ".new"
+	if err := os.WriteFile(tmp, rules, 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, p.rulesFile); err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.URL+"/-/reload", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("reload Prometheus: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("reload Prometheus: %s: %s", resp.Status, b)
+	}
+	return nil
+}
+
+// Alert is one active alert as /api/v1/alerts reports it (pending or firing).
+type Alert struct {
+	Labels   map[string]string `json:"labels"`
+	State    string            `json:"state"`
+	ActiveAt time.Time         `json:"activeAt"`
+}
+
+// Alerts returns the active alerts.
+func (p *Prometheus) Alerts(ctx context.Context) ([]Alert, error) {
+	var res struct {
+		Alerts []Alert `json:"alerts"`
+	}
+	if err := p.get(ctx, "/api/v1/alerts", &res); err != nil {
+		return nil, err
+	}
+	return res.Alerts, nil
 }
 
 // Sample is one series of an instant query result.
@@ -218,6 +269,9 @@ type AlertRule struct {
 	Health    string `json:"health"`
 	LastError string `json:"lastError"`
 	State     string `json:"state"`
+	Query     string `json:"query"`
+	// Duration is the rule's `for:` in seconds.
+	Duration float64 `json:"duration"`
 }
 
 // Rules returns every loaded rule.

@@ -4,15 +4,15 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"path"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
+
+	"github.com/pvrescue/pvrescue/charts"
 )
 
 // Images are the references that replace the published image names in the manifests.
@@ -105,7 +105,7 @@ func Render(manifests fs.FS, img Images) ([]*unstructured.Unstructured, error) {
 	if err != nil {
 		return nil, err
 	}
-	return SplitYAML(out)
+	return charts.SplitYAML(out)
 }
 
 // SetHelperImage sets helper.image in a pvrescue config file.
@@ -121,22 +121,4 @@ func SetHelperImage(config []byte, image string) ([]byte, error) {
 	h["image"] = image
 	m["helper"] = h
 	return yaml.Marshal(m)
-}
-
-// SplitYAML decodes a multi-document YAML stream into objects.
-func SplitYAML(b []byte) ([]*unstructured.Unstructured, error) {
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
-	var objs []*unstructured.Unstructured
-	for {
-		var m map[string]any
-		if err := dec.Decode(&m); err != nil {
-			if errors.Is(err, io.EOF) {
-				return objs, nil
-			}
-			return nil, err
-		}
-		if len(m) > 0 {
-			objs = append(objs, &unstructured.Unstructured{Object: m})
-		}
-	}
 }

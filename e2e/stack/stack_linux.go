@@ -6,18 +6,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
-	storagev1 "k8s.io/api/storage/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -25,9 +21,9 @@ import (
 
 	"github.com/pvrescue/pvrescue/certs"
 	"github.com/pvrescue/pvrescue/e2e/cluster"
-	"github.com/pvrescue/pvrescue/e2e/csis3"
 	"github.com/pvrescue/pvrescue/e2e/images"
 	"github.com/pvrescue/pvrescue/internal/config"
+	"github.com/pvrescue/pvrescue/internal/contract"
 	"github.com/pvrescue/pvrescue/internal/testenv"
 	"github.com/pvrescue/pvrescue/manifests"
 )
@@ -36,6 +32,8 @@ import (
 type S3 struct {
 	testenv.S3Config
 	Endpoint string // http://NodeIP:port, reachable from the host and from pods
+	bin      string
+	c        *cluster.Cluster
 	proc     *cluster.Process
 }
 
@@ -57,112 +55,67 @@ func StartS3(ctx context.Context, c *cluster.Cluster, versitygw string) (*S3, er
 		AccessKey: "E2E" + strings.ToUpper(randomHex(8)),
 		SecretKey: randomHex(20),
 	}
-	s := &S3{S3Config: cfg, Endpoint: cfg.Endpoint()}
+	s := &S3{S3Config: cfg, Endpoint: cfg.Endpoint(), bin: versitygw, c: c}
 	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
 		return nil, err
 	}
-	s.proc, err = cluster.StartProcess(c.Opts.LogDir(), "versitygw", versitygw, cfg.Args(), cfg.Env())
-	if err != nil {
-		return nil, err
-	}
-	err = c.Wait(ctx, c.Opts.Timeout, "versitygw to listen", func(ctx context.Context) (bool, error) {
-		if err := s.proc.Exited(); err != nil {
-			return false, testenv.Abort(err)
-		}
-		return testenv.Listening(ctx, cfg.Addr)
-	})
-	return s, err
+	return s, s.Start(ctx)
 }
 
-// CSI is the test S3 CSI node plugin running as a host process.
-//
-// Deviation from a real deployment: drivers in the field run as a DaemonSet pod whose container
-// holds s3fs. There is no driver image here, so the plugin runs on the host as a child of the
-// suite; it behaves the same way for pvrescue (s3fs is its child, restarting it kills the mounts,
-// kubelet talks to it through the registration and CSI sockets under /var/lib/kubelet).
-type CSI struct {
-	Opts *csis3.Options
-	Bin  string
-	c    *cluster.Cluster
-	proc *cluster.Process
-}
-
-// BuildCSI compiles cmd csi-s3-test of the e2e module into the work dir.
-func BuildCSI(ctx context.Context, c *cluster.Cluster, e2eDir string) (*CSI, error) {
-	bin := filepath.Join(c.Opts.WorkDir, "bin", "csi-s3-test")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./csi-s3-test")
-	cmd.Dir = e2eDir
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("go build csi-s3-test: %v\n%s", err, out)
-	}
-	o := csis3.NewOptions()
-	o.NodeID = c.Opts.NodeName
-	o.KubeletDir = c.Opts.KubeletDir
-	o.StateDir = filepath.Join(c.Opts.WorkDir, "csi-s3-test")
-	return &CSI{Opts: o, Bin: bin, c: c}, nil
-}
-
-// Start starts the plugin, ensures its CSIDriver object, and waits until kubelet registered it.
-func (p *CSI) Start(ctx context.Context) error {
-	_, err := p.c.Client.StorageV1().CSIDrivers().Create(ctx, &storagev1.CSIDriver{
-		ObjectMeta: metav1.ObjectMeta{Name: p.Opts.Driver},
-		Spec: storagev1.CSIDriverSpec{
-			AttachRequired: ptr(false), PodInfoOnMount: ptr(false),
-			VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create CSIDriver %s: %w", p.Opts.Driver, err)
-	}
-	before := strings.Count(readFile(filepath.Join(p.c.Opts.LogDir(), "csi-s3-test.log")), `"registered"=true`)
-	p.proc, err = cluster.StartProcess(p.c.Opts.LogDir(), "csi-s3-test", p.Bin, []string{
-		"--driver", p.Opts.Driver, "--node-id", p.Opts.NodeID, "--kubelet-dir", p.Opts.KubeletDir, "--state-dir", p.Opts.StateDir,
-	}, nil)
+// Start (re)starts the server on its address, with its buckets and keys, and waits until it listens.
+func (s *S3) Start(ctx context.Context) error {
+	var err error
+	s.proc, err = cluster.StartProcess(s.c.Opts.LogDir(), "versitygw", s.bin, s.Args(), s.Env())
 	if err != nil {
 		return err
 	}
-	return p.c.Wait(ctx, p.c.Opts.Timeout, "kubelet to register the CSI plugin "+p.Opts.Driver, func(ctx context.Context) (bool, error) {
-		if err := p.proc.Exited(); err != nil {
-			return false, err
+	return s.c.Wait(ctx, s.c.Opts.Timeout, "versitygw to listen", func(ctx context.Context) (bool, error) {
+		if err := s.proc.Exited(); err != nil {
+			return false, testenv.Abort(err)
 		}
-		n := strings.Count(readFile(filepath.Join(p.c.Opts.LogDir(), "csi-s3-test.log")), `"registered"=true`)
-		if n <= before {
-			return false, errors.New("no successful registration status from kubelet yet")
-		}
-		cn, err := p.c.Client.StorageV1().CSINodes().Get(ctx, p.c.Opts.NodeName, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		for _, d := range cn.Spec.Drivers {
-			if d.Name == p.Opts.Driver {
-				return true, nil
-			}
-		}
-		return false, errors.New("driver not in CSINode yet")
+		return testenv.Listening(ctx, s.Addr)
 	})
 }
 
-// Restart kills the plugin (its s3fs children die with it: the mounts go dead) and starts it again.
-func (p *CSI) Restart(ctx context.Context) error {
-	if p.proc != nil {
-		if err := p.proc.Kill(); err != nil {
-			return err
-		}
-	}
-	return p.Start(ctx)
-}
-
-// Kill stops the plugin for good.
-func (p *CSI) Kill() error {
-	if p.proc == nil {
+// Stop kills the server (an S3 outage: every s3fs mount of it fails until Start).
+func (s *S3) Stop() error {
+	if s.proc == nil {
 		return nil
 	}
-	return p.proc.Kill()
+	return s.proc.Kill()
 }
 
-func ptr[T any](v T) *T { return &v }
-
-func readFile(p string) string { b, _ := os.ReadFile(p); return string(b) }
+// BuildAndPushImages builds the pvrescue binaries and the webhook and agent images from them, and
+// pushes both to the cluster's registry. The webhook image carries the injected helper and runs as
+// images.HelperUser, as the published image does (distroless nonroot, Dockerfile.webhook's USER):
+// a helper that only works as root would fail here as it would in the field.
+func BuildAndPushImages(ctx context.Context, c *cluster.Cluster, repo string) (Images, error) {
+	var img Images
+	bins, err := BuildBinaries(ctx, repo, filepath.Join(c.Opts.WorkDir, "bin"))
+	if err != nil {
+		return img, err
+	}
+	wf, wEntry := WebhookImage(bins)
+	wimg, err := images.BuildAs(wf, wEntry, nil, images.HelperUser)
+	if err != nil {
+		return img, err
+	}
+	af, aEntry, err := AgentImage(bins)
+	if err != nil {
+		return img, err
+	}
+	aimg, err := images.Build(af, aEntry, nil)
+	if err != nil {
+		return img, err
+	}
+	if img.Webhook, err = c.Registry.Push(ctx, "pvrescue/pvrescue-webhook", "e2e", wimg); err != nil {
+		return img, err
+	}
+	if img.Agent, err = c.Registry.Push(ctx, "pvrescue/pvrescue-agent", "e2e", aimg); err != nil {
+		return img, err
+	}
+	return img, nil
+}
 
 // Installed describes pvrescue as installed on the cluster.
 type Installed struct {
@@ -189,28 +142,9 @@ type InstallOptions struct {
 // Install builds the pvrescue binaries and images, pushes them to the cluster's registry, applies
 // manifests/ with the e2e overlay, and waits for the webhook Deployment and agent DaemonSet.
 func Install(ctx context.Context, c *cluster.Cluster, repo string, opts InstallOptions) (*Installed, error) {
-	bins, err := BuildBinaries(ctx, repo, filepath.Join(c.Opts.WorkDir, "bin"))
-	if err != nil {
-		return nil, err
-	}
-	wf, wEntry := WebhookImage(bins)
-	wimg, err := images.Build(wf, wEntry, nil)
-	if err != nil {
-		return nil, err
-	}
-	af, aEntry, err := AgentImage(bins)
-	if err != nil {
-		return nil, err
-	}
-	aimg, err := images.Build(af, aEntry, nil)
-	if err != nil {
-		return nil, err
-	}
 	in := &Installed{}
-	if in.Images.Webhook, err = c.Registry.Push(ctx, "pvrescue/pvrescue-webhook", "e2e", wimg); err != nil {
-		return nil, err
-	}
-	if in.Images.Agent, err = c.Registry.Push(ctx, "pvrescue/pvrescue-agent", "e2e", aimg); err != nil {
+	var err error
+	if in.Images, err = BuildAndPushImages(ctx, c, repo); err != nil {
 		return nil, err
 	}
 	objs, err := Render(manifests.FS, in.Images)
@@ -253,16 +187,23 @@ func Install(ctx context.Context, c *cluster.Cluster, repo string, opts InstallO
 			return nil, fmt.Errorf("bootstrap the webhook certificate: %w", err)
 		}
 	}
-	// The agent creates fake devices only on nodes that opt in.
-	label := config.Default().LocalBlock.NodeLabel
-	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, label, "enabled")
-	if _, err := c.Client.CoreV1().Nodes().Patch(ctx, c.Opts.NodeName, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-		return nil, fmt.Errorf("label node: %w", err)
+	if err := EnableFakeDevices(ctx, c); err != nil {
+		return nil, err
 	}
 	if err := WaitWorkloads(ctx, c); err != nil {
 		return in, err
 	}
 	return in, nil
+}
+
+// EnableFakeDevices labels the node so the agent creates fake devices there (nodes opt in).
+func EnableFakeDevices(ctx context.Context, c *cluster.Cluster) error {
+	label := config.Default().LocalBlock.NodeLabel
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, label, contract.LabelFakeDevicesEnabled)
+	if _, err := c.Client.CoreV1().Nodes().Patch(ctx, c.Opts.NodeName, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("label node %s %s: %w", c.Opts.NodeName, label, err)
+	}
+	return nil
 }
 
 func applyObject(ctx context.Context, cl client.Client, o *unstructured.Unstructured) error {
@@ -296,19 +237,11 @@ const (
 // WaitWorkloads waits until every webhook replica and the agent pod are ready, and the webhook
 // Service has ready endpoints (what the apiserver dials with aggregator routing).
 func WaitWorkloads(ctx context.Context, c *cluster.Cluster) error {
-	if err := c.Wait(ctx, 3*time.Minute, "Deployment "+WebhookDep+" to be available", func(ctx context.Context) (bool, error) {
-		d, err := c.Client.AppsV1().Deployments(Namespace).Get(ctx, WebhookDep, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		want := int32(1)
-		if d.Spec.Replicas != nil {
-			want = *d.Spec.Replicas
-		}
+	if err := waitWebhook(ctx, c, "to be available", func(d *appsv1.Deployment, want int32) error {
 		if d.Status.ReadyReplicas >= want && d.Status.UpdatedReplicas >= want {
-			return true, nil
+			return nil
 		}
-		return false, fmt.Errorf("%d/%d ready; pods: %s", d.Status.ReadyReplicas, want, podSummary(ctx, c, "app.kubernetes.io/name="+WebhookDep))
+		return fmt.Errorf("%d/%d ready; pods: %s", d.Status.ReadyReplicas, want, podSummary(ctx, c, "app.kubernetes.io/name="+WebhookDep))
 	}); err != nil {
 		return err
 	}
@@ -321,6 +254,25 @@ func WaitWorkloads(ctx context.Context, c *cluster.Cluster) error {
 			return true, nil
 		}
 		return false, fmt.Errorf("%d/%d ready; pods: %s", d.Status.NumberReady, d.Status.DesiredNumberScheduled, podSummary(ctx, c, "app.kubernetes.io/name="+AgentDS))
+	})
+}
+
+// waitWebhook waits until done (given the Deployment and its wanted replicas) returns nil; its
+// last error says why not yet.
+func waitWebhook(ctx context.Context, c *cluster.Cluster, what string, done func(d *appsv1.Deployment, want int32) error) error {
+	return c.Wait(ctx, 3*time.Minute, "Deployment "+WebhookDep+" "+what, func(ctx context.Context) (bool, error) {
+		d, err := c.Client.AppsV1().Deployments(Namespace).Get(ctx, WebhookDep, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		want := int32(1)
+		if d.Spec.Replicas != nil {
+			want = *d.Spec.Replicas
+		}
+		if err := done(d, want); err != nil {
+			return false, err
+		}
+		return true, nil
 	})
 }
 

@@ -2,10 +2,15 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
+	"time"
 
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/pvrescue/pvrescue/internal/testenv"
 )
 
 // controlPlane is one etcd + kube-apiserver shared by the sections of a run (each uses its own
@@ -23,7 +28,9 @@ func (c *controlPlane) get(o *Options) (*rest.Config, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.cfg == nil && c.err == nil {
-		c.env, c.cfg, c.err = startAPIServer(o)
+		start := time.Now()
+		c.env, c.cfg, c.err = testenv.ControlPlane{Assets: assetsDir(o)}.StartEnvironment()
+		fmt.Fprintf(os.Stderr, "bench: control plane started in %s (err %v)\n", time.Since(start).Round(100*time.Millisecond), c.err)
 	}
 	if c.err != nil {
 		return nil, c.err
@@ -45,9 +52,19 @@ func (c *controlPlane) stop() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.env != nil {
+		start := time.Now()
 		if err := c.env.Stop(); err != nil {
-			fmt.Printf("bench: stop control plane: %v\n", err)
+			fmt.Fprintf(os.Stderr, "bench: stop control plane: %v\n", err)
 		}
+		fmt.Fprintf(os.Stderr, "bench: control plane stopped in %s\n", time.Since(start).Round(100*time.Millisecond))
 		c.env, c.cfg = nil, nil
 	}
+}
+
+// assetsDir is where kube-apiserver and etcd are: $KUBEBUILDER_ASSETS, else under -root's bin/.
+func assetsDir(o *Options) string {
+	if d := os.Getenv("KUBEBUILDER_ASSETS"); d != "" {
+		return d
+	}
+	return filepath.Join(o.Root, "bin", "k8s", KubeVersion)
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/pvrescue/pvrescue/internal/testenv"
 	"github.com/pvrescue/pvrescue/nodeagent"
 	"github.com/pvrescue/pvrescue/nodeagent/localdisk"
+	"github.com/pvrescue/pvrescue/webhook"
 )
 
 // pollBaseline is the poll period of the design pvrescue started from.
@@ -31,8 +32,11 @@ func runLostDisk(ctx context.Context, o *Options) Section {
 		Title: "Agent, lost disk: link gone → fake device in place",
 		RanAgainst: "nodeagent/localdisk's Controller (informers, fsnotify, resync) with its real Linux host " +
 			"(loop ioctls, symlinks) on real loop devices, reading PVs and its Node from a real kube-apiserver " +
-			KubeVersion + " (envtest). Each run removes one PV's by-id link (pointing at a real 64 MiB loop " +
-			"device) and polls every 1 ms until the link points at a 512-byte fake loop device of the agent's.",
+			KubeVersion + " (envtest). Each PV is bound to a claim used by a running pod on the node, mutated by " +
+			"pvrescue's webhook defaulter (webhook.Defaulter, as at admission) so it carries the guard and its " +
+			"pvrescue.io/status annotation: the agent fakes only for guarded pods. Each run removes one PV's by-id " +
+			"link (pointing at a real 64 MiB loop device) and polls every 1 ms until the link points at a 512-byte " +
+			"fake loop device of the agent's.",
 	}
 	if err := lostDisk(ctx, o, &s); err != nil {
 		s.Err = err
@@ -67,7 +71,7 @@ func lostDisk(ctx context.Context, o *Options, s *Section) error {
 	if err := makeImage(realImg, 64<<20); err != nil {
 		return err
 	}
-	realDev, detachReal, err := attachLoop(testenv.BenchLoops, realImg)
+	realDev, detachReal, err := attachLoop(benchDiskLoops, realImg)
 	if err != nil {
 		return err
 	}
@@ -87,25 +91,33 @@ func lostDisk(ctx context.Context, o *Options, s *Section) error {
 		return fmt.Errorf("create node: %w", err)
 	}
 	n := o.DiskRepeats
+	const ns = "bench-disk"
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create namespace: %w", err)
+	}
 	links := make([]string, n)
 	for i := range links {
 		links[i] = filepath.Join(byID, fmt.Sprintf("nvme-bench-%d", i))
 		if err := os.Symlink(realDev, links[i]); err != nil {
 			return err
 		}
-		if err := createLocalPV(ctx, cs, fmt.Sprintf("bench-disk-%d", i), links[i], node, cfg.LocalBlock.StorageClasses[0]); err != nil {
+		name := fmt.Sprintf("bench-disk-%d", i)
+		if err := createLocalPV(ctx, cs, name, links[i], node, cfg.LocalBlock.StorageClasses[0]); err != nil {
+			return err
+		}
+		if err := createGuardedPod(ctx, cs, cfg, ns, name, node, cfg.LocalBlock.StorageClasses[0]); err != nil {
 			return err
 		}
 	}
 	rec, stopRec := nodeagent.NewRecorder(cs, node)
 	defer stopRec()
-	// NOTE(localdisk): the rescue now handles only PVs used by pods on this node (no PV
-	// informer); this benchmark's PVs need such pods, carrying the guard, to be faked.
 	view, err := nodeagent.NewKubeView(cs, node, clock.RealClock{}, nodeagent.ViewOptions{})
 	if err != nil {
 		return err
 	}
-	if err := view.Start(ctx); err != nil {
+	vctx, stopView := context.WithCancel(ctx)
+	defer func() { stopView(); view.Shutdown() }() // Shutdown waits for Start's context to end
+	if err := view.Start(vctx); err != nil {
 		return err
 	}
 	ctrl, err := localdisk.New(nodeagent.Deps{NodeName: node, Config: cfg, Client: cs, View: view, Recorder: rec, Registerer: prometheus.NewRegistry(), Clock: clock.RealClock{}},
@@ -142,6 +154,7 @@ func lostDisk(ctx context.Context, o *Options, s *Section) error {
 		// Let the pass finish its API writes (events, annotation, condition) before the next loss.
 		time.Sleep(300 * time.Millisecond)
 	}
+	s.Raw = RawSamples([]string{"link-removed-to-fake"}, map[string][]time.Duration{"link-removed-to-fake": lat})
 	p50, p99 := Percentile(lat, 50), Percentile(lat, 99)
 	bp50, bp99 := pollBaseline/2, pollBaseline*99/100
 	s.Header = []string{"figure", "samples", "p50", "p99", "max", "baseline: 10 s poll (p50 / p99)", "p50 ratio", "target p50 < 1 s"}
@@ -149,7 +162,7 @@ func lostDisk(ctx context.Context, o *Options, s *Section) error {
 		Ms(bp50) + " / " + Ms(bp99), Ratio(float64(p50), float64(bp50)), Verdict(p50.Seconds(), 1, "s")}}
 	s.Notes = append(s.Notes,
 		"Baseline computed, not measured: a 10 s poll that notices a loss at its next tick has a detection delay uniform on 0–10 s (p50 5 s, p99 9.9 s), before any repair work; the ratio therefore flatters the baseline.",
-		fmt.Sprintf("The agent ran with the shipped defaults (resync %s) plus fsnotify on the links' directory; fakes on loops %d+ of 512 bytes; all of its loops were detached afterwards.", cfg.LocalBlock.ResyncPeriod.Duration, benchFakeLoops.First))
+		fmt.Sprintf("The agent ran with the shipped defaults (resync %s) plus fsnotify on the links' directory; fakes on loops %s of 512 bytes; all of its loops were detached afterwards. Each of the %d PVs is used by one guarded pod (the webhook's own mutation; pods that are not guarded get an Event and no fake, by design).", cfg.LocalBlock.ResyncPeriod.Duration, benchFakeLoops, n))
 	if len(failures) > 0 {
 		return fmt.Errorf("%d of %d runs got no fake within 15 s: %s", len(failures), n, strings.Join(failures, "; "))
 	}
@@ -179,6 +192,38 @@ func createLocalPV(ctx context.Context, cs kubernetes.Interface, name, path, nod
 	created.Status.Phase = corev1.VolumeBound
 	if _, err := cs.CoreV1().PersistentVolumes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("bind PV %s: %w", name, err)
+	}
+	return nil
+}
+
+// createGuardedPod creates a claim bound to PV name and a running pod on node using it as a
+// block device, mutated first by the webhook's defaulter as at admission: the pod carries the
+// guard and the pvrescue.io/status annotation the agent requires before it fakes a disk.
+func createGuardedPod(ctx context.Context, cs kubernetes.Interface, cfg *config.Config, ns, name, node, class string) error {
+	block := corev1.PersistentVolumeBlock
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			StorageClassName: &class, VolumeName: name, VolumeMode: &block,
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("64Mi")}}}}
+	if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create PVC %s: %w", name, err)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "app", Image: "busybox",
+			Command:       []string{"sleep", "infinity"},
+			VolumeDevices: []corev1.VolumeDevice{{Name: "data", DevicePath: "/dev/data"}}}},
+			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: name}}}}}}
+	d := &webhook.Defaulter{Config: cfg, Classifier: &webhook.Classifier{Config: cfg, Lookup: webhook.NewStaticLookup(pvc)}, Namespace: contract.Namespace}
+	if in := d.Default(ctx, ns, pod); !localdisk.Guarded(pod) {
+		return fmt.Errorf("pod %s: the webhook did not guard it (%s/%s, warnings %q)", name, in.Result, in.Reason, in.Warnings)
+	}
+	p, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("create pod %s: %w", name, err)
+	}
+	p.Status.Phase = corev1.PodRunning
+	if _, err := cs.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("pod %s running: %w", name, err)
 	}
 	return nil
 }

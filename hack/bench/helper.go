@@ -18,9 +18,13 @@ import (
 	"github.com/pvrescue/pvrescue/sidecar"
 )
 
-// The bench attaches its own loop devices in testenv.BenchLoops; the agent's fakes in the
-// lost-disk section go to benchFakeLoops (the nodes it makes there are removed afterwards).
-var benchFakeLoops = testenv.LoopRange{First: 370, Last: 433}
+// The bench's loop devices are all in testenv.BenchLoops: its own "real" disks in benchDiskLoops,
+// the agent's fakes in the lost-disk section in benchFakeLoops (the nodes the agent makes there
+// are removed afterwards). The helper section attaches its 16 devices anywhere in BenchLoops.
+var (
+	benchDiskLoops = testenv.LoopRange{First: testenv.BenchLoops.First, Last: testenv.BenchLoops.First + 9}
+	benchFakeLoops = testenv.LoopRange{First: benchDiskLoops.Last + 1, Last: testenv.BenchLoops.Last}
+)
 
 // attachLoop attaches image to a free loop device in r; it returns the device path and a detach
 // function that also removes the node and kernel device made for it.

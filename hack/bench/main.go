@@ -80,6 +80,9 @@ func (o *Options) Validate() error {
 			break
 		}
 	}
+	if fakes := benchFakeLoops.Last - benchFakeLoops.First + 1; o.DiskRepeats > fakes {
+		errs = append(errs, fmt.Errorf("-disk-repeats %d: the lost-disk section has %d loop devices (%s) for fakes", o.DiskRepeats, fakes, benchFakeLoops))
+	}
 	if _, err := os.Stat(filepath.Join(o.Root, "go.mod")); err != nil {
 		errs = append(errs, fmt.Errorf("-root %s is not the repository root: %w", o.Root, err))
 	}
@@ -110,6 +113,7 @@ func sections() []section {
 		{"helper", runHelper},
 		{"disk", runLostDisk},
 		{"mount", runLostMount},
+		{"containers", runContainers},
 		{"scale", runScale},
 	}
 }
@@ -157,6 +161,12 @@ func run(ctx context.Context, o *Options) error {
 			fmt.Fprintf(os.Stderr, "!! %s failed: %v\n", s.name, sec.Err)
 		}
 		fmt.Fprintf(os.Stderr, "<< %s done in %s\n", s.name, sec.Elapsed.Round(time.Second))
+		if sec.Raw != "" {
+			if err := writeRaw(o, s.name, sec.Raw); err != nil {
+				return err
+			}
+			sec.Notes = append(sec.Notes, fmt.Sprintf("Raw samples (milliseconds): `%s`.", filepath.Join(o.RawDir, s.name+".txt")))
+		}
 		r.Sections = append(r.Sections, sec)
 		// Write after every section so an interrupted run keeps what it measured.
 		if err := writeReport(o.Out, r); err != nil {
@@ -167,6 +177,19 @@ func run(ctx context.Context, o *Options) error {
 		return fmt.Errorf("sections failed: %s (see %s)", strings.Join(failed, ", "), o.Out)
 	}
 	return ctx.Err()
+}
+
+// writeRaw writes a section's raw samples to <raw dir>/<name>.txt (the raw dir is relative to
+// the repository root, as go test's output in the gobench section).
+func writeRaw(o *Options, name, raw string) error {
+	dir := o.RawDir
+	if !filepath.IsAbs(dir) {
+		dir = filepath.Join(o.Root, dir)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, name+".txt"), []byte(raw), 0o644)
 }
 
 func writeReport(path string, r *Report) error {

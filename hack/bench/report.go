@@ -19,6 +19,8 @@ type Section struct {
 	Notes   []string
 	Err     error
 	Elapsed time.Duration
+	// Raw is the section's raw samples, written to <raw dir>/<section>.txt (not into the report).
+	Raw string
 }
 
 // Report is the whole file.
@@ -69,4 +71,17 @@ func (r *Report) Write(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// RawSamples renders named sample series one per line ("name ms ms ..."), in the given order.
+func RawSamples(names []string, series map[string][]time.Duration) string {
+	var b strings.Builder
+	for _, n := range names {
+		b.WriteString(n)
+		for _, d := range series[n] {
+			fmt.Fprintf(&b, " %.3f", float64(d)/float64(time.Millisecond))
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
 }

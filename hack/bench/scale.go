@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/pvrescue/pvrescue/internal/config"
+	"github.com/pvrescue/pvrescue/internal/testenv"
 )
 
 const (
@@ -88,7 +89,9 @@ func scale(ctx context.Context, o *Options, s *Section) error {
 	// The agents' S3 restorers mount a tmpfs for credentials under their state dirs and leave it
 	// (by design, for the next agent): unmount everything under tmp once they have stopped.
 	defer func() {
-		sweepMounts(tmp)
+		if err := testenv.SweepMounts(tmp); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		}
 		_ = os.RemoveAll(tmp)
 	}()
 	// The agent only accepts local paths under /dev: give it present ones there, in a directory

@@ -54,7 +54,8 @@ func Ms(d time.Duration) string {
 // Verdict says whether a figure met its target ("met"/"MISSED") and by how much.
 func Verdict(value, target float64, unit string) string {
 	if value < target {
-		return fmt.Sprintf("met (%.3g %s < %.3g %s)", value, unit, target, unit)
+		// Enough digits that a value just under the target does not print as equal to it.
+		return fmt.Sprintf("met (%.4g %s < %.4g %s)", value, unit, target, unit)
 	}
 	return fmt.Sprintf("MISSED by %.3g %s (%.3g %s ≥ %.3g %s, %.2f× the target)", value-target, unit, value, unit, target, unit, value/target)
 }

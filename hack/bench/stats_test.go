@@ -62,6 +62,9 @@ func TestRatioAndVerdict(t *testing.T) {
 	if got := Verdict(4, 5, "ms"); got != "met (4 ms < 5 ms)" {
 		t.Errorf("Verdict met = %q", got)
 	}
+	if got := Verdict(1.9984, 2, "s"); got != "met (1.998 s < 2 s)" {
+		t.Errorf("Verdict just met = %q", got)
+	}
 	if got := Verdict(6, 5, "ms"); got != "MISSED by 1 ms (6 ms ≥ 5 ms, 1.20× the target)" {
 		t.Errorf("Verdict missed = %q", got)
 	}
@@ -126,5 +129,15 @@ PASS
 	}
 	if !hasBenchFor(out, "./hack/bench/gobench/") || hasBenchFor(out, "./webhook/") {
 		t.Error("hasBenchFor wrong")
+	}
+}
+
+func TestRawSamples(t *testing.T) {
+	got := RawSamples([]string{"b", "a", "none"}, map[string][]time.Duration{
+		"a": {1500 * time.Microsecond, 2 * time.Second},
+		"b": {250 * time.Microsecond},
+	})
+	if want := "b 0.250\na 1.500 2000.000\nnone\n"; got != want {
+		t.Errorf("RawSamples = %q, want %q", got, want)
 	}
 }

@@ -34,42 +34,19 @@ import (
 	"k8s.io/client-go/rest"
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/pvrescue/pvrescue/hack/bench/workload"
 	"github.com/pvrescue/pvrescue/internal/config"
+	"github.com/pvrescue/pvrescue/internal/testenv"
 	"github.com/pvrescue/pvrescue/webhook"
 )
 
-// KubeVersion matches internal/testenv: the apiserver the figures ran against.
-const KubeVersion = "v1.37.2"
+// KubeVersion is the apiserver the figures ran against.
+const KubeVersion = testenv.KubeVersion
 
 const benchNS = workload.Namespace
-
-// startAPIServer starts etcd + kube-apiserver with envtest (internal/testenv needs a testing.TB).
-func startAPIServer(o *Options) (*envtest.Environment, *rest.Config, error) {
-	dir := os.Getenv("KUBEBUILDER_ASSETS")
-	if dir == "" {
-		dir = filepath.Join(o.Root, "bin", "k8s", KubeVersion)
-	}
-	for _, b := range []string{"kube-apiserver", "etcd"} {
-		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
-			return nil, nil, fmt.Errorf("%s not found in %s: run `make kube-binaries`", b, dir)
-		}
-	}
-	env := &envtest.Environment{
-		BinaryAssetsDirectory:    dir,
-		ControlPlaneStartTimeout: 2 * time.Minute,
-		ControlPlaneStopTimeout:  time.Minute,
-	}
-	cfg, err := env.Start()
-	if err != nil {
-		return nil, nil, fmt.Errorf("start kube-apiserver and etcd from %s: %w", dir, err)
-	}
-	return env, cfg, nil
-}
 
 // requestCounter counts HTTP requests leaving a rest.Config, by kind, method and path.
 type requestCounter struct {
@@ -232,7 +209,7 @@ func webhookLoad(ctx context.Context, o *Options, s *Section) error {
 	if err != nil {
 		return err
 	}
-	port, err := freePort()
+	port, err := testenv.PickPort("")
 	if err != nil {
 		return err
 	}
@@ -472,32 +449,25 @@ func admit(hc *http.Client, url string, body []byte) (*admissionv1.AdmissionResp
 }
 
 func waitServing(ctx context.Context, hc *http.Client, url string, srvErr <-chan error) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	err := testenv.Poll(ctx, 50*time.Millisecond, func(context.Context) (bool, error) {
 		select {
 		case err := <-srvErr:
-			return fmt.Errorf("webhook server: %w", err)
+			return false, testenv.Abort(fmt.Errorf("webhook server: %w", err))
 		default:
 		}
 		resp, err := hc.Post(url, "application/json", strings.NewReader("{}"))
-		if err == nil {
-			resp.Body.Close()
-			return nil
+		if err != nil {
+			return false, err
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("webhook server not serving: %w", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+		resp.Body.Close()
+		return true, nil
+	})
 	if err != nil {
-		return 0, err
+		return fmt.Errorf("webhook server not serving: %w", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return nil
 }
 
 // writeSelfSigned writes tls.crt/tls.key for 127.0.0.1 into dir and returns a pool trusting it.

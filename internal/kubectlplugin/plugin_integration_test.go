@@ -140,12 +140,12 @@ func TestPluginAgainstAPIServer(t *testing.T) {
 		for _, ev := range e.Events {
 			reasons = append(reasons, ev.Reason)
 		}
-		if d := cmp.Diff([]string{"MountRestoreFailed", "MountRestored"}, reasons); d != "" {
+		if d := cmp.Diff([]string{"MountRestoreFailed", "MountBridged"}, reasons); d != "" {
 			t.Errorf("events (-want +got):\n%s", d)
 		}
 		table := run("explain", "pod", "reader-0", "-n", "app")
 		t.Logf("kubectl pvrescue explain pod reader-0 -n app:\n%s", table)
-		for _, want := range []string{"Webhook: mutated", "container app: probe, propagation", "MountRestored", "pv-s3"} {
+		for _, want := range []string{"Webhook: mutated", "container app: probe, propagation", "MountBridged", "pv-s3"} {
 			if !strings.Contains(table, want) {
 				t.Errorf("explain table lacks %q:\n%s", want, table)
 			}
@@ -332,7 +332,7 @@ func seed(t *testing.T, ctx context.Context, c kubernetes.Interface, now time.Ti
 	event("default", "pv-data1.1", pvRef, corev1.EventTypeNormal, "FakeDeviceCreated",
 		"local disk /dev/disk/by-id/wwn-data1 is missing on node node-a; a 512-byte fake device /dev/loop101 stands in so pods can start", now.Add(-5*time.Minute))
 	event("app", "reader-0.1", podRef, corev1.EventTypeWarning, "MountRestoreFailed", "endpoint: restoring S3 volume pv-s3: dial tcp 127.0.0.1:7070: connection refused", now.Add(-3*time.Minute))
-	event("app", "reader-0.2", podRef, corev1.EventTypeNormal, "MountRestored", "S3 volume pv-s3 mounted again (fresh s3fs bound over the dead mount)", now.Add(-2*time.Minute))
+	event("app", "reader-0.2", podRef, corev1.EventTypeNormal, "MountBridged", "S3 volume pv-s3 mounted again (fresh s3fs bound over the dead mount)", now.Add(-2*time.Minute))
 	// Unrelated noise.
 	event("app", "reader-0.3", podRef, corev1.EventTypeNormal, "Pulled", "image pulled", now.Add(-time.Minute))
 }

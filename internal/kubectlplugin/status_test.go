@@ -93,6 +93,53 @@ func TestMountEventsOnlyFromTheAgent(t *testing.T) {
 	}
 }
 
+// The restore method comes from the Event reason; only the old MountRestored reason is read by
+// its message.
+func TestMountRowKind(t *testing.T) {
+	for _, tc := range []struct {
+		reason, message, want string
+	}{
+		{"MountReplayed", "S3 volume pv-1 mounted again (bridge words in the text do not matter)", RowMountReplay},
+		{"BridgeRetired", "S3 volume pv-1: the driver answers again, bridge stopped", RowMountReplay},
+		{"MountBridged", "S3 volume pv-1 mounted again (replayed? no: the reason says bridged)", RowMountBridged},
+		{"MountRestoreFailed", "CannotReproduce: S3 volume pv-1 ...", RowMountFailed},
+		// Agents from before the per-method reasons.
+		{"MountRestored", "S3 volume pv-2 replayed by the CSI plugin", RowMountReplay},
+		{"MountRestored", "S3 volume pv-2 mounted again (s3fs bridge)", RowMountBridged},
+		{"ContainersRemounted", "S3 volume pv-1 ...", ""},
+		{"FakeDeviceCreated", "", ""},
+	} {
+		ev := &corev1.Event{Reason: tc.reason, Message: tc.message}
+		if got := mountRowKind(ev); got != tc.want {
+			t.Errorf("%s %q: row %q, want %q", tc.reason, tc.message, got, tc.want)
+		}
+	}
+}
+
+// A bridged then retired mount shows both rows, each by its reason.
+func TestMountRowsByReason(t *testing.T) {
+	s := snapshot()
+	ref := corev1.ObjectReference{Kind: "Pod", Namespace: "ns", Name: "p"}
+	s.Events = []corev1.Event{
+		{InvolvedObject: ref, Reason: "MountBridged", Message: "S3 volume pv-1 mounted again (replay failed, driver down)", ReportingController: "pvrescue-agent", ReportingInstance: "node-x", Count: 2},
+		{InvolvedObject: ref, Reason: "BridgeRetired", Message: "S3 volume pv-1 is the driver's own mount again", ReportingController: "pvrescue-agent", ReportingInstance: "node-x"},
+	}
+	r := BuildStatus(context.Background(), s)
+	if len(r.Nodes) != 1 || len(r.Nodes[0].Items) != 2 {
+		t.Fatalf("nodes = %+v", r.Nodes)
+	}
+	kinds := map[string]StatusRow{}
+	for _, it := range r.Nodes[0].Items {
+		kinds[it.Kind] = it
+	}
+	if b := kinds[RowMountBridged]; b.PV != "pv-1" || b.Count != 2 {
+		t.Errorf("bridged row = %+v", b)
+	}
+	if rp := kinds[RowMountReplay]; rp.PV != "pv-1" || rp.Pod != "ns/p" {
+		t.Errorf("replayed row = %+v", rp)
+	}
+}
+
 func TestOptionsValidate(t *testing.T) {
 	o := NewOptions(genericiooptions.NewTestIOStreamsDiscard())
 	if err := o.Validate(); err != nil {

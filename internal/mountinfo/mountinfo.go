@@ -1,6 +1,8 @@
 // Package mountinfo holds what every reader of /proc/<pid>/mountinfo in pvrescue needs the same
-// way. Parsers of their own (s3mount, containermount, testenv, the e2e cluster) keep the fields
-// they need; the field escaping is undone here, once.
+// way: the line parser (Parse, ParseLine: every field, escapes undone), the order of the mounts
+// stacked at one mount point (Stack, generic over each reader's own line type), and Unescape.
+// containermount and testenv parse with it; s3mount and the e2e cluster still keep parsers of
+// their own.
 package mountinfo
 
 import (

@@ -2,7 +2,6 @@ package testenv
 
 import (
 	"os"
-	"strconv"
 	"strings"
 
 	"github.com/pvrescue/pvrescue/internal/mountinfo"
@@ -24,26 +23,16 @@ func Mounts() ([]Mount, error) {
 	return parseMountInfo(string(b)), nil
 }
 
-// parseMountInfo keeps the mount id, mount point (octal escapes undone) and filesystem type.
+// parseMountInfo keeps the mount id, mount point and filesystem type of each line
+// (mountinfo.ParseLine); lines it cannot parse are skipped.
 func parseMountInfo(s string) []Mount {
 	var out []Mount
 	for _, line := range strings.Split(s, "\n") {
-		f := strings.Fields(line)
-		if len(f) < 10 {
-			continue
-		}
-		id, err := strconv.Atoi(f[0])
+		m, err := mountinfo.ParseLine(line)
 		if err != nil {
 			continue
 		}
-		m := Mount{ID: id, MountPoint: mountinfo.Unescape(f[4])}
-		for i, x := range f {
-			if x == "-" && i+1 < len(f) {
-				m.FSType = f[i+1]
-				break
-			}
-		}
-		out = append(out, m)
+		out = append(out, Mount{ID: m.ID, MountPoint: m.MountPoint, FSType: m.FSType})
 	}
 	return out
 }

@@ -9,6 +9,7 @@
 package testenv
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -77,15 +78,34 @@ type ControlPlane struct {
 	CRDDirs []string
 	// APIServerFlags are set on kube-apiserver's command line (name without dashes → value).
 	APIServerFlags map[string]string
+	// Assets is the directory holding kube-apiserver and etcd; "" means AssetsDir().
+	Assets string
 }
 
 // Start starts the control plane for the test and stops it when the test ends.
 func (cp ControlPlane) Start(t testing.TB) (*envtest.Environment, *rest.Config) {
 	t.Helper()
-	dir := AssetsDir()
+	env, cfg, err := cp.StartEnvironment()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Logf("stop test control plane: %v", err)
+		}
+	})
+	return env, cfg
+}
+
+// StartEnvironment starts the control plane for a tool (hack/bench), which stops it itself.
+func (cp ControlPlane) StartEnvironment() (*envtest.Environment, *rest.Config, error) {
+	dir := cp.Assets
+	if dir == "" {
+		dir = AssetsDir()
+	}
 	for _, b := range []string{"kube-apiserver", "etcd"} {
 		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
-			t.Fatalf("%s not found in %s: run `make kube-binaries` (builds kube-apiserver %s from the Go module proxy and links etcd)", b, dir, KubeVersion)
+			return nil, nil, fmt.Errorf("%s not found in %s: run `make kube-binaries` (builds kube-apiserver %s from the Go module proxy and links etcd)", b, dir, KubeVersion)
 		}
 	}
 	env := &envtest.Environment{
@@ -105,12 +125,7 @@ func (cp ControlPlane) Start(t testing.TB) (*envtest.Environment, *rest.Config) 
 	}
 	cfg, err := env.Start()
 	if err != nil {
-		t.Fatalf("start kube-apiserver and etcd from %s: %v", dir, err)
+		return nil, nil, fmt.Errorf("start kube-apiserver and etcd from %s: %w", dir, err)
 	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Logf("stop test control plane: %v", err)
-		}
-	})
-	return env, cfg
+	return env, cfg, nil
 }

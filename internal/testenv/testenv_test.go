@@ -121,3 +121,18 @@ func TestPollAbortEndsAtOnce(t *testing.T) {
 		t.Fatalf("Poll = %v after %d calls, want the aborting error after 1", err, calls)
 	}
 }
+
+func TestWaitUntil(t *testing.T) {
+	n := 0
+	if err := WaitUntil(t.Context(), time.Second, time.Millisecond, func() bool { n++; return n == 3 }); err != nil || n != 3 {
+		t.Fatalf("WaitUntil = %v after %d checks, want nil after 3", err, n)
+	}
+	start := time.Now()
+	err := WaitUntil(t.Context(), 30*time.Millisecond, time.Millisecond, func() bool { return false })
+	if err == nil {
+		t.Fatal("WaitUntil of a predicate that never holds returned nil")
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("WaitUntil took %s past a 30ms timeout", took)
+	}
+}

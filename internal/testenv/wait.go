@@ -74,3 +74,11 @@ func Until(pred func() bool) func() error {
 		return ErrNotYet
 	}
 }
+
+// WaitUntil checks pred every interval (the first time at once) until it holds; it returns an
+// error when timeout passes or ctx ends first. For tools (hack/bench) that time what they wait for.
+func WaitUntil(ctx context.Context, timeout, interval time.Duration, pred func() bool) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return Poll(ctx, interval, func(context.Context) (bool, error) { return pred(), nil })
+}

@@ -24,7 +24,14 @@
 //  4. attaches a clone of the live mount at that offset on top of each dead mount, then reads
 //     the namespace's mountinfo again and checks the top mount is the live connection showing
 //     exactly the planned directory with the planned read-only flag;
-//  5. reports per container (names from status.containerStatuses matched with the container ID
+//  5. where a lookup reaches a live mount of the volume that propagated in from the host
+//     (HostToContainer) but is writable while the container's dead mount beneath it was
+//     read-only, it makes that propagated mount read-only in place (mount_setattr
+//     MOUNT_ATTR_RDONLY inside the container's namespace, after checking with statx that the
+//     path still reaches that mount): propagation copies the host's writable mount, and a
+//     read-only volume must never become writable by a restore (F1; Target.Reprotect,
+//     TestNodeReadOnlyHostToContainerStaysReadOnly);
+//  6. reports per container (names from status.containerStatuses matched with the container ID
 //     in the cgroup path, else "pid N"), emits MountRestoredInContainer (or
 //     MountRestoreInContainerFailed) on the pod, and counts pvrescue_container_remounts_total
 //     {result,reason} and pvrescue_container_remount_duration_seconds (from the call, made right

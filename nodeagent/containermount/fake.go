@@ -189,6 +189,13 @@ func (n fakeNS) AttachInNamespace(ctx context.Context, ref NamespaceRef, livePat
 			errs[i] = fmt.Errorf("%w: %s", ErrTargetChanged, a.Target)
 			continue
 		}
+		if a.Protect {
+			if top.Dev != live.Dev {
+				f.violate("made mount %d at %s read-only: it is not the live connection", top.ID, a.Target)
+			}
+			table = setReadOnly(table, top.ID)
+			continue
+		}
 		opts := []string{"rw"}
 		if a.ReadOnly || live.ReadOnly() { // flags are only added to the clone of the live mount
 			opts[0] = "ro"
@@ -214,6 +221,24 @@ func (n fakeNS) AttachInNamespace(ctx context.Context, ref NamespaceRef, livePat
 	return errs, nil
 }
 
+// setReadOnly returns table with mount id read-only (a copy: tables handed out stay unchanged).
+func setReadOnly(table MountTable, id int) MountTable {
+	out := append(MountTable(nil), table...)
+	for i, m := range out {
+		if m.ID != id {
+			continue
+		}
+		opts := []string{"ro"}
+		for _, o := range m.Options {
+			if o != "rw" && o != "ro" {
+				opts = append(opts, o)
+			}
+		}
+		out[i].Options = opts
+	}
+	return out
+}
+
 // FormatMountInfo renders a table in the mountinfo format (the inverse of ParseMountInfo).
 func FormatMountInfo(t MountTable) string {
 	var b strings.Builder
@@ -231,4 +256,26 @@ func FormatMountInfo(t MountTable) string {
 func escapeOctal(s string) string {
 	r := strings.NewReplacer(" ", `\040`, "\t", `\011`, "\n", `\012`, `\`, `\134`)
 	return r.Replace(s)
+}
+
+// CgroupProcFS is a ProcFS whose Cgroup answers from Cgroups for the pids listed there and
+// passes everything else to the ProcFS it wraps (normally RealProcFS). Node tests and hack/bench
+// use it: their stand-in container processes cannot join a kubepods cgroup without kubelet.
+type CgroupProcFS struct {
+	ProcFS
+	Cgroups map[int]string
+}
+
+// Cgroup implements ProcFS.
+func (p CgroupProcFS) Cgroup(pid int) (string, error) {
+	if cg, ok := p.Cgroups[pid]; ok {
+		return cg, nil
+	}
+	return p.ProcFS.Cgroup(pid)
+}
+
+// PodCgroup is the /proc/<pid>/cgroup content of a process of container containerID of pod
+// podUID under kubelet's cgroupfs layout (cgroup v1, burstable).
+func PodCgroup(podUID, containerID string) string {
+	return "12:memory:/kubepods/burstable/pod" + podUID + "/" + containerID + "\n"
 }

@@ -1,147 +1,38 @@
 package containermount
 
 import (
-	"errors"
-	"fmt"
 	"path"
-	"strconv"
 	"strings"
 
 	"github.com/pvrescue/pvrescue/internal/mountinfo"
 )
 
 // ErrMountInfo is wrapped by every mountinfo parse error.
-var ErrMountInfo = errors.New("malformed mountinfo line")
+var ErrMountInfo = mountinfo.ErrMalformed
 
-// Mount is one line of /proc/<pid>/mountinfo (proc(5)).
-type Mount struct {
-	ID       int
-	ParentID int
-	// Dev is "major:minor"; every bind of one FUSE connection shares it.
-	Dev string
-	// Root is the directory of the filesystem this mount shows (a subPath bind shows "/sub").
-	Root       string
-	MountPoint string
-	// Options are the per-mount options (ro/rw, nosuid, nodev, noexec, ...).
-	Options []string
-	// Optional are the propagation tags (shared:N, master:N, propagate_from:N, unbindable).
-	Optional []string
-	FSType   string
-	Source   string
-}
-
-// HasOption reports whether the per-mount option o is set.
-func (m Mount) HasOption(o string) bool {
-	for _, x := range m.Options {
-		if x == o {
-			return true
-		}
-	}
-	return false
-}
-
-// ReadOnly reports whether the mount itself is read-only.
-func (m Mount) ReadOnly() bool { return m.HasOption("ro") }
+// Mount is one line of /proc/<pid>/mountinfo (proc(5)); the house's one parser is in
+// internal/mountinfo.
+type Mount = mountinfo.Mount
 
 // ParseMountInfo parses the whole content of a mountinfo file.
 func ParseMountInfo(content string) (MountTable, error) {
-	var out MountTable
-	for n, line := range strings.Split(content, "\n") {
-		if strings.TrimSpace(line) == "" {
-			continue
-		}
-		m, err := ParseMountInfoLine(line)
-		if err != nil {
-			return nil, fmt.Errorf("line %d: %w", n+1, err)
-		}
-		out = append(out, m)
-	}
-	return out, nil
+	ms, err := mountinfo.Parse(content)
+	return MountTable(ms), err
 }
 
 // ParseMountInfoLine parses one mountinfo line.
-func ParseMountInfoLine(line string) (Mount, error) {
-	f := strings.Fields(line)
-	// 6 fixed fields, optional fields, "-", fstype, source, super options.
-	sep := -1
-	for i := 6; i < len(f); i++ {
-		if f[i] == "-" {
-			sep = i
-			break
-		}
-	}
-	if len(f) < 6 || sep < 0 || len(f) < sep+3 {
-		return Mount{}, fmt.Errorf("%w: %q", ErrMountInfo, line)
-	}
-	id, err1 := strconv.Atoi(f[0])
-	parent, err2 := strconv.Atoi(f[1])
-	if err1 != nil || err2 != nil || !validDev(f[2]) {
-		return Mount{}, fmt.Errorf("%w: %q", ErrMountInfo, line)
-	}
-	return Mount{
-		ID:         id,
-		ParentID:   parent,
-		Dev:        f[2],
-		Root:       mountinfo.Unescape(f[3]),
-		MountPoint: mountinfo.Unescape(f[4]),
-		Options:    strings.Split(f[5], ","),
-		Optional:   append([]string(nil), f[6:sep]...),
-		FSType:     f[sep+1],
-		Source:     mountinfo.Unescape(f[sep+2]),
-	}, nil
-}
+func ParseMountInfoLine(line string) (Mount, error) { return mountinfo.ParseLine(line) }
 
 // validDev accepts "major:minor" with decimal numbers.
-func validDev(s string) bool {
-	maj, minor, ok := strings.Cut(s, ":")
-	if !ok {
-		return false
-	}
-	_, err1 := strconv.ParseUint(maj, 10, 32)
-	_, err2 := strconv.ParseUint(minor, 10, 32)
-	return err1 == nil && err2 == nil
-}
+func validDev(s string) bool { return mountinfo.ValidDev(s) }
 
 // MountTable is one snapshot of a mount namespace's table.
 type MountTable []Mount
 
 // Stack returns the mounts at mountPoint from the bottom to the top, following parent IDs
-// rather than line order.
+// rather than line order (mountinfo.Stack).
 func (t MountTable) Stack(mountPoint string) []Mount {
-	var at []Mount
-	for _, m := range t {
-		if m.MountPoint == mountPoint {
-			at = append(at, m)
-		}
-	}
-	if len(at) <= 1 {
-		return at
-	}
-	byParent := map[int]Mount{}
-	ids := map[int]bool{}
-	for _, m := range at {
-		byParent[m.ParentID] = m
-		ids[m.ID] = true
-	}
-	var bottom *Mount
-	for i := range at {
-		if !ids[at[i].ParentID] {
-			bottom = &at[i]
-			break
-		}
-	}
-	if bottom == nil {
-		return at
-	}
-	out := []Mount{*bottom}
-	for len(out) < len(at) {
-		next, ok := byParent[out[len(out)-1].ID]
-		if !ok {
-			break
-		}
-		out = append(out, next)
-	}
-	return out
+	return mountinfo.Stack(t, mountPoint, Mount.Place)
 }
 
 // Top returns the uppermost mount at mountPoint, the one a path lookup reaches.

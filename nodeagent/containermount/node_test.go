@@ -91,7 +91,7 @@ func (n *node) appContainer(name string) (c *container, data, cfg string) {
 func (n *node) remounter(cgroups map[int]string) (*containermount.Remounter, *record.FakeRecorder) {
 	n.t.Helper()
 	rec := record.NewFakeRecorder(20)
-	os := containermount.OS{Proc: podProcFS{RealProcFS: containermount.RealProcFS{Root: "/proc"}, cgroups: cgroups},
+	os := containermount.OS{Proc: containermount.CgroupProcFS{ProcFS: containermount.RealProcFS{Root: "/proc"}, Cgroups: cgroups},
 		NS: containermount.RealNamespaces{ProcRoot: "/proc"}}
 	r, err := containermount.New(nodeagent.Deps{Recorder: rec, Registerer: prometheus.NewRegistry()}, os, containermount.Options{})
 	must(n.t, err)
@@ -220,7 +220,7 @@ func TestNodeRemountInContainers(t *testing.T) {
 func inPod(names map[int]string) map[int]string {
 	out := map[int]string{}
 	for pid, name := range names {
-		out[pid] = podCgroup(podUID, name+"-id")
+		out[pid] = containermount.PodCgroup(podUID, name+"-id")
 	}
 	return out
 }

@@ -154,21 +154,3 @@ func must(t testing.TB, err error) {
 		t.Fatal(err)
 	}
 }
-
-// podProcFS is the real /proc, except that the given pids report the pod's cgroup: the test's
-// processes cannot be placed in a kubepods cgroup here (cgroup v1, no kubelet).
-type podProcFS struct {
-	containermount.RealProcFS
-	cgroups map[int]string
-}
-
-func (p podProcFS) Cgroup(pid int) (string, error) {
-	if cg, ok := p.cgroups[pid]; ok {
-		return cg, nil
-	}
-	return p.RealProcFS.Cgroup(pid)
-}
-
-func podCgroup(podUID, containerID string) string {
-	return "12:memory:/kubepods/burstable/pod" + podUID + "/" + containerID + "\n"
-}

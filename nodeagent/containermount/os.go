@@ -64,6 +64,10 @@ type Attach struct {
 	ReadOnly, NoSuid, NoDev, NoExec bool
 	// Slave makes the new mount a slave (as HostToContainer's mounts are); otherwise private.
 	Slave bool
+	// Protect attaches nothing: the mount a lookup of Target reaches (it must be ExpectMountID)
+	// is made read-only in place, inside the container's namespace. Offset and the other flags
+	// are ignored.
+	Protect bool
 }
 
 // NamespaceRef names the namespace to enter: the pids are tried in order and the first whose

@@ -146,6 +146,9 @@ func (n RealNamespaces) attachLocked(ns NamespaceRef, livePath string, attaches 
 	}
 	defer unix.Close(root)
 	for i, a := range attaches {
+		if a.Protect {
+			continue // nothing to clone
+		}
 		fd, err := cloneBeneath(root, a)
 		if err != nil {
 			errs[i] = fmt.Errorf("%w: %s/%s: %w", ErrSource, livePath, a.Offset, err)
@@ -171,12 +174,15 @@ func (n RealNamespaces) attachLocked(ns NamespaceRef, livePath string, attaches 
 	}
 	defer func() { _ = unix.Setns(own, unix.CLONE_NEWNS) }()
 
-	// 3. Stack each clone on the dead mount; from here paths are the container's.
+	// 3. Stack each clone on the dead mount (or make a propagated mount read-only again); from
+	// here paths are the container's.
 	for i, a := range attaches {
-		if trees[i] <= 0 {
-			continue
+		switch {
+		case a.Protect:
+			errs[i] = protectAt(a)
+		case trees[i] > 0:
+			errs[i] = attachAt(trees[i], a)
 		}
-		errs[i] = attachAt(trees[i], a)
 	}
 	return errs, nil
 }
@@ -237,25 +243,50 @@ func (n RealNamespaces) openNamespace(ns NamespaceRef) (int, error) {
 	return -1, fmt.Errorf("%w: %d (pids %v)", ErrNamespaceGone, ns.Inode, ns.Pids)
 }
 
-// attachAt resolves the target inside the container without following symlinks, checks it still
-// reaches the planned dead mount, and moves the clone on top of it.
-func attachAt(tree int, a Attach) error {
+// openTarget resolves the target inside the container without following symlinks and checks
+// that it still reaches the planned mount.
+func openTarget(a Attach) (int, error) {
 	dst, err := unix.Openat2(unix.AT_FDCWD, a.Target, &unix.OpenHow{
 		Flags:   unix.O_PATH | unix.O_CLOEXEC | unix.O_NOFOLLOW,
 		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
 	})
 	if err != nil {
-		return fmt.Errorf("%w: open %s: %w", ErrTargetChanged, a.Target, err)
+		return -1, fmt.Errorf("%w: open %s: %w", ErrTargetChanged, a.Target, err)
 	}
-	defer unix.Close(dst)
 	// DONT_SYNC: the mount ID comes from the VFS; no request reaches the dead FUSE daemon.
 	var stx unix.Statx_t
 	if err := unix.Statx(dst, "", unix.AT_EMPTY_PATH|unix.AT_STATX_DONT_SYNC, unix.STATX_MNT_ID, &stx); err != nil {
-		return fmt.Errorf("%w: statx %s: %w", ErrTargetChanged, a.Target, err)
+		_ = unix.Close(dst)
+		return -1, fmt.Errorf("%w: statx %s: %w", ErrTargetChanged, a.Target, err)
 	}
 	if stx.Mask&unix.STATX_MNT_ID == 0 || int(stx.Mnt_id) != a.ExpectMountID {
-		return fmt.Errorf("%w: %s is mount %d, planned %d", ErrTargetChanged, a.Target, stx.Mnt_id, a.ExpectMountID)
+		_ = unix.Close(dst)
+		return -1, fmt.Errorf("%w: %s is mount %d, planned %d", ErrTargetChanged, a.Target, stx.Mnt_id, a.ExpectMountID)
 	}
+	return dst, nil
+}
+
+// protectAt makes the planned mount at the target read-only (mount_setattr, not recursive).
+func protectAt(a Attach) error {
+	dst, err := openTarget(a)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dst)
+	if err := unix.MountSetattr(dst, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
+		return fmt.Errorf("%w: mount_setattr read-only on %s: %w", ErrAttach, a.Target, err)
+	}
+	return nil
+}
+
+// attachAt resolves the target inside the container without following symlinks, checks it still
+// reaches the planned dead mount, and moves the clone on top of it.
+func attachAt(tree int, a Attach) error {
+	dst, err := openTarget(a)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dst)
 	if err := unix.MoveMount(tree, "", dst, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
 		return fmt.Errorf("%w: move_mount onto %s: %w", ErrAttach, a.Target, err)
 	}

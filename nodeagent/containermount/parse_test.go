@@ -244,3 +244,24 @@ func TestNamespaceInode(t *testing.T) {
 		}
 	}
 }
+
+// CgroupProcFS answers for its pids, passes the others through, and PodCgroup is a cgroup the
+// remounter's parser places in the pod's container.
+func TestCgroupProcFS(t *testing.T) {
+	f := NewFakeNode(1)
+	f.AddProc(7, FakeProc{Cgroup: "0::/init.scope\n", MountNS: 1})
+	p := CgroupProcFS{ProcFS: f.OS().Proc, Cgroups: map[int]string{8: PodCgroup(uidDashed, cid)}}
+	if got, err := p.Cgroup(7); err != nil || got != "0::/init.scope\n" {
+		t.Errorf("Cgroup(7) = %q, %v; want the wrapped ProcFS's answer", got, err)
+	}
+	cg, err := p.Cgroup(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, ok := ParseCgroup(cg); !ok || info.PodUID != uidDashed || info.ContainerID != cid {
+		t.Errorf("ParseCgroup(PodCgroup) = %+v, %v; want the pod's UID and container ID", info, ok)
+	}
+	if _, err := p.Cgroup(9); err == nil {
+		t.Error("Cgroup of an unknown pid answered")
+	}
+}

@@ -123,6 +123,11 @@ type Target struct {
 	ReadOnly, NoSuid, NoDev, NoExec bool
 	// Slave: the dead mount received propagation (master:N or shared:N); the new one will too.
 	Slave bool
+	// Reprotect: a lookup of MountPoint already reaches a live mount of the volume — propagated
+	// in from the host (HostToContainer) — but it is writable while the container's dead mount
+	// beneath it was read-only. Nothing is attached: that live mount (DeadMountID names it) is
+	// made read-only in place, so the restore never turns a read-only volume writable.
+	Reprotect bool
 }
 
 // Plan is what one container namespace needs.
@@ -141,7 +146,9 @@ type Plan struct {
 // each shows. It also finds mount points of the dead connection hidden under a live mount of
 // the volume (liveDev) made on an ancestor — a subPath nested under the volume's own mount
 // point, once the outer one is live again — so they can be put back inside it. Mount points
-// where something else is reached are counted as Live and left alone.
+// where something else is reached are counted as Live and left alone — except a live mount of
+// the volume that propagated in writable over a read-only dead one, which is planned as a
+// Reprotect target (made read-only in place).
 func PlanNamespace(table MountTable, deadDev, deadRoot, liveDev string) Plan {
 	p := Plan{Skipped: map[string]error{}}
 	seen := map[string]bool{}
@@ -157,6 +164,11 @@ func PlanNamespace(table MountTable, deadDev, deadRoot, liveDev string) Plan {
 			dead = reached // the dead mount is what a lookup reaches
 		case reached.MountPoint != m.MountPoint && reached.Dev == liveDev && liveDev != deadDev:
 			dead = topDead(table, m.MountPoint, deadDev) // hidden under a live ancestor: nest it again
+		case reached.MountPoint == m.MountPoint && reached.Dev == liveDev && liveDev != deadDev &&
+			!reached.ReadOnly() && topDead(table, m.MountPoint, deadDev).ReadOnly():
+			// Live by propagation, but writable over a read-only container mount.
+			p.Targets = append(p.Targets, Target{MountPoint: m.MountPoint, DeadMountID: reached.ID, ReadOnly: true, Reprotect: true})
+			continue
 		default:
 			p.Live = append(p.Live, m.MountPoint)
 			continue

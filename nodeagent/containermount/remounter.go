@@ -275,7 +275,7 @@ func (r *Remounter) attachRound(ctx context.Context, log logr.Logger, req Remoun
 	attaches := make([]Attach, len(plan.Targets))
 	for i, t := range plan.Targets {
 		attaches[i] = Attach{Offset: t.Offset, Target: t.MountPoint, ExpectMountID: t.DeadMountID,
-			ReadOnly: t.ReadOnly, NoSuid: t.NoSuid, NoDev: t.NoDev, NoExec: t.NoExec, Slave: t.Slave}
+			ReadOnly: t.ReadOnly, NoSuid: t.NoSuid, NoDev: t.NoDev, NoExec: t.NoExec, Slave: t.Slave, Protect: t.Reprotect}
 	}
 	nctx, cancel := context.WithTimeout(ctx, r.opts.NamespaceTimeout)
 	errs, err := r.os.NS.AttachInNamespace(nctx, NamespaceRef{Inode: ns.Inode, Pids: ns.Pids}, req.LivePath, attaches)
@@ -305,6 +305,10 @@ func (r *Remounter) attachRound(ctx context.Context, log logr.Logger, req Remoun
 			*fixed = append(*fixed, t.MountPoint)
 		}
 		progress = true
+		if t.Reprotect {
+			log.Info("live mount propagated into container made read-only again", "mountPoint", t.MountPoint)
+			continue
+		}
 		log.Info("live mount restored in container", "mountPoint", t.MountPoint,
 			"offset", t.Offset, "readOnly", t.ReadOnly || live.ReadOnly())
 	}
@@ -340,6 +344,16 @@ func verify(after MountTable, readErr error, t Target, live Mount) error {
 		return fmt.Errorf("%w: %w", ErrVerify, readErr)
 	}
 	top, ok := after.Reach(t.MountPoint)
+	if t.Reprotect {
+		// The same mount, now read-only.
+		switch {
+		case !ok || top.ID != t.DeadMountID:
+			return fmt.Errorf("%w: %s no longer reaches mount %d", ErrVerify, t.MountPoint, t.DeadMountID)
+		case !top.ReadOnly():
+			return fmt.Errorf("%w: %s is still writable", ErrVerify, t.MountPoint)
+		}
+		return nil
+	}
 	want := ExpectedRoot(live.Root, t.Offset)
 	switch {
 	case !ok || top.MountPoint != t.MountPoint:

@@ -557,3 +557,73 @@ func TestRemountNestedMountPoints(t *testing.T) {
 		t.Errorf("second pass: %+v", res)
 	}
 }
+
+// F1: a container whose volume mount is read-only and HostToContainer receives the host's
+// restored (writable) mount by propagation. The remounter makes that propagated mount read-only
+// in place — no clone attached, never the host's mount — and leaves a read-only one alone.
+func TestRemountMakesAPropagatedMountReadOnlyAgain(t *testing.T) {
+	c := newFakeCluster(t)
+	c.node.AddProc(80, FakeProc{Cgroup: cg("ro-htc"), MountNS: 8, UserNS: 1})
+	must(t, c.node.SetTable(8, `1 0 0:35 / / rw - overlay overlay rw
+440 1 `+deadDev+` / /data ro,nosuid master:5 - fuse.s3fs s3fs rw
+441 440 `+liveDev+` / /data rw,nosuid master:5 - fuse.s3fs s3fs rw
+442 1 `+deadDev+` / /rw-data rw master:5 - fuse.s3fs s3fs rw
+443 442 `+liveDev+` / /rw-data rw master:5 - fuse.s3fs s3fs rw
+`))
+	c.pod.Status.ContainerStatuses = append(c.pod.Status.ContainerStatuses, corev1.ContainerStatus{Name: "ro-htc", ContainerID: "containerd://ro-htc"})
+	hostBefore := FormatMountInfo(c.node.Table(agentNS))
+	h := newHarness(t, c.node.OS(), Options{})
+	res, err := h.r.RemountInContainers(ctxFor(t), c.req())
+	must(t, err)
+	if !contains(res.Fixed, "ro-htc:/data") || contains(res.Fixed, "ro-htc:/rw-data") || len(res.Failed) != 0 {
+		t.Fatalf("result = %+v, want ro-htc:/data fixed, /rw-data untouched, no failures", res)
+	}
+	tab := c.node.Table(8)
+	if top, _ := tab.Top("/data"); top.ID != 441 || !top.ReadOnly() || !top.HasOption("nosuid") {
+		t.Errorf("/data top = %+v, want mount 441 read-only, nosuid kept", top)
+	}
+	if top, _ := tab.Top("/rw-data"); top.ID != 443 || top.ReadOnly() {
+		t.Errorf("/rw-data top = %+v, want mount 443 still writable (its container mount was rw)", top)
+	}
+	if len(tab) != 5 {
+		t.Errorf("namespace has %d mounts, want 5: nothing attached for a read-only fix", len(tab))
+	}
+	if got := FormatMountInfo(c.node.Table(agentNS)); got != hostBefore {
+		t.Errorf("the agent's own table changed:\n%s", got)
+	}
+	if len(c.node.Violations) != 0 {
+		t.Fatalf("safety violations: %v", c.node.Violations)
+	}
+	// A second pass finds it read-only and does nothing there.
+	res, err = h.r.RemountInContainers(ctxFor(t), c.req())
+	must(t, err)
+	if len(res.Fixed) != 0 || len(res.Failed) != 0 {
+		t.Errorf("second pass: %+v, want nothing fixed or failed", res)
+	}
+}
+
+func TestPlanReprotect(t *testing.T) {
+	for _, tc := range []struct {
+		name, table string
+		want        []Target
+		live        []string
+	}{
+		{name: "read-only dead, writable live on top", table: `440 1 0:55 / /data ro master:5 - fuse.s3fs s3fs rw
+441 440 0:60 / /data rw master:5 - fuse.s3fs s3fs rw`, want: []Target{{MountPoint: "/data", DeadMountID: 441, ReadOnly: true, Reprotect: true}}},
+		{name: "read-only live already", table: `440 1 0:55 / /data ro master:5 - fuse.s3fs s3fs rw
+441 440 0:60 / /data ro master:5 - fuse.s3fs s3fs rw`, live: []string{"/data"}},
+		{name: "writable dead", table: `440 1 0:55 / /data rw master:5 - fuse.s3fs s3fs rw
+441 440 0:60 / /data rw master:5 - fuse.s3fs s3fs rw`, live: []string{"/data"}},
+		{name: "something else on top", table: `440 1 0:55 / /data ro master:5 - fuse.s3fs s3fs rw
+441 440 0:77 / /data rw - tmpfs tmpfs rw`, live: []string{"/data"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tab, err := ParseMountInfo("1 0 0:21 / / rw - overlay overlay rw\n" + tc.table)
+			must(t, err)
+			p := PlanNamespace(tab, "0:55", "/", "0:60")
+			if fmt.Sprint(p.Targets) != fmt.Sprint(tc.want) || fmt.Sprint(p.Live) != fmt.Sprint(tc.live) {
+				t.Errorf("plan = targets %+v live %v; want targets %+v live %v", p.Targets, p.Live, tc.want, tc.live)
+			}
+		})
+	}
+}

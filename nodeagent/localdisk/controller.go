@@ -30,6 +30,7 @@ const (
 	ReasonUnguardedPod      = "UnguardedPodOnMissingDisk"
 	ReasonRestartPod        = "RealDiskReturned"
 	ReasonEvicted           = "EvictedForRealDisk"
+	ReasonEvictionBlocked   = "EvictionBlocked"
 
 	// ConditionLocalDiskMissing is the Node condition the agent owns.
 	ConditionLocalDiskMissing corev1.NodeConditionType = "LocalDiskMissing"
@@ -56,6 +57,7 @@ type Controller struct {
 	returned      map[string]bool
 	podsNotified  map[types.UID]bool
 	podsWarned    map[types.UID]bool
+	podsBlocked   map[types.UID]bool
 	lastCondition string
 	lastBeat      time.Time
 }
@@ -92,6 +94,7 @@ func New(deps nodeagent.Deps, os OS, opts Options) (*Controller, error) {
 		trigger:      make(chan struct{}, 1),
 		missingSince: map[string]time.Time{}, warnedLong: map[string]bool{}, lastProblem: map[string]string{},
 		returned: map[string]bool{}, podsNotified: map[types.UID]bool{}, podsWarned: map[types.UID]bool{},
+		podsBlocked: map[types.UID]bool{},
 	}
 	deps.View.OnPodChange(c.Trigger)
 	return c, nil
@@ -236,7 +239,7 @@ func (c *Controller) prune(w wanted) {
 			delete(c.lastProblem, pv)
 		}
 	}
-	for _, m := range []map[types.UID]bool{c.podsNotified, c.podsWarned} {
+	for _, m := range []map[types.UID]bool{c.podsNotified, c.podsWarned, c.podsBlocked} {
 		for uid := range m {
 			if !w.podUIDs[string(uid)] {
 				delete(m, uid)

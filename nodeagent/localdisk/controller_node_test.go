@@ -146,17 +146,6 @@ func (e *clusterEnv) startAgent(t *testing.T) (stop func()) {
 	return stop
 }
 
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 func (e *clusterEnv) events(t *testing.T, obj string) []string {
 	t.Helper()
 	list, err := e.client.CoreV1().Events("").List(e.ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + obj})
@@ -172,14 +161,14 @@ func (e *clusterEnv) events(t *testing.T, obj string) []string {
 
 func (e *clusterEnv) waitEvent(t *testing.T, obj, reason string) {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("event %s on %s", reason, obj), 10*time.Second, func() bool {
+	testenv.WaitFor(t, 10*time.Second, fmt.Sprintf("event %s on %s", reason, obj), testenv.Until(func() bool {
 		for _, ev := range e.events(t, obj) {
 			if strings.Contains(ev, " "+reason+" ") {
 				return true
 			}
 		}
 		return false
-	})
+	}))
 }
 
 // replaceLink puts a link at path the way udev does (temporary name, rename over).
@@ -232,10 +221,10 @@ func TestNodeAgentWithAPIServer(t *testing.T) {
 	e.createPV(t, "pv-foreign", foreignLink, "other2")
 
 	stop := e.startAgent(t)
-	waitFor(t, "condition False", 10*time.Second, func() bool {
+	testenv.WaitFor(t, 10*time.Second, "condition False", testenv.Until(func() bool {
 		c := e.nodeCondition(t)
 		return c != nil && c.Status == corev1.ConditionFalse
-	})
+	}))
 
 	var samples []time.Duration
 	for i := 0; i < 7; i++ {
@@ -244,15 +233,15 @@ func TestNodeAgentWithAPIServer(t *testing.T) {
 		if err := os.Remove(e.devPath); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "fake link", 9*time.Second, func() bool { return ourLinkTarget(e.devPath) == want })
+		testenv.WaitFor(t, 9*time.Second, "fake link", testenv.Until(func() bool { return ourLinkTarget(e.devPath) == want }))
 		samples = append(samples, time.Since(t0))
 		if i == 0 {
 			e.waitEvent(t, "pv1", ReasonFakeDeviceCreated)
-			waitFor(t, "PV annotation", 10*time.Second, func() bool { return e.pvAnnotation(t, "pv1") == want })
-			waitFor(t, "condition True", 10*time.Second, func() bool {
+			testenv.WaitFor(t, 10*time.Second, "PV annotation", testenv.Until(func() bool { return e.pvAnnotation(t, "pv1") == want }))
+			testenv.WaitFor(t, 10*time.Second, "condition True", testenv.Until(func() bool {
 				c := e.nodeCondition(t)
 				return c != nil && c.Status == corev1.ConditionTrue && strings.Contains(c.Message, "pv1")
-			})
+			}))
 			if got := deviceSize(t, e.devPath); got != 512 {
 				t.Fatalf("fake size %d", got)
 			}
@@ -287,10 +276,10 @@ func TestNodeAgentWithAPIServer(t *testing.T) {
 			replaceLink(t, "real-nvme0n1", e.devPath)
 			e.waitEvent(t, "pv1", ReasonDiskReturned)
 			e.waitEvent(t, "on-fake-plain", ReasonRestartPod)
-			waitFor(t, "eviction", 10*time.Second, func() bool {
+			testenv.WaitFor(t, 10*time.Second, "eviction", testenv.Until(func() bool {
 				p, err := e.client.CoreV1().Pods("app").Get(e.ctx, "on-fake", metav1.GetOptions{})
 				return apierrors.IsNotFound(err) || (err == nil && p.DeletionTimestamp != nil)
-			})
+			}))
 			time.Sleep(200 * time.Millisecond)
 			if sysBacking(nodeFirstLoop+1) == "" {
 				t.Fatal("fake detached while kubelet's lock holds it")
@@ -300,17 +289,17 @@ func TestNodeAgentWithAPIServer(t *testing.T) {
 		} else {
 			replaceLink(t, "real-nvme0n1", e.devPath)
 		}
-		waitFor(t, "fake retired", 15*time.Second, func() bool { return sysBacking(nodeFirstLoop+1) == "" })
+		testenv.WaitFor(t, 15*time.Second, "fake retired", testenv.Until(func() bool { return sysBacking(nodeFirstLoop+1) == "" }))
 		if l, _ := os.Readlink(e.devPath); l != "real-nvme0n1" {
 			t.Fatalf("real disk link changed: %q", l)
 		}
 	}
 	e.waitEvent(t, "pv1", ReasonFakeDeviceRetired)
-	waitFor(t, "annotation removed", 10*time.Second, func() bool { return e.pvAnnotation(t, "pv1") == "" })
-	waitFor(t, "condition False", 10*time.Second, func() bool {
+	testenv.WaitFor(t, 10*time.Second, "annotation removed", testenv.Until(func() bool { return e.pvAnnotation(t, "pv1") == "" }))
+	testenv.WaitFor(t, 10*time.Second, "condition False", testenv.Until(func() bool {
 		c := e.nodeCondition(t)
 		return c != nil && c.Status == corev1.ConditionFalse
-	})
+	}))
 
 	sorted := append([]time.Duration(nil), samples...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
@@ -369,7 +358,7 @@ func TestNodeAgentBadInputAndGate(t *testing.T) {
 	if _, err := e.client.CoreV1().Nodes().Update(e.ctx, node, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "fake after labelling", 10*time.Second, func() bool { return ourLinkTarget(e.devPath) != "" })
+	testenv.WaitFor(t, 10*time.Second, "fake after labelling", testenv.Until(func() bool { return ourLinkTarget(e.devPath) != "" }))
 	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
 		t.Fatalf("directory touched: %v", err)
 	}

@@ -27,11 +27,19 @@
 // Guard gating: a new fake is made only when every pod on this node using the PV carries the
 // webhook's status annotation (the guard filters the fake); an unguarded pod is named in an
 // Event and kubelet's error stays. A `require` pod is evicted (Eviction API, PDBs respected) when
-// the disk returns, as is a pod with the restart annotation.
+// the disk returns, as is a pod with the restart annotation. An eviction a PodDisruptionBudget
+// refuses (429) is told once (Warning EvictionBlocked) and retried on every pass.
+//
+// "Runs on the fake": the pod's StartTime or its first container start is at or after the fake's
+// creation (kubelet may see a pod before the fake exists and wait for the disk); a `require` pod
+// whose application never started is held by its guard and always counts.
+//
+// Deployment: the agent must see the path roots outside /dev (the DaemonSet mounts /mnt/disks
+// and /mnt/fast-disks read-only); a configured root it cannot see makes every PV under it look
+// missing from its first component, which is not under a link root, so it is reported, not faked.
 //
 // Known limits: a link is removed after re-reading it, not atomically with the check (udev
 // replacing it in that instant would lose its link until its next event); a loop held only by
 // an open file descriptor (no holder, no loop on top) is detached lazily by the kernel
-// (autoclear) rather than waited for; "a pod runs on the fake" is judged by its start time
-// being after the fake was made.
+// (autoclear) rather than waited for; "a pod runs on the fake" is judged by timestamps, as above.
 package localdisk

@@ -1,0 +1,95 @@
+//go:build e2e
+
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/pvrescue/pvrescue/e2e/csis3"
+	"github.com/pvrescue/pvrescue/e2e/framework"
+	"github.com/pvrescue/pvrescue/internal/config"
+)
+
+// fusePodSetup makes the layout's objects and a pod "app" (createAppPod), and waits until both
+// containers read.
+func fusePodSetup(t *testing.T, e *env, l *fieldLayout) *corev1.Pod {
+	t.Helper()
+	createAppPod(t, e, l)
+	p := framework.WaitPod(t, e.c.Client, l.ns, "app", 2*time.Minute, "Running", framework.Running)
+	waitReads(t, e, time.Now(), 30*time.Second, "before the failure", l.readers("app")...)
+	return p
+}
+
+// lostFUSEMountBridge: the plugin stays down → after s3.bridgeAfter the agent bridges with its own
+// s3fs (ctrox layout: bucket:/<prefix>/csi-fs, the app reads its own file); the plugin comes
+// back → the volume moves to the driver's mount and our s3fs is gone, depth ≤ 2.
+func lostFUSEMountBridge(t *testing.T, e *env) {
+	ctx := context.Background()
+	l := &fieldLayout{
+		name: "bridge", driver: "ch.ctrox.csi.s3-driver", layout: csis3.LayoutCtrox,
+		ns: "e2e-fuse-bridge", pv: "e2e-fuse-bridge-pv", handle: s3Bucket + "/bridge",
+		attrs: map[string]string{"bucket": s3Bucket, "prefix": "bridge", "mounter": "s3fs"},
+		files: map[string]string{
+			"bridge/csi-fs/app.txt": "bridged app data\n",
+			"bridge/app.txt":        "DECOY: the prefix level, one above csi-fs\n",
+		},
+		want: "bridged app data\n",
+	}
+	pod := fusePodSetup(t, e, l)
+	restarts := map[string]map[string]int32{"app": restartCounts(pod)}
+	target := podTarget(e, string(pod.UID), l.pv)
+	bridgeAfter := config.Default().S3.BridgeAfter.Duration
+
+	t0 := time.Now()
+	if err := l.plugin.Kill(); err != nil {
+		t.Fatalf("kill the plugin: %v", err)
+	}
+	t.Logf("plugin %s killed and kept down; the agent should bridge after %s", l.driver, bridgeAfter)
+	at := waitReads(t, e, t0, bridgeAfter+90*time.Second, "through the agent's bridge while the plugin is down", l.readers("app")...)
+	ours := ourS3fs(l.pv)
+	down := mountsAt(target)
+	if len(ours) == 0 {
+		t.Errorf("the app reads again with the plugin down, but no s3fs of the agent (fsname %s) runs", ourFSName(l.pv))
+	}
+	if len(down) == 0 || down[len(down)-1].Source != ourFSName(l.pv) {
+		t.Errorf("top mount at the target is not the agent's bridge: %s", describeStack(down))
+	}
+	if len(down) > 2 {
+		t.Errorf("depth %d at the target while bridged: %s", len(down), describeStack(down))
+	}
+	checkRestarts(t, e, l.ns, restarts)
+	t.Logf("RESULT bridge: plugin down → app reads through the bridge after %s, pinned (None) %s (bridgeAfter %s); agent s3fs pids %v; depth %d %s",
+		at[l.ns+"/app/app"], at[l.ns+"/app/pinned"], bridgeAfter, ours, len(down), describeStack(down))
+
+	t1 := time.Now()
+	if err := l.plugin.Start(ctx); err != nil {
+		t.Fatalf("start the plugin again: %v", err)
+	}
+	waitFor(t, 90*time.Second, "the volume to move back to the driver's mount and the bridge to go", func() (bool, string) {
+		st := mountsAt(target)
+		if len(st) == 0 || st[len(st)-1].Source == ourFSName(l.pv) {
+			return false, "top mount still ours: " + describeStack(st)
+		}
+		if p := ourS3fs(l.pv); len(p) > 0 {
+			return false, fmt.Sprintf("agent s3fs still running: %v", p)
+		}
+		if len(pluginS3fs(l.plugin.Pid())) == 0 {
+			return false, "the plugin runs no s3fs yet"
+		}
+		return true, ""
+	})
+	back := time.Since(t1).Round(100 * time.Millisecond)
+	after := waitReads(t, e, t1, 30*time.Second, "on the driver's mount again", l.readers("app")...)
+	st := mountsAt(target)
+	if len(st) > 2 {
+		t.Errorf("depth %d at the target after the hand-back: %s", len(st), describeStack(st))
+	}
+	final := checkRestarts(t, e, l.ns, restarts)
+	t.Logf("RESULT bridge retired: plugin back → volume on the driver's mount, agent s3fs gone, after %s (app reads %s, pinned %s); plugin s3fs pids %v; depth %d %s; restarts %v → %v",
+		back, after[l.ns+"/app/app"], after[l.ns+"/app/pinned"], pluginS3fs(l.plugin.Pid()), len(st), describeStack(st), restarts, final)
+}

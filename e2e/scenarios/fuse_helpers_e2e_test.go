@@ -1,0 +1,360 @@
+//go:build e2e
+
+package scenarios
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/pvrescue/pvrescue/e2e/framework"
+	"github.com/pvrescue/pvrescue/e2e/stack"
+	"github.com/pvrescue/pvrescue/internal/contract"
+	"github.com/pvrescue/pvrescue/internal/testenv"
+)
+
+// Helpers of the FUSE scenarios: mounts and processes as the host sees them, reads from
+// containers, pod deletion with the check that nothing is left at the pod's targets.
+
+// hostMount is one line of /proc/self/mountinfo.
+type hostMount struct {
+	Point, FSType, Source string
+}
+
+func hostMounts() []hostMount {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	var out []hostMount
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		sep := 6
+		for sep < len(f) && f[sep] != "-" {
+			sep++
+		}
+		if len(f) < 5 || sep+2 >= len(f) {
+			continue
+		}
+		out = append(out, hostMount{Point: strings.ReplaceAll(f[4], `\040`, " "), FSType: f[sep+1], Source: f[sep+2]})
+	}
+	return out
+}
+
+// mountsAt lists the mounts stacked exactly at path, bottom first.
+func mountsAt(path string) []hostMount {
+	var out []hostMount
+	for _, m := range hostMounts() {
+		if m.Point == path {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// mountsUnder lists the mounts whose mount point contains s (a pod UID).
+func mountsUnder(s string) []string {
+	var out []string
+	for _, m := range hostMounts() {
+		if strings.Contains(m.Point, s) {
+			out = append(out, m.Point+" "+m.FSType+" "+m.Source)
+		}
+	}
+	return out
+}
+
+func describeStack(ms []hostMount) string {
+	parts := make([]string, 0, len(ms))
+	for _, m := range ms {
+		parts = append(parts, m.FSType+" "+m.Source)
+	}
+	return "[" + strings.Join(parts, " | ") + "]"
+}
+
+// ourFSName is the fsname the agent gives its own s3fs (bridge) and, through binds, its mounts.
+func ourFSName(pv string) string { return "pvrescue-s3:" + pv }
+
+// onOurMount reports whether the top mount at path is the agent's own (its bridge s3fs or a bind of it).
+func onOurMount(path, pv string) bool {
+	ms := mountsAt(path)
+	return len(ms) > 0 && ms[len(ms)-1].Source == ourFSName(pv)
+}
+
+// procs lists host processes named comm (as /proc/<pid>/comm) matching keep.
+func procs(comm string, keep func(pid int, ppid int, cmdline []byte) bool) []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		c, err := os.ReadFile(filepath.Join("/proc", e.Name(), "comm"))
+		if err != nil || strings.TrimSpace(string(c)) != comm {
+			continue
+		}
+		st, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid …: comm may hold spaces, so split after the last ')'.
+		rest := st[bytes.LastIndexByte(st, ')')+1:]
+		f := strings.Fields(string(rest))
+		if len(f) < 2 || f[0] == "Z" {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		cmd, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if keep(pid, ppid, cmd) {
+			out = append(out, pid)
+		}
+	}
+	sort.Ints(out)
+	return out
+}
+
+// ourS3fs lists the agent's own s3fs processes for pv (bridges; visible here: hostPID agent or not,
+// the host sees every process).
+func ourS3fs(pv string) []int {
+	return procs("s3fs", func(_, _ int, cmd []byte) bool {
+		return bytes.Contains(cmd, []byte("fsname="+ourFSName(pv)))
+	})
+}
+
+// pluginS3fs lists the live s3fs children of a plugin process.
+func pluginS3fs(pluginPid int) []int {
+	return procs("s3fs", func(_, ppid int, _ []byte) bool { return ppid == pluginPid })
+}
+
+// readFrom reads path in a container and reports whether it holds want.
+func readFrom(e *env, ns, pod, container, path, want string) (bool, string) {
+	out, err := execIn(e, ns, pod, container, "cat", path)
+	if err != nil || out != want {
+		return false, fmt.Sprintf("%s/%s %s: %q %v", pod, container, path, out, err)
+	}
+	return true, ""
+}
+
+// reader is one container that must keep reading a file of a FUSE volume.
+type reader struct {
+	ns, pod, container, path, want string
+}
+
+func (r reader) String() string { return r.ns + "/" + r.pod + "/" + r.container }
+
+// waitReads polls every reader in rounds until each has read its file once, and returns, per
+// reader (reader.String()), the time from t0 to its first good read. Readers are polled
+// together, so one slow reader does not inflate the others' times.
+func waitReads(t *testing.T, e *env, t0 time.Time, timeout time.Duration, what string, rs ...reader) map[string]time.Duration {
+	t.Helper()
+	at := map[string]time.Duration{}
+	waitFor(t, timeout, fmt.Sprintf("%d container(s) to read their file %s", len(rs), what), func() (bool, string) {
+		var why []string
+		for _, r := range rs {
+			if _, ok := at[r.String()]; ok {
+				continue
+			}
+			if ok, w := readFrom(e, r.ns, r.pod, r.container, r.path, r.want); ok {
+				at[r.String()] = time.Since(t0).Round(100 * time.Millisecond)
+			} else {
+				why = append(why, w)
+			}
+		}
+		return len(why) == 0, strings.Join(why, "; ")
+	})
+	return at
+}
+
+// keepReading reads every reader's file in rounds until done is closed and returns the failed reads.
+func keepReading(e *env, done <-chan struct{}, rs ...reader) (rounds int, failures []string) {
+	for {
+		select {
+		case <-done:
+			return rounds, failures
+		default:
+		}
+		for _, r := range rs {
+			if ok, why := readFrom(e, r.ns, r.pod, r.container, r.path, r.want); !ok {
+				failures = append(failures, time.Now().UTC().Format("15:04:05.000")+" "+why)
+			}
+		}
+		rounds++
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// podRestarts returns the restart counts of a pod's containers.
+func podRestarts(t *testing.T, e *env, ns, name string) map[string]int32 {
+	t.Helper()
+	p, err := e.c.Client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get pod %s/%s: %v", ns, name, err)
+	}
+	return restartCounts(p)
+}
+
+// checkRestarts fails when any container of the pods restarted since before.
+func checkRestarts(t *testing.T, e *env, ns string, before map[string]map[string]int32) map[string]map[string]int32 {
+	t.Helper()
+	now := map[string]map[string]int32{}
+	for pod, counts := range before {
+		now[pod] = podRestarts(t, e, ns, pod)
+		for c, n := range counts {
+			if now[pod][c] != n {
+				t.Errorf("%s/%s container %s was restarted (%d → %d)", ns, pod, c, n, now[pod][c])
+			}
+		}
+	}
+	return now
+}
+
+// deletePodGone deletes a pod, waits until the object is gone (within limit) and checks that no
+// mount under its UID is left on the host. It returns the time to gone.
+func deletePodGone(t *testing.T, e *env, ns, name string, limit time.Duration) time.Duration {
+	t.Helper()
+	ctx := context.Background()
+	p, err := e.c.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get pod %s/%s: %v", ns, name, err)
+	}
+	uid := string(p.UID)
+	t0 := time.Now()
+	if err := e.c.Client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("delete pod %s/%s: %v", ns, name, err)
+	}
+	waitFor(t, limit, fmt.Sprintf("pod %s/%s (uid %s) to be gone after its deletion", ns, name, uid), func() (bool, string) {
+		got, err := e.c.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || (err == nil && string(got.UID) != uid) {
+			return true, ""
+		}
+		if err != nil {
+			return false, err.Error()
+		}
+		return false, framework.DescribePod(e.c.Client, got) + "\nmounts of the pod: " + strings.Join(mountsUnder(uid), "; ")
+	})
+	gone := time.Since(t0).Round(100 * time.Millisecond)
+	checkPodLeftNothing(t, e, ns+"/"+name, uid)
+	return gone
+}
+
+// checkPodLeftNothing checks, for a pod whose object is gone, that no mount under its UID is left
+// on the host and that kubelet's pod directory goes within 30 s: kubelet removes it once nothing
+// is mounted and no file is left in it (its orphan cleanup runs every 2 s and refuses files, e.g. a
+// vol_data.json left by a TearDown that found the target still mounted).
+func checkPodLeftNothing(t *testing.T, e *env, pod, uid string) {
+	t.Helper()
+	if left := mountsUnder(uid); len(left) > 0 {
+		t.Errorf("pod %s (%s) is gone but mounts under its UID stay on the host:\n  %s", pod, uid, strings.Join(left, "\n  "))
+	}
+	podDir := filepath.Join(e.c.Opts.KubeletDir, "pods", uid)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := testenv.Poll(ctx, 250*time.Millisecond, func(context.Context) (bool, error) {
+		_, err := os.Stat(podDir)
+		return os.IsNotExist(err), nil
+	}); err != nil {
+		t.Errorf("pod %s is gone but kubelet's directory %s stays 30 s later; files left: %v", pod, podDir, filesUnder(podDir))
+	}
+}
+
+// filesUnder lists the non-directories under dir (what keeps kubelet from removing it).
+func filesUnder(dir string) []string {
+	var out []string
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			out = append(out, p)
+		}
+		return nil
+	})
+	return out
+}
+
+// podTarget is kubelet's publish path of a CSI PV in a pod.
+func podTarget(e *env, uid, pv string) string {
+	return filepath.Join(e.c.Opts.KubeletDir, "pods", uid, "volumes", "kubernetes.io~csi", pv, "mount")
+}
+
+// labelledNS creates a namespace opted in to injection and deletes it (and waits for that) at cleanup.
+func fuseNamespace(t *testing.T, e *env, name string, optIn bool) {
+	t.Helper()
+	var labels map[string]string
+	if optIn {
+		labels = map[string]string{contract.LabelInject: contract.LabelInjectEnabled}
+	}
+	framework.Namespace(t, e.c.Client, name, labels)
+	t.Cleanup(func() { deleteNamespace(t, e, name) })
+}
+
+// deleteNamespace deletes a namespace and waits until it is gone (its pods included).
+func deleteNamespace(t *testing.T, e *env, name string) {
+	ctx := context.Background()
+	cs := e.c.Client
+	if err := cs.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Errorf("cleanup: delete namespace %s: %v", name, err)
+		return
+	}
+	// Not waitFor: t.Context() is already cancelled when cleanups run.
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	var why string
+	err := testenv.Poll(wctx, 250*time.Millisecond, func(context.Context) (bool, error) {
+		_, err := cs.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		why = fmt.Sprintf("%v; pods:\n%s", err, framework.PodTable(cs, name))
+		return false, nil
+	})
+	if err != nil {
+		t.Errorf("cleanup: namespace %s not gone after 2m: %s", name, why)
+	}
+}
+
+// deletePV deletes a PV at cleanup (after its namespace, so after its claim).
+func deletePVAtCleanup(t *testing.T, e *env, name string) {
+	t.Cleanup(func() {
+		if err := e.c.Client.CoreV1().PersistentVolumes().Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("cleanup: delete PV %s: %v", name, err)
+		}
+	})
+}
+
+// sibling starts another instance of the test plugin (driver, layout) and removes it at cleanup.
+func sibling(t *testing.T, e *env, driver, layout string) *stack.CSI {
+	t.Helper()
+	p := e.csi.Sibling(driver, layout)
+	if err := p.Start(context.Background()); err != nil {
+		t.Fatalf("start the test plugin as %s (layout %s): %v", driver, layout, err)
+	}
+	t.Cleanup(func() {
+		if err := p.Remove(context.Background()); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	return p
+}
+
+// runningAgent returns the running, ready agent pod not being deleted, or nil and why not.
+func runningAgent(e *env) (*corev1.Pod, string) {
+	pods, err := e.c.Client.CoreV1().Pods(stack.Namespace).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + stack.AgentDS})
+	if err != nil {
+		return nil, err.Error()
+	}
+	for i := range pods.Items {
+		if p := &pods.Items[i]; p.DeletionTimestamp == nil && framework.Running(p) {
+			return p, ""
+		}
+	}
+	return nil, "no running agent pod: " + framework.PodTable(e.c.Client, stack.Namespace)
+}

@@ -1,0 +1,274 @@
+//go:build e2e
+
+package scenarios
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/pvrescue/pvrescue/e2e/csis3"
+	"github.com/pvrescue/pvrescue/e2e/framework"
+	"github.com/pvrescue/pvrescue/e2e/stack"
+)
+
+// fieldLayout is one S3 driver layout of the field, imitated by an instance of the test plugin.
+type fieldLayout struct {
+	name, driver, layout string
+	ns, pv, handle       string
+	attrs                map[string]string
+	stage                bool
+	// files are written into the bucket directory before the pods start; the app reads want
+	// from /data/app.txt.
+	files map[string]string
+	want  string
+
+	plugin *stack.CSI
+}
+
+func (l *fieldLayout) globalMount(e *env) string {
+	sum := sha256.Sum256([]byte(l.handle))
+	return filepath.Join(e.c.Opts.KubeletDir, "plugins", "kubernetes.io", "csi", l.driver, hex.EncodeToString(sum[:]), "globalmount")
+}
+
+// fieldLayouts are ru.yandex.s3.csi (STAGE_UNSTAGE: s3fs at kubelet's staging path, a bind per
+// target, NodeUnpublish unmounts the top only; handle bucket/prefix, mounter attribute) and
+// ch.ctrox.csi.s3-driver (s3fs of bucket:/<prefix>/csi-fs directly at the target, top-only
+// NodeUnpublish). The ctrox prefix holds a decoy app.txt one level too high: an app shown the
+// prefix instead of csi-fs reads the decoy.
+func fieldLayouts() []*fieldLayout {
+	return []*fieldLayout{
+		{
+			name: "yandex", driver: "ru.yandex.s3.csi", layout: csis3.LayoutYandex,
+			ns: "e2e-fuse-yandex", pv: "e2e-fuse-yandex-pv", handle: s3Bucket + "/yandex",
+			attrs: map[string]string{"mounter": "s3fs"}, stage: true,
+			files: map[string]string{"yandex/app.txt": "yandex app data\n"},
+			want:  "yandex app data\n",
+		},
+		{
+			name: "ctrox", driver: "ch.ctrox.csi.s3-driver", layout: csis3.LayoutCtrox,
+			ns: "e2e-fuse-ctrox", pv: "e2e-fuse-ctrox-pv", handle: s3Bucket + "/ctrox",
+			attrs: map[string]string{"bucket": s3Bucket, "prefix": "ctrox", "mounter": "s3fs"},
+			files: map[string]string{
+				"ctrox/csi-fs/app.txt":   "ctrox app data\n",
+				"ctrox/app.txt":          "DECOY: the prefix level, one above csi-fs\n",
+				"ctrox/.metadata.json":   "{}\n",
+				"ctrox/csi-fs/.keep.txt": "",
+			},
+			want: "ctrox app data\n",
+		},
+	}
+}
+
+func appContainers(image string) []corev1.Container {
+	none := corev1.MountPropagationNone
+	loop := []string{"sh", "-c", "while true; do sleep 1; done"}
+	return []corev1.Container{
+		{Name: "app", Image: image, Command: loop, VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}},
+		{Name: "pinned", Image: image, Command: loop, VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data", MountPropagation: &none}}},
+	}
+}
+
+func dataVolume() []corev1.Volume {
+	return []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"},
+	}}}
+}
+
+// setupLayout starts the plugin instance, writes the files, creates namespace, PV, PVC and a
+// StatefulSet "app" of one pod; cleanup removes all of it (plugin last).
+func setupLayout(t *testing.T, e *env, l *fieldLayout) {
+	t.Helper()
+	layoutObjects(t, e, l)
+	labels := map[string]string{"app": "fuse-" + l.name}
+	ss := &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "app"},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas: ptr(int32(1)),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					AutomountServiceAccountToken:  ptr(false),
+					TerminationGracePeriodSeconds: ptr(int64(1)),
+					Containers:                    appContainers(e.c.BusyboxImage),
+					Volumes:                       dataVolume(),
+				},
+			},
+		},
+	}
+	if _, err := e.c.Client.AppsV1().StatefulSets(l.ns).Create(context.Background(), ss, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create StatefulSet in %s: %v", l.ns, err)
+	}
+}
+
+// layoutObjects starts the plugin instance, writes the files into the bucket, creates an
+// opted-in namespace and the PV/PVC. Cleanup removes all of it, the plugin last (after the
+// pods' teardown, which needs it).
+func layoutObjects(t *testing.T, e *env, l *fieldLayout) {
+	t.Helper()
+	l.plugin = sibling(t, e, l.driver, l.layout)
+	dir, err := e.s3.Bucket(s3Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range l.files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(filepath.Join(dir, l.name)) })
+	fuseNamespace(t, e, l.ns, true)
+	s3Volume(t, e, s3Vol{ns: l.ns, pv: l.pv, driver: l.driver, handle: l.handle, attrs: l.attrs, stageSecret: l.stage})
+	deletePVAtCleanup(t, e, l.pv)
+}
+
+func (l *fieldLayout) readers(pod string) []reader {
+	return []reader{
+		{l.ns, pod, "app", "/data/app.txt", l.want},
+		{l.ns, pod, "pinned", "/data/app.txt", l.want},
+	}
+}
+
+// lostFUSEMountLayouts: for both field layouts at once (one restart of each plugin): the plugin
+// restarted → the apps read their own file again without a restart; a new pod of the same PV
+// starts; the pods are deleted and gone within 30 s with nothing left at their targets; the
+// StatefulSet pod is replaced and the new one reads.
+func lostFUSEMountLayouts(t *testing.T, e *env) {
+	ctx := context.Background()
+	cs := e.c.Client
+	ls := fieldLayouts()
+	for _, l := range ls {
+		setupLayout(t, e, l)
+	}
+	var all []reader
+	restarts := map[string]map[string]map[string]int32{}
+	targets := map[string]string{}
+	for _, l := range ls {
+		p := framework.WaitPod(t, cs, l.ns, "app-0", 2*time.Minute, "Running", framework.Running)
+		for _, r := range l.readers("app-0") {
+			if ok, why := readFrom(e, r.ns, r.pod, r.container, r.path, r.want); !ok {
+				t.Fatalf("%s layout: cannot read before the failure: %s\nmounts: %s", l.name, why, framework.MountTable(podTarget(e, string(p.UID), l.pv)))
+			}
+		}
+		all = append(all, l.readers("app-0")...)
+		restarts[l.name] = map[string]map[string]int32{"app-0": restartCounts(p)}
+		targets[l.name] = podTarget(e, string(p.UID), l.pv)
+		t.Logf("%s layout before the failure: target %s, global %s", l.name, describeStack(mountsAt(targets[l.name])), describeStack(mountsAt(l.globalMount(e))))
+	}
+
+	t.Logf("restarting the %s and %s plugins: their s3fs die", ls[0].driver, ls[1].driver)
+	t0 := time.Now()
+	for _, l := range ls {
+		if err := l.plugin.Kill(); err != nil {
+			t.Fatalf("kill the %s plugin: %v", l.name, err)
+		}
+	}
+	for _, l := range ls {
+		if err := l.plugin.Start(ctx); err != nil {
+			t.Fatalf("start the %s plugin again: %v", l.name, err)
+		}
+	}
+	at := waitReads(t, e, t0, 90*time.Second, "again after the plugin restart", all...)
+	for _, l := range ls {
+		after := checkRestarts(t, e, l.ns, restarts[l.name])
+		if ours := ourS3fs(l.pv); len(ours) > 0 || onOurMount(targets[l.name], l.pv) {
+			t.Errorf("%s layout: restored by the agent's own s3fs %v (top at the target %s), not through the driver, although the plugin answers",
+				l.name, ours, describeStack(mountsAt(targets[l.name])))
+		}
+		tgt, glob := mountsAt(targets[l.name]), mountsAt(l.globalMount(e))
+		if len(tgt) > 2 || len(glob) > 2 {
+			t.Errorf("%s layout: stacks too deep after the restore: target %s, global %s", l.name, describeStack(tgt), describeStack(glob))
+		}
+		t.Logf("RESULT %s layout: plugin restart → app reads its own file again after %s, pinned (None) %s, restarts %v → %v; depth %d at the target %s, %d at the staging path %s",
+			l.name, at[l.ns+"/app-0/app"], at[l.ns+"/app-0/pinned"], restarts[l.name], after, len(tgt), describeStack(tgt), len(glob), describeStack(glob))
+	}
+
+	// A new pod of the same PV starts (the restored mounts serve kubelet's paths too).
+	for _, l := range ls {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "newpod"},
+			Spec: corev1.PodSpec{
+				AutomountServiceAccountToken: ptr(false), TerminationGracePeriodSeconds: ptr(int64(1)),
+				Containers: appContainers(e.c.BusyboxImage)[:1], Volumes: dataVolume(),
+			},
+		}
+		if _, err := cs.CoreV1().Pods(l.ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create a new pod of the %s PV: %v", l.name, err)
+		}
+	}
+	for _, l := range ls {
+		t1 := time.Now()
+		framework.WaitPod(t, cs, l.ns, "newpod", 2*time.Minute, "Running", framework.Running)
+		waitReads(t, e, t1, 30*time.Second, "in the new pod", l.readers("newpod")[0])
+		t.Logf("RESULT %s layout: a new pod of the restored PV runs and reads after %s", l.name, time.Since(t1).Round(100*time.Millisecond))
+	}
+
+	// The rescued StatefulSet pod is deleted: it goes within 30 s with nothing left at its
+	// targets, and its replacement runs and reads.
+	for _, l := range ls {
+		old := podUID(t, e, l.ns, "app-0")
+		gone := deletePodGone(t, e, l.ns, "app-0", 30*time.Second)
+		t1 := time.Now()
+		framework.WaitPod(t, cs, l.ns, "app-0", 2*time.Minute, "Running (the replacement)", func(p *corev1.Pod) bool {
+			return p.UID != old && framework.Running(p)
+		})
+		waitReads(t, e, t1, 30*time.Second, "in the replacement pod", l.readers("app-0")...)
+		t.Logf("RESULT %s layout: rescued pod app-0 deleted and gone in %s; replacement running and reading after %s more",
+			l.name, gone, time.Since(t1).Round(100*time.Millisecond))
+	}
+
+	// Every pod of the PV goes: the new pod, then the StatefulSet scaled to 0. Nothing stays at
+	// the targets, nor (staging layout) at kubelet's staging path once the last pod is gone.
+	for _, l := range ls {
+		goneNew := deletePodGone(t, e, l.ns, "newpod", 30*time.Second)
+		uid := podUID(t, e, l.ns, "app-0")
+		t1 := time.Now()
+		if _, err := cs.AppsV1().StatefulSets(l.ns).Patch(ctx, "app", types.MergePatchType, []byte(`{"spec":{"replicas":0}}`), metav1.PatchOptions{}); err != nil {
+			t.Fatalf("scale the %s StatefulSet to 0: %v", l.name, err)
+		}
+		waitFor(t, 30*time.Second, fmt.Sprintf("%s: app-0 to be gone after scaling to 0", l.name), func() (bool, string) {
+			p, err := cs.CoreV1().Pods(l.ns).Get(ctx, "app-0", metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return true, ""
+			}
+			if err != nil {
+				return false, err.Error()
+			}
+			return false, framework.DescribePod(cs, p)
+		})
+		goneSS := time.Since(t1).Round(100 * time.Millisecond)
+		checkPodLeftNothing(t, e, l.ns+"/app-0", string(uid))
+		if l.stage {
+			waitFor(t, 30*time.Second, l.name+": kubelet's staging path to be empty after the last pod", func() (bool, string) {
+				m := mountsAt(l.globalMount(e))
+				return len(m) == 0, describeStack(m)
+			})
+		}
+		t.Logf("RESULT %s layout: new pod deleted and gone in %s, StatefulSet pod gone %s after scaling to 0", l.name, goneNew, goneSS)
+	}
+}
+
+func podUID(t *testing.T, e *env, ns, name string) types.UID {
+	t.Helper()
+	p, err := e.c.Client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get pod %s/%s: %v", ns, name, err)
+	}
+	return p.UID
+}

@@ -1,0 +1,361 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
+
+	"github.com/pvrescue/pvrescue/internal/config"
+	"github.com/pvrescue/pvrescue/internal/testenv"
+	"github.com/pvrescue/pvrescue/nodeagent"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csitest"
+)
+
+// Keys of the bench's S3 server (never real credentials) and its bucket.
+const (
+	s3Bucket = "bkt"
+	s3AK     = "AKIABENCHPVRESCUE"
+	s3SK     = "bench-secret-not-logged-0123456789"
+)
+
+// Timings of one restore measurement.
+const (
+	// benchPoll is how often a measurement looks at what it waits for: it bounds the
+	// quantisation of every latency figure.
+	benchPoll = 5 * time.Millisecond
+	// deadTimeout and restoreTimeout bound a kill's effect and the restore.
+	deadTimeout    = 5 * time.Second
+	restoreTimeout = 60 * time.Second
+)
+
+// s3Names are the API objects of one S3 scenario (each section has its own in the shared
+// control plane).
+type s3Names struct{ ns, node, sc, pv string }
+
+func newS3Names(prefix string) s3Names {
+	return s3Names{ns: prefix, node: prefix + "-node", sc: prefix, pv: prefix + "-pv"}
+}
+
+// s3Rig is one pod's S3 volume on a stand-in node: a real versitygw, the volume published at the
+// pod's target by a real s3fs (as the driver would), the pod and its objects in the shared
+// kube-apiserver, the node plugin (csitest, answering at <kubelet>/plugins/<driver>/csi.sock)
+// and the agent's s3mount Restorer with the shipped defaults.
+type s3Rig struct {
+	names            s3Names
+	dir, kubelet     string
+	state            string
+	cfg              *config.Config
+	driver, endpoint string
+	cs               kubernetes.Interface
+	reg              *prometheus.Registry
+	pod              *corev1.Pod
+	target           string
+	srv              *testenv.S3Server
+	driverMount      *testenv.S3fsMount
+	plugin           *csitest.Plugin
+	deps             nodeagent.Deps
+	undo             []func()
+}
+
+// s3RigOptions choose the pod and what the agent is built with.
+type s3RigOptions struct {
+	names s3Names
+	// pod is the pod's spec (node name and the claim are set by the rig); its status lists
+	// containers, each running.
+	pod corev1.PodSpec
+	// files are written into the volume (relative to its prefix) before anything mounts it.
+	files map[string]string
+	// remounter, when set, builds the agent's container remounter from its dependencies.
+	remounter func(nodeagent.Deps) (nodeagent.ContainerRemounter, error)
+}
+
+// newS3Rig sets the scenario up; close undoes it, also after an error part way.
+func newS3Rig(ctx context.Context, o *Options, ro s3RigOptions) (r *s3Rig, err error) {
+	r = &s3Rig{names: ro.names}
+	defer func() {
+		if err != nil {
+			r.close()
+			r = nil
+		}
+	}()
+	if err := requireRoot(); err != nil {
+		return r, err
+	}
+	gw, err := requireBin(o, "versitygw", "versitygw")
+	if err != nil {
+		return r, err
+	}
+	if _, err := exec.LookPath("s3fs"); err != nil {
+		return r, errors.New("s3fs not found: apt-get install s3fs (make node-deps)")
+	}
+	restCfg, err := sharedControlPlane.get(o)
+	if err != nil {
+		return r, err
+	}
+	if r.cs, err = kubernetes.NewForConfig(restCfg); err != nil {
+		return r, err
+	}
+	if r.dir, err = os.MkdirTemp("", "pvrescue-bench-"+ro.names.ns+"-"); err != nil {
+		return r, err
+	}
+	r.undo = append(r.undo, func() { _ = os.RemoveAll(r.dir) })
+	r.kubelet, r.state = filepath.Join(r.dir, "kubelet"), filepath.Join(r.dir, "state")
+	for _, d := range []string{r.kubelet, r.state} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return r, err
+		}
+	}
+	port, err := testenv.PickPort("")
+	if err != nil {
+		return r, err
+	}
+	sc := testenv.S3Config{Addr: testenv.Addr("127.0.0.1", port), Dir: filepath.Join(r.dir, "s3"), AccessKey: s3AK, SecretKey: s3SK}
+	for rel, content := range ro.files {
+		p := filepath.Join(sc.Dir, s3Bucket, ro.names.pv, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return r, err
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			return r, err
+		}
+	}
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	r.srv, err = testenv.StartS3Server(sctx, gw, sc, io.Discard)
+	cancel()
+	if err != nil {
+		return r, err
+	}
+	r.undo = append(r.undo, func() { _ = r.srv.Stop() })
+	r.endpoint = sc.Endpoint()
+	// kubelet makes its root directory a shared mount; do the same for the temporary one.
+	if err := unix.Mount(r.kubelet, r.kubelet, "", unix.MS_BIND, ""); err != nil {
+		return r, err
+	}
+	r.undo = append(r.undo, func() {
+		if err := testenv.SweepMounts(r.dir); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		}
+	})
+	if err := unix.Mount("", r.kubelet, "", unix.MS_SHARED, ""); err != nil {
+		return r, err
+	}
+
+	r.cfg = config.Default()
+	r.cfg.KubeletDir, r.cfg.StateDir = r.kubelet, r.state
+	r.driver = r.cfg.S3.Drivers[0]
+	if r.pod, err = r.seed(ctx, ro.pod); err != nil {
+		return r, err
+	}
+	r.target = s3mount.TargetPath(r.kubelet, string(r.pod.UID), ro.names.pv)
+	if err := r.publish(ctx); err != nil {
+		return r, err
+	}
+	if err := r.startPlugin(); err != nil {
+		return r, err
+	}
+	return r, r.startAgent(ctx, ro.remounter)
+}
+
+// close undoes the set-up, newest first.
+func (r *s3Rig) close() {
+	for i := len(r.undo) - 1; i >= 0; i-- {
+		r.undo[i]()
+	}
+	r.undo = nil
+}
+
+func (r *s3Rig) startPlugin() error {
+	p, err := csitest.Start(csitest.Options{Socket: s3mount.PluginSocket(r.kubelet, r.driver), StateDir: filepath.Join(r.dir, "plugin")})
+	if err != nil {
+		return err
+	}
+	r.plugin = p
+	return nil
+}
+
+// restartPlugin is a node plugin restart: every s3fs of the driver dies with SIGKILL (the one the
+// bench published first, then the plugin's own), the plugin stops serving and a new plugin
+// process serves the same socket at once.
+func (r *s3Rig) restartPlugin() error {
+	if r.driverMount != nil {
+		r.driverMount.Kill()
+		r.driverMount = nil
+	}
+	r.plugin.KillMounts()
+	r.plugin.Stop()
+	return r.startPlugin()
+}
+
+// stopPlugin stops the plugin for good: it no longer answers; its s3fs keep running until killed.
+func (r *s3Rig) stopPlugin() {
+	r.plugin.Stop()
+}
+
+func (r *s3Rig) startAgent(ctx context.Context, remounter func(nodeagent.Deps) (nodeagent.ContainerRemounter, error)) error {
+	rec, stopRec := nodeagent.NewRecorder(r.cs, r.names.node)
+	r.undo = append(r.undo, stopRec)
+	r.reg = prometheus.NewRegistry()
+	view, err := nodeagent.NewKubeView(r.cs, r.names.node, clock.RealClock{}, nodeagent.ViewOptions{})
+	if err != nil {
+		return err
+	}
+	vctx, stopView := context.WithCancel(ctx)
+	if err := view.Start(vctx); err != nil {
+		stopView()
+		return err
+	}
+	r.undo = append(r.undo, func() { stopView(); view.Shutdown() }) // Shutdown waits for Start's context to end
+	r.deps = nodeagent.Deps{NodeName: r.names.node, Config: r.cfg, Client: r.cs, View: view, Recorder: rec,
+		Registerer: r.reg, Clock: clock.RealClock{}}
+	if remounter != nil {
+		if r.deps.Remounter, err = remounter(r.deps); err != nil {
+			return err
+		}
+	}
+	rs, err := s3mount.New(r.deps, s3mount.NewOS(), s3mount.NewOptions())
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- rs.Run(cctx) }()
+	r.undo = append(r.undo, func() {
+		cancel()
+		<-done
+		// The plugin goes after the agent (it replays through it until the end).
+		r.plugin.KillMounts()
+		r.plugin.Stop()
+	})
+	time.Sleep(time.Second) // let it see the healthy mount first
+	return nil
+}
+
+// dephase waits a random time in [0, the agent's check interval) before a loss, so that losses
+// fall at random points of the agent's periodic check, as a real plugin restart does. Without it
+// each loss would come right after the check that restored the last one, and every sample would
+// wait a whole interval to be noticed.
+func (r *s3Rig) dephase(ctx context.Context) {
+	d := time.Duration(rand.Int64N(int64(r.cfg.S3.CheckInterval.Duration)))
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// waitDead waits until the target answers ENOTCONN (the kill has taken effect).
+func (r *s3Rig) waitDead(ctx context.Context) error {
+	return testenv.WaitUntil(ctx, deadTimeout, benchPoll, func() bool {
+		var st unix.Statfs_t
+		return errors.Is(unix.Statfs(r.target, &st), syscall.ENOTCONN)
+	})
+}
+
+// readsBack reports whether path holds content.
+func readsBack(path, content string) bool {
+	b, err := os.ReadFile(path)
+	return err == nil && string(b) == content
+}
+
+func (r *s3Rig) seed(ctx context.Context, spec corev1.PodSpec) (*corev1.Pod, error) {
+	n := r.names
+	sc, fs := n.sc, corev1.PersistentVolumeFilesystem
+	keys := r.cfg.S3.SecretKeys
+	objs := []func() error{
+		func() error {
+			_, err := r.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n.ns}}, metav1.CreateOptions{})
+			return err
+		},
+		func() error {
+			_, err := r.cs.CoreV1().Secrets(n.ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "s3-creds", Namespace: n.ns},
+				Data: map[string][]byte{keys.AccessKeyID: []byte(s3AK), keys.SecretAccessKey: []byte(s3SK), keys.Endpoint: []byte(r.endpoint)}}, metav1.CreateOptions{})
+			return err
+		},
+		func() error {
+			_, err := r.cs.StorageV1().StorageClasses().Create(ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: n.sc}, Provisioner: r.driver,
+				Parameters: map[string]string{"mounter": "s3fs",
+					"csi.storage.k8s.io/node-publish-secret-name": "s3-creds", "csi.storage.k8s.io/node-publish-secret-namespace": n.ns}}, metav1.CreateOptions{})
+			return err
+		},
+		func() error {
+			_, err := r.cs.CoreV1().PersistentVolumes().Create(ctx, &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: n.pv},
+				Spec: corev1.PersistentVolumeSpec{
+					Capacity:    corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+					AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}, StorageClassName: n.sc, VolumeMode: &fs,
+					ClaimRef: &corev1.ObjectReference{Namespace: n.ns, Name: n.pv},
+					PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
+						Driver: r.driver, VolumeHandle: s3Bucket + "/" + n.pv,
+						VolumeAttributes:     map[string]string{"mounter": "s3fs", "capacity": "1073741824"},
+						NodePublishSecretRef: &corev1.SecretReference{Name: "s3-creds", Namespace: n.ns}}},
+				}}, metav1.CreateOptions{})
+			return err
+		},
+		func() error {
+			_, err := r.cs.CoreV1().PersistentVolumeClaims(n.ns).Create(ctx, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: n.pv, Namespace: n.ns},
+				Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}, StorageClassName: &sc, VolumeName: n.pv,
+					Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}, metav1.CreateOptions{})
+			return err
+		},
+	}
+	for _, f := range objs {
+		if err := f(); err != nil {
+			return nil, fmt.Errorf("seed S3 objects: %w", err)
+		}
+	}
+	spec.NodeName = n.node
+	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: n.pv}}})
+	p, err := r.cs.CoreV1().Pods(n.ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: n.ns}, Spec: spec}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, err
+	}
+	p.Status.Phase = corev1.PodRunning
+	for _, c := range spec.Containers {
+		p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{Name: c.Name,
+			ContainerID: "containerd://" + containerID(c.Name), Ready: true,
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}})
+	}
+	return r.cs.CoreV1().Pods(n.ns).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+}
+
+// containerID is the runtime's ID of a container of the bench's pods.
+func containerID(name string) string { return name + "-0123456789abcdef" }
+
+// publish does what kubelet and the CSI driver do: vol_data.json, then s3fs at the target (in a
+// process group of its own, as a driver's child).
+func (r *s3Rig) publish(ctx context.Context) error {
+	if err := os.MkdirAll(r.target, 0o750); err != nil {
+		return err
+	}
+	vd, _ := json.Marshal(map[string]string{"specVolID": r.names.pv, "volumeHandle": s3Bucket + "/" + r.names.pv,
+		"driverName": r.driver, "nodeName": r.names.node, "attachmentID": "", "volumeLifecycleMode": "Persistent"})
+	if err := os.WriteFile(filepath.Join(filepath.Dir(r.target), s3mount.VolDataFile), vd, 0o644); err != nil {
+		return err
+	}
+	mctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	m, err := testenv.StartS3fs(mctx, r.srv.S3Config, testenv.S3fsSpec{Source: s3Bucket + ":/" + r.names.pv, MountPoint: r.target,
+		PasswdFile: filepath.Join(r.dir, "driver.passwd"), Options: []string{"allow_other"}, OwnGroup: true})
+	if err != nil {
+		return fmt.Errorf("driver s3fs: %w", err)
+	}
+	r.driverMount = m
+	return nil
+}

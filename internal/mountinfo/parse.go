@@ -1,0 +1,103 @@
+package mountinfo
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// ErrMalformed is wrapped by every mountinfo parse error.
+var ErrMalformed = errors.New("malformed mountinfo line")
+
+// Mount is one line of /proc/<pid>/mountinfo (proc(5)), escapes undone.
+type Mount struct {
+	ID       int
+	ParentID int
+	// Dev is "major:minor"; every bind of one filesystem (one FUSE connection) shares it.
+	Dev string
+	// Root is the directory of the filesystem this mount shows (a subPath bind shows "/sub").
+	Root       string
+	MountPoint string
+	// Options are the per-mount options (ro/rw, nosuid, nodev, noexec, ...).
+	Options []string
+	// Optional are the propagation tags (shared:N, master:N, propagate_from:N, unbindable).
+	Optional []string
+	FSType   string
+	Source   string
+}
+
+// HasOption reports whether the per-mount option o is set.
+func (m Mount) HasOption(o string) bool {
+	for _, x := range m.Options {
+		if x == o {
+			return true
+		}
+	}
+	return false
+}
+
+// ReadOnly reports whether the mount itself is read-only.
+func (m Mount) ReadOnly() bool { return m.HasOption("ro") }
+
+// Place is the mount's place in the tree, for Stack.
+func (m Mount) Place() Place { return Place{ID: m.ID, ParentID: m.ParentID, MountPoint: m.MountPoint} }
+
+// Parse parses the whole content of a mountinfo file; blank lines are skipped.
+func Parse(content string) ([]Mount, error) {
+	var out []Mount
+	for n, line := range strings.Split(content, "\n") {
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		m, err := ParseLine(line)
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %w", n+1, err)
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// ParseLine parses one mountinfo line.
+func ParseLine(line string) (Mount, error) {
+	f := strings.Fields(line)
+	// 6 fixed fields, optional fields, "-", fstype, source, super options.
+	sep := -1
+	for i := 6; i < len(f); i++ {
+		if f[i] == "-" {
+			sep = i
+			break
+		}
+	}
+	if len(f) < 6 || sep < 0 || len(f) < sep+3 {
+		return Mount{}, fmt.Errorf("%w: %q", ErrMalformed, line)
+	}
+	id, err1 := strconv.Atoi(f[0])
+	parent, err2 := strconv.Atoi(f[1])
+	if err1 != nil || err2 != nil || !ValidDev(f[2]) {
+		return Mount{}, fmt.Errorf("%w: %q", ErrMalformed, line)
+	}
+	return Mount{
+		ID:         id,
+		ParentID:   parent,
+		Dev:        f[2],
+		Root:       Unescape(f[3]),
+		MountPoint: Unescape(f[4]),
+		Options:    strings.Split(f[5], ","),
+		Optional:   append([]string(nil), f[6:sep]...),
+		FSType:     f[sep+1],
+		Source:     Unescape(f[sep+2]),
+	}, nil
+}
+
+// ValidDev accepts "major:minor" with decimal numbers.
+func ValidDev(s string) bool {
+	maj, minor, ok := strings.Cut(s, ":")
+	if !ok {
+		return false
+	}
+	_, err1 := strconv.ParseUint(maj, 10, 32)
+	_, err2 := strconv.ParseUint(minor, 10, 32)
+	return err1 == nil && err2 == nil
+}

@@ -116,6 +116,12 @@ func TestNodeReplayThroughDriver(t *testing.T) {
 	defer cancel()
 	must(t, unpublish(ctx, s3mount.PluginSocket(e.kubelet, driver), target))
 	waitFor(t, 10*time.Second, "target holds no mount after kubelet's unpublish", func() bool { return len(stackAt(target)) == 0 })
+	// Kubelet's teardown already ran (it took the top mount) and left its directory because of
+	// the dead mount below: the agent finishes it, so kubelet can remove the pod's directory.
+	waitFor(t, 10*time.Second, "kubelet's volume directory removed", func() bool {
+		_, err := os.Stat(filepath.Dir(target))
+		return errors.Is(err, os.ErrNotExist)
+	})
 }
 
 // unpublish calls NodeUnpublishVolume as kubelet does.

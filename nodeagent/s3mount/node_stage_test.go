@@ -28,7 +28,8 @@ import (
 // replays NodeStageVolume at a fresh directory and moves the result over kubelet's dead
 // globalmount (no mkdir on it), replays NodePublishVolume, and starts no s3fs of its own; the
 // globalmount and the target stay at the dead mount plus one live one (F2/F5).
-func TestNodeReplayStagingDriverFoundThroughRegistration(t *testing.T) {
+// (A short name: kubelet paths under t.TempDir() must fit a unix socket path, 108 bytes.)
+func TestNodeStagingReplay(t *testing.T) {
 	e := newNodeEnv(t)
 	endpoint := filepath.Join(e.dir, "elsewhere", "csi.sock")
 	plugin, err := csitest.Start(csitest.Options{Socket: endpoint, StateDir: filepath.Join(e.dir, "plugin"), Stage: true,

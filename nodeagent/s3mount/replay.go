@@ -158,6 +158,13 @@ func (r *Restorer) republish(ctx context.Context, node CSINode, pv *corev1.Persi
 	if err != nil {
 		return err
 	}
+	if stagingPath != "" && table.IsMountPoint(t.path) && r.os.Statfs.Statfs(ctx, t.path, r.cfg.S3.StatfsTimeout.Duration) == nil {
+		// The staging mount just replayed reached the target by itself: kubelet's directory is
+		// a shared mount and the driver's publish was a bind of the staging path, so the new
+		// staging mount propagated onto the target. That is the driver's own mount back.
+		r.revivedByStaging(ctx, pv, t, table)
+		return nil
+	}
 	if err := r.freshDir(fresh, table); err != nil {
 		return err
 	}
@@ -183,6 +190,19 @@ func (r *Restorer) republish(ctx context.Context, node CSINode, pv *corev1.Persi
 	}
 	r.restored(ctx, t, MethodReplay, EventMountReplayed, ro, dead, "driver "+pv.Spec.CSI.Driver+" replayed, its own mount moved over the dead one")
 	return nil
+}
+
+// revivedByStaging records a target that the replayed staging mount revived through mount
+// propagation: the mount on top is recorded as handed back (bounded stacks), the ones below are
+// the dead mounts running containers may still hold.
+func (r *Restorer) revivedByStaging(ctx context.Context, pv *corev1.PersistentVolume, t target, table MountTable) {
+	stack := table.Stack(t.path)
+	top := stack[len(stack)-1]
+	if err := r.recordHanded(t.path, top.Dev); err != nil {
+		logr.FromContextOrDiscard(ctx).Error(err, "recording the replayed mount", "path", t.path)
+	}
+	r.restored(ctx, t, MethodReplay, EventMountReplayed, t.readOnly || top.ReadOnly(), stack[:len(stack)-1],
+		"driver "+pv.Spec.CSI.Driver+" staged again; its mount reached the target through kubelet's shared staging path")
 }
 
 // freshDir makes dir an empty directory with nothing mounted (it is ours: left-overs go).

@@ -255,14 +255,18 @@ func TestNodeBridgeSurvivesAgentContainer(t *testing.T) {
 	waitFor(t, 15*time.Second, "target emptied and bridge gone", func() bool {
 		return len(stackAt(target)) == 0 && !alive(s3fsPid)
 	})
-	if _, err := os.Stat(filepath.Join(e.state, "s3", "bridges", "pv-s.json")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("bridge record left: %v", err)
-	}
-	for _, dir := range s3mount.CgroupDirs(mountTable(), "/", rec.Cgroup) {
-		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("bridge cgroup %s left: %v", dir, err)
+	// Record and cgroup go once the process has exited and been reaped (by the shim).
+	waitFor(t, 5*time.Second, "bridge record and cgroup removed", func() bool {
+		if _, err := os.Stat(filepath.Join(e.state, "s3", "bridges", "pv-s.json")); !errors.Is(err, os.ErrNotExist) {
+			return false
 		}
-	}
+		for _, dir := range s3mount.CgroupDirs(mountTable(), "/", rec.Cgroup) {
+			if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+				return false
+			}
+		}
+		return true
+	})
 	if n := len(stackAt(filepath.Join(e.state, "s3", "staging", "pv-s"))); n != 0 {
 		t.Errorf("staging mounts left: %d", n)
 	}

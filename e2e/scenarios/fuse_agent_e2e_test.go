@@ -72,10 +72,10 @@ func agentRestarts(t *testing.T, e *env, check func(*testing.T) any, rs ...reade
 		close(done)
 		r := <-res
 		if len(r.failures) > 0 {
-			t.Errorf("%s: %d of %d read rounds failed while the agent restarted:\n  %s", what, len(r.failures), r.rounds, strings.Join(r.failures, "\n  "))
+			t.Errorf("%s: %d failed reads in %d rounds over %d containers while the agent restarted:\n  %s", what, len(r.failures), r.rounds, len(rs), strings.Join(r.failures, "\n  "))
 		}
 		state := check(t)
-		t.Logf("RESULT %s: new agent pod %s ready after %s; %d read rounds over %d containers, %d failed; now %v",
+		t.Logf("RESULT %s: new agent pod %s ready after %s; %d read rounds over %d containers, %d failed reads; now %v",
 			what, next, up, r.rounds, len(rs), len(r.failures), state)
 	}
 

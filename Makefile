@@ -74,10 +74,14 @@ DEMO_KUBECONFIG   ?= $(CURDIR)/e2e/.work/suite/admin.kubeconfig
 .PHONY: demo
 demo: kube-binaries-all e2e-deps versitygw ## Narrated end-to-end run on a real node; leaves the cluster up (root).
 	@[ "$$(id -u)" = 0 ] || { echo "make demo needs root" >&2; exit 1; }
-	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/kubectl-pvrescue ./cmd/kubectl-pvrescue
 	cd e2e && PVRESCUE_DEMO=1 $(GO) test -count=1 -tags e2e -timeout 40m -v -run '^TestPVRescue$$' ./scenarios/
-	@printf '\n=== What an operator sees: kubectl pvrescue status (bin/kubectl-pvrescue, the plugin built above)\n\n$$ kubectl pvrescue status -o wide\n'
-	$(BIN)/kubectl-pvrescue --kubeconfig $(DEMO_KUBECONFIG) status -o wide
+	@$(MAKE) -s demo-status
+
+.PHONY: demo-status
+demo-status: ## Print `kubectl pvrescue status -o wide` for the demo cluster (the plugin built into bin/).
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/kubectl-pvrescue ./cmd/kubectl-pvrescue
+	@printf '\n=== What an operator sees (bin/kubectl-pvrescue, KUBECONFIG=%s)\n\n$$ kubectl pvrescue status -o wide\n' $(DEMO_KUBECONFIG)
+	@$(BIN)/kubectl-pvrescue --kubeconfig $(DEMO_KUBECONFIG) status -o wide
 
 .PHONY: demo-down
 demo-down: ## Remove every process, mount, loop device and file make demo (or a crashed e2e run) left.

@@ -80,11 +80,19 @@ func CleanHost(bridge string, dirs ...string) error {
 }
 
 // DiskLinkPrefix starts the name of every /dev/disk/by-id link of the suite's disks (and of the
-// agent's fakes standing in for them); teardown removes them all.
+// agent's fakes standing in for them) and of the admin links the provisioner-layout scenario makes
+// in discovery directories; teardown removes them all.
 const DiskLinkPrefix = "pvrescue-e2e-"
+
+// discoveryDirs are the local-static-provisioner discovery directories the scenarios link disks into.
+var discoveryDirs = []string{"/mnt/fast-disks", "/mnt/disks"}
 
 func removeDiskLinks() error {
 	links, _ := filepath.Glob("/dev/disk/by-id/" + DiskLinkPrefix + "*")
+	for _, dir := range discoveryDirs {
+		admin, _ := filepath.Glob(filepath.Join(dir, DiskLinkPrefix+"*"))
+		links = append(links, admin...)
+	}
 	var errs []error
 	for _, l := range links {
 		if err := os.Remove(l); err != nil && !errors.Is(err, os.ErrNotExist) {

@@ -24,6 +24,7 @@ import (
 	"github.com/pvrescue/pvrescue/e2e/framework"
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/internal/contract"
+	"github.com/pvrescue/pvrescue/nodeagent/localdisk"
 )
 
 // The lost-disk scenario with the layout of sig-storage-local-static-provisioner, for non-root
@@ -262,6 +263,23 @@ func lostLocalDiskProvisionerLayout(t *testing.T, e *env) {
 	})
 	nrBack := time.Since(t1)
 	checkAdminLinks("after the disks returned")
+	// The old pods went by the agent's eviction: a Pending pod is deleted by nobody else.
+	for _, p := range []*corev1.Pod{reqStuck, nrFake} {
+		waitFor(t, 30*time.Second, "the agent's eviction Event on "+p.Name+" "+string(p.UID), func() (bool, string) {
+			evs, err := cs.CoreV1().Events(provNS).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(p.UID)})
+			if err != nil {
+				return false, err.Error()
+			}
+			var seen []string
+			for _, ev := range evs.Items {
+				if ev.Reason == localdisk.ReasonEvicted {
+					return true, ""
+				}
+				seen = append(seen, ev.Reason)
+			}
+			return false, "events: " + strings.Join(seen, ", ")
+		})
+	}
 	if rep := guardReportIn(t, e, provNS, "req-0"); len(rep.Devices) != 1 || fakes(rep) != nil {
 		t.Errorf("the require pod should be on its real disk, guard reported %+v", rep.Devices)
 	}
@@ -349,6 +367,12 @@ func checkNonRootView(t *testing.T, e *env, pod *corev1.Pod) {
 	out, ok := write("/dev/data2")
 	if ok {
 		t.Errorf("a write to the fake /dev/data2 must fail, it succeeded: %s", out)
+	}
+	// The app can see for itself, without opening the node, that the fake is a read-only disk of
+	// one sector (sysfs is readable by any user).
+	sysfs := `set -- $(stat -c "%t %T" /dev/data2); d=/sys/dev/block/$(printf %d:%d 0x$1 0x$2); echo $(cat $d/ro) $(cat $d/size)`
+	if got, err := execIn(e, provNS, pod.Name, "app", "sh", "-c", sysfs); err != nil || strings.TrimSpace(got) != "1 1" {
+		t.Errorf("from the app, /dev/data2's sysfs should say read-only and 1 sector (\"1 1\"), got %q (%v)", got, err)
 	}
 	t.Logf("non-root app on the fake: report %+v; view %s/%s = %q; /dev = %q; write to the fake: %s",
 		rep.Devices, mp, contract.FilteredDevDir, strings.Join(strings.Fields(view), " "), strings.Join(strings.Fields(devs), " "), out)

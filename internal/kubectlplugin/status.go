@@ -70,28 +70,19 @@ var (
 	s3VolumeRe    = regexp.MustCompile(`S3 volume ([^\s:,()]+)`)
 )
 
-// The agent's Event reasons for a restored mount, one per method (s3mount.EventMountReplayed,
-// EventMountBridged, EventBridgeRetired, on branch r2-s3 at the time of writing: once both are in
-// main these can name the agent's constants).
-const (
-	reasonMountReplayed = "MountReplayed"
-	reasonMountBridged  = "MountBridged"
-	reasonBridgeRetired = "BridgeRetired"
-)
-
 // mountRowKind says which status row an agent Event on a pod makes ("" for none). The restore
 // method comes from the Event's reason; agents from before those reasons existed said only
 // MountRestored, and named the method in the message ("replayed …" or a bridge), which is read
 // only for them.
 func mountRowKind(ev *corev1.Event) string {
 	switch ev.Reason {
-	case reasonMountReplayed, reasonBridgeRetired: // the driver's own mount is back at the target
+	case s3mount.EventMountReplayed, s3mount.EventBridgeRetired: // the driver's own mount is back at the target
 		return RowMountReplay
-	case reasonMountBridged:
+	case s3mount.EventMountBridged:
 		return RowMountBridged
 	case s3mount.EventMountRestoreFailed:
 		return RowMountFailed
-	case s3mount.EventMountRestored: // older agents
+	case s3mount.EventMountRestored: //nolint:staticcheck // the reason older agents sent
 		if strings.Contains(strings.ToLower(ev.Message), "replay") {
 			return RowMountReplay
 		}

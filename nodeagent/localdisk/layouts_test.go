@@ -2,6 +2,7 @@ package localdisk
 
 import (
 	"errors"
+	"path/filepath"
 	"testing"
 )
 
@@ -61,6 +62,24 @@ func TestDanglingChainOutsideLinkRootsReportedOnly(t *testing.T) {
 	st := one(t, newTestReconciler(t, h).Sync(ctxFor(t), []Volume{{PV: "pv1", Path: "/dev/sdb", MayFake: true}}, true))
 	if st.State != StateMissing || !errors.Is(st.Err, ErrKernelName) || len(h.Calls) != 0 {
 		t.Fatalf("/dev/sdb: status %+v calls %v", st, h.Calls)
+	}
+}
+
+// A discovery directory the agent cannot see (not mounted into its container) makes the admin's
+// link itself the first missing component: reported with the reason, nothing made.
+func TestDiscoveryDirNotVisibleSaysSo(t *testing.T) {
+	for name, tc := range map[string]struct {
+		dirVisible bool
+		want       bool
+	}{"directory missing in the agent's view": {false, true}, "directory there, entry gone": {true, false}} {
+		t.Run(name, func(t *testing.T) {
+			h := NewFakeOS(testState, "/dev")
+			h.Dirs[filepath.Dir(discLink)] = tc.dirVisible
+			st := one(t, newTestReconciler(t, h).Sync(ctxFor(t), []Volume{{PV: "pv1", Path: discLink, MayFake: true}}, true))
+			if st.State != StateMissing || !errors.Is(st.Err, ErrNotUnderLinkRoot) || errors.Is(st.Err, ErrDirNotVisible) != tc.want || len(h.Calls) != 0 {
+				t.Fatalf("status %+v (not visible: %v, want %v) calls %v", st, errors.Is(st.Err, ErrDirNotVisible), tc.want, h.Calls)
+			}
+		})
 	}
 }
 

@@ -27,6 +27,10 @@ var (
 	// ErrNotUnderLinkRoot: the first missing component of the path's link chain is outside the
 	// link roots (an admin's link in a discovery directory is never changed).
 	ErrNotUnderLinkRoot = errors.New("first missing link is outside the link roots")
+	// ErrDirNotVisible: the first missing component's directory does not exist where the agent
+	// looks — typically a path root (a discovery directory) not mounted into the agent's
+	// container. Wrapped together with ErrNotUnderLinkRoot.
+	ErrDirNotVisible = errors.New("its directory is not visible to the agent: mount the path root into the agent's container")
 	// ErrLinkLoop: the path's link chain is too long or loops.
 	ErrLinkLoop = errors.New("too many levels of symbolic links")
 )
@@ -457,6 +461,9 @@ func (r *Reconciler) fakeable(m string) error {
 	case IsKernelName(r.opts.DevDir, m):
 		return fmt.Errorf("%s: %w", m, ErrKernelName)
 	case !InAnyDir(r.opts.LinkRoots, m):
+		if st, err := r.os.Lstat(filepath.Dir(m)); err == nil && st.Kind == PathAbsent {
+			return fmt.Errorf("%s not under %s: %w; %s: %w", m, strings.Join(r.opts.LinkRoots, ", "), ErrNotUnderLinkRoot, filepath.Dir(m), ErrDirNotVisible)
+		}
 		return fmt.Errorf("%s not under %s: %w", m, strings.Join(r.opts.LinkRoots, ", "), ErrNotUnderLinkRoot)
 	}
 	return nil

@@ -229,17 +229,18 @@ func TestAgentRBACIsLeastPrivilege(t *testing.T) {
 		}
 	}
 	want := map[string][]string{
-		"persistentvolumes":             {"get", "patch"},
-		"persistentvolumeclaims":        {"get"},
-		"storage.k8s.io/storageclasses": {"get"},
-		"storage.k8s.io/csidrivers":     {"get"},
-		"pods":                          {"list", "watch"},
-		"pods/eviction":                 {"create"},
-		"secrets":                       {"get"},
-		"nodes":                         {"list", "watch"},
-		"nodes/status":                  {"patch"},
-		"events":                        {"create", "patch"},
-		"events.k8s.io/events":          {"create", "patch"},
+		"persistentvolumes":                {"get", "patch"},
+		"persistentvolumeclaims":           {"get"},
+		"storage.k8s.io/storageclasses":    {"get"},
+		"storage.k8s.io/csidrivers":        {"get"},
+		"storage.k8s.io/volumeattachments": {"get"},
+		"pods":                             {"list", "watch"},
+		"pods/eviction":                    {"create"},
+		"secrets":                          {"get"},
+		"nodes":                            {"list", "watch"},
+		"nodes/status":                     {"patch"},
+		"events":                           {"create", "patch"},
+		"events.k8s.io/events":             {"create", "patch"},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("agent ClusterRole (-want +got):\n%s", diff)

@@ -45,10 +45,14 @@ type ClusterView interface {
 	PersistentVolumeClaim(ctx context.Context, namespace, name string) (*corev1.PersistentVolumeClaim, error)
 	StorageClass(ctx context.Context, name string) (*storagev1.StorageClass, error)
 	CSIDriver(ctx context.Context, name string) (*storagev1.CSIDriver, error)
+	// VolumeAttachment reads a VolumeAttachment by name (kubelet's name for a volume on a node);
+	// Forget it when it is not attached yet, so the next read is live.
+	VolumeAttachment(ctx context.Context, name string) (*storagev1.VolumeAttachment, error)
 	// Secret is always a live read.
 	Secret(ctx context.Context, namespace, name string) (*corev1.Secret, error)
 	// Forget drops a cached object so the next read is live (after a write, or on a hint that it
-	// changed). kind is "PersistentVolume", "PersistentVolumeClaim", "StorageClass" or "CSIDriver".
+	// changed). kind is "PersistentVolume", "PersistentVolumeClaim", "StorageClass", "CSIDriver"
+	// or "VolumeAttachment".
 	Forget(kind, namespace, name string)
 }
 
@@ -257,6 +261,17 @@ func (v *KubeView) CSIDriver(ctx context.Context, name string) (*storagev1.CSIDr
 		return nil, err
 	}
 	return obj.(*storagev1.CSIDriver), nil
+}
+
+// VolumeAttachment implements ClusterView.
+func (v *KubeView) VolumeAttachment(ctx context.Context, name string) (*storagev1.VolumeAttachment, error) {
+	obj, err := v.get(ctx, "VolumeAttachment", "", name, func(ctx context.Context) (runtime.Object, error) {
+		return v.client.StorageV1().VolumeAttachments().Get(ctx, name, metav1.GetOptions{})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*storagev1.VolumeAttachment), nil
 }
 
 // Secret implements ClusterView: always live, never kept.

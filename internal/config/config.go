@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -98,6 +99,94 @@ type S3 struct {
 	// BridgeAfter is how long a target stays dead, with its driver not answering, before the
 	// agent bridges it with its own s3fs. 0 bridges at once.
 	BridgeAfter metav1.Duration `json:"bridgeAfter"`
+	// Profiles say, per CSI driver, how its mount is laid out, so the bridge reproduces it.
+	// Built in: ru.yandex.s3.csi and ch.ctrox.csi.s3-driver (Default). A profile given here
+	// replaces the driver's built-in one as a whole; drivers without one get GenericS3Profile.
+	Profiles map[string]S3Profile `json:"profiles"`
+}
+
+// S3Profile is one driver's mount layout.
+type S3Profile struct {
+	// FUSEType is the mount type of the driver's mount when it runs s3fs (e.g. "fuse.s3fs"):
+	// only a dead mount of that type is bridged.
+	FUSEType string `json:"fuseType"`
+	// BucketAttribute and PrefixAttribute name the volume attributes holding bucket and prefix
+	// (empty: s3.parameters' names); a volume handle "bucket/prefix" fills what they leave empty.
+	BucketAttribute string `json:"bucketAttribute,omitempty"`
+	PrefixAttribute string `json:"prefixAttribute,omitempty"`
+	// Subdir is appended to the prefix (ctrox's csi-fs), unless the volume attribute named by
+	// UsePrefixAttribute is "true".
+	Subdir             string `json:"subdir,omitempty"`
+	UsePrefixAttribute string `json:"usePrefixAttribute,omitempty"`
+	// MounterAttribute names the volume attribute choosing the FUSE program; DefaultMounter is
+	// the program the driver runs without it ("" unknown: the volume must name one); S3fsMounters
+	// are the values that mean s3fs.
+	MounterAttribute string   `json:"mounterAttribute"`
+	DefaultMounter   string   `json:"defaultMounter,omitempty"`
+	S3fsMounters     []string `json:"s3fsMounters"`
+}
+
+// GenericS3Profile is the layout assumed for a driver without a profile: s3fs only when the
+// volume says "mounter: s3fs", mounted as fuse.s3fs at bucket[:/prefix].
+func GenericS3Profile() S3Profile {
+	return S3Profile{FUSEType: "fuse.s3fs", MounterAttribute: "mounter", S3fsMounters: []string{"s3fs"}}
+}
+
+// Profile returns driver's profile (GenericS3Profile when it has none).
+func (s S3) Profile(driver string) S3Profile {
+	if p, ok := s.Profiles[driver]; ok {
+		return p
+	}
+	return GenericS3Profile()
+}
+
+var (
+	profileAttrRe   = regexp.MustCompile(`^([A-Za-z0-9][-A-Za-z0-9_./]*)?[A-Za-z0-9]$`)
+	profileSubdirRe = regexp.MustCompile(`^[A-Za-z0-9._~@+=-]+(/[A-Za-z0-9._~@+=-]+)*$`)
+	profileFUSERe   = regexp.MustCompile(`^fuse(\.[a-z0-9_-]+)?$`)
+	profileProgRe   = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)
+)
+
+// validate reports what is wrong with one profile, each message prefixed with where.
+func (p S3Profile) validate(where string) []string {
+	var errs []string
+	add := func(format string, args ...any) { errs = append(errs, where+"."+fmt.Sprintf(format, args...)) }
+	if !profileFUSERe.MatchString(p.FUSEType) {
+		add("fuseType: must be fuse or fuse.<name>, got %q", p.FUSEType)
+	}
+	for name, v := range map[string]string{"bucketAttribute": p.BucketAttribute, "prefixAttribute": p.PrefixAttribute,
+		"usePrefixAttribute": p.UsePrefixAttribute} {
+		if v != "" && !profileAttrRe.MatchString(v) {
+			add("%s: %q is not an attribute name", name, v)
+		}
+	}
+	if !profileAttrRe.MatchString(p.MounterAttribute) {
+		add("mounterAttribute: must name an attribute, got %q", p.MounterAttribute)
+	}
+	if p.Subdir != "" {
+		bad := !profileSubdirRe.MatchString(p.Subdir)
+		for _, seg := range strings.Split(p.Subdir, "/") {
+			bad = bad || seg == "." || seg == ".." || strings.HasPrefix(seg, "-")
+		}
+		if bad {
+			add("subdir: %q must be relative segments of letters, digits and ._~@+=- (no . or ..)", p.Subdir)
+		}
+	}
+	if p.UsePrefixAttribute != "" && p.Subdir == "" {
+		add("usePrefixAttribute: only meaningful with subdir")
+	}
+	if p.DefaultMounter != "" && !profileProgRe.MatchString(p.DefaultMounter) {
+		add("defaultMounter: %q is not a program name", p.DefaultMounter)
+	}
+	if len(p.S3fsMounters) == 0 {
+		add("s3fsMounters: must list the values meaning s3fs")
+	}
+	for i, m := range p.S3fsMounters {
+		if !profileProgRe.MatchString(m) {
+			add("s3fsMounters[%d]: %q is not a program name", i, m)
+		}
+	}
+	return errs
 }
 
 // MayReplay reports whether driver is in s3.replayDrivers.
@@ -209,6 +298,15 @@ func Default() *Config {
 			S3fsPath:      "s3fs",
 			ReplayDrivers: []string{"ru.yandex.s3.csi", "ch.ctrox.csi.s3-driver", "csi-s3"},
 			BridgeAfter:   metav1.Duration{Duration: 10 * time.Second},
+			Profiles: map[string]S3Profile{
+				// Runs geesefs unless the volume says "mounter: s3fs".
+				"ru.yandex.s3.csi": {FUSEType: "fuse.s3fs", MounterAttribute: "mounter", DefaultMounter: "geesefs",
+					S3fsMounters: []string{"s3fs"}},
+				// Mounts bucket:/<prefix>/csi-fs unless usePrefix is "true"; its default mounter
+				// is not assumed.
+				"ch.ctrox.csi.s3-driver": {FUSEType: "fuse.s3fs", Subdir: "csi-fs", UsePrefixAttribute: "usePrefix",
+					MounterAttribute: "mounter", S3fsMounters: []string{"s3fs"}},
+			},
 		},
 		Helper: Helper{
 			Image:           "ghcr.io/pvrescue/pvrescue-webhook:latest",
@@ -342,6 +440,20 @@ func (c *Config) Validate() error {
 	}
 	if c.S3.BridgeAfter.Duration < 0 {
 		add("s3.bridgeAfter: must not be negative, got %s", c.S3.BridgeAfter.Duration)
+	}
+	drivers := make([]string, 0, len(c.S3.Profiles))
+	for d := range c.S3.Profiles {
+		drivers = append(drivers, d)
+	}
+	sort.Strings(drivers)
+	for _, d := range drivers {
+		if d == "" {
+			add("s3.profiles: a driver name must not be empty")
+			continue
+		}
+		for _, e := range c.S3.Profiles[d].validate(fmt.Sprintf("s3.profiles[%q]", d)) {
+			add("%s", e)
+		}
 	}
 	if c.S3.S3fsPath == "" {
 		add("s3.s3fsPath: must not be empty")

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -210,5 +211,60 @@ func TestDefaultResourcesNotShared(t *testing.T) {
 	req.Limits[corev1.ResourceCPU] = resource.MustParse("1")
 	if got := Default().Helper.Resources.Limits.Cpu().String(); got != "100m" {
 		t.Errorf("Requirements shares its maps: default cpu limit became %s", got)
+	}
+}
+
+func TestS3Profiles(t *testing.T) {
+	const head = "apiVersion: pvrescue.io/v1alpha1\nkind: Config\ns3:\n  profiles:\n"
+	good := "    example.com/s3:\n      fuseType: fuse.s3fs\n      bucketAttribute: bucketName\n      subdir: data\n      usePrefixAttribute: flat\n      mounterAttribute: fuseProgram\n      s3fsMounters: [s3fs, s3fs-fuse]\n"
+	tests := []struct {
+		name    string
+		profile string
+		wantErr string
+	}{
+		{"a new driver, built-ins kept", good, ""},
+		{"a built-in replaced", "    ru.yandex.s3.csi:\n      fuseType: fuse.s3fs\n      mounterAttribute: mounter\n      s3fsMounters: [s3fs]\n", ""},
+		{"unknown field", "    example.com/s3:\n      fuseType: fuse.s3fs\n      mounterAttribute: m\n      s3fsMounters: [s3fs]\n      extra: 1\n", "extra"},
+		{"fuse type not fuse", "    d:\n      fuseType: ext4\n      mounterAttribute: m\n      s3fsMounters: [s3fs]\n", "fuseType"},
+		{"no mounter attribute", "    d:\n      fuseType: fuse.s3fs\n      s3fsMounters: [s3fs]\n", "mounterAttribute"},
+		{"no s3fs spelling", "    d:\n      fuseType: fuse.s3fs\n      mounterAttribute: m\n", "s3fsMounters"},
+		{"subdir climbs", "    d:\n      fuseType: fuse.s3fs\n      mounterAttribute: m\n      s3fsMounters: [s3fs]\n      subdir: ../up\n", "subdir"},
+		{"subdir with a comma", "    d:\n      fuseType: fuse.s3fs\n      mounterAttribute: m\n      s3fsMounters: [s3fs]\n      subdir: a,use_cache=/\n", "subdir"},
+		{"usePrefix without subdir", "    d:\n      fuseType: fuse.s3fs\n      mounterAttribute: m\n      s3fsMounters: [s3fs]\n      usePrefixAttribute: p\n", "usePrefixAttribute"},
+		{"mounter value with a flag", "    d:\n      fuseType: fuse.s3fs\n      mounterAttribute: m\n      s3fsMounters: [\"-o x\"]\n", "s3fsMounters[0]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Parse([]byte(head + tt.profile))
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want one naming %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range []string{"ru.yandex.s3.csi", "ch.ctrox.csi.s3-driver"} {
+				if _, ok := c.S3.Profiles[d]; !ok {
+					t.Errorf("built-in profile %s lost", d)
+				}
+			}
+		})
+	}
+	c, err := Parse([]byte(head + good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := S3Profile{FUSEType: "fuse.s3fs", BucketAttribute: "bucketName", Subdir: "data", UsePrefixAttribute: "flat",
+		MounterAttribute: "fuseProgram", S3fsMounters: []string{"s3fs", "s3fs-fuse"}}
+	if got := c.S3.Profile("example.com/s3"); !reflect.DeepEqual(got, want) {
+		t.Errorf("profile %+v, want %+v", got, want)
+	}
+	if got := c.S3.Profile("csi-s3"); !reflect.DeepEqual(got, GenericS3Profile()) {
+		t.Errorf("driver without a profile: %+v, want the generic one", got)
+	}
+	if got := Default().S3.Profile("ch.ctrox.csi.s3-driver"); got.Subdir != "csi-fs" || got.UsePrefixAttribute != "usePrefix" {
+		t.Errorf("built-in ctrox profile %+v", got)
 	}
 }

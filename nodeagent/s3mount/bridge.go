@@ -119,7 +119,16 @@ func (r *Restorer) forgetRecord(ctx context.Context, pvName string, id *ProcID, 
 		}
 	}
 	if cgroup != "" {
-		if err := r.os.Cgroups.Remove(cgroup); err != nil {
+		// The process has exited; until its parent (the shim, init) reaps it the kernel may
+		// still count it in the group: retry a little.
+		var err error
+		for range 10 {
+			if err = r.os.Cgroups.Remove(cgroup); err == nil {
+				break
+			}
+			r.clk.Sleep(100 * time.Millisecond)
+		}
+		if err != nil {
 			log.Error(err, "removing the bridge's cgroup", "cgroup", cgroup)
 		}
 	}
@@ -329,7 +338,7 @@ func (r *Restorer) resolve(ctx context.Context, pvName string) (Volume, Credenti
 	if err != nil {
 		return Volume{}, Credentials{}, fmt.Errorf("get PV %s: %w", pvName, err)
 	}
-	vol, err := ResolveVolume(pv, r.cfg.S3.Parameters)
+	vol, err := ResolveVolume(pv, r.cfg.S3.Parameters, r.cfg.S3.Profile(pv.Spec.CSI.Driver))
 	if err != nil {
 		return Volume{}, Credentials{}, err
 	}

@@ -18,20 +18,29 @@ import (
 // ErrNoCgroups is returned when no cgroup hierarchy is found.
 var ErrNoCgroups = errors.New("no cgroup hierarchy found")
 
-// HostCgroups places processes into the node's cgroup hierarchies as the process at ProcDir sees
-// them: /proc/1 is the node's init when the agent shares the host's PID namespace (hostPID), so
-// its mountinfo lists the host's hierarchies and <ProcDir>/root reaches them, whatever the agent
-// container itself has mounted. Writes are made from a thread in that process's cgroup
-// namespace: cgroup v2 refuses to move a process to a cgroup outside the writer's namespace.
-type HostCgroups struct{ ProcDir string }
+// HostCgroups places processes into the node's cgroup hierarchies. It takes them as the process
+// at ProcDir sees them: /proc/1 is the node's init when the agent shares the host's PID namespace
+// (hostPID), so its mountinfo lists the host's hierarchies and <ProcDir>/root reaches them,
+// whatever the agent container has mounted. When that is not reachable (no CAP_SYS_PTRACE over
+// init, or no hostPID), its own mounts, when they show whole hierarchies. Else — a container on
+// cgroup v1 sees only its own cgroup's directory at /sys/fs/cgroup/<controller> — it mounts each
+// hierarchy afresh under MountDir (a directory private to the agent's mount namespace: on v1,
+// without a cgroup namespace, a new mount shows the whole hierarchy). Writes are made from a
+// thread in ProcDir's cgroup namespace when it can join it: cgroup v2 refuses to move a process
+// to a cgroup outside the writer's namespace.
+type HostCgroups struct {
+	ProcDir  string
+	MountDir string
+}
 
-// NewHostCgroups returns HostCgroups for /proc/1.
-func NewHostCgroups() HostCgroups { return HostCgroups{ProcDir: "/proc/1"} }
+// NewHostCgroups returns HostCgroups for /proc/1, mounting under /tmp/pvrescue-cgroup if it must
+// (the agent's /tmp is an emptyDir, private to its container).
+func NewHostCgroups() HostCgroups {
+	return HostCgroups{ProcDir: "/proc/1", MountDir: "/tmp/pvrescue-cgroup"}
+}
 
-// view returns the process directory whose view of the hierarchies is used, and the
-// hierarchies' roots as reachable from here: ProcDir's when its root is reachable (hostPID,
-// CAP_SYS_PTRACE), else our own (/proc/self) — on cgroup v1 without a cgroup namespace, a
-// privileged container's own mounts are the node's hierarchies too.
+// view returns the process directory whose cgroup namespace is used, and the hierarchies' roots
+// as reachable from here.
 func (c HostCgroups) view() (string, []string, error) {
 	var errs []error
 	for _, dir := range []string{c.ProcDir, "/proc/self"} {
@@ -41,24 +50,73 @@ func (c HostCgroups) view() (string, []string, error) {
 		}
 		errs = append(errs, err)
 	}
+	if c.MountDir != "" {
+		roots, err := c.mountHierarchies()
+		if err == nil {
+			return "/proc/self", roots, nil
+		}
+		errs = append(errs, err)
+	}
 	return "", nil, errors.Join(errs...)
 }
 
+// cgroupRoots returns the roots of every hierarchy procDir's mountinfo shows, when each is shown
+// whole (root "/") and reachable through <procDir>/root.
 func cgroupRoots(procDir string) ([]string, error) {
 	data, err := os.ReadFile(filepath.Join(procDir, "mountinfo"))
 	if err != nil {
 		return nil, fmt.Errorf("read cgroup mounts: %w", err)
 	}
+	mounts := ParseCgroupMounts(string(data))
+	if len(mounts) == 0 {
+		return nil, fmt.Errorf("%w in %s", ErrNoCgroups, procDir)
+	}
+	var roots []string
+	for _, m := range mounts {
+		if m.Root != "/" {
+			return nil, fmt.Errorf("%s shows only %s of the %s hierarchy at %s", procDir, m.Root, strings.Join(m.Options, ","), m.MountPoint)
+		}
+		roots = append(roots, filepath.Join(procDir, "root", m.MountPoint))
+	}
+	if _, err := os.Stat(roots[0]); err != nil {
+		return nil, fmt.Errorf("cgroup hierarchy %s: %w", roots[0], err)
+	}
+	return roots, nil
+}
+
+// mountHierarchies mounts every hierarchy our mountinfo shows afresh under MountDir (once; later
+// calls reuse the mounts) and returns their roots.
+func (c HostCgroups) mountHierarchies() ([]string, error) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, fmt.Errorf("read cgroup mounts: %w", err)
+	}
+	mounts := ParseCgroupMounts(string(data))
+	if len(mounts) == 0 {
+		return nil, ErrNoCgroups
+	}
 	table, err := ParseMountInfo(string(data))
 	if err != nil {
 		return nil, err
 	}
-	roots := CgroupDirs(table, filepath.Join(procDir, "root"), "")
-	if len(roots) == 0 {
-		return nil, fmt.Errorf("%w in %s", ErrNoCgroups, procDir)
-	}
-	if _, err := os.Stat(roots[0]); err != nil {
-		return nil, fmt.Errorf("cgroup hierarchy %s: %w", roots[0], err)
+	var roots []string
+	for _, m := range mounts {
+		name := m.FSType
+		if len(m.Options) > 0 {
+			name = strings.NewReplacer("=", "_", ",", "_").Replace(strings.Join(m.Options, ","))
+		}
+		dir := filepath.Join(c.MountDir, name)
+		if top, ok := table.Top(dir); ok && top.Root == "/" && (top.FSType == "cgroup" || top.FSType == "cgroup2") {
+			roots = append(roots, dir)
+			continue
+		}
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, err
+		}
+		if err := unix.Mount(m.FSType, dir, m.FSType, unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, strings.Join(m.Options, ",")); err != nil {
+			return nil, fmt.Errorf("mount the %s hierarchy (%s) at %s: %w", m.FSType, strings.Join(m.Options, ","), dir, err)
+		}
+		roots = append(roots, dir)
 	}
 	return roots, nil
 }

@@ -123,3 +123,54 @@ func CgroupDirs(table MountTable, root, group string) []string {
 	}
 	return out
 }
+
+// CgroupMount is one cgroup hierarchy mounted in a mount namespace.
+type CgroupMount struct {
+	// Root is the hierarchy path shown at MountPoint ("/" for the whole hierarchy; a container
+	// on cgroup v1 sees its own cgroup's directory bound there).
+	Root, MountPoint, FSType string
+	// Options are the mount's super options without rw/ro: for v1 the controllers and a
+	// name=..., what a new mount of the same hierarchy needs.
+	Options []string
+}
+
+// ParseCgroupMounts returns the cgroup and cgroup2 mounts of a mountinfo content, one per
+// hierarchy: the first mount point seen of each, with the mount on top there (a later mount at
+// the same point covers the earlier one).
+func ParseCgroupMounts(content string) []CgroupMount {
+	var out []CgroupMount
+	seen := map[string]bool{}
+	at := map[string]int{} // mount point → index in out
+	for _, line := range strings.Split(content, "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		if !ok {
+			continue
+		}
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if len(f) < 5 || len(g) < 3 || (g[0] != "cgroup" && g[0] != "cgroup2") {
+			continue
+		}
+		var opts []string
+		for _, o := range strings.Split(g[2], ",") {
+			if o != "rw" && o != "ro" && o != "" {
+				opts = append(opts, o)
+			}
+		}
+		key := g[0] + " " + strings.Join(opts, ",")
+		if g[0] == "cgroup2" {
+			key, opts = "cgroup2", nil // its super options (nsdelegate, ...) are not needed to mount it
+		}
+		m := CgroupMount{Root: f[3], MountPoint: f[4], FSType: g[0], Options: opts}
+		if i, ok := at[m.MountPoint]; ok {
+			out[i] = m
+			continue
+		}
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		at[m.MountPoint] = len(out)
+		out = append(out, m)
+	}
+	return out
+}

@@ -166,3 +166,32 @@ func TestBridgeRecordsOfDeadBridgesDropped(t *testing.T) {
 		t.Error("dead staging mount kept")
 	}
 }
+
+// A cgroup v1 container's view (its own cgroup bound at each hierarchy) and the host's.
+func TestParseCgroupMounts(t *testing.T) {
+	const ctr = `454 453 0:56 / /sys/fs/cgroup rw,nosuid - tmpfs tmpfs rw,mode=755
+478 454 0:29 /kubepods/pod1/c1 /sys/fs/cgroup/cpu rw,nosuid shared:16 - cgroup cgroup rw,cpu
+481 454 0:32 /kubepods/pod1/c1 /sys/fs/cgroup/memory rw,nosuid shared:19 - cgroup cgroup rw,memory
+486 454 0:37 /kubepods/pod1/c1 /sys/fs/cgroup/systemd rw,nosuid shared:26 - cgroup cgroup rw,name=systemd
+487 454 0:38 / /sys/fs/cgroup/unified rw,nosuid - cgroup2 cgroup2 rw,nsdelegate
+488 454 0:29 /kubepods/pod1/c1 /mnt/cpu-again rw - cgroup cgroup rw,cpu
+489 487 0:38 /kubepods/pod1/c1 /sys/fs/cgroup/unified rw,nosuid - cgroup2 cgroup2 rw
+`
+	got := ParseCgroupMounts(ctr)
+	want := []CgroupMount{
+		{Root: "/kubepods/pod1/c1", MountPoint: "/sys/fs/cgroup/cpu", FSType: "cgroup", Options: []string{"cpu"}},
+		{Root: "/kubepods/pod1/c1", MountPoint: "/sys/fs/cgroup/memory", FSType: "cgroup", Options: []string{"memory"}},
+		{Root: "/kubepods/pod1/c1", MountPoint: "/sys/fs/cgroup/systemd", FSType: "cgroup", Options: []string{"name=systemd"}},
+		// covered by a bind of the container's group: the top one counts
+		{Root: "/kubepods/pod1/c1", MountPoint: "/sys/fs/cgroup/unified", FSType: "cgroup2"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %+v\nwant %+v", got, want)
+	}
+	for i := range want {
+		if got[i].Root != want[i].Root || got[i].MountPoint != want[i].MountPoint || got[i].FSType != want[i].FSType ||
+			!slices.Equal(got[i].Options, want[i].Options) {
+			t.Errorf("[%d] got %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}

@@ -20,9 +20,11 @@
 //     driver's own — any FUSE program, the right directory, its options — and it lives with the
 //     driver, not with our agent.
 //  2. Bridge with our own s3fs only while the driver stays down: after the target has been dead
-//     for s3.bridgeAfter, only for a dead fuse.s3fs mount, and only when the driver's layout is
-//     known (bridgeProfiles: ru.yandex.s3.csi without "mounter: s3fs" runs geesefs;
-//     ch.ctrox.csi.s3-driver mounts bucket:/<prefix>/csi-fs unless usePrefix). Anything else is
+//     for s3.bridgeAfter, only for a dead mount of the FUSE type the driver's profile gives for
+//     s3fs, and only when the driver's layout is known (s3.profiles, config.S3Profile: attribute
+//     names, subdirectory rule, mounter attribute and the values meaning s3fs; built in:
+//     ru.yandex.s3.csi without "mounter: s3fs" runs geesefs; ch.ctrox.csi.s3-driver mounts
+//     bucket:/<prefix>/csi-fs unless usePrefix). Anything else is
 //     reported (Event reason CannotReproduce), not guessed.
 //
 // # The hand-back
@@ -80,10 +82,13 @@
 //     pvrescue/s3/...), on every hierarchy of the node: each v1 hierarchy (cpuset levels get
 //     their parent's cpus and mems) and the v2 one. The hierarchies are taken as /proc/1 (the
 //     node's init, with hostPID) sees them, through /proc/1/root, and written from a thread that
-//     joined /proc/1's cgroup namespace (v2 refuses moves outside the writer's namespace); when
-//     /proc/1/root is not reachable, the agent's own mounts are used (on v1 a privileged
-//     container sees the node's hierarchies). A failed move is logged: the bridge works but dies
-//     with the container. The group has no limits set; the agent container's memory limit no
+//     joined /proc/1's cgroup namespace (v2 refuses moves outside the writer's namespace). When
+//     /proc/1/root is not reachable (seen on the demo cluster: EACCES), the agent's own mounts
+//     are used if they show whole hierarchies, else each hierarchy is mounted afresh under
+//     /tmp/pvrescue-cgroup (a cgroup v1 container sees only its own cgroup at
+//     /sys/fs/cgroup/<controller>; a new mount of the hierarchy shows all of it). On v2 with a
+//     private cgroup namespace and /proc/1 out of reach there is no way out. A failed move is
+//     logged: the bridge works but dies with the container. The group has no limits set; the agent container's memory limit no
 //     longer covers s3fs;
 //   - recorded in <state>/s3/bridges/<pv>.json: pid, start time (field 22 of /proc/<pid>/stat)
 //     and cgroup.
@@ -116,7 +121,8 @@
 // agent logs it; the shipped manifests set hostPID).
 //
 // Files: rescue.go (options, loop), discovery.go (targets, health), restore.go (the order above),
-// replay.go and csi.go (the driver path), bridge.go and allowlist.go (our s3fs and what may reach
-// its command line), detach.go, procs_linux.go and cgroup_linux.go (bridges that outlive the
-// agent), cleanup.go (teardown).
+// replay.go, csi.go, registry.go (plugin registration), attach.go (publish context) and watch.go
+// (plugin sockets) for the driver path, retire.go (back to the driver), bridge.go and allowlist.go
+// (our s3fs and what may reach its command line), detach.go, procs_linux.go and cgroup_linux.go
+// (bridges that outlive the agent), handed.go and cleanup.go (records, teardown).
 package s3mount

@@ -38,7 +38,7 @@ func NewFakeView() *FakeView {
 func fakeKey(kind, ns, name string) string { return kind + "/" + ns + "/" + name }
 
 // Set adds or replaces objects (Pod, PersistentVolume, PersistentVolumeClaim, StorageClass,
-// CSIDriver, Secret).
+// CSIDriver, VolumeAttachment, Secret).
 func (v *FakeView) Set(objs ...any) {
 	podChanged := false
 	v.mu.Lock()
@@ -55,6 +55,8 @@ func (v *FakeView) Set(objs ...any) {
 			v.objs[fakeKey("StorageClass", "", o.Name)] = o
 		case *storagev1.CSIDriver:
 			v.objs[fakeKey("CSIDriver", "", o.Name)] = o
+		case *storagev1.VolumeAttachment:
+			v.objs[fakeKey("VolumeAttachment", "", o.Name)] = o
 		case *corev1.Secret:
 			v.objs[fakeKey("Secret", o.Namespace, o.Name)] = o
 		}
@@ -155,6 +157,15 @@ func (v *FakeView) Secret(_ context.Context, ns, name string) (*corev1.Secret, e
 		return nil, err
 	}
 	return o.(*corev1.Secret), nil
+}
+
+// VolumeAttachment implements nodeagent.ClusterView.
+func (v *FakeView) VolumeAttachment(_ context.Context, name string) (*storagev1.VolumeAttachment, error) {
+	o, err := v.get("VolumeAttachment", "volumeattachments", "", name)
+	if err != nil {
+		return nil, err
+	}
+	return o.(*storagev1.VolumeAttachment), nil
 }
 
 func (v *FakeView) Forget(string, string, string) {}

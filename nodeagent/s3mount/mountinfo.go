@@ -97,41 +97,9 @@ func (t MountTable) Top(mountPoint string) (MountInfo, bool) {
 // Stack returns the mounts at mountPoint from the bottom to the top, following parent IDs
 // rather than line order.
 func (t MountTable) Stack(mountPoint string) []MountInfo {
-	var at []MountInfo
-	for _, m := range t {
-		if m.MountPoint == mountPoint {
-			at = append(at, m)
-		}
-	}
-	if len(at) <= 1 {
-		return at
-	}
-	byParent := map[int]MountInfo{}
-	ids := map[int]bool{}
-	for _, m := range at {
-		byParent[m.ParentID] = m
-		ids[m.ID] = true
-	}
-	// The bottom is the one whose parent is not at this mount point.
-	var bottom *MountInfo
-	for i := range at {
-		if !ids[at[i].ParentID] {
-			bottom = &at[i]
-			break
-		}
-	}
-	if bottom == nil {
-		return at
-	}
-	out := []MountInfo{*bottom}
-	for len(out) < len(at) {
-		next, ok := byParent[out[len(out)-1].ID]
-		if !ok {
-			break
-		}
-		out = append(out, next)
-	}
-	return out
+	return mountinfo.Stack(t, mountPoint, func(m MountInfo) mountinfo.Place {
+		return mountinfo.Place{ID: m.ID, ParentID: m.ParentID, MountPoint: m.MountPoint}
+	})
 }
 
 // IsMountPoint reports whether anything is mounted at path.

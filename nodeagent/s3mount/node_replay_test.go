@@ -114,8 +114,22 @@ func TestNodeReplayThroughDriver(t *testing.T) {
 	must(t, e.client.CoreV1().Pods(ns).Delete(context.Background(), pod.Name, *metav1.NewDeleteOptions(0)))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	must(t, unpublish(ctx, s3mount.PluginSocket(e.kubelet, driver), target))
+	// kubelet retries a failed NodeUnpublishVolume; so does this test.
+	var lastErr error
+	waitFor(t, 10*time.Second, "NodeUnpublishVolume succeeds", func() bool {
+		lastErr = unpublish(ctx, s3mount.PluginSocket(e.kubelet, driver), target)
+		if lastErr != nil {
+			t.Logf("NodeUnpublishVolume: %v (retrying)", lastErr)
+		}
+		return lastErr == nil
+	})
 	waitFor(t, 10*time.Second, "target holds no mount after kubelet's unpublish", func() bool { return len(stackAt(target)) == 0 })
+	// Kubelet's teardown already ran (it took the top mount) and left its directory because of
+	// the dead mount below: the agent finishes it, so kubelet can remove the pod's directory.
+	waitFor(t, 10*time.Second, "kubelet's volume directory removed", func() bool {
+		_, err := os.Stat(filepath.Dir(target))
+		return errors.Is(err, os.ErrNotExist)
+	})
 }
 
 // unpublish calls NodeUnpublishVolume as kubelet does.

@@ -47,6 +47,8 @@ func TestMain(m *testing.M) {
 		os.Exit(runShim())
 	case "agent":
 		os.Exit(runAgent())
+	case "cgview":
+		os.Exit(runCgroupView())
 	}
 	os.Exit(m.Run())
 }
@@ -253,14 +255,18 @@ func TestNodeBridgeSurvivesAgentContainer(t *testing.T) {
 	waitFor(t, 15*time.Second, "target emptied and bridge gone", func() bool {
 		return len(stackAt(target)) == 0 && !alive(s3fsPid)
 	})
-	if _, err := os.Stat(filepath.Join(e.state, "s3", "bridges", "pv-s.json")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("bridge record left: %v", err)
-	}
-	for _, dir := range s3mount.CgroupDirs(mountTable(), "/", rec.Cgroup) {
-		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("bridge cgroup %s left: %v", dir, err)
+	// Record and cgroup go once the process has exited and been reaped (by the shim).
+	waitFor(t, 5*time.Second, "bridge record and cgroup removed", func() bool {
+		if _, err := os.Stat(filepath.Join(e.state, "s3", "bridges", "pv-s.json")); !errors.Is(err, os.ErrNotExist) {
+			return false
 		}
-	}
+		for _, dir := range s3mount.CgroupDirs(mountTable(), "/", rec.Cgroup) {
+			if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+				return false
+			}
+		}
+		return true
+	})
 	if n := len(stackAt(filepath.Join(e.state, "s3", "staging", "pv-s"))); n != 0 {
 		t.Errorf("staging mounts left: %d", n)
 	}
@@ -328,4 +334,90 @@ func appendUnique(s []int, v int) []int {
 		}
 	}
 	return append(s, v)
+}
+
+// runCgroupView runs in a mount namespace of its own (unshare -m) and makes it look like a
+// container's on cgroup v1: each hierarchy at /sys/fs/cgroup/<name> shows only the group
+// $PVRESCUE_S3_NODETEST_CTR. Then it places $PVRESCUE_S3_NODETEST_PID into
+// $PVRESCUE_S3_NODETEST_GROUP with /proc/1 unreachable, as HostCgroups must from such a container.
+func runCgroupView() int {
+	ctr, group, mountDir := os.Getenv("PVRESCUE_S3_NODETEST_CTR"), os.Getenv("PVRESCUE_S3_NODETEST_GROUP"), os.Getenv("PVRESCUE_S3_NODETEST_MOUNTDIR")
+	pid, err := strconv.Atoi(os.Getenv("PVRESCUE_S3_NODETEST_PID"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "cgview:", err)
+		return 1
+	}
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "cgview:", err)
+		return 1
+	}
+	for _, m := range s3mount.ParseCgroupMounts(string(data)) {
+		if err := unix.Mount(filepath.Join(m.MountPoint, ctr), m.MountPoint, "", unix.MS_BIND, ""); err != nil {
+			fmt.Fprintln(os.Stderr, "cgview: bind", m.MountPoint, err)
+			return 1
+		}
+	}
+	c := s3mount.HostCgroups{ProcDir: "/proc/no-such-process", MountDir: mountDir}
+	if err := c.Place(pid, group); err != nil {
+		fmt.Fprintln(os.Stderr, "cgview: place:", err)
+		return 1
+	}
+	if err := c.Place(pid, group); err != nil { // again: the mounts are reused
+		fmt.Fprintln(os.Stderr, "cgview: place again:", err)
+		return 1
+	}
+	return 0
+}
+
+// From a cgroup v1 container's view (only its own cgroup visible at /sys/fs/cgroup/*, init's
+// /proc unreachable), HostCgroups still moves a process into a group at the hierarchies' roots,
+// outside the "container" cgroup, by mounting the hierarchies afresh.
+func TestNodeHostCgroupsFromAContainerView(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireCommand(t, "unshare", "apt-get install util-linux")
+	top := fmt.Sprintf("pvrescue-cgview-%d", os.Getpid())
+	self := s3mount.HostCgroups{ProcDir: "/proc/self"}
+	sleeper := exec.Command("sleep", "60")
+	must(t, sleeper.Start())
+	t.Cleanup(func() { _ = sleeper.Process.Kill(); _ = sleeper.Wait() })
+	ctrGroup, bridgeGroup := top+"/ctr", top+"/bridge"
+	must(t, self.Place(sleeper.Process.Pid, ctrGroup)) // the process starts in the "container"
+	t.Cleanup(func() {
+		_ = self.Place(sleeper.Process.Pid, "") // back to the roots, so the groups can go
+		for _, g := range []string{ctrGroup, bridgeGroup, top} {
+			if err := self.Remove(g); err != nil {
+				t.Errorf("cleanup: %v", err)
+			}
+		}
+	})
+	mountDir := t.TempDir()
+	cmd := exec.Command("unshare", "-m", "--propagation", "private", os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), roleEnv+"=cgview", "PVRESCUE_S3_NODETEST_CTR="+ctrGroup, "PVRESCUE_S3_NODETEST_GROUP="+bridgeGroup,
+		"PVRESCUE_S3_NODETEST_PID="+strconv.Itoa(sleeper.Process.Pid), "PVRESCUE_S3_NODETEST_MOUNTDIR="+mountDir)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("placing from the container view: %v\n%s", err, out)
+	}
+	cg := procCgroups(t, sleeper.Process.Pid)
+	n := 0
+	for _, line := range strings.Split(strings.TrimSpace(cg), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) == 3 && parts[2] == "/"+bridgeGroup {
+			n++
+		}
+	}
+	if want := len(s3mount.ParseCgroupMounts(string(mustRead(t, "/proc/self/mountinfo")))); n != want {
+		t.Errorf("process in /%s on %d hierarchies, want all %d:\n%s", bridgeGroup, n, want, cg)
+	}
+	if strings.Contains(cg, ctrGroup) {
+		t.Errorf("process still in the container group:\n%s", cg)
+	}
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	must(t, err)
+	return b
 }

@@ -272,7 +272,7 @@ func TestResolveVolume(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := ResolveVolume(tt.pv, p)
+			got, err := ResolveVolume(tt.pv, p, profileOf(tt.pv))
 			if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("err = %v, want %v", err, tt.wantErr)
 			}
@@ -353,7 +353,7 @@ func TestAllowlists(t *testing.T) {
 func TestReadOnlyPV(t *testing.T) {
 	pv := pvFixture("bbb", nil, &corev1.SecretReference{Name: "s", Namespace: "ns"})
 	pv.Spec.MountOptions = []string{"ro"}
-	v, err := ResolveVolume(pv, config.Default().S3.Parameters)
+	v, err := ResolveVolume(pv, config.Default().S3.Parameters, profileOf(pv))
 	if err != nil || !v.ReadOnly {
 		t.Errorf("ro mount option: ReadOnly=%v err=%v", v.ReadOnly, err)
 	}
@@ -479,5 +479,51 @@ func TestReason(t *testing.T) {
 		if got := Reason(err); got != want {
 			t.Errorf("Reason(%v) = %q, want %q", err, got, want)
 		}
+	}
+}
+
+// profileOf is the built-in profile of pv's driver.
+func profileOf(pv *corev1.PersistentVolume) config.S3Profile {
+	if pv.Spec.CSI == nil {
+		return config.GenericS3Profile()
+	}
+	return config.Default().S3.Profile(pv.Spec.CSI.Driver)
+}
+
+// A profile from the configuration: other attribute names, another subdirectory rule, another
+// mounter attribute and s3fs spellings.
+func TestResolveVolumeWithConfiguredProfile(t *testing.T) {
+	prof := config.S3Profile{FUSEType: "fuse.s3fs", BucketAttribute: "bucketName", PrefixAttribute: "path",
+		Subdir: "data", UsePrefixAttribute: "flat", MounterAttribute: "fuseProgram", DefaultMounter: "s3fs-fuse",
+		S3fsMounters: []string{"s3fs", "s3fs-fuse"}}
+	ref := &corev1.SecretReference{Name: "s", Namespace: "ns"}
+	p := config.Default().S3.Parameters
+	cases := []struct {
+		name    string
+		attrs   map[string]string
+		handle  string
+		bucket  string
+		prefix  string
+		wantErr error
+	}{
+		{"attributes by the profile's names, default mounter is s3fs", map[string]string{"bucketName": "bkt", "path": "team/a"}, "id-1", "bkt", "team/a/data", nil},
+		{"flat: no subdir", map[string]string{"bucketName": "bkt", "path": "team/a", "flat": "true"}, "id-1", "bkt", "team/a", nil},
+		{"s3fs by another spelling", map[string]string{"fuseProgram": "s3fs", "bucketName": "bkt"}, "id-1", "bkt", "data", nil},
+		{"s3.parameters' names are not the profile's", map[string]string{"bucket": "other"}, "hbkt/p", "hbkt", "p/data", nil},
+		{"another program", map[string]string{"fuseProgram": "rclone", "bucketName": "bkt"}, "id-1", "", "", ErrCannotReproduce},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			pv := pvFixture(c.handle, nil, ref)
+			pv.Spec.CSI.Driver = "example.com/s3"
+			pv.Spec.CSI.VolumeAttributes = c.attrs
+			v, err := ResolveVolume(pv, p, prof)
+			if !errors.Is(err, c.wantErr) {
+				t.Fatalf("err = %v, want %v", err, c.wantErr)
+			}
+			if err == nil && (v.Bucket != c.bucket || v.Prefix != c.prefix) {
+				t.Errorf("bucket %q prefix %q, want %q %q", v.Bucket, v.Prefix, c.bucket, c.prefix)
+			}
+		})
 	}
 }

@@ -43,18 +43,22 @@ func (r *Restorer) replay(ctx context.Context, pv *corev1.PersistentVolume, ts [
 		return err
 	}
 	capability := VolumeCapability(pv)
+	pubCtx, err := r.publishContext(cctx, pv)
+	if err != nil {
+		return err
+	}
 	replayDir := r.layout.ReplayDir(pv.Name)
 	stagingPath := ""
 	if stages {
 		stagingPath = KubeletStagingPath(r.cfg.KubeletDir, src.Driver, src.VolumeHandle)
-		if err := r.restage(cctx, node, pv, capability, stagingPath, filepath.Join(replayDir, "stage")); err != nil {
+		if err := r.restage(cctx, node, pv, capability, pubCtx, stagingPath, filepath.Join(replayDir, "stage")); err != nil {
 			return err
 		}
 	}
 	var errs []error
 	for _, t := range ts {
 		fresh := filepath.Join(replayDir, string(t.pod.UID))
-		if err := r.republish(cctx, node, pv, capability, stagingPath, fresh, t); err != nil {
+		if err := r.republish(cctx, node, pv, capability, pubCtx, stagingPath, fresh, t); err != nil {
 			log.Error(err, "replaying NodePublishVolume", "pod", klogRef(t.pod), "path", t.path)
 			errs = append(errs, err)
 		}
@@ -67,7 +71,7 @@ func (r *Restorer) replay(ctx context.Context, pv *corev1.PersistentVolume, ts [
 // kubelet's staging path (on top of the dead one; no container uses that path) and the fresh
 // directory unmounted. Our own mounts on top there (a bridge, a dead earlier hand-back) go first,
 // so the stack stays the driver's dead mount plus one live mount.
-func (r *Restorer) restage(ctx context.Context, node CSINode, pv *corev1.PersistentVolume, capability *csi.VolumeCapability, stagingPath, fresh string) error {
+func (r *Restorer) restage(ctx context.Context, node CSINode, pv *corev1.PersistentVolume, capability *csi.VolumeCapability, pubCtx map[string]string, stagingPath, fresh string) error {
 	table, err := r.os.Mounter.MountTable()
 	if err != nil {
 		return err
@@ -87,7 +91,7 @@ func (r *Restorer) restage(ctx context.Context, node CSINode, pv *corev1.Persist
 	}
 	if err := node.NodeStage(ctx, &csi.NodeStageVolumeRequest{
 		VolumeId: pv.Spec.CSI.VolumeHandle, StagingTargetPath: fresh, VolumeCapability: capability,
-		Secrets: secrets, VolumeContext: pv.Spec.CSI.VolumeAttributes,
+		PublishContext: pubCtx, Secrets: secrets, VolumeContext: pv.Spec.CSI.VolumeAttributes,
 	}); err != nil {
 		return fmt.Errorf("%w: NodeStageVolume: %w", ErrReplay, err)
 	}
@@ -141,7 +145,7 @@ func (r *Restorer) dropOurTops(ctx context.Context, path string) error {
 
 // republish publishes the volume for one pod at a fresh directory and hands it over to the
 // pod's dead target.
-func (r *Restorer) republish(ctx context.Context, node CSINode, pv *corev1.PersistentVolume, capability *csi.VolumeCapability, stagingPath, fresh string, t target) error {
+func (r *Restorer) republish(ctx context.Context, node CSINode, pv *corev1.PersistentVolume, capability *csi.VolumeCapability, pubCtx map[string]string, stagingPath, fresh string, t target) error {
 	secrets, err := r.secretData(ctx, pv.Spec.CSI.NodePublishSecretRef)
 	if err != nil {
 		return err
@@ -154,10 +158,17 @@ func (r *Restorer) republish(ctx context.Context, node CSINode, pv *corev1.Persi
 	if err != nil {
 		return err
 	}
+	if stagingPath != "" && table.IsMountPoint(t.path) && r.os.Statfs.Statfs(ctx, t.path, r.cfg.S3.StatfsTimeout.Duration) == nil {
+		// The staging mount just replayed reached the target by itself: kubelet's directory is
+		// a shared mount and the driver's publish was a bind of the staging path, so the new
+		// staging mount propagated onto the target. That is the driver's own mount back.
+		r.revivedByStaging(ctx, pv, t, table)
+		return nil
+	}
 	if err := r.freshDir(fresh, table); err != nil {
 		return err
 	}
-	if err := node.NodePublish(ctx, publishRequest(pv, capability, stagingPath, fresh, t.readOnly, secrets, volCtx)); err != nil {
+	if err := node.NodePublish(ctx, publishRequest(pv, capability, pubCtx, stagingPath, fresh, t.readOnly, secrets, volCtx)); err != nil {
 		return fmt.Errorf("%w: NodePublishVolume: %w", ErrReplay, err)
 	}
 	dead, ro, ok, herr := r.handBack(ctx, fresh, t)
@@ -179,6 +190,19 @@ func (r *Restorer) republish(ctx context.Context, node CSINode, pv *corev1.Persi
 	}
 	r.restored(ctx, t, MethodReplay, EventMountReplayed, ro, dead, "driver "+pv.Spec.CSI.Driver+" replayed, its own mount moved over the dead one")
 	return nil
+}
+
+// revivedByStaging records a target that the replayed staging mount revived through mount
+// propagation: the mount on top is recorded as handed back (bounded stacks), the ones below are
+// the dead mounts running containers may still hold.
+func (r *Restorer) revivedByStaging(ctx context.Context, pv *corev1.PersistentVolume, t target, table MountTable) {
+	stack := table.Stack(t.path)
+	top := stack[len(stack)-1]
+	if err := r.recordHanded(t.path, top.Dev); err != nil {
+		logr.FromContextOrDiscard(ctx).Error(err, "recording the replayed mount", "path", t.path)
+	}
+	r.restored(ctx, t, MethodReplay, EventMountReplayed, t.readOnly || top.ReadOnly(), stack[:len(stack)-1],
+		"driver "+pv.Spec.CSI.Driver+" staged again; its mount reached the target through kubelet's shared staging path")
 }
 
 // freshDir makes dir an empty directory with nothing mounted (it is ours: left-overs go).
@@ -255,10 +279,10 @@ func VolumeCapability(pv *corev1.PersistentVolume) *csi.VolumeCapability {
 }
 
 // publishRequest is kubelet's NodePublishVolume request for pv at targetPath.
-func publishRequest(pv *corev1.PersistentVolume, capability *csi.VolumeCapability, stagingPath, targetPath string, ro bool,
+func publishRequest(pv *corev1.PersistentVolume, capability *csi.VolumeCapability, pubCtx map[string]string, stagingPath, targetPath string, ro bool,
 	secrets, volCtx map[string]string) *csi.NodePublishVolumeRequest {
 	return &csi.NodePublishVolumeRequest{
-		VolumeId: pv.Spec.CSI.VolumeHandle, StagingTargetPath: stagingPath, TargetPath: targetPath,
+		VolumeId: pv.Spec.CSI.VolumeHandle, PublishContext: pubCtx, StagingTargetPath: stagingPath, TargetPath: targetPath,
 		VolumeCapability: capability, Readonly: ro, Secrets: secrets, VolumeContext: volCtx,
 	}
 }

@@ -33,7 +33,7 @@ func replayWorld(t *testing.T, stages bool, extra ...runtime.Object) (*world, st
 // is moved over the dead target; no s3fs of ours runs.
 func TestReplayThroughTheDriver(t *testing.T) {
 	w, target := replayWorld(t, false, &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: testDriver},
-		Spec: storagev1.CSIDriverSpec{PodInfoOnMount: ptr.To(true)}})
+		Spec: storagev1.CSIDriverSpec{PodInfoOnMount: ptr.To(true), AttachRequired: ptr.To(false)}})
 	w.remount = &fakeRemounter{}
 	dead, _ := w.node.Table().Top(target)
 	w.node.KillMount(target)

@@ -54,7 +54,7 @@ func (r *Restorer) restore(ctx context.Context, pvName string, ts []target) {
 	}
 	var bridgeable []target
 	for _, t := range ts {
-		if berr := r.bridgeable(t); berr != nil {
+		if berr := r.bridgeable(t, r.cfg.S3.Profile(pv.Spec.CSI.Driver).FUSEType); berr != nil {
 			r.metrics.Restores.WithLabelValues(MethodBridge, "failure").Inc()
 			r.failed([]target{t}, berr)
 			err = errors.Join(err, berr)
@@ -117,8 +117,9 @@ func (r *Restorer) bridgeWait(ts []target) time.Duration {
 	return wait
 }
 
-// bridgeable: our s3fs can stand in only for a dead fuse.s3fs mount of the driver.
-func (r *Restorer) bridgeable(t target) error {
+// bridgeable: our s3fs can stand in only for a dead mount of the driver of the type its profile
+// gives for s3fs (fuse.s3fs).
+func (r *Restorer) bridgeable(t target, fuseType string) error {
 	table, err := r.os.Mounter.MountTable()
 	if err != nil {
 		return err
@@ -128,8 +129,8 @@ func (r *Restorer) bridgeable(t target) error {
 		if _, ours := PVFromFSName(stack[i].Source); ours {
 			continue
 		}
-		if stack[i].FSType != "fuse.s3fs" {
-			return fmt.Errorf("%w: the driver's dead mount is %q, not fuse.s3fs", ErrCannotReproduce, stack[i].FSType)
+		if stack[i].FSType != fuseType {
+			return fmt.Errorf("%w: the driver's dead mount is %q, not %s", ErrCannotReproduce, stack[i].FSType, fuseType)
 		}
 		return nil
 	}

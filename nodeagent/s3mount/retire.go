@@ -80,16 +80,21 @@ func (r *Restorer) retire(ctx context.Context, pvName string, ts []target) {
 		return // still down: the bridge stays
 	}
 	capability := VolumeCapability(pv)
+	pubCtx, err := r.publishContext(cctx, pv)
+	if err != nil {
+		log.Error(err, "driver answers, but the volume is not attached; the bridge stays", "reason", Reason(err))
+		return
+	}
 	stagingPath := ""
 	if stages {
 		stagingPath = KubeletStagingPath(r.cfg.KubeletDir, pv.Spec.CSI.Driver, pv.Spec.CSI.VolumeHandle)
-		if err := r.restage(cctx, node, pv, capability, stagingPath, filepath.Join(r.layout.ReplayDir(pvName), "stage")); err != nil {
+		if err := r.restage(cctx, node, pv, capability, pubCtx, stagingPath, filepath.Join(r.layout.ReplayDir(pvName), "stage")); err != nil {
 			log.Error(err, "driver answers, but staging again failed; the bridge stays")
 			return
 		}
 	}
 	for _, t := range ts {
-		if err := r.swap(cctx, node, pv, stagingPath, t); err != nil {
+		if err := r.swap(cctx, node, pv, pubCtx, stagingPath, t); err != nil {
 			log.Error(err, "moving a bridged target to the driver's mount; the bridge stays", "path", t.path)
 			r.metrics.Restores.WithLabelValues(MethodReplay, "failure").Inc()
 		}
@@ -97,7 +102,7 @@ func (r *Restorer) retire(ctx context.Context, pvName string, ts []target) {
 }
 
 // swap publishes at a fresh directory and replaces our bridge bind at t by the driver's mount.
-func (r *Restorer) swap(ctx context.Context, node CSINode, pv *corev1.PersistentVolume, stagingPath string, t target) error {
+func (r *Restorer) swap(ctx context.Context, node CSINode, pv *corev1.PersistentVolume, pubCtx map[string]string, stagingPath string, t target) error {
 	secrets, err := r.secretData(ctx, pv.Spec.CSI.NodePublishSecretRef)
 	if err != nil {
 		return err
@@ -114,7 +119,7 @@ func (r *Restorer) swap(ctx context.Context, node CSINode, pv *corev1.Persistent
 	if err := r.freshDir(fresh, table); err != nil {
 		return err
 	}
-	if err := node.NodePublish(ctx, publishRequest(pv, VolumeCapability(pv), stagingPath, fresh, t.readOnly, secrets, volCtx)); err != nil {
+	if err := node.NodePublish(ctx, publishRequest(pv, VolumeCapability(pv), pubCtx, stagingPath, fresh, t.readOnly, secrets, volCtx)); err != nil {
 		return fmt.Errorf("%w: NodePublishVolume: %w", ErrReplay, err)
 	}
 	defer func() { _ = r.os.Mounter.Unmount(fresh, true) }()

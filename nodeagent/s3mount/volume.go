@@ -27,11 +27,6 @@ var (
 	ErrCannotReproduce  = errors.New("the dead mount cannot be reproduced by our s3fs")
 )
 
-const (
-	// attrMounter is how csi-s3 style drivers choose their FUSE program; we only speak s3fs.
-	attrMounter = "mounter"
-)
-
 // Volume is everything needed to mount one S3 PV, without credentials.
 type Volume struct {
 	PV       string
@@ -72,7 +67,10 @@ func S3Driver(cfg *config.Config, pv *corev1.PersistentVolume, pvc *corev1.Persi
 // StorageClass — and the credentials reference from the PV (CredentialsRef). It is pure, and
 // refuses any value that does not pass the allowlists (bucket naming rules, endpoint and region
 // formats, s3fs options): such a value could smuggle options into the s3fs command line.
-func ResolveVolume(pv *corev1.PersistentVolume, p config.S3Parameters) (Volume, error) {
+//
+// prof is the driver's layout (config.S3.Profile): which attributes hold bucket and prefix, the
+// subdirectory it adds, and which FUSE program it runs.
+func ResolveVolume(pv *corev1.PersistentVolume, p config.S3Parameters, prof config.S3Profile) (Volume, error) {
 	if pv == nil || pv.Spec.CSI == nil {
 		return Volume{}, ErrNotS3
 	}
@@ -91,18 +89,27 @@ func ResolveVolume(pv *corev1.PersistentVolume, p config.S3Parameters) (Volume, 
 		Region:   get(p.Region),
 		ReadOnly: csi.ReadOnly || slices.Contains(pv.Spec.MountOptions, "ro"),
 	}
-	prof := bridgeProfiles[csi.Driver]
-	m := get(attrMounter)
-	if m == "" && prof.defaultMounter != "s3fs" {
-		return Volume{}, fmt.Errorf("%w: %s has no %q attribute; the driver's default (%s) is not s3fs", ErrCannotReproduce,
-			pv.Name, attrMounter, orUnknown(prof.defaultMounter))
+	m := get(prof.MounterAttribute)
+	if m == "" {
+		m = prof.DefaultMounter
 	}
-	if m != "" && m != "s3fs" {
+	if !slices.Contains(prof.S3fsMounters, m) {
+		if get(prof.MounterAttribute) == "" {
+			return Volume{}, fmt.Errorf("%w: %s has no %q attribute; the driver's default (%s) is not s3fs", ErrCannotReproduce,
+				pv.Name, prof.MounterAttribute, orUnknown(prof.DefaultMounter))
+		}
 		return Volume{}, fmt.Errorf("%w: mounter %q (only s3fs can be bridged)", ErrCannotReproduce, m)
 	}
 	// Common s3fs drivers use "bucket/prefix" or "bucket" as the volume handle.
 	hBucket, hPrefix, _ := strings.Cut(csi.VolumeHandle, "/")
-	v.Bucket, v.Prefix = get(p.Bucket), get(p.Prefix)
+	bucketAttr, prefixAttr := p.Bucket, p.Prefix
+	if prof.BucketAttribute != "" {
+		bucketAttr = prof.BucketAttribute
+	}
+	if prof.PrefixAttribute != "" {
+		prefixAttr = prof.PrefixAttribute
+	}
+	v.Bucket, v.Prefix = get(bucketAttr), get(prefixAttr)
 	switch {
 	case v.Bucket == "":
 		v.Bucket = hBucket
@@ -113,8 +120,8 @@ func ResolveVolume(pv *corev1.PersistentVolume, p config.S3Parameters) (Volume, 
 		v.Prefix = hPrefix
 	}
 	v.Prefix = strings.Trim(v.Prefix, "/")
-	if prof.subdir != "" && get(prof.usePrefixAttr) != "true" {
-		v.Prefix = strings.Trim(v.Prefix+"/"+prof.subdir, "/")
+	if prof.Subdir != "" && (prof.UsePrefixAttribute == "" || get(prof.UsePrefixAttribute) != "true") {
+		v.Prefix = strings.Trim(v.Prefix+"/"+prof.Subdir, "/")
 	}
 	if v.Bucket == "" {
 		return Volume{}, fmt.Errorf("%w: handle %q", ErrNoBucket, csi.VolumeHandle)
@@ -142,24 +149,6 @@ func ResolveVolume(pv *corev1.PersistentVolume, p config.S3Parameters) (Volume, 
 	}
 	v.SecretRef = ref
 	return v, nil
-}
-
-// bridgeProfile says how a driver lays out its mount, so our s3fs reproduces it.
-type bridgeProfile struct {
-	// defaultMounter is the FUSE program the driver runs without a "mounter" attribute ("" unknown).
-	defaultMounter string
-	// subdir is appended to the prefix unless the usePrefixAttr attribute is "true".
-	subdir        string
-	usePrefixAttr string
-}
-
-// bridgeProfiles are the built-in layouts of drivers seen in the field: ru.yandex.s3.csi runs
-// geesefs unless told "mounter: s3fs"; ch.ctrox.csi.s3-driver mounts bucket:/<prefix>/csi-fs
-// unless usePrefix is set (its default mounter is not assumed). Other drivers need an explicit
-// "mounter: s3fs".
-var bridgeProfiles = map[string]bridgeProfile{
-	"ru.yandex.s3.csi":       {defaultMounter: "geesefs"},
-	"ch.ctrox.csi.s3-driver": {subdir: "csi-fs", usePrefixAttr: "usePrefix"},
 }
 
 func orUnknown(s string) string {
@@ -336,6 +325,7 @@ func Reason(err error) string {
 		{ErrBadOptions, "BadVolumeAttributes"},
 		{ErrS3fs, "S3fsFailed"},
 		{ErrCannotReproduce, "CannotReproduce"},
+		{ErrNotAttached, "NotAttached"},
 		{ErrReplay, "ReplayFailed"},
 		{ErrDriverDown, "DriverDown"},
 		{ErrMount, "MountFailed"},

@@ -199,7 +199,11 @@ func (p *Plugin) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 // NodeUnpublishVolume implements csi.NodeServer: it unmounts the top mount only, as common
 // drivers do.
 func (p *Plugin) NodeUnpublishVolume(_ context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
-	_ = unix.Unmount(req.GetTargetPath(), 0)
+	// Not mounted (EINVAL) or gone (ENOENT) is done; anything else (EBUSY) is reported, and
+	// kubelet retries.
+	if err := unix.Unmount(req.GetTargetPath(), 0); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return nil, status.Errorf(codes.Internal, "unmount %s: %v", req.GetTargetPath(), err)
+	}
 	return &csi.NodeUnpublishVolumeResponse{}, nil
 }
 

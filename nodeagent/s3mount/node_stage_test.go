@@ -1,0 +1,135 @@
+//go:build node
+
+package s3mount_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csitest"
+)
+
+// A staging driver (STAGE_UNSTAGE: s3fs at kubelet's globalmount, binds to the targets) that
+// serves at a path of its own and registered with kubelet through a registration socket. Its
+// staging s3fs is killed three times: each time the agent finds the plugin through GetInfo,
+// replays NodeStageVolume at a fresh directory and moves the result over kubelet's dead
+// globalmount (no mkdir on it), replays NodePublishVolume, and starts no s3fs of its own; the
+// globalmount and the target stay at the dead mount plus one live one (F2/F5).
+// (A short name: kubelet paths under t.TempDir() must fit a unix socket path, 108 bytes.)
+func TestNodeStagingReplay(t *testing.T) {
+	e := newNodeEnv(t)
+	endpoint := filepath.Join(e.dir, "elsewhere", "csi.sock")
+	plugin, err := csitest.Start(csitest.Options{Socket: endpoint, StateDir: filepath.Join(e.dir, "plugin"), Stage: true,
+		RegistrationSocket: filepath.Join(s3mount.RegistrationDir(e.kubelet), driver+"-reg.sock"), Driver: driver})
+	must(t, err)
+	t.Cleanup(func() { plugin.KillMounts(); plugin.Stop() })
+	e.stagedVolume("pv-st")
+	pod := e.pod("app-st", "pv-st")
+	staging := s3mount.KubeletStagingPath(e.kubelet, driver, bucket+"/pv-st")
+	target := s3mount.TargetPath(e.kubelet, string(pod.UID), "pv-st")
+
+	// What kubelet does: vol_data.json, NodeStageVolume at globalmount, NodePublishVolume.
+	must(t, os.MkdirAll(target, 0o750))
+	must(t, os.MkdirAll(staging, 0o750))
+	vd, _ := json.Marshal(map[string]string{"specVolID": "pv-st", "volumeHandle": bucket + "/pv-st", "driverName": driver, "nodeName": nodeName})
+	must(t, os.WriteFile(filepath.Join(filepath.Dir(target), s3mount.VolDataFile), vd, 0o644))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	node, err := s3mount.GRPCDialer{}.Dial(ctx, endpoint)
+	must(t, err)
+	defer node.Close()
+	capability := &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER}}
+	secrets := map[string]string{"accessKeyID": ak, "secretAccessKey": sk, "endpoint": e.endpoint}
+	must(t, node.NodeStage(ctx, &csi.NodeStageVolumeRequest{VolumeId: bucket + "/pv-st", StagingTargetPath: staging,
+		VolumeCapability: capability, Secrets: secrets}))
+	must(t, node.NodePublish(ctx, &csi.NodePublishVolumeRequest{VolumeId: bucket + "/pv-st", StagingTargetPath: staging,
+		TargetPath: target, VolumeCapability: capability, Secrets: secrets}))
+	must(t, os.WriteFile(filepath.Join(target, "before.txt"), []byte("written before\n"), 0o644))
+
+	r, _ := e.agent(30 * time.Second)
+	for i := 0; i < 3; i++ {
+		plugin.KillMounts()
+		waitFor(t, 5*time.Second, "mount dead after kill -9", func() bool {
+			var st unix.Statfs_t
+			return errors.Is(unix.Statfs(target, &st), syscall.ENOTCONN)
+		})
+		waitFor(t, 30*time.Second, "target readable again", func() bool {
+			b, err := os.ReadFile(filepath.Join(target, "before.txt"))
+			return err == nil && string(b) == "written before\n"
+		})
+		var st unix.Statfs_t
+		if err := unix.Statfs(staging, &st); err != nil {
+			t.Errorf("after death %d: globalmount %v", i+1, err)
+		}
+		for _, p := range []string{staging, target} {
+			if n := len(stackAt(p)); n > 2 {
+				t.Errorf("after death %d: %d mounts at %s, want <= 2", i+1, n, p)
+			}
+		}
+		if n := len(plugin.Pids()); n != 1 {
+			t.Errorf("after death %d: plugin runs %d s3fs, want 1", i+1, n)
+		}
+		// Our bridges mount at <state>/s3/staging (the driver's replayed s3fs runs at
+		// <state>/s3/replay/..., our fresh directory, and is the driver's).
+		if pids := s3fsPidsUnder(filepath.Join(e.state, "s3", "staging")); len(pids) != 0 {
+			t.Errorf("after death %d: s3fs of ours %v, want none (the driver answered)", i+1, pids)
+		}
+	}
+	if n := plugin.CallCount("NodeStageVolume"); n != 4 {
+		t.Errorf("NodeStageVolume calls %d, want 4 (kubelet's + 3 replays)", n)
+	}
+	// The target reads again the moment the restaged mount propagates onto it; the agent
+	// records the restore right after.
+	waitFor(t, 5*time.Second, "3 replays recorded (metric and MountReplayed Events)", func() bool {
+		return counterValue(t, r.Metrics().Restores.WithLabelValues(s3mount.MethodReplay, "success")) == 3 &&
+			e.rec.count(corev1.EventTypeNormal, s3mount.EventMountReplayed) == 3
+	})
+	if n := e.rec.count(corev1.EventTypeNormal, s3mount.EventMountBridged); n != 0 {
+		t.Errorf("%d MountBridged Events, want 0", n)
+	}
+}
+
+// stagedVolume creates a PV (handle bkt/<name>) with stage and publish secret refs, and its claim.
+func (e *nodeEnv) stagedVolume(name string) {
+	e.t.Helper()
+	ctx := context.Background()
+	ref := &corev1.SecretReference{Name: "s3-creds", Namespace: ns}
+	must(e.t, os.MkdirAll(filepath.Join(e.s3dir, bucket, name), 0o755))
+	_, err := e.client.CoreV1().PersistentVolumes().Create(ctx, &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:         corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+			StorageClassName: "s3",
+			ClaimRef:         &corev1.ObjectReference{Namespace: ns, Name: name},
+			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
+				Driver: driver, VolumeHandle: bucket + "/" + name, NodeStageSecretRef: ref, NodePublishSecretRef: ref,
+				VolumeAttributes: map[string]string{"mounter": "s3fs"},
+			}},
+		},
+	}, metav1.CreateOptions{})
+	must(e.t, err)
+	sc := "s3"
+	_, err = e.client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}, StorageClassName: &sc, VolumeName: name,
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+		},
+	}, metav1.CreateOptions{})
+	must(e.t, err)
+}

@@ -89,27 +89,11 @@ func TestAgentFailingRunnableDoesNotFailLiveness(t *testing.T) {
 
 func gatheredValue(t *testing.T, g prometheus.Gatherer, name, runnable string) float64 {
 	t.Helper()
-	mfs, err := g.Gather()
+	m, err := testenv.FindMetric(g, name, map[string]string{"runnable": runnable})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "runnable" && l.GetValue() == runnable {
-					if m.GetCounter() != nil {
-						return m.GetCounter().GetValue()
-					}
-					return m.GetGauge().GetValue()
-				}
-			}
-		}
-	}
-	t.Fatalf("metric %s{runnable=%q} not gathered", name, runnable)
-	return 0
+	return testenv.MetricValue(m)
 }
 
 func TestAgentHealthyAndMetricsServed(t *testing.T) {

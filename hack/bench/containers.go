@@ -55,6 +55,9 @@ func (c *benchContainer) reads() bool {
 
 func containers(ctx context.Context, o *Options, s *Section) error {
 	const before, inSub = "written before\n", "inside sub\n"
+	if _, err := exec.LookPath("unshare"); err != nil {
+		return fmt.Errorf("unshare not found (apt-get install util-linux): %w", err)
+	}
 	cgroups := map[int]string{}
 	ctrs := []*benchContainer{
 		{name: "htc", propagation: "HostToContainer", file: "before.txt", content: before},

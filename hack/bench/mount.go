@@ -130,17 +130,11 @@ func meanOf(ds []time.Duration) time.Duration {
 	return sum / time.Duration(len(ds))
 }
 
-// histogram returns the sum and count of a histogram without labels in reg.
+// histogram returns the sum and count of the first series of histogram name in reg.
 func histogram(reg prometheus.Gatherer, name string) (float64, uint64, bool) {
-	mfs, err := reg.Gather()
-	if err != nil {
+	m, err := testenv.FindMetric(reg, name, nil)
+	if err != nil || m.GetHistogram() == nil {
 		return 0, 0, false
 	}
-	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
-			h := mf.GetMetric()[0].GetHistogram()
-			return h.GetSampleSum(), h.GetSampleCount(), h != nil
-		}
-	}
-	return 0, 0, false
+	return m.GetHistogram().GetSampleSum(), m.GetHistogram().GetSampleCount(), true
 }

@@ -342,30 +342,8 @@ func seedOthers(ctx context.Context, cs kubernetes.Interface, n int) error {
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		return err
 	}
-	jobs := make(chan int)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var errs []error
-	for w := 0; w < 32; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range jobs {
-				if err := createOtherVolume(ctx, cs, ns, i); err != nil {
-					mu.Lock()
-					errs = append(errs, err)
-					mu.Unlock()
-				}
-			}
-		}()
-	}
-	for i := 0; i < n; i++ {
-		jobs <- i
-	}
-	close(jobs)
-	wg.Wait()
-	if len(errs) > 0 {
-		return fmt.Errorf("seed other nodes: %d errors, first: %w", len(errs), errs[0])
+	if err := forEach(n, 32, func(i int) error { return createOtherVolume(ctx, cs, ns, i) }); err != nil {
+		return fmt.Errorf("seed other nodes: %w", err)
 	}
 	return nil
 }
@@ -418,16 +396,25 @@ func seedScale(ctx context.Context, cs kubernetes.Interface, cfg *config.Config,
 	for i := 0; i < scalePods; i++ {
 		jobs = append(jobs, func() error { return createS3Pod(ctx, cs, ns, node, driver, i) })
 	}
-	ch := make(chan func() error)
+	if err := forEach(len(jobs), 8, func(i int) error { return jobs[i]() }); err != nil {
+		return fmt.Errorf("seed: %w", err)
+	}
+	return nil
+}
+
+// forEach calls f(0) … f(n-1) on workers goroutines and returns how many failed with the first
+// error (nil when none did).
+func forEach(n, workers int, f func(i int) error) error {
+	idx := make(chan int)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var errs []error
-	for w := 0; w < 8; w++ {
+	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for j := range ch {
-				if err := j(); err != nil {
+			for i := range idx {
+				if err := f(i); err != nil {
 					mu.Lock()
 					errs = append(errs, err)
 					mu.Unlock()
@@ -435,13 +422,13 @@ func seedScale(ctx context.Context, cs kubernetes.Interface, cfg *config.Config,
 			}
 		}()
 	}
-	for _, j := range jobs {
-		ch <- j
+	for i := 0; i < n; i++ {
+		idx <- i
 	}
-	close(ch)
+	close(idx)
 	wg.Wait()
 	if len(errs) > 0 {
-		return fmt.Errorf("seed: %d errors, first: %w", len(errs), errs[0])
+		return fmt.Errorf("%d errors, first: %w", len(errs), errs[0])
 	}
 	return nil
 }

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"errors"
+	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -26,5 +29,27 @@ other_total 5
 	}
 	if _, err := RequestCounts([]byte("apiserver_request_total{ 1\n")); err == nil {
 		t.Error("malformed exposition accepted")
+	}
+}
+
+func TestForEach(t *testing.T) {
+	var seen [50]atomic.Int32
+	if err := forEach(len(seen), 8, func(i int) error { seen[i].Add(1); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for i := range seen {
+		if n := seen[i].Load(); n != 1 {
+			t.Errorf("f(%d) called %d times, want 1", i, n)
+		}
+	}
+	boom := errors.New("boom")
+	err := forEach(10, 3, func(i int) error {
+		if i%5 == 0 {
+			return boom
+		}
+		return nil
+	})
+	if !errors.Is(err, boom) || !strings.HasPrefix(err.Error(), "2 errors") {
+		t.Errorf("forEach with two failures = %v, want \"2 errors, first: boom\"", err)
 	}
 }

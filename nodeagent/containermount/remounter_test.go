@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/pvrescue/pvrescue/internal/testenv"
 	"github.com/pvrescue/pvrescue/nodeagent"
 )
 
@@ -425,38 +426,20 @@ func TestReason(t *testing.T) {
 // histogram returns the sample count and sum of the duration histogram.
 func histogram(t *testing.T, reg *prometheus.Registry) (uint64, float64) {
 	t.Helper()
-	mfs, err := reg.Gather()
+	m, err := testenv.FindMetric(reg, "pvrescue_container_remount_duration_seconds", nil)
 	must(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() == "pvrescue_container_remount_duration_seconds" {
-			h := mf.GetMetric()[0].GetHistogram()
-			return h.GetSampleCount(), h.GetSampleSum()
-		}
-	}
-	t.Fatal("duration histogram not registered")
-	return 0, 0
+	return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
 }
 
 // counter returns pvrescue_container_remounts_total{result,reason} (0 when absent).
 func counter(t *testing.T, reg *prometheus.Registry, result, reason string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	must(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() != "pvrescue_container_remounts_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["result"] == result && labels["reason"] == reason {
-				return m.GetCounter().GetValue()
-			}
-		}
+	m, err := testenv.FindMetric(reg, "pvrescue_container_remounts_total", map[string]string{"result": result, "reason": reason})
+	if errors.Is(err, testenv.ErrNoMetric) {
+		return 0
 	}
-	return 0
+	must(t, err)
+	return testenv.MetricValue(m)
 }
 
 func TestRemountNeedsHostPID(t *testing.T) {

@@ -33,7 +33,8 @@ func TestParseMountInfo(t *testing.T) {
 	}
 	want := MountInfo{ID: 43, ParentID: 41, Dev: "0:39", Root: "/",
 		MountPoint: "/var/lib/kubelet/pods/uid-1/volumes/kubernetes.io~csi/pv-a/mount",
-		Options:    []string{"ro", "nosuid", "nodev", "relatime"}, FSType: "fuse", Source: "pvrescue-s3:pv-a"}
+		Options:    []string{"ro", "nosuid", "nodev", "relatime"}, Optional: []string{"shared:8", "master:3"},
+		FSType: "fuse", Source: "pvrescue-s3:pv-a"}
 	if d := cmp.Diff(want, tab[4]); d != "" {
 		t.Errorf("bind entry (-want +got):\n%s", d)
 	}

@@ -24,6 +24,7 @@ type FakeNode struct {
 	mounts  MountTable
 	dead    map[string]bool // by Dev
 	hung    map[string]bool // by Dev: statfs times out
+	busy    map[int]bool    // by mount ID: a file is open on it (a plain unmount fails EBUSY)
 	files   map[string][]byte
 	modes   map[string]fs.FileMode
 	started [][]string
@@ -39,7 +40,7 @@ type FakeNode struct {
 
 // NewFakeNode returns a node with only a root mount.
 func NewFakeNode() *FakeNode {
-	f := &FakeNode{nextID: 100, nextDev: 50, dead: map[string]bool{}, hung: map[string]bool{},
+	f := &FakeNode{nextID: 100, nextDev: 50, dead: map[string]bool{}, hung: map[string]bool{}, busy: map[int]bool{},
 		files: map[string][]byte{}, modes: map[string]fs.FileMode{}, cgroups: map[string][]int{}}
 	f.mounts = MountTable{{ID: 1, ParentID: 0, Dev: "8:1", Root: "/", MountPoint: "/", Options: []string{"rw"}, FSType: "ext4", Source: "/dev/vda"}}
 	return f
@@ -89,6 +90,16 @@ func (f *FakeNode) Hang(mountPoint string) {
 	defer f.mu.Unlock()
 	if top, ok := f.mounts.Top(mountPoint); ok {
 		f.hung[top.Dev] = true
+	}
+}
+
+// OpenFile holds a file open on the top mount at mountPoint, as an app reading through it
+// does: a plain unmount of that mount fails with EBUSY, a lazy one (MNT_DETACH) succeeds.
+func (f *FakeNode) OpenFile(mountPoint string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if top, ok := f.mounts.Top(mountPoint); ok {
+		f.busy[top.ID] = true
 	}
 }
 
@@ -194,13 +205,16 @@ func (m fakeMounter) Bind(source, target string, readOnly bool) error {
 	return nil
 }
 
-func (m fakeMounter) Unmount(target string, _ bool) error {
+func (m fakeMounter) Unmount(target string, detach bool) error {
 	f := m.f
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	top, ok := f.mounts.Top(target)
 	if !ok {
 		return fmt.Errorf("%w: unmount %s: %w", ErrMount, target, syscall.EINVAL)
+	}
+	if f.busy[top.ID] && !detach {
+		return fmt.Errorf("%w: unmount %s: %w", ErrMount, target, syscall.EBUSY)
 	}
 	f.mounts = slices.DeleteFunc(f.mounts, func(x MountInfo) bool { return x.ID == top.ID })
 	return nil

@@ -48,7 +48,7 @@ func (r *Restorer) ensureStaging(ctx context.Context, pvName string) error {
 	}
 	log.Info("starting s3fs", "bucket", vol.Bucket, "prefix", vol.Prefix, "staging", path)
 	proc, err := r.os.Procs.Start(ProcSpec{
-		Path: r.cfg.S3.S3fsPath, Args: args, Dir: r.layout.Root(), LogFile: r.layout.LogFile(pvName),
+		Path: r.cfg.S3.S3fsPath, Args: args, Dir: r.layout.Root(), LogFile: r.layout.LogFile(pvName), NetNS: r.bridgeNetNS(),
 		Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "TMPDIR=" + r.layout.TmpDir(pvName)},
 	})
 	if err != nil {

@@ -67,6 +67,8 @@ type ProcSpec struct {
 	// LogFile receives stdout and stderr (truncated at start). A file, not a pipe: a pipe to the
 	// agent would break (SIGPIPE, EPIPE) when the agent exits, and the bridge must outlive it.
 	LogFile string
+	// NetNS, when set, is the network namespace (a /proc/<pid>/ns/net path) the program runs in.
+	NetNS string
 }
 
 // ProcessStarter starts the programs the restorer supervises and takes over those an earlier

@@ -47,10 +47,18 @@ func (r *Restorer) ensureStaging(ctx context.Context, pvName string) error {
 		return fmt.Errorf("%w: write passwd file: %w", ErrMount, err)
 	}
 	log.Info("starting s3fs", "bucket", vol.Bucket, "prefix", vol.Prefix, "staging", path)
-	proc, err := r.os.Procs.Start(ProcSpec{
+	spec := ProcSpec{
 		Path: r.cfg.S3.S3fsPath, Args: args, Dir: r.layout.Root(), LogFile: r.layout.LogFile(pvName), NetNS: r.bridgeNetNS(),
 		Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "TMPDIR=" + r.layout.TmpDir(pvName)},
-	})
+	}
+	proc, err := r.os.Procs.Start(spec)
+	if errors.Is(err, ErrNetNS) {
+		// A bridge in the agent's namespace still serves while the agent runs; it loses its
+		// network when the agent pod is deleted (reads through it hang until a new bridge).
+		log.Error(err, "s3fs starts in the agent's network namespace instead of the node's: the bridge loses its network when the agent pod goes (run the agent with hostNetwork, or let it open /proc/1/ns/net)")
+		spec.NetNS = ""
+		proc, err = r.os.Procs.Start(spec)
+	}
 	if err != nil {
 		_ = r.os.FS.Remove(passwd)
 		return err

@@ -2,6 +2,7 @@ package s3mount
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -193,5 +194,26 @@ func TestParseCgroupMounts(t *testing.T) {
 			!slices.Equal(got[i].Options, want[i].Options) {
 			t.Errorf("[%d] got %+v, want %+v", i, got[i], want[i])
 		}
+	}
+}
+
+// F8: a bridge's s3fs starts in the configured network namespace (the node's); when that cannot
+// be joined it still starts, in the agent's, and the volume is bridged.
+func TestBridgeNetNS(t *testing.T) {
+	for _, denied := range []bool{false, true} {
+		t.Run(fmt.Sprintf("denied=%v", denied), func(t *testing.T) {
+			w := newWorld(t, standard(false)...)
+			w.bridgeNetNS = "/proc/1/ns/net"
+			w.node.NetNSDenied = denied
+			target := w.publish("uid-1", "pv-a")
+			w.node.KillMount(target)
+			w.start()
+			w.waitFor("bridged", func() bool { return len(w.node.Table().Stack(target)) == 2 })
+			specs := w.node.Specs()
+			want := map[bool]string{false: "/proc/1/ns/net", true: ""}[denied]
+			if len(specs) != 1 || specs[0].NetNS != want {
+				t.Fatalf("started %+v, want one s3fs in network namespace %q", specs, want)
+			}
+		})
 	}
 }

@@ -36,6 +36,8 @@ type FakeNode struct {
 	// S3fsFailure decides whether a started s3fs fails; it gets the arguments and the content
 	// of its passwd file and returns the output of a failed s3fs, or "" to mount.
 	S3fsFailure func(args []string, passwd []byte) string
+	// NetNSDenied makes starting a process in a given network namespace fail (ErrNetNS).
+	NetNSDenied bool
 }
 
 // NewFakeNode returns a node with only a root mount.
@@ -315,6 +317,9 @@ type fakeProcs struct{ f *FakeNode }
 
 func (p fakeProcs) Start(spec ProcSpec) (Process, error) {
 	f := p.f
+	if spec.NetNS != "" && f.NetNSDenied {
+		return nil, fmt.Errorf("%w: open %s: %w", ErrNetNS, spec.NetNS, syscall.EACCES)
+	}
 	path, args := spec.Path, spec.Args
 	mountPoint, fsname, passwd := "", "s3fs", ""
 	if len(args) > 1 {

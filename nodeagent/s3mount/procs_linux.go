@@ -66,12 +66,12 @@ func startIn(cmd *exec.Cmd, netns string) error {
 		runtime.LockOSThread()
 		fd, err := unix.Open(netns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
-			res <- fmt.Errorf("open network namespace %s: %w", netns, err)
+			res <- fmt.Errorf("%w: open %s: %w", ErrNetNS, netns, err)
 			return
 		}
 		defer unix.Close(fd)
 		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
-			res <- fmt.Errorf("join network namespace %s: %w", netns, err)
+			res <- fmt.Errorf("%w: setns %s: %w", ErrNetNS, netns, err)
 			return
 		}
 		res <- cmd.Start()

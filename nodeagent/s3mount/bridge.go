@@ -52,12 +52,18 @@ func (r *Restorer) ensureStaging(ctx context.Context, pvName string) error {
 		Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "TMPDIR=" + r.layout.TmpDir(pvName)},
 	}
 	proc, err := r.os.Procs.Start(spec)
-	if errors.Is(err, ErrNetNS) {
+	for _, alt := range r.bridgeNetNSFallbacks() {
+		if !errors.Is(err, ErrNetNS) {
+			break
+		}
+		log.Error(err, "s3fs cannot start in the node's network namespace there; trying the next", "netns", alt)
+		spec.NetNS = alt
+		proc, err = r.os.Procs.Start(spec)
+	}
+	if err == nil && spec.NetNS == "" && r.bridgeNetNS() != "" {
 		// A bridge in the agent's namespace still serves while the agent runs; it loses its
 		// network when the agent pod is deleted (reads through it hang until a new bridge).
-		log.Error(err, "s3fs starts in the agent's network namespace instead of the node's: the bridge loses its network when the agent pod goes (run the agent with hostNetwork, or let it open /proc/1/ns/net)")
-		spec.NetNS = ""
-		proc, err = r.os.Procs.Start(spec)
+		log.Error(nil, "s3fs runs in the agent's network namespace: the bridge loses its network when the agent pod goes (run the agent with hostNetwork)")
 	}
 	if err != nil {
 		_ = r.os.FS.Remove(passwd)

@@ -3,6 +3,7 @@ package s3mount
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -198,21 +199,30 @@ func TestParseCgroupMounts(t *testing.T) {
 }
 
 // F8: a bridge's s3fs starts in the configured network namespace (the node's); when that cannot
-// be joined it still starts, in the agent's, and the volume is bridged.
+// be joined, in our parent's (the shim's, on the node's network), and when that fails too still
+// in the agent's, and the volume is bridged.
 func TestBridgeNetNS(t *testing.T) {
-	for _, denied := range []bool{false, true} {
-		t.Run(fmt.Sprintf("denied=%v", denied), func(t *testing.T) {
+	parent := fmt.Sprintf("/proc/%d/ns/net", os.Getppid())
+	for _, c := range []struct {
+		name   string
+		denied func(string) bool
+		want   string
+	}{
+		{"init's", nil, "/proc/1/ns/net"},
+		{"parent's", func(ns string) bool { return ns == "/proc/1/ns/net" }, parent},
+		{"ours", func(string) bool { return true }, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
 			w := newWorld(t, standard(false)...)
 			w.bridgeNetNS = "/proc/1/ns/net"
-			w.node.NetNSDenied = denied
+			w.node.NetNSDenied = c.denied
 			target := w.publish("uid-1", "pv-a")
 			w.node.KillMount(target)
 			w.start()
 			w.waitFor("bridged", func() bool { return len(w.node.Table().Stack(target)) == 2 })
 			specs := w.node.Specs()
-			want := map[bool]string{false: "/proc/1/ns/net", true: ""}[denied]
-			if len(specs) != 1 || specs[0].NetNS != want {
-				t.Fatalf("started %+v, want one s3fs in network namespace %q", specs, want)
+			if len(specs) != 1 || specs[0].NetNS != c.want {
+				t.Fatalf("started %+v, want one s3fs in network namespace %q", specs, c.want)
 			}
 		})
 	}

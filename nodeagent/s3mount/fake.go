@@ -36,8 +36,8 @@ type FakeNode struct {
 	// S3fsFailure decides whether a started s3fs fails; it gets the arguments and the content
 	// of its passwd file and returns the output of a failed s3fs, or "" to mount.
 	S3fsFailure func(args []string, passwd []byte) string
-	// NetNSDenied makes starting a process in a given network namespace fail (ErrNetNS).
-	NetNSDenied bool
+	// NetNSDenied says whether starting a process in a network namespace fails (ErrNetNS).
+	NetNSDenied func(netns string) bool
 }
 
 // NewFakeNode returns a node with only a root mount.
@@ -317,7 +317,7 @@ type fakeProcs struct{ f *FakeNode }
 
 func (p fakeProcs) Start(spec ProcSpec) (Process, error) {
 	f := p.f
-	if spec.NetNS != "" && f.NetNSDenied {
+	if spec.NetNS != "" && f.NetNSDenied != nil && f.NetNSDenied(spec.NetNS) {
 		return nil, fmt.Errorf("%w: open %s: %w", ErrNetNS, spec.NetNS, syscall.EACCES)
 	}
 	path, args := spec.Path, spec.Args

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path"
 	"sort"
 	"strings"
@@ -83,6 +84,20 @@ func NewOptions() Options {
 
 // bridgeNetNS is the network namespace bridges start in ("" for ours).
 func (r *Restorer) bridgeNetNS() string { return r.opts.BridgeNetNS }
+
+// bridgeNetNSFallbacks are tried in turn when BridgeNetNS cannot be joined: our parent's (with
+// hostPID the container's shim, which runs in the node's namespace; seen on the demo node:
+// init's namespace gives EACCES even to root, the shim's does not), then ours ("").
+func (r *Restorer) bridgeNetNSFallbacks() []string {
+	if r.opts.BridgeNetNS == "" {
+		return nil
+	}
+	var out []string
+	if ppid := os.Getppid(); ppid > 1 {
+		out = append(out, fmt.Sprintf("/proc/%d/ns/net", ppid))
+	}
+	return append(out, "")
+}
 
 // withDefaults fills zero fields from NewOptions.
 func (o Options) withDefaults() Options {

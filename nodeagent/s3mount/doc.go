@@ -82,7 +82,9 @@
 //     joined by the forking thread only): the agent pod has its own, which keeps only lo once
 //     the pod is deleted — a bridge s3fs in it survived the agent but every S3 request (and so
 //     every read through the bridge) hung (F8, seen on the demo cluster: the surviving s3fs's
-//     /proc/<pid>/net/dev listed only lo);
+//     /proc/<pid>/net/dev listed only lo). When init's namespace cannot be opened (the demo
+//     node: EACCES even for root), the agent's parent's is used (with hostPID the container's
+//     shim, which runs on the node's network), and failing that the agent's own (logged);
 //   - moved at once into a cgroup of ours, <Options.BridgeCgroup>/<pv>-<pid> (default
 //     pvrescue/s3/...), on every hierarchy of the node: each v1 hierarchy (cpuset levels get
 //     their parent's cpus and mems) and the v2 one. The hierarchies are taken as /proc/1 (the

@@ -47,10 +47,24 @@ func (r *Restorer) ensureStaging(ctx context.Context, pvName string) error {
 		return fmt.Errorf("%w: write passwd file: %w", ErrMount, err)
 	}
 	log.Info("starting s3fs", "bucket", vol.Bucket, "prefix", vol.Prefix, "staging", path)
-	proc, err := r.os.Procs.Start(ProcSpec{
-		Path: r.cfg.S3.S3fsPath, Args: args, Dir: r.layout.Root(), LogFile: r.layout.LogFile(pvName),
+	spec := ProcSpec{
+		Path: r.cfg.S3.S3fsPath, Args: args, Dir: r.layout.Root(), LogFile: r.layout.LogFile(pvName), NetNS: r.bridgeNetNS(),
 		Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "TMPDIR=" + r.layout.TmpDir(pvName)},
-	})
+	}
+	proc, err := r.os.Procs.Start(spec)
+	for _, alt := range r.bridgeNetNSFallbacks() {
+		if !errors.Is(err, ErrNetNS) {
+			break
+		}
+		log.Error(err, "s3fs cannot start in the node's network namespace there; trying the next", "netns", alt)
+		spec.NetNS = alt
+		proc, err = r.os.Procs.Start(spec)
+	}
+	if err == nil && spec.NetNS == "" && r.bridgeNetNS() != "" {
+		// A bridge in the agent's namespace still serves while the agent runs; it loses its
+		// network when the agent pod is deleted (reads through it hang until a new bridge).
+		log.Error(nil, "s3fs runs in the agent's network namespace: the bridge loses its network when the agent pod goes (run the agent with hostNetwork)")
+	}
 	if err != nil {
 		_ = r.os.FS.Remove(passwd)
 		return err

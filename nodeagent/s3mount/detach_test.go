@@ -2,6 +2,8 @@ package s3mount
 
 import (
 	"encoding/json"
+	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -193,5 +195,35 @@ func TestParseCgroupMounts(t *testing.T) {
 			!slices.Equal(got[i].Options, want[i].Options) {
 			t.Errorf("[%d] got %+v, want %+v", i, got[i], want[i])
 		}
+	}
+}
+
+// F8: a bridge's s3fs starts in the configured network namespace (the node's); when that cannot
+// be joined, in our parent's (the shim's, on the node's network), and when that fails too still
+// in the agent's, and the volume is bridged.
+func TestBridgeNetNS(t *testing.T) {
+	parent := fmt.Sprintf("/proc/%d/ns/net", os.Getppid())
+	for _, c := range []struct {
+		name   string
+		denied func(string) bool
+		want   string
+	}{
+		{"init's", nil, "/proc/1/ns/net"},
+		{"parent's", func(ns string) bool { return ns == "/proc/1/ns/net" }, parent},
+		{"ours", func(string) bool { return true }, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := newWorld(t, standard(false)...)
+			w.bridgeNetNS = "/proc/1/ns/net"
+			w.node.NetNSDenied = c.denied
+			target := w.publish("uid-1", "pv-a")
+			w.node.KillMount(target)
+			w.start()
+			w.waitFor("bridged", func() bool { return len(w.node.Table().Stack(target)) == 2 })
+			specs := w.node.Specs()
+			if len(specs) != 1 || specs[0].NetNS != c.want {
+				t.Fatalf("started %+v, want one s3fs in network namespace %q", specs, c.want)
+			}
+		})
 	}
 }

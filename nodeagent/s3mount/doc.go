@@ -78,6 +78,13 @@
 //     stdout and stderr to <state>/s3/log/<pv>.log (truncated at each start; a pipe to the agent
 //     would break with the agent and SIGPIPE would kill s3fs), working directory <state>/s3,
 //     TMPDIR and s3fs's tmpdir= in <state>/s3/tmp/<pv>, no other inherited descriptor;
+//   - started in the node's network namespace, <Options.BridgeNetNS> (default /proc/1/ns/net,
+//     joined by the forking thread only): the agent pod has its own, which keeps only lo once
+//     the pod is deleted — a bridge s3fs in it survived the agent but every S3 request (and so
+//     every read through the bridge) hung (F8, seen on the demo cluster: the surviving s3fs's
+//     /proc/<pid>/net/dev listed only lo). When init's namespace cannot be opened (the demo
+//     node: EACCES even for root), the agent's parent's is used (with hostPID the container's
+//     shim, which runs on the node's network), and failing that the agent's own (logged);
 //   - moved at once into a cgroup of ours, <Options.BridgeCgroup>/<pv>-<pid> (default
 //     pvrescue/s3/...), on every hierarchy of the node: each v1 hierarchy (cpuset levels get
 //     their parent's cpus and mems) and the v2 one. The hierarchies are taken as /proc/1 (the
@@ -103,6 +110,8 @@
 // pid is never signalled), and its mount, record and cgroup removed. Retiring a bridge (its
 // targets moved back to the driver, or its pods gone) sends SIGTERM through the pidfd (SIGKILL
 // after KillGrace): s3fs unmounts and exits, its parent reaps it, and record and cgroup go.
+// Our bind at a bridged target is detached lazily (MNT_DETACH) when the driver's mount replaces
+// it: files an app holds open on the bridge make a plain unmount fail with EBUSY (F9).
 //
 // The bridge's mount namespace and root stay the agent container's: s3fs and its libraries
 // (libfuse, libcurl, libssl, NSS modules loaded at run time, CA certificates read at each TLS

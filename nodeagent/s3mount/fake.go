@@ -24,6 +24,7 @@ type FakeNode struct {
 	mounts  MountTable
 	dead    map[string]bool // by Dev
 	hung    map[string]bool // by Dev: statfs times out
+	busy    map[int]bool    // by mount ID: a file is open on it (a plain unmount fails EBUSY)
 	files   map[string][]byte
 	modes   map[string]fs.FileMode
 	started [][]string
@@ -35,11 +36,13 @@ type FakeNode struct {
 	// S3fsFailure decides whether a started s3fs fails; it gets the arguments and the content
 	// of its passwd file and returns the output of a failed s3fs, or "" to mount.
 	S3fsFailure func(args []string, passwd []byte) string
+	// NetNSDenied says whether starting a process in a network namespace fails (ErrNetNS).
+	NetNSDenied func(netns string) bool
 }
 
 // NewFakeNode returns a node with only a root mount.
 func NewFakeNode() *FakeNode {
-	f := &FakeNode{nextID: 100, nextDev: 50, dead: map[string]bool{}, hung: map[string]bool{},
+	f := &FakeNode{nextID: 100, nextDev: 50, dead: map[string]bool{}, hung: map[string]bool{}, busy: map[int]bool{},
 		files: map[string][]byte{}, modes: map[string]fs.FileMode{}, cgroups: map[string][]int{}}
 	f.mounts = MountTable{{ID: 1, ParentID: 0, Dev: "8:1", Root: "/", MountPoint: "/", Options: []string{"rw"}, FSType: "ext4", Source: "/dev/vda"}}
 	return f
@@ -89,6 +92,16 @@ func (f *FakeNode) Hang(mountPoint string) {
 	defer f.mu.Unlock()
 	if top, ok := f.mounts.Top(mountPoint); ok {
 		f.hung[top.Dev] = true
+	}
+}
+
+// OpenFile holds a file open on the top mount at mountPoint, as an app reading through it
+// does: a plain unmount of that mount fails with EBUSY, a lazy one (MNT_DETACH) succeeds.
+func (f *FakeNode) OpenFile(mountPoint string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if top, ok := f.mounts.Top(mountPoint); ok {
+		f.busy[top.ID] = true
 	}
 }
 
@@ -194,13 +207,16 @@ func (m fakeMounter) Bind(source, target string, readOnly bool) error {
 	return nil
 }
 
-func (m fakeMounter) Unmount(target string, _ bool) error {
+func (m fakeMounter) Unmount(target string, detach bool) error {
 	f := m.f
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	top, ok := f.mounts.Top(target)
 	if !ok {
 		return fmt.Errorf("%w: unmount %s: %w", ErrMount, target, syscall.EINVAL)
+	}
+	if f.busy[top.ID] && !detach {
+		return fmt.Errorf("%w: unmount %s: %w", ErrMount, target, syscall.EBUSY)
 	}
 	f.mounts = slices.DeleteFunc(f.mounts, func(x MountInfo) bool { return x.ID == top.ID })
 	return nil
@@ -301,6 +317,9 @@ type fakeProcs struct{ f *FakeNode }
 
 func (p fakeProcs) Start(spec ProcSpec) (Process, error) {
 	f := p.f
+	if spec.NetNS != "" && f.NetNSDenied != nil && f.NetNSDenied(spec.NetNS) {
+		return nil, fmt.Errorf("%w: open %s: %w", ErrNetNS, spec.NetNS, syscall.EACCES)
+	}
 	path, args := spec.Path, spec.Args
 	mountPoint, fsname, passwd := "", "s3fs", ""
 	if len(args) > 1 {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -56,6 +57,26 @@ type nodeEnv struct {
 	endpoint string
 	client   kubernetes.Interface
 	rec      *recorder
+	remount  *nodeRemounter
+}
+
+// nodeRemounter records the container remounter's requests (no containers run in node tests).
+type nodeRemounter struct {
+	mu   sync.Mutex
+	devs []string
+}
+
+func (n *nodeRemounter) RemountInContainers(_ context.Context, req nodeagent.RemountRequest) (nodeagent.RemountResult, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.devs = append(n.devs, req.DeadDevice)
+	return nodeagent.RemountResult{}, nil
+}
+
+func (n *nodeRemounter) asked(dev string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.Contains(n.devs, dev)
 }
 
 func newNodeEnv(t *testing.T) *nodeEnv {
@@ -67,7 +88,7 @@ func newNodeEnv(t *testing.T) *nodeEnv {
 
 	dir := t.TempDir()
 	e := &nodeEnv{t: t, dir: dir, kubelet: filepath.Join(dir, "kubelet"), state: filepath.Join(dir, "state"),
-		s3dir: srv.Dir, endpoint: srv.Endpoint(), rec: &recorder{}}
+		s3dir: srv.Dir, endpoint: srv.Endpoint(), rec: &recorder{}, remount: &nodeRemounter{}}
 	for _, d := range []string{e.kubelet, e.state, filepath.Join(e.s3dir, bucket, "pfx"), filepath.Join(dir, "driver")} {
 		must(t, os.MkdirAll(d, 0o755))
 	}
@@ -199,7 +220,7 @@ func (e *nodeEnv) agent(mountTimeout time.Duration) (*s3mount.Restorer, func()) 
 	view, err := nodeagent.NewKubeView(e.client, nodeName, clock.RealClock{}, nodeagent.ViewOptions{TTL: time.Second})
 	must(e.t, err)
 	deps := nodeagent.Deps{NodeName: nodeName, Config: e.config(), Client: e.client, View: view, Recorder: e.rec,
-		Registerer: prometheus.NewRegistry(), Clock: clock.RealClock{}}
+		Registerer: prometheus.NewRegistry(), Clock: clock.RealClock{}, Remounter: e.remount}
 	r, err := s3mount.New(deps, s3mount.NewOS(), s3mount.Options{
 		BackoffInitial: 300 * time.Millisecond, BackoffMax: 2 * time.Second, MountTimeout: mountTimeout,
 		KillGrace: 2 * time.Second,

@@ -2,6 +2,7 @@ package s3mount
 
 import (
 	"context"
+	"errors"
 	"io/fs"
 	"time"
 )
@@ -67,7 +68,13 @@ type ProcSpec struct {
 	// LogFile receives stdout and stderr (truncated at start). A file, not a pipe: a pipe to the
 	// agent would break (SIGPIPE, EPIPE) when the agent exits, and the bridge must outlive it.
 	LogFile string
+	// NetNS, when set, is the network namespace (a /proc/<pid>/ns/net path) the program runs in.
+	NetNS string
 }
+
+// ErrNetNS is returned by ProcessStarter.Start when the program's network namespace cannot be
+// joined (seen on the demo cluster: /proc/1/ns/net gives EACCES without CAP_SYS_PTRACE).
+var ErrNetNS = errors.New("cannot join network namespace")
 
 // ProcessStarter starts the programs the restorer supervises and takes over those an earlier
 // agent started.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -37,7 +38,7 @@ func (realProcs) Start(spec ProcSpec) (Process, error) {
 	cmd.Dir, cmd.Env = spec.Dir, spec.Env
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
+	if err := startIn(cmd, spec.NetNS); err != nil {
 		return nil, fmt.Errorf("%w: start %s: %w", ErrS3fs, spec.Path, err)
 	}
 	p := &childProcess{cmd: cmd, log: spec.LogFile, done: make(chan struct{})}
@@ -50,6 +51,32 @@ func (realProcs) Start(spec ProcSpec) (Process, error) {
 		close(p.done)
 	}()
 	return p, nil
+}
+
+// startIn starts cmd in network namespace netns ("": ours). The child inherits the namespace
+// of the thread that forks it: a locked thread joins netns and starts cmd (the log file is an
+// *os.File, so Start runs no copying goroutine elsewhere). The thread is never unlocked: it ends
+// with its goroutine, and its namespace with it.
+func startIn(cmd *exec.Cmd, netns string) error {
+	if netns == "" {
+		return cmd.Start()
+	}
+	res := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		fd, err := unix.Open(netns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			res <- fmt.Errorf("%w: open %s: %w", ErrNetNS, netns, err)
+			return
+		}
+		defer unix.Close(fd)
+		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+			res <- fmt.Errorf("%w: setns %s: %w", ErrNetNS, netns, err)
+			return
+		}
+		res <- cmd.Start()
+	}()
+	return <-res
 }
 
 func procStat(pid int) (uint64, string, error) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/go-logr/logr"
@@ -48,6 +49,14 @@ func (r *Restorer) replay(ctx context.Context, pv *corev1.PersistentVolume, ts [
 		return err
 	}
 	replayDir := r.layout.ReplayDir(pv.Name)
+	// The targets' stacks before the restage: dropping a dead staging mount we handed back
+	// earlier at kubelet's globalmount also drops its propagated copies at the targets, so the
+	// dead mount running containers hold (this death's) is no longer in the targets' stacks
+	// afterwards, and the container remounter must still be asked about it.
+	var before MountTable
+	if stages {
+		before, _ = r.os.Mounter.MountTable()
+	}
 	stagingPath := ""
 	if stages {
 		stagingPath = KubeletStagingPath(r.cfg.KubeletDir, src.Driver, src.VolumeHandle)
@@ -58,7 +67,7 @@ func (r *Restorer) replay(ctx context.Context, pv *corev1.PersistentVolume, ts [
 	var errs []error
 	for _, t := range ts {
 		fresh := filepath.Join(replayDir, string(t.pod.UID))
-		if err := r.republish(cctx, node, pv, capability, pubCtx, stagingPath, fresh, t); err != nil {
+		if err := r.republish(cctx, node, pv, capability, pubCtx, stagingPath, fresh, t, before.Stack(t.path)); err != nil {
 			log.Error(err, "replaying NodePublishVolume", "pod", klogRef(t.pod), "path", t.path)
 			errs = append(errs, err)
 		}
@@ -144,8 +153,8 @@ func (r *Restorer) dropOurTops(ctx context.Context, path string) error {
 }
 
 // republish publishes the volume for one pod at a fresh directory and hands it over to the
-// pod's dead target.
-func (r *Restorer) republish(ctx context.Context, node CSINode, pv *corev1.PersistentVolume, capability *csi.VolumeCapability, pubCtx map[string]string, stagingPath, fresh string, t target) error {
+// pod's dead target. prior is the target's stack before the restage (nil without one).
+func (r *Restorer) republish(ctx context.Context, node CSINode, pv *corev1.PersistentVolume, capability *csi.VolumeCapability, pubCtx map[string]string, stagingPath, fresh string, t target, prior []MountInfo) error {
 	secrets, err := r.secretData(ctx, pv.Spec.CSI.NodePublishSecretRef)
 	if err != nil {
 		return err
@@ -162,7 +171,7 @@ func (r *Restorer) republish(ctx context.Context, node CSINode, pv *corev1.Persi
 		// The staging mount just replayed reached the target by itself: kubelet's directory is
 		// a shared mount and the driver's publish was a bind of the staging path, so the new
 		// staging mount propagated onto the target. That is the driver's own mount back.
-		r.revivedByStaging(ctx, pv, t, table)
+		r.revivedByStaging(ctx, pv, t, table, prior)
 		return nil
 	}
 	if err := r.freshDir(fresh, table); err != nil {
@@ -188,6 +197,11 @@ func (r *Restorer) republish(ctx context.Context, node CSINode, pv *corev1.Persi
 	if herr != nil || !ok {
 		return herr
 	}
+	if table, err := r.os.Mounter.MountTable(); err == nil {
+		if top, found := table.Top(t.path); found {
+			dead = withPrior(dead, prior, top)
+		}
+	}
 	r.restored(ctx, t, MethodReplay, EventMountReplayed, ro, dead, "driver "+pv.Spec.CSI.Driver+" replayed, its own mount moved over the dead one")
 	return nil
 }
@@ -195,14 +209,30 @@ func (r *Restorer) republish(ctx context.Context, node CSINode, pv *corev1.Persi
 // revivedByStaging records a target that the replayed staging mount revived through mount
 // propagation: the mount on top is recorded as handed back (bounded stacks), the ones below are
 // the dead mounts running containers may still hold.
-func (r *Restorer) revivedByStaging(ctx context.Context, pv *corev1.PersistentVolume, t target, table MountTable) {
+// prior, the target's stack before the restage, adds the dead mount the restage removed (with
+// the dead staging mount it propagated from): running containers hold that one.
+func (r *Restorer) revivedByStaging(ctx context.Context, pv *corev1.PersistentVolume, t target, table MountTable, prior []MountInfo) {
 	stack := table.Stack(t.path)
 	top := stack[len(stack)-1]
 	if err := r.recordHanded(t.path, top.Dev); err != nil {
 		logr.FromContextOrDiscard(ctx).Error(err, "recording the replayed mount", "path", t.path)
 	}
-	r.restored(ctx, t, MethodReplay, EventMountReplayed, t.readOnly || top.ReadOnly(), stack[:len(stack)-1],
+	r.restored(ctx, t, MethodReplay, EventMountReplayed, t.readOnly || top.ReadOnly(), withPrior(stack[:len(stack)-1], prior, top),
 		"driver "+pv.Spec.CSI.Driver+" staged again; its mount reached the target through kubelet's shared staging path")
+}
+
+// withPrior adds to dead the mounts of prior (a target's earlier stack) that are not in dead and
+// not of live's device, newest first: the dead mounts removed from the target meanwhile.
+func withPrior(dead, prior []MountInfo, live MountInfo) []MountInfo {
+	out := slices.Clone(dead)
+	for i := len(prior) - 1; i >= 0; i-- {
+		m := prior[i]
+		if m.Dev == live.Dev || slices.ContainsFunc(out, func(x MountInfo) bool { return x.ID == m.ID || x.Dev == m.Dev && x.Root == m.Root }) {
+			continue
+		}
+		out = append(out, m)
+	}
+	return out
 }
 
 // freshDir makes dir an empty directory with nothing mounted (it is ours: left-overs go).

@@ -222,6 +222,34 @@ func TestBridgeRetiredWhenTheDriverAnswersAgain(t *testing.T) {
 	assertReasons(t, w.events, map[string]int{EventMountBridged: 1, EventBridgeRetired: 1, EventMountReplayed: 0})
 }
 
+// F9: an app holds a file open on our bridge bind when the driver answers again. A plain
+// unmount of the bind fails (EBUSY) for as long as the file is open; the bind is provably ours,
+// so it is detached lazily and the target moves to the driver's mount at once.
+func TestBridgeRetiredWhileAFileIsOpenOnIt(t *testing.T) {
+	w, target := replayWorld(t, false)
+	w.csi.Down = true
+	w.node.KillMount(target)
+	w.start()
+	w.clock.Step(11 * time.Second)
+	w.sync()
+	if top, _ := w.node.Table().Top(target); top.Source != FSName("pv-a") {
+		t.Fatalf("not bridged: top %+v", top)
+	}
+	w.node.OpenFile(target)
+	w.csi.Down = false
+	w.clock.Step(2 * time.Second)
+	w.sync() // the driver answers: swap
+	w.sync()
+	stack := w.node.Table().Stack(target)
+	if got := sources(stack); !slices.Equal(got, []string{"s3fs", "s3fs"}) {
+		t.Fatalf("target stack %v, want the dead driver mount + the driver's new mount", got)
+	}
+	if err := w.node.OS().Statfs.Statfs(context.Background(), target, time.Second); err != nil {
+		t.Errorf("target after the swap: %v", err)
+	}
+	assertReasons(t, w.events, map[string]int{EventMountBridged: 1, EventBridgeRetired: 1})
+}
+
 // assertReasons checks the number of Normal Events on the pod by reason: tools tell the restore
 // methods apart by reason alone.
 func assertReasons(t *testing.T, l *EventLog, want map[string]int) {

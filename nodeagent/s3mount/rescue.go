@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path"
 	"sort"
 	"strings"
@@ -60,6 +61,11 @@ type Options struct {
 	// s3fs gets a group of its own, outside the agent container's cgroups, so that it survives
 	// the container (doc.go). Empty: bridges stay in the agent's cgroups and die with it.
 	BridgeCgroup string
+	// BridgeNetNS is the network namespace (a /proc/<pid>/ns/net path) each bridge's s3fs runs
+	// in. The default, init's, is the node's (the agent runs with hostPID): in the agent pod's
+	// own namespace s3fs would lose its network (only lo is left) when the agent pod is deleted,
+	// and every read through the surviving bridge would hang. Empty: the agent's own namespace.
+	BridgeNetNS string
 }
 
 // NewOptions returns the defaults.
@@ -72,7 +78,25 @@ func NewOptions() Options {
 		HungAfter:      30 * time.Second,
 		QuickExit:      10 * time.Second,
 		BridgeCgroup:   "pvrescue/s3",
+		BridgeNetNS:    "/proc/1/ns/net",
 	}
+}
+
+// bridgeNetNS is the network namespace bridges start in ("" for ours).
+func (r *Restorer) bridgeNetNS() string { return r.opts.BridgeNetNS }
+
+// bridgeNetNSFallbacks are tried in turn when BridgeNetNS cannot be joined: our parent's (with
+// hostPID the container's shim, which runs in the node's namespace; seen on the demo node:
+// init's namespace gives EACCES even to root, the shim's does not), then ours ("").
+func (r *Restorer) bridgeNetNSFallbacks() []string {
+	if r.opts.BridgeNetNS == "" {
+		return nil
+	}
+	var out []string
+	if ppid := os.Getppid(); ppid > 1 {
+		out = append(out, fmt.Sprintf("/proc/%d/ns/net", ppid))
+	}
+	return append(out, "")
 }
 
 // withDefaults fills zero fields from NewOptions.

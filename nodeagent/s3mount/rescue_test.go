@@ -47,7 +47,9 @@ type world struct {
 	ctx     context.Context
 	// bridgeCgroup is Options.BridgeCgroup of the restorers start makes.
 	bridgeCgroup string
-	registry     PluginRegistry
+	// bridgeNetNS is Options.BridgeNetNS.
+	bridgeNetNS string
+	registry    PluginRegistry
 }
 
 func newWorld(t *testing.T, objs ...runtime.Object) *world {
@@ -79,7 +81,7 @@ func (w *world) start() {
 	}
 	os.Registry = w.registry
 	r, err := New(w.deps(), os, Options{BackoffInitial: 2 * time.Second, BackoffMax: 10 * time.Second, KillGrace: time.Millisecond,
-		BridgeCgroup: w.bridgeCgroup})
+		BridgeCgroup: w.bridgeCgroup, BridgeNetNS: w.bridgeNetNS})
 	if err != nil {
 		w.t.Fatal(err)
 	}

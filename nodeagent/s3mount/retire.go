@@ -59,7 +59,7 @@ func (r *Restorer) startRetires(ctx context.Context, bridged map[string][]target
 
 // retire moves bridged targets to the driver's own mount once the driver answers: the driver
 // publishes at a fresh directory, then our bind at the target is replaced by the driver's mount
-// (unmount ours, bind the driver's — the dead driver mount stays below throughout, so a reader
+// (detach ours lazily, bind the driver's — the dead driver mount stays below throughout, so a reader
 // sees at worst ENOTCONN for that instant, never the bare directory). The bridge's s3fs stops
 // when no target holds its bind any more (cleanupStagings).
 func (r *Restorer) retire(ctx context.Context, pvName string, ts []target) {
@@ -144,7 +144,11 @@ func (r *Restorer) swap(ctx context.Context, node CSINode, pv *corev1.Persistent
 			return err
 		}
 	} else {
-		if err := r.os.Mounter.Unmount(t.path, false); err != nil {
+		// Lazily (MNT_DETACH): an app with a file open on the bridge makes a plain unmount fail
+		// with EBUSY for as long as the file stays open. The bind is provably ours (its source
+		// names our bridge, checked above) and the driver's mount goes on right after; the app's
+		// open files keep working through the detached bind until closed or the bridge stops.
+		if err := r.os.Mounter.Unmount(t.path, true); err != nil {
 			return fmt.Errorf("%w: removing our bridge bind at %s: %w", ErrMount, t.path, err)
 		}
 		if err := r.os.Mounter.Bind(fresh, t.path, ro); err != nil {

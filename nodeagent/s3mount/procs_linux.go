@@ -62,7 +62,10 @@ func startIn(cmd *exec.Cmd, netns string) error {
 		return cmd.Start()
 	}
 	res := make(chan error, 1)
-	go func() {
+	// The thread that joins netns is never unlocked, so the runtime retires it with the goroutine.
+	// It must not be the main thread: the runtime cannot retire that one, and the agent's own
+	// namespace (as /proc/self shows it) would change.
+	start := func() {
 		runtime.LockOSThread()
 		fd, err := unix.Open(netns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
@@ -75,6 +78,18 @@ func startIn(cmd *exec.Cmd, netns string) error {
 			return
 		}
 		res <- cmd.Start()
+	}
+	go func() {
+		runtime.LockOSThread()
+		if unix.Gettid() != unix.Getpid() {
+			start()
+			return
+		}
+		// Holding the main thread keeps the worker off it; the main thread is released untouched.
+		done := make(chan struct{})
+		go func() { defer close(done); start() }()
+		<-done
+		runtime.UnlockOSThread()
 	}()
 	return <-res
 }

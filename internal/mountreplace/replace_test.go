@@ -246,7 +246,7 @@ func TestReplaceWithGivenTreeAddsFlags(t *testing.T) {
 
 func TestAttrsOf(t *testing.T) {
 	for line, want := range map[string]mountreplace.Attrs{
-		"1 2 0:50 / /t rw,nosuid,nodev,relatime shared:5 - fuse.s3fs s3fs rw":          {NoSuid: true, NoDev: true},
+		"1 2 0:50 / /t rw,nosuid,nodev,relatime shared:5 - fuse.s3fs s3fs rw":           {NoSuid: true, NoDev: true},
 		"1 2 0:50 /sub /t ro,nosuid,nodev,noexec,relatime master:7 - fuse.s3fs s3fs rw": {ReadOnly: true, NoSuid: true, NoDev: true, NoExec: true, Slave: true},
 		"1 2 0:50 / /t rw,relatime shared:3 master:7 - fuse.s3fs s3fs rw":               {Slave: true},
 		"1 2 0:50 / /t rw - fuse.s3fs s3fs rw":                                          {},

@@ -337,8 +337,9 @@ func TestNodeFiftyDeaths(t *testing.T) {
 		must(t, os.WriteFile(p, []byte(v), 0o644))
 	}
 	dir := kubeletDir(t)
-	freshRoot := t.TempDir()
+	freshRoot, ctrRoot := t.TempDir(), t.TempDir()
 	testenv.Sweep(t, freshRoot)
+	testenv.Sweep(t, ctrRoot)
 	staging := filepath.Join(dir, "plugins/kubernetes.io/csi/s3.example/0123abcd/globalmount")
 	target := filepath.Join(dir, "pods/0a1b2c3d/volumes/kubernetes.io~csi/pv1/mount")
 	bare := func(p string) {
@@ -365,7 +366,7 @@ func TestNodeFiftyDeaths(t *testing.T) {
 		{name: "sub", src: filepath.Join(target, "sub/dir"), readOnly: true},
 	}
 	for _, c := range ctrs {
-		c.data = filepath.Join(dir, "ctr-"+c.name, "data")
+		c.data = filepath.Join(ctrRoot, "ctr-"+c.name, "data")
 		bare(c.data)
 		script := []string{"mount --bind " + c.src + " " + c.data}
 		nsProp := "private"
@@ -379,8 +380,9 @@ func TestNodeFiftyDeaths(t *testing.T) {
 		if c.readOnly {
 			script = append(script, "mount -o remount,bind,ro "+c.data)
 		}
-		script = append(script, "umount "+target)
-		c.pid = startCtr(t, dir, c.name, nsProp, strings.Join(script, "\n"))
+		// A container's root never shows the kubelet directory.
+		script = append(script, "umount -l "+dir)
+		c.pid = startCtr(t, ctrRoot, c.name, nsProp, strings.Join(script, "\n"))
 	}
 	pidOf := func(c *ctr) string { return strconv.Itoa(c.pid) }
 	// What each replacement must keep.
@@ -427,7 +429,7 @@ func TestNodeFiftyDeaths(t *testing.T) {
 
 	mountsBefore := map[string]int{"host": under(t, "self", dir)}
 	for _, c := range ctrs {
-		mountsBefore[c.name] = under(t, pidOf(c), dir)
+		mountsBefore[c.name] = under(t, pidOf(c), ctrRoot)
 	}
 	rep, k := realReplacer(t)
 	took := timings{}
@@ -465,6 +467,16 @@ func TestNodeFiftyDeaths(t *testing.T) {
 		cur = start(fresh, i)
 		replace("staging", mountreplace.Request{Target: staging, Old: topID(t, staging), LivePath: fresh}, 0)
 		replace("target", mountreplace.Request{Target: target, Old: topID(t, target), LivePath: fresh}, 0)
+		if i == 1 {
+			// The HostToContainer container's mount is a slave of the dead mount's peer group;
+			// the new mount went to the dead one's parent, so nothing propagates to it: it stays
+			// dead (never bare) until it is replaced inside the container.
+			_, err := os.ReadDir(fmt.Sprintf("/proc/%d/root%s", ctrs[0].pid, ctrs[0].data))
+			t.Logf("HostToContainer container after the host's replacement, before its own: %v", err)
+			if !errors.Is(err, syscall.ENOTCONN) {
+				t.Errorf("HostToContainer container after the host's replacement: %v, want ENOTCONN", err)
+			}
+		}
 		for _, c := range ctrs {
 			tree, err := k.Clone(c.src) // in the host's namespace, before setns
 			must(t, err)
@@ -487,12 +499,12 @@ func TestNodeFiftyDeaths(t *testing.T) {
 
 	mountsAfter := map[string]int{"host": under(t, "self", dir)}
 	for _, c := range ctrs {
-		mountsAfter[c.name] = under(t, pidOf(c), dir)
+		mountsAfter[c.name] = under(t, pidOf(c), ctrRoot)
 	}
-	t.Logf("mounts under the kubelet-like directory, before → after %d deaths: %v → %v", deaths, mountsBefore, mountsAfter)
+	t.Logf("mounts under the kubelet-like directory (host) and the containers' directory, before → after %d deaths: %v → %v", deaths, mountsBefore, mountsAfter)
 	for name, n := range mountsBefore {
 		if mountsAfter[name] != n {
-			t.Errorf("%s: %d mounts under %s after %d deaths, were %d (dead layers or propagated copies left)", name, mountsAfter[name], dir, deaths, n)
+			t.Errorf("%s: %d mounts after %d deaths, were %d (dead layers or propagated copies left)", name, mountsAfter[name], deaths, n)
 		}
 	}
 	for _, p := range []string{staging, target} {

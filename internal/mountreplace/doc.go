@@ -18,6 +18,11 @@
 //     (mount_setattr on the detached clone: set and cleared, plus what Request.Add adds), and
 //     its propagation: slave when the replaced mount received propagation (master:N), else
 //     private. A read-only mount is read-only before anyone can see it;
+//     A container's HostToContainer mount is a slave of the host mount's peer group; when the
+//     host's dead mount is replaced first and detached, that group empties and the kernel makes
+//     its slaves private. So the caller says what it verified (the pod spec's
+//     mountPropagation) with Request.Add{Slave: true}, and the clone of the host's new mount
+//     becomes a slave of the new mount's group;
 //  3. move_mount(MOVE_MOUNT_BENEATH) attaches the tree beneath the planned top. Attached to a
 //     shared parent it becomes shared, as the replaced mount was; the table is then checked:
 //     the new mount holds the parent and mount point the replaced one had, the replaced one

@@ -104,16 +104,24 @@ func (k *RealKernel) TopID(path string) (int, error) {
 	return id, nil
 }
 
-// Clone implements Kernel: a clone of just the mount at path (not its submounts).
+// Clone implements Kernel: a clone of just the mount at path (not its submounts; a path below
+// a mount's root gives a clone showing that directory). A clone of a shared mount is a peer of
+// it (seen on 6.18), so SetAttrs can make it a slave of the live mount's group.
 func (k *RealKernel) Clone(path string) (int, error) {
 	src, _, err := openPath(path)
 	if err != nil {
 		return -1, err
 	}
 	defer unix.Close(src)
+	return CloneAt(src)
+}
+
+// CloneAt clones the mount at src, an O_PATH descriptor, like Clone: callers that resolve a
+// path themselves (openat2 RESOLVE_BENEATH below a live mount) hand their descriptor here.
+func CloneAt(src int) (int, error) {
 	fd, err := unix.OpenTree(src, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
 	if err != nil {
-		return -1, fmt.Errorf("open_tree %s: %w", path, err)
+		return -1, fmt.Errorf("open_tree: %w", err)
 	}
 	return fd, nil
 }

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -230,11 +231,18 @@ type reader struct {
 	name, path, mark, value string
 	dead, live, reads, errs int
 	breaches                []string
+	liveNow                 atomic.Int64 // live, for the test's goroutine
+}
+
+// deadConn: a killed FUSE daemon's connection answers ENOTCONN, or ECONNABORTED to a request
+// that was in flight when it died.
+func deadConn(err error) bool {
+	return errors.Is(err, syscall.ENOTCONN) || errors.Is(err, syscall.ECONNABORTED)
 }
 
 func (r *reader) poll(i int) {
 	ents, err := os.ReadDir(r.path)
-	if errors.Is(err, syscall.ENOTCONN) {
+	if deadConn(err) {
 		r.dead++
 		return
 	}
@@ -254,12 +262,13 @@ func (r *reader) poll(i int) {
 		return
 	}
 	r.live++
+	r.liveNow.Add(1)
 	if i%20 != 0 {
 		return
 	}
 	b, err := os.ReadFile(filepath.Join(r.path, r.mark))
 	switch {
-	case errors.Is(err, syscall.ENOTCONN):
+	case deadConn(err):
 	case err != nil || string(b) != r.value:
 		r.breaches = append(r.breaches, fmt.Sprintf("marker %q, %v", b, err))
 	default:
@@ -286,6 +295,8 @@ type ctr struct {
 	name, data, src string
 	pid             int
 	readOnly        bool
+	// add is what the agent knows from the pod spec: HostToContainer means a slave mount.
+	add mountreplace.Attrs
 }
 
 func startCtr(t *testing.T, dir, name, nsProp, script string) int {
@@ -348,20 +359,20 @@ func TestNodeFiftyDeaths(t *testing.T) {
 	}
 	bare(staging)
 	bare(target)
-	start := func(mp string, n int) *testenv.S3fsMount {
+	start := func(mp string, n int, opts ...string) *testenv.S3fsMount {
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		defer cancel()
 		m, err := testenv.StartS3fs(ctx, srv.S3Config, testenv.S3fsSpec{Source: bucket + ":/pv1", MountPoint: mp,
-			PasswdFile: filepath.Join(freshRoot, fmt.Sprintf("passwd-%d", n)), Options: []string{"allow_other"}, OwnGroup: true})
+			PasswdFile: filepath.Join(freshRoot, fmt.Sprintf("passwd-%d", n)), Options: append([]string{"allow_other"}, opts...), OwnGroup: true})
 		must(t, err)
 		return m
 	}
 	// The driver: NodeStage mounts s3fs at staging, NodePublish binds staging to the target.
-	cur := start(staging, 0)
+	cur := start(staging, 0, "nonempty") // over the decoy
 	must(t, unix.Mount(staging, target, "", unix.MS_BIND, ""))
 
 	ctrs := []*ctr{
-		{name: "htc", src: target},
+		{name: "htc", src: target, add: mountreplace.Attrs{Slave: true}},
 		{name: "none", src: target},
 		{name: "sub", src: filepath.Join(target, "sub/dir"), readOnly: true},
 	}
@@ -382,6 +393,9 @@ func TestNodeFiftyDeaths(t *testing.T) {
 		}
 		// A container's root never shows the kubelet directory.
 		script = append(script, "umount -l "+dir)
+		if c.name == "none" {
+			script = append(script, "cd "+c.data) // the main process works in the volume: its mount is busy
+		}
 		c.pid = startCtr(t, ctrRoot, c.name, nsProp, strings.Join(script, "\n"))
 	}
 	pidOf := func(c *ctr) string { return strconv.Itoa(c.pid) }
@@ -480,18 +494,27 @@ func TestNodeFiftyDeaths(t *testing.T) {
 		for _, c := range ctrs {
 			tree, err := k.Clone(c.src) // in the host's namespace, before setns
 			must(t, err)
-			replace(c.name, mountreplace.Request{Target: c.data, Old: topID(t, fmt.Sprintf("/proc/%d/root%s", c.pid, c.data)), Tree: tree}, c.pid)
+			replace(c.name, mountreplace.Request{Target: c.data, Old: topID(t, fmt.Sprintf("/proc/%d/root%s", c.pid, c.data)), Tree: tree, Add: c.add}, c.pid)
 			must(t, k.Close(tree))
 		}
 		must(t, unix.Unmount(fresh, unix.MNT_DETACH))
+		// Every reader reads the volume again before the next death.
+		for _, r := range readers {
+			n := r.liveNow.Load()
+			testenv.WaitFor(t, 10*time.Second, r.name+" reads the volume again", testenv.Until(func() bool { return r.liveNow.Load() > n }))
+		}
 		for _, p := range []string{staging, target} {
 			if s := stack(t, "self", p); len(s) != 1 {
 				t.Fatalf("death %d: %d mounts at %s", i, len(s), p)
 			}
 		}
 		for _, c := range ctrs {
-			if s := stack(t, pidOf(c), c.data); len(s) != 1 {
+			s := stack(t, pidOf(c), c.data)
+			if len(s) != 1 {
 				t.Fatalf("death %d: %d mounts at %s in %s", i, len(s), c.data, c.name)
+			}
+			if p := mountreplace.PropagationOf(s[0]); p != (mountreplace.Propagation{Slave: c.add.Slave}) {
+				t.Errorf("death %d: %s's mount is %s (%v)", i, c.name, p, s[0].Optional)
 			}
 		}
 	}

@@ -283,7 +283,9 @@ func (r Replacer) finishBeneath(target string, old mountinfo.Mount, tree int, re
 	case om.ParentID != nm.ID:
 		return fmt.Errorf("%w: old mount %d is on %d, want on the new mount %d", ErrVerify, om.ID, om.ParentID, nm.ID)
 	}
-	want, got := PropagationOf(old), PropagationOf(nm)
+	// Shared as the old mount was; slave as the old mount or the caller says (a slave whose
+	// master group emptied shows as private).
+	want, got := Propagation{Shared: PropagationOf(old).Shared, Slave: res.Attrs.Slave}, PropagationOf(nm)
 	if want != got {
 		// Attaching to a shared parent makes a mount shared; a private or slave old mount under
 		// such a parent had been changed after it was mounted, and so is the new one.

@@ -101,6 +101,9 @@ func TestReplaceKeepsPropagationInContainer(t *testing.T) {
 		{"hostToContainer", mountreplace.Attrs{Slave: true}, mountreplace.Propagation{Slave: true}},
 		{"none", mountreplace.Attrs{}, mountreplace.Propagation{}},
 		{"subPath read-only", mountreplace.Attrs{ReadOnly: true}, mountreplace.Propagation{}},
+		// The host's dead mount was detached first: its group emptied, the container's slave
+		// turned private; the caller knows the pod asked for HostToContainer.
+		{"hostToContainer orphaned", mountreplace.Attrs{}, mountreplace.Propagation{Slave: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			k := mountreplacetest.NewFakeKernel()
@@ -113,7 +116,8 @@ func TestReplaceKeepsPropagationInContainer(t *testing.T) {
 			}
 			old := k.Mount(dm)
 			k.Watch("/ctr/data")
-			res, err := replacer(k, true).Replace(mountreplace.Request{Target: "/ctr/data", Old: old, LivePath: target})
+			res, err := replacer(k, true).Replace(mountreplace.Request{Target: "/ctr/data", Old: old, LivePath: target,
+				Add: mountreplace.Attrs{Slave: tc.want.Slave}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -124,7 +128,7 @@ func TestReplaceKeepsPropagationInContainer(t *testing.T) {
 			if res.Propagation != tc.want || s[0].ReadOnly != tc.dead.ReadOnly {
 				t.Errorf("new mount %+v (%s), want %s, read-only %v", s[0], res.Propagation, tc.want, tc.dead.ReadOnly)
 			}
-			if tc.dead.Slave && s[0].Master == 0 {
+			if tc.want.Slave && s[0].Master == 0 {
 				t.Errorf("HostToContainer mount is not a slave of the live mount's group: %+v", s[0])
 			}
 			if len(k.Breaches) != 0 {

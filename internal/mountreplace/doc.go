@@ -26,8 +26,9 @@
 //  3. move_mount(MOVE_MOUNT_BENEATH) attaches the tree beneath the planned top. Attached to a
 //     shared parent it becomes shared, as the replaced mount was; the table is then checked:
 //     the new mount holds the parent and mount point the replaced one had, the replaced one
-//     sits on the new one, and the propagation type (shared, slave) equals the replaced one's
-//     (fixed on the attached mount through the tree's descriptor when the parent changed it);
+//     sits on the new one, and the new mount is shared when the replaced one was and a slave
+//     when step 2 made it one (fixed on the attached mount through the tree's descriptor when
+//     the parent changed it);
 //  4. statx names the planned mount as the top again, and it is detached (MNT_DETACH: a dead
 //     FUSE mount is busy while processes hold files or working directories on it);
 //  5. statx must now name the new mount as the top.

@@ -199,6 +199,24 @@ func TestNodeFallbacks(t *testing.T) {
 		t.Errorf("stack at %s = %+v; want %d with %d on top", self, s, old, res.New)
 	}
 
+	// A mount with a mount on it: detaching it would take the inner one along.
+	outer, inner := filepath.Join(dir, "outer"), filepath.Join(dir, "outer", "inner")
+	must(t, os.MkdirAll(outer, 0o755))
+	must(t, unix.Mount("tmpfs", outer, "tmpfs", 0, "size=1m"))
+	must(t, os.MkdirAll(inner, 0o755))
+	must(t, unix.Mount("tmpfs", inner, "tmpfs", 0, "size=1m"))
+	innerID := topID(t, inner)
+	old = topID(t, outer)
+	res, err = r.Replace(mountreplace.Request{Target: outer, Old: old, LivePath: live})
+	must(t, err)
+	if res.Mode != mountreplace.Stacked || res.Reason != mountreplace.ReasonSubmounts {
+		t.Errorf("result %+v; want stacked, submounts", res)
+	}
+	// (hidden now under the new mount, as any stacking hides it; the caller puts it back)
+	if i := slices.IndexFunc(table(t, "self"), func(m mountinfo.Mount) bool { return m.ID == innerID && m.ParentID == old }); i < 0 {
+		t.Errorf("inner mount %d is no longer on %d", innerID, old)
+	}
+
 	plain := filepath.Join(dir, "plain")
 	must(t, os.MkdirAll(plain, 0o755))
 	must(t, unix.Mount("tmpfs", plain, "tmpfs", 0, "size=1m"))

@@ -589,3 +589,47 @@ func TestNodeFiftyDeaths(t *testing.T) {
 	t.Logf("modes: %v", modes)
 	took.report(t)
 }
+
+// TestNodeLockedMountStacks: in a container with a user namespace of its own, the mounts it
+// inherited are locked (the kernel never lets a less privileged namespace reveal what is under
+// them): a beneath move is refused there, and the replacement stacks and says so.
+func TestNodeLockedMountStacks(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireCommand(t, "unshare", "apt-get install util-linux")
+	dir := kubeletDir(t)
+	live, locked := filepath.Join(dir, "live"), filepath.Join(dir, "locked")
+	for _, p := range []string{live, locked} {
+		must(t, os.MkdirAll(p, 0o755))
+		must(t, unix.Mount("tmpfs", p, "tmpfs", 0, "size=1m"))
+	}
+	must(t, os.WriteFile(filepath.Join(live, "live.txt"), []byte("live\n"), 0o644))
+	uctx := t.TempDir()
+	ready := filepath.Join(uctx, "ready")
+	cmd := exec.Command("unshare", "-U", "--map-root-user", "-m", "--propagation", "private", "sh", "-ec", "touch "+ready+"\nexec sleep 3600")
+	must(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	testenv.WaitFor(t, 10*time.Second, "user-namespaced container", testenv.Until(func() bool { _, err := os.Stat(ready); return err == nil }))
+	upid := cmd.Process.Pid
+
+	r, k := realReplacer(t)
+	tree, err := k.Clone(live)
+	must(t, err)
+	defer k.Close(tree)
+	old := topID(t, fmt.Sprintf("/proc/%d/root%s", upid, locked))
+	var res mountreplace.Result
+	must(t, inNamespace(upid, func() error {
+		var err error
+		res, err = r.Replace(mountreplace.Request{Target: locked, Old: old, Tree: tree})
+		return err
+	}))
+	t.Logf("locked mount: %+v", res)
+	if res.Mode != mountreplace.Stacked || res.Reason != mountreplace.ReasonRefused {
+		t.Errorf("result %+v; want stacked, refused", res)
+	}
+	if s := stack(t, strconv.Itoa(upid), locked); len(s) != 2 || s[0].ID != old || s[1].ID != res.New {
+		t.Errorf("stack in the container %+v; want %d with %d on top", s, old, res.New)
+	}
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/root%s/live.txt", upid, locked)); err != nil || string(b) != "live\n" {
+		t.Errorf("container does not read the new mount: %q, %v", b, err)
+	}
+}

@@ -1,0 +1,66 @@
+// Package mountreplace replaces the top mount at a path by another mount without the path ever
+// showing what lies beneath: the new mount is attached beneath the old top with move_mount(2)
+// MOVE_MOUNT_BENEATH (Linux ≥ 6.5), then the old top is detached (umount2 MNT_DETACH). The mount
+// count at the path stays what it was, whatever the number of replacements; a dead FUSE mount
+// replaced this way no longer pins its connection under a live one.
+//
+// # One replacement (Replacer.Replace)
+//
+// In the mount namespace of the calling thread (the caller does any setns on a locked thread and
+// hands a detached tree made before it, or a live path to clone in the current namespace):
+//
+//  1. the mount table (mountinfo of the calling thread, read through a /proc descriptor opened
+//     when the Kernel was made, so it still resolves after setns) must hold the planned mount
+//     at the target, and statx(STATX_MNT_ID, AT_STATX_DONT_SYNC) of the target must name it as
+//     the top: nothing reaches a dead FUSE daemon, and a target that changed is left alone
+//     (ErrTargetChanged);
+//  2. the detached tree gets exactly the replaced mount's read-only, nosuid, nodev and noexec
+//     (mount_setattr on the detached clone: set and cleared, plus what Request.Add adds), and
+//     its propagation: slave when the replaced mount received propagation (master:N), else
+//     private. A read-only mount is read-only before anyone can see it;
+//     A container's HostToContainer mount is a slave of the host mount's peer group; when the
+//     host's dead mount is replaced first and detached, that group empties and the kernel makes
+//     its slaves private. So the caller says what it verified (the pod spec's
+//     mountPropagation) with Request.Add{Slave: true}, and the clone of the host's new mount
+//     becomes a slave of the new mount's group;
+//  3. move_mount(MOVE_MOUNT_BENEATH) attaches the tree beneath the planned top. Attached to a
+//     shared parent it becomes shared, as the replaced mount was; the table is then checked:
+//     the new mount holds the parent and mount point the replaced one had, the replaced one
+//     sits on the new one, and the new mount is shared when the replaced one was and a slave
+//     when step 2 made it one (fixed on the attached mount through the tree's descriptor when
+//     the parent changed it);
+//  4. statx names the planned mount as the top again, and it is detached (MNT_DETACH: a dead
+//     FUSE mount is busy while processes hold files or working directories on it);
+//  5. statx must now name the new mount as the top.
+//
+// # When the kernel refuses: bounded stacking, said out loud
+//
+// Probe (at start-up, in a throwaway mount namespace on a thread the caller provides) moves one
+// tmpfs beneath another. A kernel older than 6.5 rejects the unknown flag with EINVAL; Support
+// then says so and every Replace stacks the tree on top of the old mount instead (Mode Stacked,
+// Reason "unsupported"), as the agent did before. Per target the kernel also refuses beneath
+// moves with EINVAL (can_move_mount_beneath in fs/namespace.c): a locked mount (inherited by a
+// less privileged user namespace), and a shared parent whose propagation would overmount the top
+// (propagation_would_overmount in fs/pnode.c: the top's root is its own mount point and the top
+// is a peer, or a slave of a peer, of the parent — a directory bound onto itself). Those
+// replacements stack too (Reason "refused", Result.Refusal holds the kernel's error). A replaced
+// mount with mounts of its own on it is stacked over (Reason "submounts"): detaching it would
+// take them along. Every Result names its Mode and Reason, so the caller logs and counts each
+// one: there is no silent mixture.
+//
+// # Limits
+//
+//   - Descriptors and working directories opened on the old mount keep pointing at it (for a
+//     dead FUSE mount: ENOTCONN); only new lookups reach the new mount.
+//   - The old mount is detached lazily: its filesystem is freed when the last user goes.
+//   - Between the check of step 4 and the umount2 call another mount could land on top of the
+//     target; step 5 then reports ErrTargetChanged (umount2 takes a path, not a descriptor).
+//
+// # Layout
+//
+// The sequence (replace.go) runs against Kernel, a small interface; kernel_linux.go holds the
+// real calls (RealKernel, Probe) and kernel_other.go a stub. mountreplacetest.FakeKernel models
+// mount stacks, propagation and the kernel's refusals in memory and records every instant a
+// watched path shows the bare directory. Node tests (-tags node, root) replace real s3fs mounts
+// killed with SIGKILL, on the host and inside unshare'd mount namespaces.
+package mountreplace

@@ -1,0 +1,292 @@
+//go:build linux
+
+package mountreplace
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// MoveMountBeneath is MOVE_MOUNT_BENEATH of include/uapi/linux/mount.h (Linux 6.5):
+//
+//	#define MOVE_MOUNT_BENEATH	0x00000200 /* Mount beneath top mount */
+//
+// golang.org/x/sys v0.50.0 does not name it.
+const MoveMountBeneath = 0x200
+
+// RealKernel makes the kernel calls in the calling thread's mount namespace. Its /proc
+// descriptor is opened where it is made, so the mount table still resolves after setns into a
+// namespace whose /proc (if any) does not show the agent's threads.
+type RealKernel struct{ proc int }
+
+// NewKernel opens procRoot ("/proc" when empty) for RealKernel.MountInfo.
+func NewKernel(procRoot string) (*RealKernel, error) {
+	if procRoot == "" {
+		procRoot = "/proc"
+	}
+	fd, err := unix.Open(procRoot, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", procRoot, err)
+	}
+	return &RealKernel{proc: fd}, nil
+}
+
+// Release closes the /proc descriptor.
+func (k *RealKernel) Release() error { return unix.Close(k.proc) }
+
+// MountInfo implements Kernel: thread-self, because after setns only this thread is in the
+// namespace.
+func (k *RealKernel) MountInfo() (string, error) {
+	fd, err := unix.Openat(k.proc, "thread-self/mountinfo", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", err
+	}
+	f := os.NewFile(uintptr(fd), "mountinfo")
+	defer f.Close()
+	b, err := io.ReadAll(f)
+	return string(b), err
+}
+
+// openPath opens path without following symlinks (a planted link never redirects a mount call)
+// and returns the descriptor and its mount ID. AT_STATX_DONT_SYNC: the ID comes from the VFS, no
+// request reaches a dead FUSE daemon.
+func openPath(path string) (int, int, error) {
+	fd, err := unix.Openat2(unix.AT_FDCWD, path, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_CLOEXEC | unix.O_NOFOLLOW,
+		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err != nil {
+		return -1, 0, fmt.Errorf("open %s: %w", path, err)
+	}
+	id, err := mountID(fd)
+	if err != nil {
+		_ = unix.Close(fd)
+		return -1, 0, fmt.Errorf("statx %s: %w", path, err)
+	}
+	return fd, id, nil
+}
+
+func mountID(fd int) (int, error) {
+	var stx unix.Statx_t
+	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_STATX_DONT_SYNC, unix.STATX_MNT_ID, &stx); err != nil {
+		return 0, err
+	}
+	if stx.Mask&unix.STATX_MNT_ID == 0 {
+		return 0, fmt.Errorf("statx without STATX_MNT_ID: %w", unix.ENOTSUP)
+	}
+	return int(stx.Mnt_id), nil
+}
+
+// openTop opens path and checks its top mount is top.
+func openTop(path string, top int) (int, error) {
+	fd, id, err := openPath(path)
+	if err != nil {
+		return -1, fmt.Errorf("%w: %w", ErrTargetChanged, err)
+	}
+	if id != top {
+		_ = unix.Close(fd)
+		return -1, fmt.Errorf("%w: top of %s is mount %d, want %d", ErrTargetChanged, path, id, top)
+	}
+	return fd, nil
+}
+
+// TopID implements Kernel.
+func (k *RealKernel) TopID(path string) (int, error) {
+	fd, id, err := openPath(path)
+	if err != nil {
+		return 0, err
+	}
+	_ = unix.Close(fd)
+	return id, nil
+}
+
+// Clone implements Kernel: a clone of just the mount at path (not its submounts; a path below
+// a mount's root gives a clone showing that directory). A clone of a shared mount is a peer of
+// it (seen on 6.18), so SetAttrs can make it a slave of the live mount's group.
+func (k *RealKernel) Clone(path string) (int, error) {
+	src, _, err := openPath(path)
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(src)
+	return CloneAt(src)
+}
+
+// CloneAt clones the mount at src, an O_PATH descriptor, like Clone: callers that resolve a
+// path themselves (openat2 RESOLVE_BENEATH below a live mount) hand their descriptor here.
+func CloneAt(src int) (int, error) {
+	fd, err := unix.OpenTree(src, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
+	if err != nil {
+		return -1, fmt.Errorf("open_tree: %w", err)
+	}
+	return fd, nil
+}
+
+// TreeID implements Kernel.
+func (k *RealKernel) TreeID(tree int) (int, error) { return mountID(tree) }
+
+// SetAttrs implements Kernel.
+func (k *RealKernel) SetAttrs(tree int, a Attrs) error {
+	attr := &unix.MountAttr{Propagation: unix.MS_PRIVATE}
+	if a.Slave {
+		attr.Propagation = unix.MS_SLAVE
+	}
+	for _, f := range []struct {
+		on   bool
+		flag uint64
+	}{{a.ReadOnly, unix.MOUNT_ATTR_RDONLY}, {a.NoSuid, unix.MOUNT_ATTR_NOSUID}, {a.NoDev, unix.MOUNT_ATTR_NODEV}, {a.NoExec, unix.MOUNT_ATTR_NOEXEC}} {
+		if f.on {
+			attr.Attr_set |= f.flag
+		} else {
+			attr.Attr_clr |= f.flag
+		}
+	}
+	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, attr); err != nil {
+		return fmt.Errorf("mount_setattr: %w", err)
+	}
+	return nil
+}
+
+// SetPropagation implements Kernel. Shared and slave together: slave first (of the group the
+// mount is a peer of), then shared in a group of its own.
+func (k *RealKernel) SetPropagation(tree int, p Propagation) error {
+	var steps []uint64
+	switch {
+	case p.Slave:
+		steps = append(steps, unix.MS_SLAVE)
+	case !p.Shared:
+		steps = append(steps, unix.MS_PRIVATE)
+	}
+	if p.Shared {
+		steps = append(steps, unix.MS_SHARED)
+	}
+	for _, s := range steps {
+		if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Propagation: s}); err != nil {
+			return fmt.Errorf("mount_setattr propagation %#x: %w", s, err)
+		}
+	}
+	return nil
+}
+
+func (k *RealKernel) move(tree int, path string, top int, flags int) error {
+	dst, err := openTop(path, top)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dst)
+	return unix.MoveMount(tree, "", dst, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH|flags)
+}
+
+// MoveBeneath implements Kernel.
+func (k *RealKernel) MoveBeneath(tree int, path string, top int) error {
+	err := k.move(tree, path, top, MoveMountBeneath)
+	if errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("%w: move_mount(MOVE_MOUNT_BENEATH) %s: %w", ErrRefused, path, err)
+	}
+	return err
+}
+
+// MoveOnTop implements Kernel.
+func (k *RealKernel) MoveOnTop(tree int, path string, top int) error {
+	return k.move(tree, path, top, 0)
+}
+
+// Detach implements Kernel.
+func (k *RealKernel) Detach(path string, top int) error {
+	fd, err := openTop(path, top)
+	if err != nil {
+		return err
+	}
+	_ = unix.Close(fd)
+	if err := unix.Unmount(path, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err != nil {
+		return fmt.Errorf("umount2 %s: %w", path, err)
+	}
+	return nil
+}
+
+// Close implements Kernel.
+func (k *RealKernel) Close(fd int) error { return unix.Close(fd) }
+
+// Probe finds whether the kernel mounts beneath: in a mount namespace of its own (nothing
+// propagates out of it) it mounts a tmpfs on a fresh directory under scratch ("" for the
+// system's temp dir), moves a second tmpfs beneath it, detaches the first and checks the second
+// is what remains. run must call its function on a locked OS thread that is never the main
+// thread and is never handed back to the Go scheduler (the thread leaves the agent's namespace
+// for good; the runtime retires it).
+func Probe(scratch string, run func(func())) Support {
+	dir, err := os.MkdirTemp(scratch, "pvrescue-beneath-probe-")
+	if err != nil {
+		return Support{Err: fmt.Errorf("probe directory: %w", err)}
+	}
+	defer os.Remove(dir)
+	done := make(chan error, 1)
+	go run(func() { done <- probeIn(dir) })
+	if err := <-done; err != nil {
+		return Support{Err: err}
+	}
+	return Support{Beneath: true}
+}
+
+func probeIn(dir string) error {
+	if err := unix.Unshare(unix.CLONE_FS | unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("unshare a mount namespace for the probe: %w", err)
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make the probe namespace private: %w", err)
+	}
+	top, err := tmpfs()
+	if err != nil {
+		return err
+	}
+	defer unix.Close(top)
+	lower, err := tmpfs()
+	if err != nil {
+		return err
+	}
+	defer unix.Close(lower)
+	if err := unix.MoveMount(top, "", unix.AT_FDCWD, dir, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("probe: attach a tmpfs: %w", err)
+	}
+	lowerID, err := mountID(lower)
+	if err != nil {
+		return fmt.Errorf("probe: statx: %w", err)
+	}
+	if err := unix.MoveMount(lower, "", unix.AT_FDCWD, dir, unix.MOVE_MOUNT_F_EMPTY_PATH|MoveMountBeneath); err != nil {
+		return fmt.Errorf("move_mount(MOVE_MOUNT_BENEATH) (Linux >= 6.5): %w", err)
+	}
+	if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("probe: detach the top tmpfs: %w", err)
+	}
+	fd, id, err := openPath(dir)
+	if err != nil {
+		return fmt.Errorf("probe: %w", err)
+	}
+	_ = unix.Close(fd)
+	if id != lowerID {
+		return fmt.Errorf("probe: after the beneath move and the detach the top is mount %d, want %d", id, lowerID)
+	}
+	return nil
+}
+
+// tmpfs returns a detached tmpfs mount (fsopen, fsconfig, fsmount: Linux >= 5.2).
+func tmpfs() (int, error) {
+	fs, err := unix.Fsopen("tmpfs", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return -1, fmt.Errorf("probe: fsopen tmpfs: %w", err)
+	}
+	defer unix.Close(fs)
+	if err := unix.FsconfigCreate(fs); err != nil {
+		return -1, fmt.Errorf("probe: fsconfig create: %w", err)
+	}
+	m, err := unix.Fsmount(fs, unix.FSMOUNT_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("probe: fsmount: %w", err)
+	}
+	return m, nil
+}
+
+var _ Kernel = (*RealKernel)(nil)

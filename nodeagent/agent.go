@@ -288,3 +288,24 @@ func (a *Agent) healthHandler() http.Handler {
 	})
 	return mux
 }
+
+// SyncWaiter is what AfterSync waits on (KubeView).
+type SyncWaiter interface {
+	WaitForSync(ctx context.Context) error
+}
+
+// AfterSync runs r once the view has listed this node's pods and Node. A rescue started on an
+// empty pod list would take every volume for unused, so it waits; the agent's servers do not,
+// so an API server that is away at start never fails the liveness probe. Returns nil when ctx
+// ends first.
+func AfterSync(view SyncWaiter, r Runnable) Runnable {
+	return RunnableFunc(func(ctx context.Context) error {
+		if err := view.WaitForSync(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		return r.Run(ctx)
+	})
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/singleflight"
@@ -94,6 +95,8 @@ type KubeView struct {
 	nodes   cache.SharedIndexInformer
 
 	reads singleflight.Group // one live read per key at a time
+	// staleServed counts reads answered from an expired copy because the API server failed.
+	staleServed atomic.Int64
 
 	mu      sync.Mutex
 	entries map[string]viewEntry
@@ -184,7 +187,19 @@ func (v *KubeView) podChanged() {
 
 // Start starts the informers and waits for their caches; the informers stop with ctx.
 func (v *KubeView) Start(ctx context.Context) error {
-	v.factory.Start(ctx.Done())
+	v.StartInformers(ctx)
+	return v.WaitForSync(ctx)
+}
+
+// StartInformers starts the informers without waiting; they stop with ctx. The agent serves
+// /healthz and /metrics meanwhile and its rescues wait in WaitForSync (AfterSync), so an API
+// server that is away at start delays the rescues without failing the liveness probe.
+func (v *KubeView) StartInformers(ctx context.Context) { v.factory.Start(ctx.Done()) }
+
+// WaitForSync waits until the informers listed this node's pods and Node once; it fails only
+// when ctx is done first. Once synced, the informers keep their last state through an API
+// server outage (their reflectors relist when it answers again).
+func (v *KubeView) WaitForSync(ctx context.Context) error {
 	for typ, ok := range v.factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {
 			return fmt.Errorf("nodeagent: cache of %v did not sync: %w", typ, ctx.Err())
@@ -192,6 +207,9 @@ func (v *KubeView) Start(ctx context.Context) error {
 	}
 	return nil
 }
+
+// HasSynced reports whether the informers listed once.
+func (v *KubeView) HasSynced() bool { return v.pods.HasSynced() && v.nodes.HasSynced() }
 
 // Shutdown waits for the informers to stop (after ctx of Start is done).
 func (v *KubeView) Shutdown() { v.factory.Shutdown() }
@@ -279,12 +297,25 @@ func (v *KubeView) Secret(ctx context.Context, namespace, name string) (*corev1.
 	return v.client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
 }
 
-// Forget implements ClusterView.
+// Forget implements ClusterView. The next read is live; the forgotten copy is kept only as the
+// fallback served while the API server cannot be reached (see get), never as an answer.
 func (v *KubeView) Forget(kind, namespace, name string) {
+	key := viewKey(kind, namespace, name)
 	v.mu.Lock()
-	delete(v.entries, viewKey(kind, namespace, name))
+	if e, ok := v.entries[key]; ok {
+		if e.obj == nil {
+			delete(v.entries, key)
+		} else {
+			e.expires = time.Time{}
+			v.entries[key] = e
+		}
+	}
 	v.mu.Unlock()
 }
+
+// StaleServed is how many reads were answered from an expired copy because the API server
+// could not be read.
+func (v *KubeView) StaleServed() int64 { return v.staleServed.Load() }
 
 // errUnbound marks a read whose object is served but kept only for NotFoundTTL (a claim that
 // is not bound yet will be soon).
@@ -295,7 +326,8 @@ func viewKey(kind, namespace, name string) string { return kind + "/" + namespac
 func (v *KubeView) get(ctx context.Context, kind, namespace, name string, read func(context.Context) (runtime.Object, error)) (runtime.Object, error) {
 	key := viewKey(kind, namespace, name)
 	v.mu.Lock()
-	if e, ok := v.entries[key]; ok && v.clock.Now().Before(e.expires) {
+	e, cached := v.entries[key]
+	if cached && v.clock.Now().Before(e.expires) {
 		v.mu.Unlock()
 		return e.obj, e.err
 	}
@@ -325,6 +357,14 @@ func (v *KubeView) get(ctx context.Context, kind, namespace, name string, read f
 			return nil, fmt.Errorf("read %s %s: %w", kind, name, err)
 		}
 	})
+	if err != nil && cached && e.obj != nil && !apierrors.IsNotFound(err) {
+		// The API server is away or failing: the last copy read is a better answer than none
+		// (what the rescues read of these objects does not change), so they keep serving what
+		// they hold. It is not stored again: the next read tries the API server first. A
+		// NotFound is never served from memory this way, so nothing is retired on an outage.
+		v.staleServed.Add(1)
+		return e.obj, nil
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -2,12 +2,14 @@ package nodeagent
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -245,5 +247,61 @@ func TestKubeViewKeepsUnboundClaimsBriefly(t *testing.T) {
 	}
 	if n := countGets(cs, "persistentvolumeclaims"); n != 3 {
 		t.Fatalf("GETs = %d, want 3 (the unbound claim read again after NotFoundTTL, the bound one cached)", n)
+	}
+}
+
+// While the API server cannot be read, an expired (or forgotten) copy is served rather than an
+// error, so the rescues keep what they hold; a NotFound is never served that way, and a
+// deletion seen once the API server answers again is reported.
+func TestKubeViewServesLastCopyWhileAPIServerAway(t *testing.T) {
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv1"}}
+	cs := fake.NewClientset(pv)
+	away := false
+	cs.PrependReactor("get", "*", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if away {
+			return true, nil, errors.New("dial tcp: connect: connection refused")
+		}
+		return false, nil, nil
+	})
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	v, err := NewKubeView(cs, "n1", clk, ViewOptions{TTL: 10 * time.Second, NotFoundTTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := v.PersistentVolume(ctx, "pv1"); err != nil {
+		t.Fatal(err)
+	}
+	away = true
+	clk.Step(time.Minute)
+	got, err := v.PersistentVolume(ctx, "pv1")
+	if err != nil || got.Name != "pv1" {
+		t.Fatalf("expired copy while away: %v, %v; want the last copy", got, err)
+	}
+	v.Forget("PersistentVolume", "", "pv1")
+	if _, err := v.PersistentVolume(ctx, "pv1"); err != nil {
+		t.Fatalf("forgotten copy while away: %v; want the last copy", err)
+	}
+	if n := v.StaleServed(); n != 2 {
+		t.Fatalf("StaleServed = %d, want 2", n)
+	}
+	// Never read before: the error, not an empty answer.
+	if _, err := v.PersistentVolume(ctx, "other"); err == nil || apierrors.IsNotFound(err) {
+		t.Fatalf("unknown PV while away: err = %v, want the transport error", err)
+	}
+	// Back, and the PV was deleted meanwhile: a forgotten copy is re-read and the NotFound wins.
+	away = false
+	if err := cs.CoreV1().PersistentVolumes().Delete(ctx, "pv1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	v.Forget("PersistentVolume", "", "pv1")
+	if _, err := v.PersistentVolume(ctx, "pv1"); !apierrors.IsNotFound(err) {
+		t.Fatalf("deleted PV after Forget: err = %v, want NotFound", err)
+	}
+	// A remembered NotFound is not a fallback either.
+	away = true
+	clk.Step(time.Minute)
+	if _, err := v.PersistentVolume(ctx, "pv1"); err == nil || apierrors.IsNotFound(err) {
+		t.Fatalf("deleted PV while away: err = %v, want the transport error", err)
 	}
 }

@@ -114,21 +114,31 @@ func Run(ctx context.Context, o *Options) error {
 	if rc.QPS == 0 {
 		rc.QPS, rc.Burst = 50, 100
 	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// Every request of the agent's client tells whether the API server answers; the agent keeps
+	// running without it (see nodeagent.APIContact).
+	var contactOS nodeagent.KubeContactOS
+	contact := nodeagent.NewAPIContact(clock.RealClock{}, &contactOS, reg, nodeagent.APIContactOptions{})
+	rc.Wrap(contact.WrapTransport)
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return fmt.Errorf("kubernetes client: %w", err)
 	}
+	contactOS = nodeagent.KubeContactOS{NodeName: o.NodeName, Nodes: client.CoreV1().Nodes(), Prober: func(ctx context.Context) error {
+		_, err := client.Discovery().RESTClient().Get().AbsPath("/version").DoRaw(ctx)
+		return err
+	}}
 	recorder, stopEvents := nodeagent.NewRecorder(client, o.NodeName)
 	defer stopEvents()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	view, err := nodeagent.NewKubeView(client, o.NodeName, clock.RealClock{}, nodeagent.ViewOptions{})
 	if err != nil {
 		return err
 	}
-	if err := view.Start(ctx); err != nil {
-		return err
-	}
+	// The informers start now and the rescues wait for them (AfterSync), but /healthz and
+	// /metrics are served at once: with the API server away at start the agent must not be
+	// restarted by its liveness probe, which would kill the bridges it adopts.
+	view.StartInformers(ctx)
 	defer view.Shutdown()
 	deps := nodeagent.Deps{NodeName: o.NodeName, Config: cfg, Client: client, View: view, Recorder: recorder,
 		Registerer: reg, Clock: clock.RealClock{}}
@@ -145,12 +155,13 @@ func Run(ctx context.Context, o *Options) error {
 	if err != nil {
 		return err
 	}
-	agent.Add("localdisk", ld)
+	agent.Add("apiserver-contact", contact)
+	agent.Add("localdisk", nodeagent.AfterSync(view, ld))
 	s3, err := s3mount.New(deps, s3mount.NewOS(), s3mount.NewOptions())
 	if err != nil {
 		return err
 	}
-	agent.Add("s3mount", s3)
+	agent.Add("s3mount", nodeagent.AfterSync(view, s3))
 	log.Info("starting", "node", o.NodeName, "config", o.ConfigFile, "containerRemount", o.ContainerRemount)
 	return agent.Run(ctx)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -88,7 +87,7 @@ func (r *Restorer) retire(ctx context.Context, pvName string, ts []target) {
 	stagingPath := ""
 	if stages {
 		stagingPath = KubeletStagingPath(r.cfg.KubeletDir, pv.Spec.CSI.Driver, pv.Spec.CSI.VolumeHandle)
-		if err := r.restage(cctx, node, pv, capability, pubCtx, stagingPath, filepath.Join(r.layout.ReplayDir(pvName), "stage")); err != nil {
+		if err := r.restage(cctx, node, pv, capability, pubCtx, stagingPath, FreshStagePath(r.cfg.KubeletDir, pvName)); err != nil {
 			log.Error(err, "driver answers, but staging again failed; the bridge stays")
 			return
 		}
@@ -115,14 +114,14 @@ func (r *Restorer) swap(ctx context.Context, node CSINode, pv *corev1.Persistent
 	if err != nil {
 		return err
 	}
-	fresh := filepath.Join(r.layout.ReplayDir(pv.Name), string(t.pod.UID))
+	fresh := FreshPublishPath(r.cfg.KubeletDir, string(t.pod.UID), pv.Name)
 	if err := r.freshDir(fresh, table); err != nil {
 		return err
 	}
 	if err := node.NodePublish(ctx, publishRequest(pv, VolumeCapability(pv), pubCtx, stagingPath, fresh, t.readOnly, secrets, volCtx)); err != nil {
 		return fmt.Errorf("%w: NodePublishVolume: %w", ErrReplay, err)
 	}
-	defer func() { _ = r.os.Mounter.Unmount(fresh, true) }()
+	defer r.dropFresh(ctx, fresh)
 	if table, err = r.os.Mounter.MountTable(); err != nil {
 		return err
 	}

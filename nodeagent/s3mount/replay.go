@@ -101,7 +101,12 @@ func (r *Restorer) restage(ctx context.Context, node CSINode, pv *corev1.Persist
 		VolumeId: pv.Spec.CSI.VolumeHandle, StagingTargetPath: fresh, VolumeCapability: capability,
 		PublishContext: pubCtx, Secrets: secrets, VolumeContext: pv.Spec.CSI.VolumeAttributes,
 	}); err != nil {
+		r.undoFresh(ctx, node, pv.Spec.CSI.VolumeHandle, fresh, true)
 		return fmt.Errorf("%w: NodeStageVolume: %w", ErrReplay, err)
+	}
+	if _, err := r.checkMount(ctx, fresh, r.checkFor(stagingPath, pv.Spec.CSI.Driver, table)); err != nil {
+		r.undoFresh(ctx, node, pv.Spec.CSI.VolumeHandle, fresh, true)
+		return err
 	}
 	defer r.dropFresh(ctx, fresh)
 	if !mounted {
@@ -177,9 +182,14 @@ func (r *Restorer) republish(ctx context.Context, node CSINode, pv *corev1.Persi
 		return err
 	}
 	if err := node.NodePublish(ctx, publishRequest(pv, capability, pubCtx, stagingPath, fresh, t.readOnly, secrets, volCtx)); err != nil {
+		r.undoFresh(ctx, node, pv.Spec.CSI.VolumeHandle, fresh, false)
 		return fmt.Errorf("%w: NodePublishVolume: %w", ErrReplay, err)
 	}
 	dead, ro, ok, herr := r.handBack(ctx, fresh, t)
+	if errors.Is(herr, ErrResultRefused) {
+		r.undoFresh(ctx, node, pv.Spec.CSI.VolumeHandle, fresh, false)
+		return herr
+	}
 	if herr == nil && ok {
 		if table, terr := r.os.Mounter.MountTable(); terr == nil {
 			if top, found := table.Top(t.path); found {
@@ -251,6 +261,25 @@ func (r *Restorer) dropFresh(ctx context.Context, fresh string) {
 			return
 		}
 	}
+}
+
+// undoFresh removes the driver's mount at a fresh path of ours whose result was not handed
+// over (refused, or the call failed half-way): through the driver first — that mount serves
+// nothing else, so its NodeUnpublishVolume/NodeUnstageVolume may wait for or stop the daemon
+// behind it, and it is the only way to reach a mount the node does not see — then whatever is
+// still visible there is detached by the agent and the directory removed.
+func (r *Restorer) undoFresh(ctx context.Context, node CSINode, volumeID, fresh string, stage bool) {
+	log := logr.FromContextOrDiscard(ctx)
+	var err error
+	if stage {
+		err = node.NodeUnstage(ctx, volumeID, fresh)
+	} else {
+		err = node.NodeUnpublish(ctx, volumeID, fresh)
+	}
+	if err != nil {
+		log.Info("the driver did not undo its call at our fresh path; detaching it ourselves", "path", fresh, "err", err.Error())
+	}
+	r.dropFresh(ctx, fresh)
 }
 
 // freshDir makes dir an empty directory with nothing mounted (it is ours: left-overs go).

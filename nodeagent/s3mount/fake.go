@@ -316,14 +316,17 @@ func (x fakeFS) ReadFile(path string) ([]byte, error) {
 func (x fakeFS) ReadDir(dir string) ([]string, error) {
 	x.f.mu.Lock()
 	defer x.f.mu.Unlock()
+	// Files directly in dir, and the directories (implied by deeper files) in it.
 	var names []string
+	prefix := filepath.Clean(dir) + "/"
 	for p := range x.f.files {
-		if filepath.Dir(p) == filepath.Clean(dir) {
-			names = append(names, filepath.Base(p))
+		if rest, ok := strings.CutPrefix(p, prefix); ok {
+			first, _, _ := strings.Cut(rest, "/")
+			names = append(names, first)
 		}
 	}
 	slices.Sort(names)
-	return names, nil
+	return slices.Compact(names), nil
 }
 
 func (x fakeFS) Remove(path string) error {

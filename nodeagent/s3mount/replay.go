@@ -269,16 +269,7 @@ func (r *Restorer) dropFresh(ctx context.Context, fresh string) {
 // behind it, and it is the only way to reach a mount the node does not see — then whatever is
 // still visible there is detached by the agent and the directory removed.
 func (r *Restorer) undoFresh(ctx context.Context, node CSINode, volumeID, fresh string, stage bool) {
-	log := logr.FromContextOrDiscard(ctx)
-	var err error
-	if stage {
-		err = node.NodeUnstage(ctx, volumeID, fresh)
-	} else {
-		err = node.NodeUnpublish(ctx, volumeID, fresh)
-	}
-	if err != nil {
-		log.Info("the driver did not undo its call at our fresh path; detaching it ourselves", "path", fresh, "err", err.Error())
-	}
+	r.undoCall(ctx, node, volumeID, fresh, stage)
 	r.dropFresh(ctx, fresh)
 }
 

@@ -269,6 +269,7 @@ func (r *Restorer) Prepare(ctx context.Context) error {
 	if err := r.loadHanded(); err != nil {
 		logr.FromContextOrDiscard(ctx).Error(err, "reading the record of replayed mounts; starting empty")
 	}
+	r.sweepFresh(ctx)
 	if err := r.adopt(ctx); err != nil {
 		logr.FromContextOrDiscard(ctx).Error(err, "re-adopting staging mounts")
 	}

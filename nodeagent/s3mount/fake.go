@@ -31,6 +31,7 @@ type FakeNode struct {
 	procs   []*FakeProcess
 	cgroups map[string][]int // by group: pids placed there
 	removed []string         // every path given to FS.Remove
+	aborted []string         // devices whose FUSE connection was aborted
 	specs   []ProcSpec
 
 	// S3fsFailure decides whether a started s3fs fails; it gets the arguments and the content
@@ -50,7 +51,38 @@ func NewFakeNode() *FakeNode {
 
 // OS returns the node's OS bundle.
 func (f *FakeNode) OS() OS {
-	return OS{Mounter: fakeMounter{f}, Procs: fakeProcs{f}, Cgroups: fakeCgroups{f}, Statfs: fakeStatfs{f}, FS: fakeFS{f}}
+	return OS{Mounter: fakeMounter{f}, Procs: fakeProcs{f}, Cgroups: fakeCgroups{f}, Statfs: fakeStatfs{f}, FS: fakeFS{f}, FUSE: fakeFUSE{f}}
+}
+
+type fakeFUSE struct{ f *FakeNode }
+
+// Abort ends the connection of dev: its mounts answer ENOTCONN from now on.
+func (x fakeFUSE) Abort(dev string) error {
+	if _, err := FUSEConnection(dev); err != nil {
+		return err
+	}
+	x.f.mu.Lock()
+	defer x.f.mu.Unlock()
+	x.f.aborted = append(x.f.aborted, dev)
+	delete(x.f.hung, dev)
+	x.f.dead[dev] = true
+	return nil
+}
+
+// Aborted returns the devices whose FUSE connection was aborted.
+func (f *FakeNode) Aborted() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.aborted)
+}
+
+// Resume makes a hung filesystem answer again (SIGCONT of a stopped daemon).
+func (f *FakeNode) Resume(mountPoint string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if top, ok := f.mounts.Top(mountPoint); ok {
+		delete(f.hung, top.Dev)
+	}
 }
 
 // AddMount mounts a new filesystem at mountPoint (on top of anything there) and returns it.
@@ -284,14 +316,17 @@ func (x fakeFS) ReadFile(path string) ([]byte, error) {
 func (x fakeFS) ReadDir(dir string) ([]string, error) {
 	x.f.mu.Lock()
 	defer x.f.mu.Unlock()
+	// Files directly in dir, and the directories (implied by deeper files) in it.
 	var names []string
+	prefix := filepath.Clean(dir) + "/"
 	for p := range x.f.files {
-		if filepath.Dir(p) == filepath.Clean(dir) {
-			names = append(names, filepath.Base(p))
+		if rest, ok := strings.CutPrefix(p, prefix); ok {
+			first, _, _ := strings.Cut(rest, "/")
+			names = append(names, first)
 		}
 	}
 	slices.Sort(names)
-	return names, nil
+	return slices.Compact(names), nil
 }
 
 func (x fakeFS) Remove(path string) error {
@@ -348,7 +383,7 @@ func (p fakeProcs) Start(spec ProcSpec) (Process, error) {
 	f.procs = append(f.procs, proc)
 	if fail == "" {
 		f.nextDev++
-		f.addLocked(proc.mountPoint, fmt.Sprintf("0:%d", f.nextDev), "fuse", fsname, nil)
+		f.addLocked(proc.mountPoint, fmt.Sprintf("0:%d", f.nextDev), ourFUSEType, fsname, nil)
 	}
 	f.mu.Unlock()
 	if fail != "" {
@@ -409,7 +444,7 @@ func (p *FakeProcess) Kill(time.Duration) {
 	}
 	f := p.f
 	f.mu.Lock()
-	if top, ok := f.mounts.Top(p.mountPoint); ok && top.FSType == "fuse" {
+	if top, ok := f.mounts.Top(p.mountPoint); ok && isFUSE(top.FSType) {
 		f.dead[top.Dev] = true // binds made from it die with the daemon
 		f.mounts = slices.DeleteFunc(f.mounts, func(x MountInfo) bool { return x.ID == top.ID })
 	}

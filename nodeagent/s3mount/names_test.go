@@ -16,17 +16,20 @@ func TestPerPVNamesBounded(t *testing.T) {
 	if len(long) != 253 {
 		t.Fatalf("%d characters", len(long))
 	}
-	for _, tc := range []struct{ what, path, root string }{
-		{"staging", l.Staging(long), l.StagingRoot()},
-		{"passwd", l.PasswdFile(long), l.CredsDir()},
-		{"tmp", l.TmpDir(long), l.TmpRoot()},
-		{"replay", l.ReplayDir(long), filepath.Join(l.Root(), "replay")},
-		{"record", l.BridgeRecordFile(long), l.BridgesDir()},
-		{"log", l.LogFile(long), l.LogDir()},
-		{"cgroup", "/" + BridgeCgroup("pvrescue/s3", long, 4194304), "/pvrescue/s3"},
+	for _, tc := range []struct {
+		what, path, root string
+		reserve          int // what is added around the name (a temporary file's "." and ".tmp")
+	}{
+		{"staging", l.Staging(long), l.StagingRoot(), 0},
+		{"passwd", l.PasswdFile(long), l.CredsDir(), 0},
+		{"tmp", l.TmpDir(long), l.TmpRoot(), 0},
+		{"replay", l.ReplayDir(long), filepath.Join(l.Root(), "replay"), 0},
+		{"record", l.BridgeRecordFile(long), l.BridgesDir(), 0},
+		{"log", l.LogFile(long), l.LogDir(), 0},
+		{"cgroup", "/" + BridgeCgroup("pvrescue/s3", long, 4194304), "/pvrescue/s3", -len("..tmp")},
 	} {
 		dir, name := filepath.Split(tc.path)
-		if filepath.Clean(dir) != tc.root || len("."+name+".tmp") > statename.NameMax || strings.ContainsAny(name, "/\x00") {
+		if filepath.Clean(dir) != tc.root || len("."+name+".tmp")+tc.reserve > statename.NameMax || strings.ContainsAny(name, "/\x00") {
 			t.Errorf("%s: %q (%d bytes) not one bounded component under %s", tc.what, tc.path, len(name), tc.root)
 		}
 	}

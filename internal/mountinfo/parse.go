@@ -78,6 +78,14 @@ func ParseLenient(content string) []Mount {
 // UTF-8), since the kernel escapes only space, tab, newline and backslash, so splitting on
 // "white space" would let a directory name move the field boundaries.
 func ParseLine(line string) (Mount, error) {
+	m, _, err := ParseLineSuper(line)
+	return m, err
+}
+
+// ParseLineSuper is ParseLine that also returns the last field, the filesystem's own (super
+// block) options, as the kernel wrote them (each filesystem escapes its option values its own
+// way, so they are not unescaped here).
+func ParseLineSuper(line string) (Mount, string, error) {
 	f := strings.Split(line, " ")
 	// 6 fixed fields, optional fields, "-", fstype, source, super options.
 	sep := -1
@@ -90,20 +98,20 @@ func ParseLine(line string) (Mount, error) {
 	// Exactly three fields after the separator (type, source, the filesystem's own options):
 	// none of them holds an unescaped space.
 	if len(f) < 6 || sep < 0 || len(f) != sep+4 {
-		return Mount{}, fmt.Errorf("%w: %q", ErrMalformed, line)
+		return Mount{}, "", fmt.Errorf("%w: %q", ErrMalformed, line)
 	}
 	id, err1 := strconv.Atoi(f[0])
 	parent, err2 := strconv.Atoi(f[1])
 	if err1 != nil || err2 != nil || id < 0 || parent < 0 || !ValidDev(f[2]) {
-		return Mount{}, fmt.Errorf("%w: %q", ErrMalformed, line)
+		return Mount{}, "", fmt.Errorf("%w: %q", ErrMalformed, line)
 	}
 	for _, o := range f[6:sep] {
 		if o == "" {
-			return Mount{}, fmt.Errorf("%w: empty optional field: %q", ErrMalformed, line)
+			return Mount{}, "", fmt.Errorf("%w: empty optional field: %q", ErrMalformed, line)
 		}
 	}
 	if f[3] == "" || f[4] == "" || f[5] == "" || f[sep+1] == "" {
-		return Mount{}, fmt.Errorf("%w: empty field: %q", ErrMalformed, line)
+		return Mount{}, "", fmt.Errorf("%w: empty field: %q", ErrMalformed, line)
 	}
 	return Mount{
 		ID:         id,
@@ -115,7 +123,7 @@ func ParseLine(line string) (Mount, error) {
 		Optional:   append([]string(nil), f[6:sep]...),
 		FSType:     Unescape(f[sep+1]),
 		Source:     Unescape(f[sep+2]),
-	}, nil
+	}, f[sep+3], nil
 }
 
 // ValidDev accepts "major:minor" with decimal numbers.

@@ -126,3 +126,10 @@ func TestParseLineKeepsRawBytes(t *testing.T) {
 		})
 	}
 }
+
+func TestParseLineSuper(t *testing.T) {
+	m, super, err := ParseLineSuper("35 24 0:30 / /sys/fs/cgroup/memory rw,nosuid shared:13 - cgroup cgroup rw,memory")
+	if err != nil || super != "rw,memory" || m.FSType != "cgroup" || m.MountPoint != "/sys/fs/cgroup/memory" {
+		t.Errorf("ParseLineSuper = %+v %q %v", m, super, err)
+	}
+}

@@ -139,15 +139,22 @@ func (w *Watcher) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer func() { _ = ev.Close() }()
 	type result struct {
 		e   Event
 		err error
 	}
 	results := make(chan result)
 	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	waited := make(chan struct{})
+	// The waiting goroutine ends before the set is closed: its descriptors must not be reused
+	// under it.
+	defer func() {
+		cancel()
+		<-waited
+		_ = ev.Close()
+	}()
 	go func() {
+		defer close(waited)
 		for {
 			e, err := ev.Wait(wctx)
 			select {

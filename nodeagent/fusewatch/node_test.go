@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -135,7 +136,10 @@ func TestNodeDaemonKilledWakesWithin50ms(t *testing.T) {
 		select {
 		case x = <-exits:
 		case <-time.After(5 * time.Second):
-			t.Fatalf("%s (pid %d) killed: no exit seen within 5 s", d.name, d.pid)
+			st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.pid))
+			stacks := make([]byte, 1<<20)
+			stacks = stacks[:runtime.Stack(stacks, true)]
+			t.Fatalf("%s (pid %d) killed: no exit seen within 5 s; its status:\n%.300s\ngoroutines:\n%s", d.name, d.pid, st, stacks)
 		}
 		select {
 		case <-w.Wake():

@@ -91,10 +91,11 @@ type Watcher struct {
 	wake chan struct{}
 
 	// Run-goroutine state.
-	conns   map[Connection][]string
-	watched map[int][]Connection // pid → connections (nil: unknown)
-	orphans map[Connection]bool  // mounted connections without a holder at the last walk
-	retry   time.Duration        // next orphan retry delay; 0 when none is due
+	conns      map[Connection][]string
+	watched    map[int][]Connection // pid → connections (nil: unknown)
+	orphans    map[Connection]bool  // mounted connections without a holder at the last walk
+	exitedPIDs map[int]bool         // seen exiting: never watched again (a walk may race the exit)
+	retry      time.Duration        // next orphan retry delay; 0 when none is due
 	// retryRestarted is set by a walk that saw a new orphan (the retries start over).
 	retryRestarted bool
 
@@ -113,7 +114,7 @@ func New(os OS, opts Options) (*Watcher, error) {
 		return nil, err
 	}
 	opts.defaults()
-	w := &Watcher{os: os, opts: opts, wake: make(chan struct{}, 1), watched: map[int][]Connection{}, orphans: map[Connection]bool{}}
+	w := &Watcher{os: os, opts: opts, wake: make(chan struct{}, 1), watched: map[int][]Connection{}, orphans: map[Connection]bool{}, exitedPIDs: map[int]bool{}}
 	r := metrics.NewRegistration(opts.Registerer)
 	w.exits = metrics.Add(r, prometheus.NewCounter(prometheus.CounterOpts{Name: "pvrescue_agent_fuse_daemon_exits_total",
 		Help: "FUSE daemons serving a mount on this node seen exiting (each wakes the S3 rescue at once)."}))
@@ -218,6 +219,7 @@ func (w *Watcher) exited(log logr.Logger, pids []int) {
 			continue
 		}
 		delete(w.watched, pid)
+		w.exitedPIDs[pid] = true
 		for _, c := range conns {
 			w.orphans[c] = true // dead now, not a descriptor in flight: no quick retries for it
 		}
@@ -293,7 +295,15 @@ func (w *Watcher) walk(log logr.Logger, ev Events, force bool) {
 		}
 	}
 	var gone []int
+	for pid := range w.exitedPIDs {
+		if _, ok := want[pid]; !ok {
+			delete(w.exitedPIDs, pid) // gone from the walk: its number may be reused
+		}
+	}
 	for pid, cs := range want {
+		if w.exitedPIDs[pid] {
+			continue
+		}
 		if _, ok := w.watched[pid]; ok {
 			w.watched[pid] = cs
 			continue

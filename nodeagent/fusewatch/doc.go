@@ -7,10 +7,10 @@
 // A FUSE mount stays in the mount table when its daemon dies (every access then fails with
 // ENOTCONN), so the mount table alone says nothing. What the kernel does say:
 //
-//   - every FUSE daemon holds /dev/fuse open, and since Linux 6.? /proc/<pid>/fdinfo/<fd> of that
-//     descriptor names the connection it serves ("fuse_connection: 39"), which is the minor
+//   - every FUSE daemon holds /dev/fuse open, and on recent kernels /proc/<pid>/fdinfo/<fd> of
+//     that descriptor names the connection it serves ("fuse_connection: 39"), which is the minor
 //     number of the mount's device in mountinfo ("0:39") — seen on this project's 6.18 kernel
-//     with s3fs and rclone alike, because it is the kernel's, not the program's;
+//     for s3fs and rclone alike, because the kernel writes it, not the program;
 //   - a pidfd (pidfd_open(2)) of a process becomes readable when it exits;
 //   - /proc/self/mountinfo signals POLLPRI when the mount table changes.
 //

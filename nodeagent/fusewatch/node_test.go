@@ -101,7 +101,7 @@ func TestNodeDaemonKilledWakesWithin50ms(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(logr.NewContext(context.Background(), testr.New(t)))
+	ctx, cancel := context.WithCancel(logr.NewContext(context.Background(), testr.NewWithOptions(t, testr.Options{Verbosity: 2})))
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	defer func() {

@@ -275,6 +275,7 @@ func (w *Watcher) walk(log logr.Logger, ev Events, force bool) {
 		log.Error(err, "walking the processes for FUSE daemons; the periodic check stays the safety net")
 		return
 	}
+	log.V(2).Info("walked", "connections", len(conns), "holders", holders)
 	want := map[int][]Connection{}
 	held := map[Connection]bool{}
 	for _, h := range holders {
@@ -315,11 +316,13 @@ func (w *Watcher) walk(log logr.Logger, ev Events, force bool) {
 		case err != nil:
 			log.Error(err, "watching a FUSE daemon; the periodic check stays the safety net", "pid", pid)
 		default:
+			log.V(2).Info("watching", "pid", pid, "connections", cs)
 			w.watched[pid] = cs
 		}
 	}
 	for pid := range w.watched {
 		if _, ok := want[pid]; !ok {
+			log.V(2).Info("no longer a holder of a mounted connection", "pid", pid)
 			ev.Remove(pid)
 			delete(w.watched, pid)
 		}

@@ -27,8 +27,10 @@ type OS interface {
 type Events interface {
 	// Add watches pid's exit; ErrExited when it is gone already.
 	Add(pid int) error
-	// Remove stops watching pid (no-op when not watched).
-	Remove(pid int)
+	// Remove stops watching pid and returns false, unless pid has exited: then it stays watched
+	// (Wait reports it, or already did) and Remove returns true. A walk racing an exit must not
+	// swallow it.
+	Remove(pid int) (exited bool)
 	// Wait blocks until the mount table changed or watched processes exited, or ctx ended
 	// (then ctx.Err()). An exited process is reported once and no longer watched.
 	Wait(ctx context.Context) (Event, error)

@@ -146,10 +146,19 @@ func (e *epollEvents) Add(pid int) error {
 	return nil
 }
 
-func (e *epollEvents) Remove(pid int) {
+func (e *epollEvents) Remove(pid int) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	fd, ok := e.pids[pid]
+	if !ok {
+		return true // Wait reported its exit and dropped it
+	}
+	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	if n, err := unix.Poll(pfd, 0); err == nil && n > 0 {
+		return true // exited: Wait reports it
+	}
 	e.removeLocked(pid)
+	return false
 }
 
 func (e *epollEvents) removeLocked(pid int) {

@@ -322,8 +322,10 @@ func (w *Watcher) walk(log logr.Logger, ev Events, force bool) {
 	}
 	for pid := range w.watched {
 		if _, ok := want[pid]; !ok {
+			if ev.Remove(pid) {
+				continue // it exited: its exit is reported by the event source
+			}
 			log.V(2).Info("no longer a holder of a mounted connection", "pid", pid)
-			ev.Remove(pid)
 			delete(w.watched, pid)
 		}
 	}

@@ -78,10 +78,14 @@ func (e *fakeEvents) Add(pid int) error {
 	return nil
 }
 
-func (e *fakeEvents) Remove(pid int) {
+func (e *fakeEvents) Remove(pid int) bool {
 	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.dead[pid] {
+		return true
+	}
 	delete(e.watched, pid)
-	e.mu.Unlock()
+	return false
 }
 
 func (e *fakeEvents) Wait(ctx context.Context) (Event, error) {

@@ -38,6 +38,10 @@ type Deps struct {
 	Clock clock.WithTicker
 	// Remounter, when set, puts restored mounts back into running containers.
 	Remounter ContainerRemounter
+	// FUSEExits, when set, receives after a FUSE daemon serving a mount on this node exited
+	// (nodeagent/fusewatch), so the S3 rescue checks at once instead of at its next periodic
+	// check. One consumer.
+	FUSEExits <-chan struct{}
 }
 
 // Validate reports a missing required dependency.

@@ -68,4 +68,27 @@
 // A failing rescue is restarted in process by the Agent's supervisor and reported per runnable
 // in metrics; /healthz does not fail for it, because restarting the container would kill the
 // s3fs bridges serving every other pod's S3 volumes on the node (see Agent).
+//
+// # When the API server is away
+//
+// /healthz and /metrics are served from the start; the informers start without blocking and
+// the rescues wait for their first sync (AfterSync), since a rescue on an empty pod list would
+// take every volume for unused. After that nothing in the agent stops or restarts for an
+// unreachable API server: the informers keep their last state, KubeView answers a failed live
+// read with its last copy (a NotFound is never served from memory, so nothing is retired on an
+// outage), and what truly needs the API server — a secret for a replay, Events, status writes —
+// is retried by the rescues' next passes. APIContact measures the outage (metrics
+// pvrescue_agent_apiserver_*) and writes the Node condition PVRescueAPIServerUnreachable once
+// the API server answers again.
+//
+// What is kept on disk (under stateDir) is only what identifies the agent's own work: names,
+// paths, devices, process ids (localdisk records, s3 handed/bridge records). No secret and no
+// copy of an API object is ever written: S3 credentials live only on a tmpfs while their bridge
+// runs, and PVs and pods are read again from the API server.
+//
+// # Deletions
+//
+// A PV that only this node's records name (no pod here uses it) is read live on every pass
+// (localdisk Forgets it first), so its deletion retires its fake within one resync period while
+// PVs in use stay cached for the TTL (a bound PV in use cannot be deleted: pv-protection).
 package nodeagent

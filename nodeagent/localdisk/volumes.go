@@ -90,6 +90,9 @@ func (c *Controller) collect(ctx context.Context, node *corev1.Node) (wanted, er
 		if _, ok := w.pvs[pvName]; ok {
 			continue
 		}
+		// No pod here uses it: only a deletion can change what to do, so read it live (the
+		// view serves its last copy while the API server is away).
+		c.deps.View.Forget("PersistentVolume", "", pvName)
 		pv, err := c.deps.View.PersistentVolume(ctx, pvName)
 		switch {
 		case apierrors.IsNotFound(err):

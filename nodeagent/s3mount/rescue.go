@@ -241,6 +241,7 @@ func (r *Restorer) Run(ctx context.Context) error {
 			return nil
 		case <-tick.C():
 		case <-r.kick:
+		case <-r.d.FUSEExits: // a FUSE daemon exited (fusewatch): check now, not at the next tick
 		}
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/nodeagent"
 	"github.com/pvrescue/pvrescue/nodeagent/containermount"
+	"github.com/pvrescue/pvrescue/nodeagent/fusewatch"
 	"github.com/pvrescue/pvrescue/nodeagent/localdisk"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount"
 )
@@ -140,8 +141,14 @@ func Run(ctx context.Context, o *Options) error {
 	// restarted by its liveness probe, which would kill the bridges it adopts.
 	view.StartInformers(ctx)
 	defer view.Shutdown()
+	// A FUSE daemon's exit wakes the S3 rescue at once (pidfds; see fusewatch); its periodic
+	// check is the safety net.
+	fuse, err := fusewatch.New(fusewatch.NewOS(fusewatch.OSOptions{}), fusewatch.Options{Registerer: reg})
+	if err != nil {
+		return err
+	}
 	deps := nodeagent.Deps{NodeName: o.NodeName, Config: cfg, Client: client, View: view, Recorder: recorder,
-		Registerer: reg, Clock: clock.RealClock{}}
+		Registerer: reg, Clock: clock.RealClock{}, FUSEExits: fuse.Wake()}
 	if o.ContainerRemount {
 		rm, err := containermount.New(deps, containermount.NewOS("/proc"), containermount.NewOptions())
 		if err != nil {
@@ -156,6 +163,7 @@ func Run(ctx context.Context, o *Options) error {
 		return err
 	}
 	agent.Add("apiserver-contact", contact)
+	agent.Add("fusewatch", fuse)
 	agent.Add("localdisk", nodeagent.AfterSync(view, ld))
 	s3, err := s3mount.New(deps, s3mount.NewOS(), s3mount.NewOptions())
 	if err != nil {

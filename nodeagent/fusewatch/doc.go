@@ -1,0 +1,34 @@
+// Package fusewatch notices, without polling, that a FUSE daemon serving a mount on this node
+// has exited, so that the S3 rescue restores a dead mount at once instead of at its next
+// periodic check.
+//
+// # The signal
+//
+// A FUSE mount stays in the mount table when its daemon dies (every access then fails with
+// ENOTCONN), so the mount table alone says nothing. What the kernel does say:
+//
+//   - every FUSE daemon holds /dev/fuse open, and on recent kernels /proc/<pid>/fdinfo/<fd> of
+//     that descriptor names the connection it serves ("fuse_connection: 39"), which is the minor
+//     number of the mount's device in mountinfo ("0:39") — seen on this project's 6.18 kernel
+//     for s3fs and rclone alike, because the kernel writes it, not the program;
+//   - a pidfd (pidfd_open(2)) of a process becomes readable when it exits;
+//   - /proc/self/mountinfo signals POLLPRI when the mount table changes.
+//
+// So the Watcher keeps one epoll set holding the mount table and a pidfd per /dev/fuse holder
+// that serves a FUSE connection mounted here. It rescans the holders (a walk of /proc/*/fd) only
+// when the set of FUSE connections in the mount table changes, after an exit (the descriptor may
+// have moved to another process, as fusermount hands it to the daemon it mounts for), shortly
+// after a connection was seen without a holder, and on a slow interval as a safety net. Where the
+// kernel does not name the connection, every /dev/fuse holder is watched (a spurious wake only
+// costs the rescue one check).
+//
+// The daemons of other pods (a CSI node plugin's s3fs) are visible only when the agent shares
+// the host's PID namespace (hostPID, as the container remount needs); without it the Watcher
+// sees the agent's own bridges and the periodic check remains the safety net for the rest.
+//
+// # API
+//
+// New(os, opts) builds a Watcher; Run(ctx) watches until ctx ends; Wake() is a channel that
+// receives (coalesced) after any watched daemon exited. All OS effects go through OS (the real
+// one is NewOS; tests use a fake).
+package fusewatch

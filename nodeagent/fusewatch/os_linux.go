@@ -1,0 +1,231 @@
+//go:build linux
+
+package fusewatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// fuseRdev is /dev/fuse's device number (misc 10:229).
+var fuseRdev = unix.Mkdev(10, 229)
+
+// NewOS returns the real OS.
+func NewOS(opts OSOptions) OS {
+	opts.defaults()
+	return realOS{opts: opts}
+}
+
+type realOS struct{ opts OSOptions }
+
+func (r realOS) Connections() (map[Connection][]string, error) {
+	b, err := os.ReadFile(r.opts.Mountinfo)
+	if err != nil {
+		return nil, fmt.Errorf("fusewatch: %w", err)
+	}
+	return Connections(string(b)), nil
+}
+
+// Holders walks <proc>/<pid>/fd: a readlink per descriptor, and a stat and an fdinfo read only
+// for those that name a "fuse" device. Processes that exit meanwhile are skipped.
+func (r realOS) Holders() ([]Holder, error) {
+	ents, err := os.ReadDir(r.opts.Proc)
+	if err != nil {
+		return nil, fmt.Errorf("fusewatch: %w", err)
+	}
+	var out []Holder
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid <= 0 {
+			continue
+		}
+		fdDir := filepath.Join(r.opts.Proc, e.Name(), "fd")
+		fds, err := os.ReadDir(fdDir)
+		if err != nil {
+			continue
+		}
+		h := Holder{PID: pid}
+		found, named := false, true
+		for _, fd := range fds {
+			p := filepath.Join(fdDir, fd.Name())
+			target, err := os.Readlink(p)
+			if err != nil || filepath.Base(target) != "fuse" {
+				continue
+			}
+			var st unix.Stat_t
+			if unix.Stat(p, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFCHR || st.Rdev != fuseRdev {
+				continue
+			}
+			found = true
+			info, err := os.ReadFile(filepath.Join(r.opts.Proc, e.Name(), "fdinfo", fd.Name()))
+			if err != nil {
+				named = false
+				continue
+			}
+			if c, ok := FDInfoConnection(string(info)); ok {
+				h.Connections = append(h.Connections, c)
+			} else {
+				named = false
+			}
+		}
+		if !found {
+			continue
+		}
+		if !named {
+			h.Connections = nil // one descriptor the kernel did not name: watch it whatever it serves
+		}
+		out = append(out, h)
+	}
+	return out, nil
+}
+
+func (r realOS) Events() (Events, error) {
+	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("fusewatch: epoll_create1: %w", err)
+	}
+	ev := &epollEvents{ep: ep, mi: -1, stop: -1, pids: map[int]int{}, fds: map[int]int{}}
+	fail := func(err error) (Events, error) {
+		_ = ev.Close()
+		return nil, err
+	}
+	mi, err := unix.Open(r.opts.Mountinfo, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fail(fmt.Errorf("fusewatch: open %s: %w", r.opts.Mountinfo, err))
+	}
+	ev.mi = mi
+	// The mount table signals a change as POLLERR|POLLPRI; each poll consumes it.
+	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, mi, &unix.EpollEvent{Events: unix.EPOLLPRI, Fd: int32(mi)}); err != nil {
+		return fail(fmt.Errorf("fusewatch: watch %s: %w", r.opts.Mountinfo, err))
+	}
+	stop, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return fail(fmt.Errorf("fusewatch: eventfd: %w", err))
+	}
+	ev.stop = stop
+	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, stop, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(stop)}); err != nil {
+		return fail(fmt.Errorf("fusewatch: eventfd: %w", err))
+	}
+	return ev, nil
+}
+
+// epollEvents holds the mount table, an eventfd to interrupt Wait, and one pidfd per process.
+type epollEvents struct {
+	ep, mi, stop int
+
+	mu   sync.Mutex
+	pids map[int]int // pid → pidfd
+	fds  map[int]int // pidfd → pid
+}
+
+func (e *epollEvents) Add(pid int) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, ok := e.pids[pid]; ok {
+		return nil
+	}
+	fd, err := unix.PidfdOpen(pid, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("pid %d: %w", pid, ErrExited)
+	}
+	if err != nil {
+		return fmt.Errorf("fusewatch: pidfd_open %d: %w", pid, err)
+	}
+	if err := unix.EpollCtl(e.ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}); err != nil {
+		_ = unix.Close(fd)
+		return fmt.Errorf("fusewatch: watch pid %d: %w", pid, err)
+	}
+	e.pids[pid], e.fds[fd] = fd, pid
+	return nil
+}
+
+func (e *epollEvents) Remove(pid int) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	fd, ok := e.pids[pid]
+	if !ok {
+		return true // Wait reported its exit and dropped it
+	}
+	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	if n, err := unix.Poll(pfd, 0); err == nil && n > 0 {
+		return true // exited: Wait reports it
+	}
+	e.removeLocked(pid)
+	return false
+}
+
+func (e *epollEvents) removeLocked(pid int) {
+	fd, ok := e.pids[pid]
+	if !ok {
+		return
+	}
+	_ = unix.EpollCtl(e.ep, unix.EPOLL_CTL_DEL, fd, nil)
+	_ = unix.Close(fd)
+	delete(e.pids, pid)
+	delete(e.fds, fd)
+}
+
+func (e *epollEvents) Wait(ctx context.Context) (Event, error) {
+	stop := context.AfterFunc(ctx, func() {
+		var one [8]byte
+		one[0] = 1
+		_, _ = unix.Write(e.stop, one[:])
+	})
+	defer stop()
+	buf := make([]unix.EpollEvent, 64)
+	for {
+		n, err := unix.EpollWait(e.ep, buf, -1)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return Event{}, fmt.Errorf("fusewatch: epoll_wait: %w", err)
+		}
+		var out Event
+		interrupted := false
+		e.mu.Lock()
+		for _, ev := range buf[:n] {
+			switch fd := int(ev.Fd); fd {
+			case e.mi:
+				out.MountsChanged = true
+			case e.stop:
+				var b [8]byte
+				_, _ = unix.Read(e.stop, b[:])
+				interrupted = true
+			default:
+				if pid, ok := e.fds[fd]; ok {
+					out.Exited = append(out.Exited, pid)
+					e.removeLocked(pid)
+				}
+			}
+		}
+		e.mu.Unlock()
+		if out.MountsChanged || len(out.Exited) > 0 {
+			return out, nil
+		}
+		if interrupted && ctx.Err() != nil {
+			return Event{}, ctx.Err()
+		}
+	}
+}
+
+func (e *epollEvents) Close() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for pid := range e.pids {
+		e.removeLocked(pid)
+	}
+	for _, fd := range []int{e.mi, e.stop, e.ep} {
+		if fd >= 0 {
+			_ = unix.Close(fd)
+		}
+	}
+	return nil
+}

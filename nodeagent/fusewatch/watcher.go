@@ -1,0 +1,363 @@
+package fusewatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/utils/clock"
+
+	"github.com/pvrescue/pvrescue/internal/metrics"
+)
+
+// OSOptions locate the real OS's files.
+type OSOptions struct {
+	// Proc is the proc filesystem to walk for holders (default /proc; the host's processes are
+	// there only with hostPID).
+	Proc string
+	// Mountinfo is the mount table to watch (default /proc/self/mountinfo: the agent's own mount
+	// namespace, where the mounts it restores are).
+	Mountinfo string
+}
+
+func (o *OSOptions) defaults() {
+	if o.Proc == "" {
+		o.Proc = "/proc"
+	}
+	if o.Mountinfo == "" {
+		o.Mountinfo = "/proc/self/mountinfo"
+	}
+}
+
+// Options of a Watcher.
+type Options struct {
+	// RescanInterval is the safety net: a walk of the holders even when nothing signalled
+	// (default 5m).
+	RescanInterval time.Duration
+	// OrphanRetry is the first delay before walking again after a connection was seen without
+	// a holder (its descriptor in flight from fusermount to the daemon); it doubles up to
+	// MaxOrphanRetry, then waits for the next signal (a dead mount has no holder for good).
+	// Defaults 50ms and 3.2s.
+	OrphanRetry, MaxOrphanRetry time.Duration
+	// Clock (default the real clock).
+	Clock clock.WithTicker
+	// OnExit, when set, is called on the Run goroutine for each watched daemon that exited.
+	OnExit func(Exit)
+	// Registerer, when set, gets the watcher's metrics.
+	Registerer prometheus.Registerer
+}
+
+// Validate reports options that cannot work.
+func (o Options) Validate() error {
+	if o.RescanInterval < 0 || o.OrphanRetry < 0 || o.MaxOrphanRetry < 0 {
+		return errors.New("fusewatch: intervals must not be negative")
+	}
+	return nil
+}
+
+func (o *Options) defaults() {
+	if o.RescanInterval == 0 {
+		o.RescanInterval = 5 * time.Minute
+	}
+	if o.OrphanRetry == 0 {
+		o.OrphanRetry = 50 * time.Millisecond
+	}
+	if o.MaxOrphanRetry < o.OrphanRetry {
+		o.MaxOrphanRetry = 64 * o.OrphanRetry
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+}
+
+// Exit is one watched daemon that exited.
+type Exit struct {
+	PID int
+	// MountPoints are those of the connections it served (all FUSE mounts when the kernel did not
+	// name its connections).
+	MountPoints []string
+	// At is when the watcher saw it.
+	At time.Time
+}
+
+// Watcher wakes its consumer when a FUSE daemon serving a mount here exits.
+type Watcher struct {
+	os   OS
+	opts Options
+	wake chan struct{}
+
+	// Run-goroutine state.
+	conns      map[Connection][]string
+	watched    map[int][]Connection // pid → connections (nil: unknown)
+	orphans    map[Connection]bool  // mounted connections without a holder at the last walk
+	exitedPIDs map[int]bool         // seen exiting: never watched again (a walk may race the exit)
+	retry      time.Duration        // next orphan retry delay; 0 when none is due
+	// retryRestarted is set by a walk that saw a new orphan (the retries start over).
+	retryRestarted bool
+
+	exits   prometheus.Counter
+	daemons prometheus.Gauge
+	walks   prometheus.Counter
+	err     error
+}
+
+// New returns a Watcher over os.
+func New(os OS, opts Options) (*Watcher, error) {
+	if os == nil {
+		return nil, errors.New("fusewatch: an OS is required")
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts.defaults()
+	w := &Watcher{os: os, opts: opts, wake: make(chan struct{}, 1), watched: map[int][]Connection{}, orphans: map[Connection]bool{}, exitedPIDs: map[int]bool{}}
+	r := metrics.NewRegistration(opts.Registerer)
+	w.exits = metrics.Add(r, prometheus.NewCounter(prometheus.CounterOpts{Name: "pvrescue_agent_fuse_daemon_exits_total",
+		Help: "FUSE daemons serving a mount on this node seen exiting (each wakes the S3 rescue at once)."}))
+	w.daemons = metrics.Add(r, prometheus.NewGauge(prometheus.GaugeOpts{Name: "pvrescue_agent_fuse_daemons_watched",
+		Help: "FUSE daemons whose exit the agent watches (a pidfd each)."}))
+	w.walks = metrics.Add(r, prometheus.NewCounter(prometheus.CounterOpts{Name: "pvrescue_agent_fuse_holder_walks_total",
+		Help: "Walks of the processes for /dev/fuse holders (on mount table changes, exits, and the slow safety net)."}))
+	if err := r.Err(); err != nil {
+		return nil, fmt.Errorf("fusewatch metrics: %w", err)
+	}
+	return w, nil
+}
+
+// Wake receives after any watched daemon exited; wakes that come while one is pending are
+// coalesced into it. One consumer.
+func (w *Watcher) Wake() <-chan struct{} { return w.wake }
+
+// Run watches until ctx ends (then nil). It fails only when the event source cannot be opened
+// or fails; the caller's periodic check covers the time until it runs again.
+func (w *Watcher) Run(ctx context.Context) error {
+	log := logr.FromContextOrDiscard(ctx).WithName("fusewatch")
+	ev, err := w.os.Events()
+	if err != nil {
+		return err
+	}
+	type result struct {
+		e   Event
+		err error
+	}
+	results := make(chan result)
+	wctx, cancel := context.WithCancel(ctx)
+	waited := make(chan struct{})
+	// The waiting goroutine ends before the set is closed: its descriptors must not be reused
+	// under it.
+	defer func() {
+		cancel()
+		<-waited
+		_ = ev.Close()
+	}()
+	go func() {
+		defer close(waited)
+		for {
+			e, err := ev.Wait(wctx)
+			select {
+			case results <- result{e, err}:
+			case <-wctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	w.walk(log, ev, true)
+	tick := w.opts.Clock.NewTicker(w.opts.RescanInterval)
+	defer tick.Stop()
+	var retry clock.Timer
+	for {
+		var retryC <-chan time.Time
+		if w.retry > 0 && retry == nil {
+			retry = w.opts.Clock.NewTimer(w.retry)
+		}
+		if retry != nil {
+			retryC = retry.C()
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case r := <-results:
+			if r.err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return r.err
+			}
+			if len(r.e.Exited) > 0 {
+				w.exited(log, r.e.Exited)
+				w.walk(log, ev, true) // the descriptor may live on in another process
+			} else if r.e.MountsChanged {
+				w.walk(log, ev, false)
+			}
+		case <-tick.C():
+			w.walk(log, ev, true)
+		case <-retryC:
+			retry = nil
+			w.retryRestarted = false
+			w.walk(log, ev, true)
+			if w.retry > 0 && !w.retryRestarted {
+				if w.retry *= 2; w.retry > w.opts.MaxOrphanRetry {
+					w.retry = 0 // a dead mount has no holder for good: wait for the next signal
+				}
+			}
+		}
+	}
+}
+
+func (w *Watcher) exited(log logr.Logger, pids []int) {
+	now := w.opts.Clock.Now()
+	for _, pid := range pids {
+		conns, ok := w.watched[pid]
+		if !ok {
+			continue
+		}
+		delete(w.watched, pid)
+		w.exitedPIDs[pid] = true
+		for _, c := range conns {
+			w.orphans[c] = true // dead now, not a descriptor in flight: no quick retries for it
+		}
+		x := Exit{PID: pid, At: now, MountPoints: w.mountPoints(conns)}
+		w.exits.Inc()
+		log.V(1).Info("FUSE daemon exited", "pid", pid, "mountPoints", x.MountPoints)
+		if w.opts.OnExit != nil {
+			w.opts.OnExit(x)
+		}
+	}
+	w.daemons.Set(float64(len(w.watched)))
+	w.signal()
+}
+
+func (w *Watcher) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (w *Watcher) mountPoints(conns []Connection) []string {
+	var out []string
+	if conns == nil {
+		for _, mps := range w.conns {
+			out = append(out, mps...)
+		}
+	}
+	for _, c := range conns {
+		out = append(out, w.conns[c]...)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// walk re-reads the mount table and, when forced or when the set of FUSE connections changed,
+// the holders, and brings the pidfds in line: a holder of a mounted connection is watched, any
+// other is not.
+func (w *Watcher) walk(log logr.Logger, ev Events, force bool) {
+	conns, err := w.os.Connections()
+	if err != nil {
+		log.Error(err, "reading the mount table; the periodic check stays the safety net")
+		return
+	}
+	if !force && sameConnections(conns, w.conns) {
+		w.conns = conns // mount points may have moved (binds), the connections did not
+		return
+	}
+	w.conns = conns
+	w.walks.Inc()
+	holders, err := w.os.Holders()
+	if err != nil {
+		log.Error(err, "walking the processes for FUSE daemons; the periodic check stays the safety net")
+		return
+	}
+	log.V(2).Info("walked", "connections", len(conns), "holders", holders)
+	want := map[int][]Connection{}
+	held := map[Connection]bool{}
+	for _, h := range holders {
+		if h.Connections == nil {
+			if len(conns) > 0 {
+				want[h.PID] = nil
+			}
+			for c := range conns {
+				held[c] = true
+			}
+			continue
+		}
+		for _, c := range h.Connections {
+			if _, ok := conns[c]; ok {
+				want[h.PID] = append(want[h.PID], c)
+				held[c] = true
+			}
+		}
+	}
+	var gone []int
+	for pid := range w.exitedPIDs {
+		if _, ok := want[pid]; !ok {
+			delete(w.exitedPIDs, pid) // gone from the walk: its number may be reused
+		}
+	}
+	for pid, cs := range want {
+		if w.exitedPIDs[pid] {
+			continue
+		}
+		if _, ok := w.watched[pid]; ok {
+			w.watched[pid] = cs
+			continue
+		}
+		switch err := ev.Add(pid); {
+		case errors.Is(err, ErrExited):
+			w.watched[pid] = cs
+			gone = append(gone, pid)
+		case err != nil:
+			log.Error(err, "watching a FUSE daemon; the periodic check stays the safety net", "pid", pid)
+		default:
+			log.V(2).Info("watching", "pid", pid, "connections", cs)
+			w.watched[pid] = cs
+		}
+	}
+	for pid := range w.watched {
+		if _, ok := want[pid]; !ok {
+			if ev.Remove(pid) {
+				continue // it exited: its exit is reported by the event source
+			}
+			log.V(2).Info("no longer a holder of a mounted connection", "pid", pid)
+			delete(w.watched, pid)
+		}
+	}
+	w.daemons.Set(float64(len(w.watched)))
+	orphans := map[Connection]bool{}
+	grew := false
+	for c := range conns {
+		if !held[c] {
+			orphans[c] = true
+			grew = grew || !w.orphans[c]
+		}
+	}
+	w.orphans = orphans
+	switch {
+	case len(orphans) == 0:
+		w.retry = 0
+	case grew:
+		w.retry, w.retryRestarted = w.opts.OrphanRetry, true
+	}
+	if len(gone) > 0 {
+		w.exited(log, gone)
+	}
+}
+
+func sameConnections(a, b map[Connection][]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for c := range a {
+		if _, ok := b[c]; !ok {
+			return false
+		}
+	}
+	return true
+}

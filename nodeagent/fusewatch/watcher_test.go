@@ -1,0 +1,242 @@
+package fusewatch
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/testr"
+	"github.com/prometheus/client_golang/prometheus"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/pvrescue/pvrescue/internal/testenv"
+)
+
+// fakeOS is a mount table, a process table and an event source under the test's control.
+type fakeOS struct {
+	mu      sync.Mutex
+	conns   map[Connection][]string
+	holders []Holder
+	walks   int
+	ev      *fakeEvents
+}
+
+func newFakeOS() *fakeOS {
+	return &fakeOS{conns: map[Connection][]string{}, ev: &fakeEvents{ch: make(chan Event, 16), watched: map[int]bool{}, dead: map[int]bool{}}}
+}
+
+func (f *fakeOS) Connections() (map[Connection][]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[Connection][]string{}
+	for c, m := range f.conns {
+		out[c] = append([]string(nil), m...)
+	}
+	return out, nil
+}
+
+func (f *fakeOS) Holders() ([]Holder, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.walks++
+	return append([]Holder(nil), f.holders...), nil
+}
+
+func (f *fakeOS) Events() (Events, error) { return f.ev, nil }
+
+func (f *fakeOS) set(conns map[Connection][]string, holders ...Holder) {
+	f.mu.Lock()
+	f.conns, f.holders = conns, holders
+	f.mu.Unlock()
+}
+
+func (f *fakeOS) walkCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.walks
+}
+
+type fakeEvents struct {
+	ch      chan Event
+	mu      sync.Mutex
+	watched map[int]bool
+	dead    map[int]bool
+}
+
+func (e *fakeEvents) Add(pid int) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.dead[pid] {
+		return ErrExited
+	}
+	e.watched[pid] = true
+	return nil
+}
+
+func (e *fakeEvents) Remove(pid int) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.dead[pid] {
+		return true
+	}
+	delete(e.watched, pid)
+	return false
+}
+
+func (e *fakeEvents) Wait(ctx context.Context) (Event, error) {
+	select {
+	case ev := <-e.ch:
+		return ev, nil
+	case <-ctx.Done():
+		return Event{}, ctx.Err()
+	}
+}
+
+func (e *fakeEvents) Close() error { return nil }
+
+func (e *fakeEvents) pids() []int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []int
+	for p := range e.watched {
+		out = append(out, p)
+	}
+	sort.Ints(out)
+	return out
+}
+
+// kill reports pid's exit the way the real source does: once, and no longer watched.
+func (e *fakeEvents) kill(pid int) {
+	e.mu.Lock()
+	delete(e.watched, pid)
+	e.dead[pid] = true
+	e.mu.Unlock()
+	e.ch <- Event{Exited: []int{pid}}
+}
+
+func start(t *testing.T, fos *fakeOS, opts Options) (*Watcher, chan Exit) {
+	t.Helper()
+	exits := make(chan Exit, 16)
+	opts.OnExit = func(x Exit) { exits <- x }
+	if opts.Registerer == nil {
+		opts.Registerer = prometheus.NewRegistry()
+	}
+	w, err := New(fos, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(logr.NewContext(context.Background(), testr.New(t)))
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return w, exits
+}
+
+func waitPIDs(t *testing.T, e *fakeEvents, want ...int) {
+	t.Helper()
+	testenv.WaitFor(t, 5*time.Second, "watched pids", func() error {
+		if got := e.pids(); !reflect.DeepEqual(got, want) {
+			return fmt.Errorf("watching %v, want %v", got, want)
+		}
+		return nil
+	})
+}
+
+func wakeWithin(t *testing.T, w *Watcher, d time.Duration) {
+	t.Helper()
+	select {
+	case <-w.Wake():
+	case <-time.After(d):
+		t.Fatal("no wake")
+	}
+}
+
+// The holders of mounted connections are watched (not other /dev/fuse holders); an exit wakes
+// the consumer once with the daemon's mount points; unknown-connection holders are watched
+// whatever they serve; a rescan drops holders whose connection was unmounted.
+func TestWatcherWatchesHoldersOfMountedConnections(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	fos := newFakeOS()
+	fos.set(map[Connection][]string{39: {"/mnt/a"}, 40: {"/mnt/b", "/pods/b"}},
+		Holder{PID: 100, Connections: []Connection{39}},
+		Holder{PID: 101, Connections: []Connection{40}},
+		Holder{PID: 102, Connections: []Connection{77}}, // serves nothing mounted here
+	)
+	w, exits := start(t, fos, Options{Clock: clk, RescanInterval: time.Hour})
+	waitPIDs(t, fos.ev, 100, 101)
+
+	fos.set(map[Connection][]string{39: {"/mnt/a"}}, Holder{PID: 100, Connections: []Connection{39}}, Holder{PID: 102, Connections: []Connection{77}})
+	fos.ev.kill(101)
+	wakeWithin(t, w, 5*time.Second)
+	x := <-exits
+	if x.PID != 101 || !reflect.DeepEqual(x.MountPoints, []string{"/mnt/b", "/pods/b"}) {
+		t.Fatalf("exit = %+v", x)
+	}
+	waitPIDs(t, fos.ev, 100)
+	select {
+	case <-w.Wake():
+		t.Fatal("a second wake for one exit")
+	default:
+	}
+
+	// A kernel that does not name connections: every holder is watched.
+	fos.set(map[Connection][]string{39: {"/mnt/a"}}, Holder{PID: 100, Connections: []Connection{39}}, Holder{PID: 103})
+	fos.ev.ch <- Event{MountsChanged: true} // same connections: no walk
+	n := fos.walkCount()
+	testenv.WaitFor(t, 5*time.Second, "the slow rescan", testenv.Until(clk.HasWaiters))
+	clk.Step(time.Hour)
+	testenv.WaitFor(t, 5*time.Second, "a walk", testenv.Until(func() bool { return fos.walkCount() > n }))
+	waitPIDs(t, fos.ev, 100, 103)
+
+	// Unmounted: nothing to watch.
+	fos.set(map[Connection][]string{}, Holder{PID: 100, Connections: []Connection{39}})
+	fos.ev.ch <- Event{MountsChanged: true}
+	waitPIDs(t, fos.ev)
+}
+
+// A connection mounted before its daemon holds the descriptor (fusermount hands it over) is
+// walked again soon, with backoff, until a holder shows up; a holder that is gone by the time
+// it is watched counts as an exit.
+func TestWatcherRetriesOrphanConnections(t *testing.T) {
+	fos := newFakeOS()
+	w, _ := start(t, fos, Options{RescanInterval: time.Hour, OrphanRetry: 5 * time.Millisecond, MaxOrphanRetry: 40 * time.Millisecond})
+	fos.set(map[Connection][]string{41: {"/mnt/c"}}) // mounted, descriptor in flight
+	fos.ev.ch <- Event{MountsChanged: true}
+	testenv.WaitFor(t, 5*time.Second, "retries", testenv.Until(func() bool { return fos.walkCount() >= 3 }))
+	fos.set(map[Connection][]string{41: {"/mnt/c"}}, Holder{PID: 200, Connections: []Connection{41}})
+	waitPIDs(t, fos.ev, 200)
+
+	// Retries stop once they reach the maximum (a dead mount stays without a holder).
+	fos.set(map[Connection][]string{42: {"/mnt/d"}})
+	fos.ev.ch <- Event{MountsChanged: true}
+	time.Sleep(300 * time.Millisecond)
+	n := fos.walkCount()
+	time.Sleep(200 * time.Millisecond)
+	if m := fos.walkCount(); m != n {
+		t.Fatalf("walks went on (%d → %d) after the retries' maximum", n, m)
+	}
+
+	fos.ev.dead[300] = true
+	fos.set(map[Connection][]string{43: {"/mnt/e"}}, Holder{PID: 300, Connections: []Connection{43}})
+	fos.ev.ch <- Event{MountsChanged: true}
+	wakeWithin(t, w, 5*time.Second)
+}
+
+func TestOptionsValidate(t *testing.T) {
+	if err := (Options{RescanInterval: -1}).Validate(); err == nil {
+		t.Fatal("negative interval accepted")
+	}
+	if _, err := New(nil, Options{}); err == nil {
+		t.Fatal("nil OS accepted")
+	}
+}

@@ -17,6 +17,7 @@ declare -A node_pkgs=(
   [nsenter]=util-linux
   [file]=file
   [s3fs]=s3fs
+  [rclone]=rclone
   [fusermount3]=fuse3
   [modprobe]=kmod
   [ps]=procps

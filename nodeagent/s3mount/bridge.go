@@ -119,6 +119,12 @@ func (r *Restorer) forgetBridge(ctx context.Context, pvName string, st *staging)
 	if st.proc != nil {
 		pid := st.proc.ID()
 		id = &pid
+		r.mu.Lock()
+		retiring := st.retiring
+		r.mu.Unlock()
+		if retiring {
+			_ = r.os.FS.Remove(r.layout.retiringRecordFile(pvName, pid.Pid))
+		}
 	}
 	r.forgetRecord(ctx, pvName, id, st.cgroup)
 }

@@ -119,6 +119,12 @@ func (r *Restorer) forgetBridge(ctx context.Context, pvName string, st *staging)
 	if st.proc != nil {
 		pid := st.proc.ID()
 		id = &pid
+		r.mu.Lock()
+		retiring := st.retiring
+		r.mu.Unlock()
+		if retiring {
+			_ = r.os.FS.Remove(r.layout.retiringRecordFile(pvName, pid.Pid))
+		}
 	}
 	r.forgetRecord(ctx, pvName, id, st.cgroup)
 }
@@ -273,7 +279,7 @@ func (r *Restorer) handBack(ctx context.Context, source string, t target) (dead 
 	}
 	check := r.checkFor(t.path, t.driver, table)
 	if source == r.layout.Staging(t.pv) {
-		check.fuseTypes = append(check.fuseTypes, ourFUSEType)
+		check.fuseTypes = append(check.fuseTypes, ourFUSETypes...)
 	}
 	if _, err := r.checkMount(ctx, source, check); err != nil {
 		return nil, false, false, err

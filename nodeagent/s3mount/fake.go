@@ -32,7 +32,9 @@ type FakeNode struct {
 	cgroups map[string][]int // by group: pids placed there
 	removed []string         // every path given to FS.Remove
 	aborted []string         // devices whose FUSE connection was aborted
-	specs   []ProcSpec
+	// lingering: devices with files still open through a lazily detached mount.
+	lingering map[string]bool
+	specs     []ProcSpec
 
 	// S3fsFailure decides whether a started s3fs fails; it gets the arguments and the content
 	// of its passwd file and returns the output of a failed s3fs, or "" to mount.
@@ -43,7 +45,7 @@ type FakeNode struct {
 
 // NewFakeNode returns a node with only a root mount.
 func NewFakeNode() *FakeNode {
-	f := &FakeNode{nextID: 100, nextDev: 50, dead: map[string]bool{}, hung: map[string]bool{}, busy: map[int]bool{},
+	f := &FakeNode{nextID: 100, nextDev: 50, dead: map[string]bool{}, hung: map[string]bool{}, busy: map[int]bool{}, lingering: map[string]bool{},
 		files: map[string][]byte{}, modes: map[string]fs.FileMode{}, cgroups: map[string][]int{}}
 	f.mounts = MountTable{{ID: 1, ParentID: 0, Dev: "8:1", Root: "/", MountPoint: "/", Options: []string{"rw"}, FSType: "ext4", Source: "/dev/vda"}}
 	return f
@@ -250,8 +252,36 @@ func (m fakeMounter) Unmount(target string, detach bool) error {
 	if f.busy[top.ID] && !detach {
 		return fmt.Errorf("%w: unmount %s: %w", ErrMount, target, syscall.EBUSY)
 	}
+	if f.busy[top.ID] {
+		f.lingering[top.Dev] = true // the open files keep the detached filesystem
+	}
 	f.mounts = slices.DeleteFunc(f.mounts, func(x MountInfo) bool { return x.ID == top.ID })
+	f.exitUnusedLocked()
 	return nil
+}
+
+// exitUnusedLocked ends every s3fs whose filesystem is mounted nowhere and has no open file
+// left: the kernel releases it and s3fs's session ends, as it does for a real one.
+func (f *FakeNode) exitUnusedLocked() {
+	for _, p := range f.procs {
+		if p.dev == "" || p.Exited() || f.lingering[p.dev] || slices.ContainsFunc(f.mounts, func(m MountInfo) bool { return m.Dev == p.dev }) {
+			continue
+		}
+		p.exit()
+	}
+}
+
+// CloseFiles closes the files held open on the filesystem of device dev (see OpenFile).
+func (f *FakeNode) CloseFiles(dev string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.lingering, dev)
+	for _, m := range f.mounts {
+		if m.Dev == dev {
+			delete(f.busy, m.ID)
+		}
+	}
+	f.exitUnusedLocked()
 }
 
 func (m fakeMounter) MountTmpfs(target string, _ int64) error {
@@ -343,6 +373,7 @@ type FakeProcess struct {
 	f          *FakeNode
 	pid        int
 	mountPoint string
+	dev        string // its filesystem's device once mounted
 	output     string
 	done       chan struct{}
 	once       sync.Once
@@ -383,7 +414,8 @@ func (p fakeProcs) Start(spec ProcSpec) (Process, error) {
 	f.procs = append(f.procs, proc)
 	if fail == "" {
 		f.nextDev++
-		f.addLocked(proc.mountPoint, fmt.Sprintf("0:%d", f.nextDev), ourFUSEType, fsname, nil)
+		proc.dev = fmt.Sprintf("0:%d", f.nextDev)
+		f.addLocked(proc.mountPoint, proc.dev, "fuse", fsname, nil)
 	}
 	f.mu.Unlock()
 	if fail != "" {

@@ -254,6 +254,27 @@ func TestBridgeRetiredWhileAFileIsOpenOnIt(t *testing.T) {
 		t.Errorf("target after the swap: %v", err)
 	}
 	assertReasons(t, w.events, map[string]int{EventMountBridged: 1, EventBridgeRetired: 1})
+	// The bridge retired, but its s3fs is never stopped while the file is open on it: it exits
+	// by itself once the file is closed, and only then are its record and cgroup removed. The
+	// retiring record survives an agent restart, and the new agent watches it.
+	l := Layout{StateDir: testState}
+	proc := w.node.Processes()[0]
+	if proc.Exited() {
+		t.Fatal("bridge s3fs stopped while a file is open on it")
+	}
+	if _, _, ok := w.node.File(l.retiringRecordFile("pv-a", proc.Pid())); !ok {
+		t.Fatal("no retiring record for the bridge s3fs")
+	}
+	w.start() // an agent restart
+	w.settle()
+	if proc.Exited() {
+		t.Fatal("bridge s3fs stopped after an agent restart while a file is open on it")
+	}
+	w.node.CloseFiles(proc.dev)
+	w.waitFor("retired bridge exited and forgotten after the last file closed", func() bool {
+		_, _, rec := w.node.File(l.retiringRecordFile("pv-a", proc.Pid()))
+		return proc.Exited() && !rec
+	})
 }
 
 // assertReasons checks the number of Normal Events on the pod by reason: tools tell the restore

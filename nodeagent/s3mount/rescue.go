@@ -160,6 +160,8 @@ type staging struct {
 	cgroup  string  // the cgroup it was placed in ("" when not)
 	started time.Time
 	stopped bool // we stopped it on purpose; its exit is not a failure
+	// retiring: detached, exits by itself (retiring.go); its record is the .retiring one.
+	retiring bool
 }
 
 type retryState struct {
@@ -331,6 +333,7 @@ func (r *Restorer) adopt(ctx context.Context) error {
 		r.dropBridge(ctx, pv, rec, proc)
 	}
 	r.updateBridgeGauge()
+	r.adoptRetiring(ctx)
 	return nil
 }
 

@@ -126,6 +126,9 @@ func (w *world) waitFor(what string, cond func() bool) {
 		if cond() {
 			return
 		}
+		// Processes exit in the fake as they do on a node: asynchronously to the pass that
+		// made them exit; give their watchers (onExit) a moment to run.
+		time.Sleep(5 * time.Millisecond)
 		w.clock.Step(15 * time.Second)
 		w.sync()
 	}

@@ -94,8 +94,8 @@ func nodeDiskDevs(e *env) map[string]string {
 
 // checkKubeletMounts fails for every mount below kubelet's directory whose file system is the
 // node's disk (kubelet's own bind of its directory onto itself aside), and for every mount at a
-// CSI volume path (a pod's kubernetes.io~csi/<pv>/mount, kubelet's staging path) that is not a
-// FUSE mount: a volume must never become a directory of the node.
+// CSI volume path (a pod's kubernetes.io~csi/<pv>/mount, kubelet's staging path, the agent's
+// fresh paths) that is not a FUSE mount: a volume must never become a directory of the node.
 func checkKubeletMounts(t *testing.T, e *env, when string) {
 	t.Helper()
 	kubelet := filepath.Clean(e.c.Opts.KubeletDir)
@@ -107,7 +107,8 @@ func checkKubeletMounts(t *testing.T, e *env, when string) {
 			continue
 		}
 		n++
-		csiPath := strings.Contains(m.MountPoint, "/volumes/kubernetes.io~csi/") || strings.HasPrefix(m.MountPoint, csiStage)
+		csiPath := strings.Contains(m.MountPoint, "/volumes/kubernetes.io~csi/") || strings.HasPrefix(m.MountPoint, csiStage) ||
+			strings.Contains(m.MountPoint, "/"+freshDirName+"/")
 		switch {
 		case disk[m.Dev] != "":
 			bad = append(bad, fmt.Sprintf("%s: %s %s (root %s) is the node's disk (%s)", m.MountPoint, m.FSType, m.Source, m.Root, disk[m.Dev]))
@@ -175,11 +176,19 @@ func s3fsOf(src string) []int {
 	})
 }
 
-// replayDirs are the fresh directories of the agent's replay layout for a PV that may exist on
-// the node: the agent's state directory (<state>/s3/replay/<pv>).
-func replayDirs(pv string) []string {
-	return []string{filepath.Join(config.Default().StateDir, "s3", "replay", pv)}
+// replayDirs are the fresh directories the agent may ask a driver to publish or stage a PV at:
+// <kubelet>/pods/<uid>/pvrescue~s3/<pv> for any pod, <kubelet>/plugins/kubernetes.io/csi/
+// pvrescue~s3/<pv>, and the earlier layout's <state>/s3/replay/<pv>.
+func replayDirs(e *env, pv string) []string {
+	kubelet := e.c.Opts.KubeletDir
+	dirs, _ := filepath.Glob(filepath.Join(kubelet, "pods", "*", freshDirName, pv))
+	return append(dirs,
+		filepath.Join(kubelet, "plugins", "kubernetes.io", "csi", freshDirName, pv),
+		filepath.Join(config.Default().StateDir, "s3", "replay", pv))
 }
+
+// freshDirName is the agent's directory for its fresh paths in kubelet's pod and CSI dirs.
+const freshDirName = "pvrescue~s3"
 
 // checkNothingLeft waits (30 s) until, with every pod of the PV gone, no mount on the node names
 // the PV, no directory of the agent's replay layout for it remains, and no s3fs of src (driver's
@@ -194,7 +203,7 @@ func checkNothingLeft(t *testing.T, e *env, pv, src string) {
 				left = append(left, "mount "+m.MountPoint+" "+m.FSType+" "+m.Source)
 			}
 		}
-		for _, d := range replayDirs(pv) {
+		for _, d := range replayDirs(e, pv) {
 			if _, err := os.Stat(d); err == nil {
 				left = append(left, "directory "+d+" "+fmt.Sprint(filesUnder(d)))
 			}

@@ -35,6 +35,8 @@
 //
 //	pvrescue-sidecar probe --timeout 3s /mnt/a /mnt/b
 //	    statfs on every path concurrently, all bounded by one timeout; prints "PATH: ok" or
-//	    "PATH: reason (ERRNO)" per path and exits 0 when all answered, 1 otherwise. A statfs stuck
-//	    on a hung FUSE mount is abandoned; the process exits anyway.
+//	    "PATH: reason (ERRNO)" per path and exits 1 when a path failed (a dead mount: ENOTCONN,
+//	    EIO, ...), 0 otherwise. A statfs stuck on a hung FUSE mount is abandoned and reported, but
+//	    does not fail the probe: a restarted container would get the same hung mount (the node
+//	    agent reports it, MountHung, and may abort it, s3.abortHungAfter).
 package sidecar

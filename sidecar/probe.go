@@ -91,16 +91,20 @@ wait:
 	}
 	for i, p := range paths {
 		if !got[i] {
-			results[i] = ProbeResult{Path: p, Err: fmt.Errorf("%w after %s (hung mount?)", ErrProbeTimeout, timeout), Elapsed: time.Since(start)}
+			results[i] = ProbeResult{Path: p, Err: fmt.Errorf("%w after %s (hung mount: not a failure, a restart cannot help)", ErrProbeTimeout, timeout), Elapsed: time.Since(start)}
 		}
 	}
 	return results
 }
 
-// Healthy reports whether every result is healthy.
+// Healthy reports whether the probe passes: no path failed with an error. A timeout (a hung
+// mount: its FUSE daemon holds the connection but does not answer) does not fail it — a
+// restarted container would get the same mount, and kubelet cannot even start one while the
+// host path hangs; the node agent reports the hang (MountHung) and, when configured, aborts it,
+// after which the mount is dead (ENOTCONN) and the probe fails until the agent restored it.
 func Healthy(rs []ProbeResult) bool {
 	for _, r := range rs {
-		if r.Err != nil {
+		if r.Err != nil && !errors.Is(r.Err, ErrProbeTimeout) {
 			return false
 		}
 	}
@@ -133,7 +137,8 @@ func DescribeError(err error) string {
 	return err.Error()
 }
 
-// RunProbe runs the probe and prints the result; 0 when every mount is healthy, 1 otherwise.
+// RunProbe runs the probe and prints the result; 1 when a mount failed (dead, gone), 0
+// otherwise — a hung mount included (see Healthy).
 func RunProbe(ctx context.Context, o *ProbeOptions, env *Env) int {
 	rs := Probe(ctx, env.Deps.Mounts, o.Paths, o.Timeout)
 	fmt.Fprint(env.Stdout, FormatProbe(rs))

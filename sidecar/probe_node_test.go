@@ -80,9 +80,10 @@ func TestProbeS3fsStoppedThenKilled(t *testing.T) {
 			}
 		}()
 		res := runHelper(t, bin, nil, contract.CmdProbe, contract.FlagTimeout, "1s", m.MountPoint, "/")
-		want := m.MountPoint + ": statfs timed out after 1s (hung mount?)\n/: ok\n"
-		if res.code != 1 || res.stdout != want {
-			t.Errorf("stopped s3fs: exit %d, stdout %q, stderr %q; want 1, %q", res.code, res.stdout, res.stderr, want)
+		// Hung, not dead: the probe reports it but passes (a container restart cannot help).
+		want := m.MountPoint + ": statfs timed out after 1s (hung mount: not a failure, a restart cannot help)\n/: ok\n"
+		if res.code != 0 || res.stdout != want {
+			t.Errorf("stopped s3fs: exit %d, stdout %q, stderr %q; want 0, %q", res.code, res.stdout, res.stderr, want)
 		}
 		if res.took < time.Second || res.took > 3*time.Second {
 			t.Errorf("probe with --timeout 1s on a hung mount took %s", res.took)

@@ -41,11 +41,27 @@ func TestProbe(t *testing.T) {
 	}
 	want := "/mnt/ok: ok\n" +
 		"/mnt/dead: transport endpoint is not connected (ENOTCONN)\n" +
-		"/mnt/hung: statfs timed out after 200ms (hung mount?)\n" +
+		"/mnt/hung: statfs timed out after 200ms (hung mount: not a failure, a restart cannot help)\n" +
 		"/mnt/io: input/output error (EIO)\n" +
 		"/mnt/stale: stale file handle (ESTALE)\n"
 	if got := FormatProbe(rs); got != want {
 		t.Errorf("FormatProbe:\n got %q\nwant %q", got, want)
+	}
+}
+
+// A hung mount alone does not fail the probe (a restart cannot help); a dead one does.
+func TestProbeHungIsNotAFailure(t *testing.T) {
+	m := &FakeMounts{Errs: map[string]error{"/dead": syscall.ENOTCONN}, Hang: map[string]bool{"/hung": true}}
+	defer m.Release()
+	for _, tt := range []struct {
+		paths []string
+		code  int
+	}{{[]string{"/ok", "/hung"}, 0}, {[]string{"/hung", "/dead"}, 1}} {
+		var out bytes.Buffer
+		code := RunProbe(context.Background(), &ProbeOptions{Timeout: 100 * time.Millisecond, Paths: tt.paths}, &Env{Deps: Deps{Mounts: m}, Stdout: &out, Stderr: &out})
+		if code != tt.code {
+			t.Errorf("probe %v: exit %d, want %d (output %q)", tt.paths, code, tt.code, out.String())
+		}
 	}
 }
 

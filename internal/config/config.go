@@ -99,6 +99,14 @@ type S3 struct {
 	// BridgeAfter is how long a target stays dead, with its driver not answering, before the
 	// agent bridges it with its own s3fs. 0 bridges at once.
 	BridgeAfter metav1.Duration `json:"bridgeAfter"`
+	// HungConditionAfter is how long a mount must stay hung (statfs timing out while its FUSE
+	// daemon still holds the connection) before the agent sets the Node condition S3MountHung.
+	HungConditionAfter metav1.Duration `json:"hungConditionAfter"`
+	// AbortHungAfter, when set, is how long a mount may stay hung before the agent aborts its
+	// FUSE connection (/sys/fs/fuse/connections/<minor>/abort), so the old daemon can never
+	// write late, and then restores it like a dead one. 0 (the default): a hung mount is
+	// reported and waited for, never replaced.
+	AbortHungAfter metav1.Duration `json:"abortHungAfter"`
 	// Profiles say, per CSI driver, how its mount is laid out, so the bridge reproduces it.
 	// Built in: ru.yandex.s3.csi and ch.ctrox.csi.s3-driver (Default). A profile given here
 	// replaces the driver's built-in one as a whole; drivers without one get GenericS3Profile.
@@ -295,9 +303,10 @@ func Default() *Config {
 				Region:       "region",
 				MountOptions: "options",
 			},
-			S3fsPath:      "s3fs",
-			ReplayDrivers: []string{"ru.yandex.s3.csi", "ch.ctrox.csi.s3-driver", "csi-s3"},
-			BridgeAfter:   metav1.Duration{Duration: 10 * time.Second},
+			S3fsPath:           "s3fs",
+			ReplayDrivers:      []string{"ru.yandex.s3.csi", "ch.ctrox.csi.s3-driver", "csi-s3"},
+			BridgeAfter:        metav1.Duration{Duration: 10 * time.Second},
+			HungConditionAfter: metav1.Duration{Duration: 30 * time.Second},
 			Profiles: map[string]S3Profile{
 				// Runs geesefs unless the volume says "mounter: s3fs".
 				"ru.yandex.s3.csi": {FUSEType: "fuse.s3fs", MounterAttribute: "mounter", DefaultMounter: "geesefs",
@@ -440,6 +449,12 @@ func (c *Config) Validate() error {
 	}
 	if c.S3.BridgeAfter.Duration < 0 {
 		add("s3.bridgeAfter: must not be negative, got %s", c.S3.BridgeAfter.Duration)
+	}
+	if c.S3.HungConditionAfter.Duration < 0 {
+		add("s3.hungConditionAfter: must not be negative, got %s", c.S3.HungConditionAfter.Duration)
+	}
+	if a := c.S3.AbortHungAfter.Duration; a < 0 || (a > 0 && a < c.S3.StatfsTimeout.Duration) {
+		add("s3.abortHungAfter: must be 0 (off) or at least s3.statfsTimeout (%s), got %s", c.S3.StatfsTimeout.Duration, a)
 	}
 	drivers := make([]string, 0, len(c.S3.Profiles))
 	for d := range c.S3.Profiles {

@@ -119,6 +119,12 @@ func (r *Restorer) forgetBridge(ctx context.Context, pvName string, st *staging)
 	if st.proc != nil {
 		pid := st.proc.ID()
 		id = &pid
+		r.mu.Lock()
+		retiring := st.retiring
+		r.mu.Unlock()
+		if retiring {
+			_ = r.os.FS.Remove(r.layout.retiringRecordFile(pvName, pid.Pid))
+		}
 	}
 	r.forgetRecord(ctx, pvName, id, st.cgroup)
 }
@@ -268,8 +274,15 @@ func (r *Restorer) handBack(ctx context.Context, source string, t target) (dead 
 		return nil, false, false, nil // torn down meanwhile: never mount onto a plain dir
 	}
 	serr := r.os.Statfs.Statfs(ctx, t.path, r.cfg.S3.StatfsTimeout.Duration)
-	if !IsDead(serr) && !r.hungTooLong(t.path) {
-		return nil, false, false, nil // healthy again (or unknown): never stack onto it
+	if !IsDead(serr) {
+		return nil, false, false, nil // healthy again, hung or unknown: never stack onto it
+	}
+	check := r.checkFor(t.path, t.driver, table)
+	if source == r.layout.Staging(t.pv) {
+		check.fuseTypes = append(check.fuseTypes, ourFUSEType)
+	}
+	if _, err := r.checkMount(ctx, source, check); err != nil {
+		return nil, false, false, err
 	}
 	for {
 		stack := table.Stack(t.path)
@@ -298,7 +311,7 @@ func (r *Restorer) handBack(ctx context.Context, source string, t target) (dead 
 			return nil, false, false, err
 		}
 	}
-	if serr := r.os.Statfs.Statfs(ctx, t.path, r.cfg.S3.StatfsTimeout.Duration); !IsDead(serr) && !r.hungTooLong(t.path) {
+	if serr := r.os.Statfs.Statfs(ctx, t.path, r.cfg.S3.StatfsTimeout.Duration); !IsDead(serr) {
 		return nil, false, false, nil // what is left answers: nothing to stack
 	}
 	ro = t.readOnly
@@ -335,14 +348,6 @@ func (r *Restorer) restored(ctx context.Context, t target, method, reason string
 	r.d.Recorder.Eventf(t.pod, corev1.EventTypeNormal, reason,
 		"S3 volume %s mounted again (%s%s)", t.pv, how, map[bool]string{true: ", read-only", false: ""}[ro])
 	r.remount(ctx, t, dead)
-}
-
-// hungTooLong reports whether path's statfs has been timing out for HungAfter.
-func (r *Restorer) hungTooLong(path string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	since, ok := r.hungSince[path]
-	return ok && r.clk.Since(since) >= r.opts.HungAfter
 }
 
 // resolve reads the PV and its credentials secret (the PV's own references only) into what s3fs

@@ -173,17 +173,14 @@ func (r *Restorer) cleanupStagings(ctx context.Context, table MountTable, live m
 			continue
 		}
 		path := r.layout.Staging(pv)
-		r.stopStaging(ctx, pv, true)
-		if fresh, err := r.os.Mounter.MountTable(); err == nil {
-			r.unmountAll(path, fresh)
-		}
+		r.retireStaging(ctx, pv)
 		if err := r.os.FS.Remove(r.layout.PasswdFile(pv)); err != nil {
 			log.Error(err, "removing passwd file", "pv", pv)
 		}
 		r.mu.Lock()
 		delete(r.retry, pv)
 		r.mu.Unlock()
-		log.Info("stopped unused staging mount", "pv", pv, "path", path)
+		log.Info("retired unused staging mount", "pv", pv, "path", path)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -25,6 +26,10 @@ type CSINode interface {
 	StageUnstage(ctx context.Context) (bool, error)
 	NodeStage(ctx context.Context, req *csi.NodeStageVolumeRequest) error
 	NodePublish(ctx context.Context, req *csi.NodePublishVolumeRequest) error
+	// NodeUnpublish and NodeUnstage undo a replayed call at one of our fresh paths whose
+	// result was refused (nothing else uses that mount; see the package doc).
+	NodeUnpublish(ctx context.Context, volumeID, targetPath string) error
+	NodeUnstage(ctx context.Context, volumeID, stagingPath string) error
 	Close() error
 }
 
@@ -68,6 +73,16 @@ func (n *grpcNode) NodePublish(ctx context.Context, req *csi.NodePublishVolumeRe
 	return err
 }
 
+func (n *grpcNode) NodeUnpublish(ctx context.Context, volumeID, targetPath string) error {
+	_, err := n.c.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: volumeID, TargetPath: targetPath})
+	return err
+}
+
+func (n *grpcNode) NodeUnstage(ctx context.Context, volumeID, stagingPath string) error {
+	_, err := n.c.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: volumeID, StagingTargetPath: stagingPath})
+	return err
+}
+
 func (n *grpcNode) Close() error { return n.conn.Close() }
 
 // FakeCSI is an in-memory node plugin for unit tests: publishing mounts a new live FUSE
@@ -80,11 +95,17 @@ type FakeCSI struct {
 	// Stages selects the STAGE_UNSTAGE capability.
 	Stages bool
 
-	mu       sync.Mutex
-	Staged   []*csi.NodeStageVolumeRequest
-	Publish  []*csi.NodePublishVolumeRequest
-	Sockets  []string
-	nextDevs int
+	// Result, when set, replaces the mount a NodeStage or NodePublish makes at path (a driver
+	// that mounts elsewhere or something else); it returns whether it handled the call.
+	Result func(node *FakeNode, path string) bool
+
+	mu          sync.Mutex
+	Staged      []*csi.NodeStageVolumeRequest
+	Publish     []*csi.NodePublishVolumeRequest
+	Unstaged    []string // staging paths
+	Unpublished []string // target paths
+	Sockets     []string
+	nextDevs    int
 }
 
 // Dial implements CSIDialer.
@@ -114,6 +135,9 @@ func (n fakeCSINode) NodeStage(_ context.Context, req *csi.NodeStageVolumeReques
 	if top, ok := n.f.Node.Table().Top(req.GetStagingTargetPath()); ok && n.f.Node.isDead(top.Dev) {
 		return errors.New("staging path: transport endpoint is not connected")
 	}
+	if n.f.Result != nil && n.f.Result(n.f.Node, req.GetStagingTargetPath()) {
+		return nil
+	}
 	n.f.Node.AddMount(req.GetStagingTargetPath(), "fuse.s3fs", "s3fs")
 	return nil
 }
@@ -129,11 +153,49 @@ func (n fakeCSINode) NodePublish(_ context.Context, req *csi.NodePublishVolumeRe
 		// What real drivers do: their mount check of the target fails with ENOTCONN.
 		return errors.New("target: transport endpoint is not connected")
 	}
+	if n.f.Result != nil && n.f.Result(n.f.Node, req.GetTargetPath()) {
+		return nil
+	}
 	if sp := req.GetStagingTargetPath(); sp != "" {
 		return fakeMounter{n.f.Node}.Bind(sp, req.GetTargetPath(), req.GetReadonly())
 	}
 	n.f.Node.AddMount(req.GetTargetPath(), "fuse.s3fs", "s3fs")
 	return nil
+}
+
+// NodeUnpublish unmounts the top mount at the path, as common drivers do.
+func (n fakeCSINode) NodeUnpublish(_ context.Context, _, targetPath string) error {
+	if n.f.Down {
+		return fmt.Errorf("%w: connection refused", ErrDriverDown)
+	}
+	n.f.mu.Lock()
+	n.f.Unpublished = append(n.f.Unpublished, targetPath)
+	n.f.mu.Unlock()
+	if n.f.Node.Table().IsMountPoint(targetPath) {
+		return fakeMounter{n.f.Node}.Unmount(targetPath, false)
+	}
+	return nil
+}
+
+// NodeUnstage unmounts the top mount at the path.
+func (n fakeCSINode) NodeUnstage(_ context.Context, _, stagingPath string) error {
+	if n.f.Down {
+		return fmt.Errorf("%w: connection refused", ErrDriverDown)
+	}
+	n.f.mu.Lock()
+	n.f.Unstaged = append(n.f.Unstaged, stagingPath)
+	n.f.mu.Unlock()
+	if n.f.Node.Table().IsMountPoint(stagingPath) {
+		return fakeMounter{n.f.Node}.Unmount(stagingPath, false)
+	}
+	return nil
+}
+
+// Calls returns what was unstaged and unpublished so far.
+func (f *FakeCSI) Calls() (unstaged, unpublished []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.Unstaged), slices.Clone(f.Unpublished)
 }
 
 func (fakeCSINode) Close() error { return nil }

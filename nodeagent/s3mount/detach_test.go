@@ -137,7 +137,8 @@ func TestBridgeAdoptedAcrossAgentRestart(t *testing.T) {
 		t.Errorf("bridges active after adoption %v, want 1", got)
 	}
 
-	// The pod goes: the adopted bridge is stopped, record and cgroup removed.
+	// The pod goes: the adopted bridge is detached, its s3fs exits by itself (nothing holds a
+	// file on it), record and cgroup removed.
 	w.view.DeletePod("default", "app")
 	w.waitFor("adopted bridge retired", func() bool {
 		_, _, rec := w.node.File(l.BridgeRecordFile("pv-a"))

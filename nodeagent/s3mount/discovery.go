@@ -16,6 +16,7 @@ import (
 type target struct {
 	pod         *corev1.Pod
 	pv          string
+	driver      string
 	path        string
 	readOnly    bool
 	terminating bool
@@ -73,7 +74,7 @@ func (r *Restorer) discover(ctx context.Context) ([]target, map[string]bool) {
 			}
 			ro := src.ReadOnly || pv.Spec.CSI.ReadOnly || slices.Contains(pv.Spec.MountOptions, "ro")
 			// A terminating pod keeps its mounts while its containers run, but gets no new restores.
-			out = append(out, target{pod: pod, pv: pv.Name, path: path, readOnly: ro, terminating: pod.DeletionTimestamp != nil,
+			out = append(out, target{pod: pod, pv: pv.Name, driver: pv.Spec.CSI.Driver, path: path, readOnly: ro, terminating: pod.DeletionTimestamp != nil,
 				staging: KubeletStagingPath(r.cfg.KubeletDir, pv.Spec.CSI.Driver, pv.Spec.CSI.VolumeHandle)})
 		}
 	}
@@ -99,22 +100,18 @@ func podGone(pod *corev1.Pod) bool {
 func klogRef(pod *corev1.Pod) string { return pod.Namespace + "/" + pod.Name }
 
 // checkTarget classifies one published target, keeps its dead/hung timers and its health series.
-// A statfs timeout alone is not death: only a run of timeouts lasting HungAfter is.
+// A statfs timeout is a hung mount, never a dead one (hung.go): only ENOTCONN-class errors are.
 func (r *Restorer) checkTarget(ctx context.Context, t target) Health {
 	log := logr.FromContextOrDiscard(ctx)
 	serr := r.os.Statfs.Statfs(ctx, t.path, r.cfg.S3.StatfsTimeout.Duration)
 	now := r.clk.Now()
 	h := Classify(true, serr)
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if errors.Is(serr, ErrTimeout) {
-		since, ok := r.hungSince[t.path]
-		if !ok {
+	hungSince, wasHung := r.hungSince[t.path]
+	if h == Hung {
+		if !wasHung {
 			r.hungSince[t.path] = now
-			since = now
-		}
-		if now.Sub(since) >= r.opts.HungAfter {
-			h = Dead
+			hungSince = now
 		}
 	} else {
 		delete(r.hungSince, t.path)
@@ -128,6 +125,9 @@ func (r *Restorer) checkTarget(ctx context.Context, t target) Health {
 	case Healthy:
 		delete(r.deadSince, t.path)
 		r.metrics.MountHealthy.WithLabelValues(key.pv, key.namespace, key.pod).Set(1)
+		if wasHung {
+			log.Info("hung S3 mount answers again", "pod", klogRef(t.pod), "pv", t.pv, "path", t.path, "hungFor", now.Sub(hungSince))
+		}
 	case Dead:
 		r.metrics.MountHealthy.WithLabelValues(key.pv, key.namespace, key.pod).Set(0)
 		if _, known := r.deadSince[t.path]; !known {
@@ -135,8 +135,14 @@ func (r *Restorer) checkTarget(ctx context.Context, t target) Health {
 			r.metrics.DeadFound.Inc()
 			log.Info("found dead S3 mount", "pod", klogRef(t.pod), "pv", t.pv, "path", t.path, "err", serr.Error())
 		}
+	case Hung:
+		r.metrics.MountHealthy.WithLabelValues(key.pv, key.namespace, key.pod).Set(0)
 	default:
 		log.V(1).Info("cannot tell mount health yet", "path", t.path, "err", serr.Error())
+	}
+	r.mu.Unlock()
+	if h == Hung {
+		r.onHung(ctx, t, hungSince, !wasHung)
 	}
 	return h
 }

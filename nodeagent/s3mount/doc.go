@@ -34,16 +34,46 @@
 // disk) and detach the mount running containers hold. So nothing is ever unmounted from a live
 // pod's target except our own dead binds:
 //
-//   - the driver is asked to publish (and stage) at fresh directories of ours,
-//     <state>/s3/replay/<pv>/<pod UID> and <state>/s3/replay/<pv>/stage, that no container sees;
+//   - the driver is asked to publish (and stage) at fresh directories of ours that no container
+//     sees but the driver does (see "Paths the driver can see" below);
 //   - the result is bind-mounted over the dead mount at kubelet's path (the pod's target, or
 //     kubelet's staging path <kubelet>/plugins/kubernetes.io/csi/<driver>/<sha256 of the handle>/
 //     globalmount), on top, so the path switches from dead to live in one mount call and
 //     containers with HostToContainer propagation see the live mount at once;
-//   - the fresh directory is then unmounted (lazily): the driver's FUSE connection lives on in the
-//     bind at kubelet's path, served by the driver's own process;
+//   - the fresh directory is then unmounted (lazily) by the agent and removed: the driver's FUSE
+//     connection lives on in the bind at kubelet's path, served by the driver's own process;
 //   - the container remounter (nodeagent.ContainerRemounter, when configured) is asked to move
 //     running containers from the dead device to the live target.
+//
+// # Paths the driver can see
+//
+// A node plugin deployed by its upstream manifest (k8s-csi-s3's DaemonSet, for one) mounts only
+// <kubelet>/pods and <kubelet>/plugins/kubernetes.io/csi (Bidirectional), its socket directory
+// and /dev/fuse. Any other path it is handed is created in its own root filesystem and mounted
+// there, invisible to the node: a bind of that path from the node's side would put the node's
+// empty directory over the volume. So the fresh directories are:
+//
+//   - publish: <kubelet>/pods/<pod UID>/pvrescue~s3/<pv> (FreshPublishPath). In the pod's own
+//     directory, outside volumes/: kubelet reconstructs and tears down volumes by scanning
+//     pods/<uid>/volumes/<plugin>/<volume>, so nothing of ours goes there. While the pod lives
+//     kubelet leaves other directories in it alone; once the pod is gone kubelet's orphan
+//     cleanup removes empty directories and refuses mount points (retrying later), so a
+//     left-over of ours can only delay the removal of a gone pod's directory until the agent
+//     cleans it;
+//   - stage: <kubelet>/plugins/kubernetes.io/csi/pvrescue~s3/<pv>/stage (FreshStagePath). Not in a
+//     <driver>/<sha256 of the handle> directory, which kubelet's unmountDevice cleans
+//     (globalmount, vol_data.json, the directory itself when empty), and without a
+//     vol_data.json: kubelet never parses it. "~" is valid neither in a CSI driver name nor in
+//     the directories kubelet makes, so the name collides with nothing of kubelet's.
+//
+// After the hand-back the agent detaches the driver's mount at the fresh directory itself
+// (MNT_DETACH) and removes the directory; it does not call NodeUnpublishVolume or
+// NodeUnstageVolume there. Field drivers unmount and then wait for the FUSE process whose
+// command line names the path to exit (k8s-csi-s3's FuseUnmount waits up to 20 s and fails):
+// that process now serves kubelet's path and must not exit; and some stop the volume's daemon
+// by volume ID (k8s-csi-s3's systemd units for geesefs), which would kill the live mount. The
+// driver's later NodeUnstageVolume/NodeUnpublishVolume at kubelet's paths, when the pod goes,
+// unmounts the last mount of that FUSE connection and its process exits by itself.
 //
 // A mount move (MS_MOVE) would avoid the bind, but the kubelet directory is a shared mount and
 // the kernel refuses to move a mount out of or into a shared parent; a bind has the same effect

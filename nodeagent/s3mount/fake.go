@@ -31,7 +31,10 @@ type FakeNode struct {
 	procs   []*FakeProcess
 	cgroups map[string][]int // by group: pids placed there
 	removed []string         // every path given to FS.Remove
-	specs   []ProcSpec
+	aborted []string         // devices whose FUSE connection was aborted
+	// lingering: devices with files still open through a lazily detached mount.
+	lingering map[string]bool
+	specs     []ProcSpec
 
 	// S3fsFailure decides whether a started s3fs fails; it gets the arguments and the content
 	// of its passwd file and returns the output of a failed s3fs, or "" to mount.
@@ -42,7 +45,7 @@ type FakeNode struct {
 
 // NewFakeNode returns a node with only a root mount.
 func NewFakeNode() *FakeNode {
-	f := &FakeNode{nextID: 100, nextDev: 50, dead: map[string]bool{}, hung: map[string]bool{}, busy: map[int]bool{},
+	f := &FakeNode{nextID: 100, nextDev: 50, dead: map[string]bool{}, hung: map[string]bool{}, busy: map[int]bool{}, lingering: map[string]bool{},
 		files: map[string][]byte{}, modes: map[string]fs.FileMode{}, cgroups: map[string][]int{}}
 	f.mounts = MountTable{{ID: 1, ParentID: 0, Dev: "8:1", Root: "/", MountPoint: "/", Options: []string{"rw"}, FSType: "ext4", Source: "/dev/vda"}}
 	return f
@@ -50,7 +53,38 @@ func NewFakeNode() *FakeNode {
 
 // OS returns the node's OS bundle.
 func (f *FakeNode) OS() OS {
-	return OS{Mounter: fakeMounter{f}, Procs: fakeProcs{f}, Cgroups: fakeCgroups{f}, Statfs: fakeStatfs{f}, FS: fakeFS{f}}
+	return OS{Mounter: fakeMounter{f}, Procs: fakeProcs{f}, Cgroups: fakeCgroups{f}, Statfs: fakeStatfs{f}, FS: fakeFS{f}, FUSE: fakeFUSE{f}}
+}
+
+type fakeFUSE struct{ f *FakeNode }
+
+// Abort ends the connection of dev: its mounts answer ENOTCONN from now on.
+func (x fakeFUSE) Abort(dev string) error {
+	if _, err := FUSEConnection(dev); err != nil {
+		return err
+	}
+	x.f.mu.Lock()
+	defer x.f.mu.Unlock()
+	x.f.aborted = append(x.f.aborted, dev)
+	delete(x.f.hung, dev)
+	x.f.dead[dev] = true
+	return nil
+}
+
+// Aborted returns the devices whose FUSE connection was aborted.
+func (f *FakeNode) Aborted() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.aborted)
+}
+
+// Resume makes a hung filesystem answer again (SIGCONT of a stopped daemon).
+func (f *FakeNode) Resume(mountPoint string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if top, ok := f.mounts.Top(mountPoint); ok {
+		delete(f.hung, top.Dev)
+	}
 }
 
 // AddMount mounts a new filesystem at mountPoint (on top of anything there) and returns it.
@@ -218,8 +252,36 @@ func (m fakeMounter) Unmount(target string, detach bool) error {
 	if f.busy[top.ID] && !detach {
 		return fmt.Errorf("%w: unmount %s: %w", ErrMount, target, syscall.EBUSY)
 	}
+	if f.busy[top.ID] {
+		f.lingering[top.Dev] = true // the open files keep the detached filesystem
+	}
 	f.mounts = slices.DeleteFunc(f.mounts, func(x MountInfo) bool { return x.ID == top.ID })
+	f.exitUnusedLocked()
 	return nil
+}
+
+// exitUnusedLocked ends every s3fs whose filesystem is mounted nowhere and has no open file
+// left: the kernel releases it and s3fs's session ends, as it does for a real one.
+func (f *FakeNode) exitUnusedLocked() {
+	for _, p := range f.procs {
+		if p.dev == "" || p.Exited() || f.lingering[p.dev] || slices.ContainsFunc(f.mounts, func(m MountInfo) bool { return m.Dev == p.dev }) {
+			continue
+		}
+		p.exit()
+	}
+}
+
+// CloseFiles closes the files held open on the filesystem of device dev (see OpenFile).
+func (f *FakeNode) CloseFiles(dev string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.lingering, dev)
+	for _, m := range f.mounts {
+		if m.Dev == dev {
+			delete(f.busy, m.ID)
+		}
+	}
+	f.exitUnusedLocked()
 }
 
 func (m fakeMounter) MountTmpfs(target string, _ int64) error {
@@ -284,14 +346,17 @@ func (x fakeFS) ReadFile(path string) ([]byte, error) {
 func (x fakeFS) ReadDir(dir string) ([]string, error) {
 	x.f.mu.Lock()
 	defer x.f.mu.Unlock()
+	// Files directly in dir, and the directories (implied by deeper files) in it.
 	var names []string
+	prefix := filepath.Clean(dir) + "/"
 	for p := range x.f.files {
-		if filepath.Dir(p) == filepath.Clean(dir) {
-			names = append(names, filepath.Base(p))
+		if rest, ok := strings.CutPrefix(p, prefix); ok {
+			first, _, _ := strings.Cut(rest, "/")
+			names = append(names, first)
 		}
 	}
 	slices.Sort(names)
-	return names, nil
+	return slices.Compact(names), nil
 }
 
 func (x fakeFS) Remove(path string) error {
@@ -308,6 +373,7 @@ type FakeProcess struct {
 	f          *FakeNode
 	pid        int
 	mountPoint string
+	dev        string // its filesystem's device once mounted
 	output     string
 	done       chan struct{}
 	once       sync.Once
@@ -348,7 +414,8 @@ func (p fakeProcs) Start(spec ProcSpec) (Process, error) {
 	f.procs = append(f.procs, proc)
 	if fail == "" {
 		f.nextDev++
-		f.addLocked(proc.mountPoint, fmt.Sprintf("0:%d", f.nextDev), "fuse", fsname, nil)
+		proc.dev = fmt.Sprintf("0:%d", f.nextDev)
+		f.addLocked(proc.mountPoint, proc.dev, ourFUSEType, fsname, nil)
 	}
 	f.mu.Unlock()
 	if fail != "" {
@@ -409,7 +476,7 @@ func (p *FakeProcess) Kill(time.Duration) {
 	}
 	f := p.f
 	f.mu.Lock()
-	if top, ok := f.mounts.Top(p.mountPoint); ok && top.FSType == "fuse" {
+	if top, ok := f.mounts.Top(p.mountPoint); ok && isFUSE(top.FSType) {
 		f.dead[top.Dev] = true // binds made from it die with the daemon
 		f.mounts = slices.DeleteFunc(f.mounts, func(x MountInfo) bool { return x.ID == top.ID })
 	}

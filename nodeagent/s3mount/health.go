@@ -14,8 +14,7 @@ var deadErrnos = []error{syscall.ENOTCONN, syscall.EIO, syscall.ESTALE, syscall.
 
 // IsDead reports whether a statfs error means the mount's filesystem is gone. Other errors
 // (ENOENT, EACCES, ...) say nothing about the filesystem and are not treated as dead, nor is a
-// timeout: a slow but live s3fs must not get a second writer (the rescue counts a timeout as
-// death only when it lasts Options.HungAfter).
+// timeout, however long: a hung but live daemon must not get a second writer (hung.go).
 func IsDead(err error) bool {
 	if err == nil {
 		return false
@@ -40,6 +39,8 @@ const (
 	Dead
 	// Unknown: statfs failed for a reason that does not say the filesystem is gone.
 	Unknown
+	// Hung: statfs timed out; the daemon holds the connection but does not answer.
+	Hung
 )
 
 func (h Health) String() string {
@@ -50,6 +51,8 @@ func (h Health) String() string {
 		return "healthy"
 	case Dead:
 		return "dead"
+	case Hung:
+		return "hung"
 	default:
 		return "unknown"
 	}
@@ -64,6 +67,8 @@ func Classify(mounted bool, statfsErr error) Health {
 		return Healthy
 	case IsDead(statfsErr):
 		return Dead
+	case errors.Is(statfsErr, ErrTimeout):
+		return Hung
 	default:
 		return Unknown
 	}

@@ -25,6 +25,14 @@ type Metrics struct {
 	BridgesActive   prometheus.Gauge
 	TimeToRestore   prometheus.Histogram
 	StagingRestarts prometheus.Counter
+	// ResultChecks counts the checks before a bind over a kubelet path, by result (OK or the
+	// refusal's Event reason).
+	ResultChecks *prometheus.CounterVec
+	// HungFound counts targets found hung; MountsHung is the number hung now; HungAborts counts
+	// aborted FUSE connections (s3.abortHungAfter) by result.
+	HungFound  prometheus.Counter
+	MountsHung prometheus.Gauge
+	HungAborts *prometheus.CounterVec
 }
 
 // NewMetrics builds the rescue's collectors and registers them on reg (nil: not registered).
@@ -33,7 +41,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		DeadFound: metrics.Add(r, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pvrescue_s3_dead_mounts_found_total",
-			Help: "Pod S3 volume mounts found dead (ENOTCONN, EIO, sustained timeout, ...).",
+			Help: "Pod S3 volume mounts found dead (ENOTCONN, EIO, ...; a timeout is a hung mount, not a dead one).",
 		})),
 		MountHealthy: metrics.Add(r, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "pvrescue_s3_mount_healthy",
@@ -60,6 +68,22 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "pvrescue_s3_staging_exits_total",
 			Help: "s3fs processes started by the agent that exited unexpectedly.",
 		})),
+		ResultChecks: metrics.Add(r, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pvrescue_s3_result_checks_total",
+			Help: "Checks of a mount before binding it over a kubelet path, by result (OK, ReplayResultNotVisible, ReplayResultWrongFilesystem, ReplayResultSameDevice, ReplayResultNotAnswering).",
+		}, []string{"result"})),
+		HungFound: metrics.Add(r, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pvrescue_s3_hung_mounts_found_total",
+			Help: "Pod S3 volume mounts found hung (statfs timing out while the FUSE daemon still holds the connection).",
+		})),
+		MountsHung: metrics.Add(r, prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pvrescue_s3_mounts_hung",
+			Help: "Pod S3 volume mounts hung now (never replaced while their daemon lives).",
+		})),
+		HungAborts: metrics.Add(r, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pvrescue_s3_hung_aborts_total",
+			Help: "FUSE connections of hung mounts aborted through fusectl (s3.abortHungAfter), by result.",
+		}, []string{"result"})),
 	}
 	return m, r.Err()
 }

@@ -89,7 +89,7 @@ func TestNodeStagingReplay(t *testing.T) {
 			t.Errorf("after death %d: plugin runs %d s3fs, want 1", i+1, n)
 		}
 		// Our bridges mount at <state>/s3/staging (the driver's replayed s3fs runs at
-		// <state>/s3/replay/..., our fresh directory, and is the driver's).
+		// <kubelet>/plugins/kubernetes.io/csi/pvrescue~s3/..., our fresh directory, and is the driver's).
 		if pids := s3fsPidsUnder(filepath.Join(e.state, "s3", "staging")); len(pids) != 0 {
 			t.Errorf("after death %d: s3fs of ours %v, want none (the driver answered)", i+1, pids)
 		}

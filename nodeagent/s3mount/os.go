@@ -23,6 +23,16 @@ type OS struct {
 	// Registry finds node plugins through kubelet's plugin registration; nil: the usual
 	// <kubelet>/plugins/<driver>/csi.sock only.
 	Registry PluginRegistry
+	// FUSE aborts hung FUSE connections (s3.abortHungAfter); nil: never aborted.
+	FUSE FUSEConnections
+}
+
+// FUSEConnections is the kernel's FUSE control filesystem (fusectl).
+type FUSEConnections interface {
+	// Abort ends the FUSE connection of the mount with device dev ("0:<minor>") by writing to
+	// /sys/fs/fuse/connections/<minor>/abort, mounting fusectl there first when it is not: every
+	// request waiting on it and every later one fails, and its daemon can never write again.
+	Abort(dev string) error
 }
 
 // Mounter reads the mount table and makes the few mounts the restorer needs.

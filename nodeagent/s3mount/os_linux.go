@@ -17,7 +17,7 @@ import (
 
 // NewOS returns the real node implementation.
 func NewOS() OS {
-	return OS{Mounter: realMounter{}, Procs: realProcs{}, Cgroups: NewHostCgroups(), Statfs: newRealStatfs(), FS: realFS{}, CSI: GRPCDialer{}, Plugins: FSNotifyWatcher{}, Registry: GRPCRegistry{}}
+	return OS{Mounter: realMounter{}, Procs: realProcs{}, Cgroups: NewHostCgroups(), Statfs: newRealStatfs(), FS: realFS{}, CSI: GRPCDialer{}, Plugins: FSNotifyWatcher{}, Registry: GRPCRegistry{}, FUSE: fusectl{dir: FusectlDir}}
 }
 
 type realMounter struct{}

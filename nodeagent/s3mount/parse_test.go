@@ -153,7 +153,7 @@ func TestClassify(t *testing.T) {
 		{true, syscall.ESTALE, Dead},
 		{true, syscall.ENODEV, Dead},
 		{true, syscall.EHOSTDOWN, Dead},
-		{true, fmt.Errorf("x: %w", ErrTimeout), Unknown}, // a timeout alone is not death,
+		{true, fmt.Errorf("x: %w", ErrTimeout), Hung}, // a timeout is never death
 		{true, syscall.EACCES, Unknown},
 		{true, syscall.ENOENT, Unknown},
 	}

@@ -139,7 +139,3 @@ func KubeletStagingPath(kubeletDir, driver, handle string) string {
 func PluginSocket(kubeletDir, driver string) string {
 	return filepath.Join(kubeletDir, "plugins", driver, "csi.sock")
 }
-
-// ReplayDir is where the replay asks the driver to stage and publish a PV before the result is
-// handed over to kubelet's paths: fresh directories no container can see.
-func (l Layout) ReplayDir(pvName string) string { return filepath.Join(l.Root(), "replay", pvName) }

@@ -48,7 +48,6 @@ func (r *Restorer) replay(ctx context.Context, pv *corev1.PersistentVolume, ts [
 	if err != nil {
 		return err
 	}
-	replayDir := r.layout.ReplayDir(pv.Name)
 	// The targets' stacks before the restage: dropping a dead staging mount we handed back
 	// earlier at kubelet's globalmount also drops its propagated copies at the targets, so the
 	// dead mount running containers hold (this death's) is no longer in the targets' stacks
@@ -60,13 +59,13 @@ func (r *Restorer) replay(ctx context.Context, pv *corev1.PersistentVolume, ts [
 	stagingPath := ""
 	if stages {
 		stagingPath = KubeletStagingPath(r.cfg.KubeletDir, src.Driver, src.VolumeHandle)
-		if err := r.restage(cctx, node, pv, capability, pubCtx, stagingPath, filepath.Join(replayDir, "stage")); err != nil {
+		if err := r.restage(cctx, node, pv, capability, pubCtx, stagingPath, FreshStagePath(r.cfg.KubeletDir, pv.Name)); err != nil {
 			return err
 		}
 	}
 	var errs []error
 	for _, t := range ts {
-		fresh := filepath.Join(replayDir, string(t.pod.UID))
+		fresh := FreshPublishPath(r.cfg.KubeletDir, string(t.pod.UID), pv.Name)
 		if err := r.republish(cctx, node, pv, capability, pubCtx, stagingPath, fresh, t, before.Stack(t.path)); err != nil {
 			log.Error(err, "replaying NodePublishVolume", "pod", klogRef(t.pod), "path", t.path)
 			errs = append(errs, err)
@@ -102,9 +101,14 @@ func (r *Restorer) restage(ctx context.Context, node CSINode, pv *corev1.Persist
 		VolumeId: pv.Spec.CSI.VolumeHandle, StagingTargetPath: fresh, VolumeCapability: capability,
 		PublishContext: pubCtx, Secrets: secrets, VolumeContext: pv.Spec.CSI.VolumeAttributes,
 	}); err != nil {
+		r.undoFresh(ctx, node, pv.Spec.CSI.VolumeHandle, fresh, true)
 		return fmt.Errorf("%w: NodeStageVolume: %w", ErrReplay, err)
 	}
-	defer func() { _ = r.os.Mounter.Unmount(fresh, true) }()
+	if _, err := r.checkMount(ctx, fresh, r.checkFor(stagingPath, pv.Spec.CSI.Driver, table)); err != nil {
+		r.undoFresh(ctx, node, pv.Spec.CSI.VolumeHandle, fresh, true)
+		return err
+	}
+	defer r.dropFresh(ctx, fresh)
 	if !mounted {
 		// Only a path that is not a mount point may need creating: on a dead FUSE mount point
 		// stat fails with ENOTCONN and mkdir with EEXIST.
@@ -178,9 +182,14 @@ func (r *Restorer) republish(ctx context.Context, node CSINode, pv *corev1.Persi
 		return err
 	}
 	if err := node.NodePublish(ctx, publishRequest(pv, capability, pubCtx, stagingPath, fresh, t.readOnly, secrets, volCtx)); err != nil {
+		r.undoFresh(ctx, node, pv.Spec.CSI.VolumeHandle, fresh, false)
 		return fmt.Errorf("%w: NodePublishVolume: %w", ErrReplay, err)
 	}
 	dead, ro, ok, herr := r.handBack(ctx, fresh, t)
+	if errors.Is(herr, ErrResultRefused) {
+		r.undoFresh(ctx, node, pv.Spec.CSI.VolumeHandle, fresh, false)
+		return herr
+	}
 	if herr == nil && ok {
 		if table, terr := r.os.Mounter.MountTable(); terr == nil {
 			if top, found := table.Top(t.path); found {
@@ -191,9 +200,7 @@ func (r *Restorer) republish(ctx context.Context, node CSINode, pv *corev1.Persi
 		}
 	}
 	// The fresh directory is ours; the target (or nothing) now holds the driver's mount.
-	if uerr := r.os.Mounter.Unmount(fresh, true); uerr != nil {
-		herr = errors.Join(herr, uerr)
-	}
+	r.dropFresh(ctx, fresh)
 	if herr != nil || !ok {
 		return herr
 	}
@@ -233,6 +240,37 @@ func withPrior(dead, prior []MountInfo, live MountInfo) []MountInfo {
 		out = append(out, m)
 	}
 	return out
+}
+
+// dropFresh removes a fresh directory of ours after a hand-back: the mounts there (the driver's,
+// whose FUSE connection now lives on in the bind at kubelet's path) are detached by the agent
+// itself, never through the driver's NodeUnpublishVolume/NodeUnstageVolume — see the package
+// doc — and the directory, with its parent of ours when empty, removed.
+func (r *Restorer) dropFresh(ctx context.Context, fresh string) {
+	log := logr.FromContextOrDiscard(ctx)
+	if table, err := r.os.Mounter.MountTable(); err == nil {
+		r.unmountAll(fresh, table)
+		if table, err = r.os.Mounter.MountTable(); err == nil && table.IsMountPoint(fresh) {
+			log.Error(ErrMount, "a fresh directory of ours is still mounted; it stays until the next start", "path", fresh)
+			return
+		}
+	}
+	for _, p := range []string{fresh, filepath.Dir(fresh)} {
+		if err := r.os.FS.Remove(p); err != nil {
+			log.V(1).Info("fresh directory not removed", "path", p, "err", err.Error())
+			return
+		}
+	}
+}
+
+// undoFresh removes the driver's mount at a fresh path of ours whose result was not handed
+// over (refused, or the call failed half-way): through the driver first — that mount serves
+// nothing else, so its NodeUnpublishVolume/NodeUnstageVolume may wait for or stop the daemon
+// behind it, and it is the only way to reach a mount the node does not see — then whatever is
+// still visible there is detached by the agent and the directory removed.
+func (r *Restorer) undoFresh(ctx context.Context, node CSINode, volumeID, fresh string, stage bool) {
+	r.undoCall(ctx, node, volumeID, fresh, stage)
+	r.dropFresh(ctx, fresh)
 }
 
 // freshDir makes dir an empty directory with nothing mounted (it is ours: left-overs go).

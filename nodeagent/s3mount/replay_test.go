@@ -46,7 +46,10 @@ func TestReplayThroughTheDriver(t *testing.T) {
 		t.Fatalf("NodePublishVolume calls: %d, want 1", len(w.csi.Publish))
 	}
 	req := w.csi.Publish[0]
-	fresh := filepath.Join(Layout{StateDir: testState}.ReplayDir("pv-a"), "uid-1")
+	fresh := FreshPublishPath(testKubelet, "uid-1", "pv-a")
+	if want := testKubelet + "/pods/uid-1/pvrescue~s3/pv-a"; fresh != want {
+		t.Fatalf("fresh publish path %q, want %q (inside what the plugin's upstream manifest mounts)", fresh, want)
+	}
 	want := &csi.NodePublishVolumeRequest{
 		VolumeId: "bkt/pv-a", TargetPath: fresh,
 		VolumeCapability: &csi.VolumeCapability{
@@ -68,6 +71,9 @@ func TestReplayThroughTheDriver(t *testing.T) {
 	}
 	if w.node.Table().IsMountPoint(fresh) {
 		t.Error("fresh publish directory still mounted after the hand-back")
+	}
+	if rm := w.node.Removed(); !slices.Contains(rm, fresh) || !slices.Contains(rm, filepath.Dir(fresh)) {
+		t.Errorf("removed %v, want the fresh directory %s and its parent", rm, fresh)
 	}
 	if err := w.node.OS().Statfs.Statfs(context.Background(), target, time.Second); err != nil {
 		t.Errorf("target after replay: %v", err)
@@ -99,7 +105,7 @@ func TestReplayStagesFirst(t *testing.T) {
 		t.Fatalf("stage calls %d, publish calls %d; want 1 and 1", len(w.csi.Staged), len(w.csi.Publish))
 	}
 	st := w.csi.Staged[0]
-	if st.GetStagingTargetPath() != filepath.Join(Layout{StateDir: testState}.ReplayDir("pv-a"), "stage") ||
+	if st.GetStagingTargetPath() != testKubelet+"/plugins/kubernetes.io/csi/pvrescue~s3/pv-a/stage" ||
 		!cmp.Equal(st.GetSecrets(), stageSecret) || st.GetVolumeId() != "bkt/pv-a" {
 		t.Errorf("NodeStageVolume request: %v", st)
 	}
@@ -248,6 +254,27 @@ func TestBridgeRetiredWhileAFileIsOpenOnIt(t *testing.T) {
 		t.Errorf("target after the swap: %v", err)
 	}
 	assertReasons(t, w.events, map[string]int{EventMountBridged: 1, EventBridgeRetired: 1})
+	// The bridge retired, but its s3fs is never stopped while the file is open on it: it exits
+	// by itself once the file is closed, and only then are its record and cgroup removed. The
+	// retiring record survives an agent restart, and the new agent watches it.
+	l := Layout{StateDir: testState}
+	proc := w.node.Processes()[0]
+	if proc.Exited() {
+		t.Fatal("bridge s3fs stopped while a file is open on it")
+	}
+	if _, _, ok := w.node.File(l.retiringRecordFile("pv-a", proc.Pid())); !ok {
+		t.Fatal("no retiring record for the bridge s3fs")
+	}
+	w.start() // an agent restart
+	w.settle()
+	if proc.Exited() {
+		t.Fatal("bridge s3fs stopped after an agent restart while a file is open on it")
+	}
+	w.node.CloseFiles(proc.dev)
+	w.waitFor("retired bridge exited and forgotten after the last file closed", func() bool {
+		_, _, rec := w.node.File(l.retiringRecordFile("pv-a", proc.Pid()))
+		return proc.Exited() && !rec
+	})
 }
 
 // assertReasons checks the number of Normal Events on the pod by reason: tools tell the restore

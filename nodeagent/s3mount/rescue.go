@@ -51,9 +51,6 @@ type Options struct {
 	MountTimeout time.Duration
 	// KillGrace is how long a stopped s3fs gets between SIGTERM and SIGKILL.
 	KillGrace time.Duration
-	// HungAfter: a target whose statfs keeps timing out for this long counts as dead. A single
-	// timeout is a slow but live s3fs, which must not get a second writer.
-	HungAfter time.Duration
 	// QuickExit: an s3fs of ours that exits sooner than this after its start counts as a
 	// failed restore (backoff).
 	QuickExit time.Duration
@@ -75,7 +72,6 @@ func NewOptions() Options {
 		BackoffMax:     2 * time.Minute,
 		MountTimeout:   60 * time.Second,
 		KillGrace:      5 * time.Second,
-		HungAfter:      30 * time.Second,
 		QuickExit:      10 * time.Second,
 		BridgeCgroup:   "pvrescue/s3",
 		BridgeNetNS:    "/proc/1/ns/net",
@@ -105,7 +101,7 @@ func (o Options) withDefaults() Options {
 	for _, f := range []struct{ v, def *time.Duration }{
 		{&o.BackoffInitial, &d.BackoffInitial}, {&o.BackoffMax, &d.BackoffMax},
 		{&o.MountTimeout, &d.MountTimeout}, {&o.KillGrace, &d.KillGrace},
-		{&o.HungAfter, &d.HungAfter}, {&o.QuickExit, &d.QuickExit},
+		{&o.QuickExit, &d.QuickExit},
 	} {
 		if *f.v == 0 {
 			*f.v = *f.def
@@ -118,7 +114,7 @@ func (o Options) withDefaults() Options {
 func (o Options) Validate() error {
 	var errs []error
 	for name, v := range map[string]time.Duration{"BackoffInitial": o.BackoffInitial, "BackoffMax": o.BackoffMax,
-		"MountTimeout": o.MountTimeout, "KillGrace": o.KillGrace, "HungAfter": o.HungAfter, "QuickExit": o.QuickExit} {
+		"MountTimeout": o.MountTimeout, "KillGrace": o.KillGrace, "QuickExit": o.QuickExit} {
 		if v < 0 {
 			errs = append(errs, fmt.Errorf("s3mount: Options.%s must not be negative, got %s", name, v))
 		}
@@ -151,8 +147,10 @@ type Restorer struct {
 	inflight  map[string]bool        // by PV
 	deadSince map[string]time.Time   // by target path
 	hungSince map[string]time.Time   // by target path: first statfs timeout of a run of them
-	healthy   map[string]healthKey   // by target path: the pvrescue_s3_mount_healthy series
-	handed    map[string]string      // by target path: device of the mount a replay handed back
+	// lastHungCondition is the S3MountHung condition last written ("" none yet); Sync only.
+	lastHungCondition string
+	healthy           map[string]healthKey // by target path: the pvrescue_s3_mount_healthy series
+	handed            map[string]string    // by target path: device of the mount a replay handed back
 }
 
 type healthKey struct{ pv, namespace, pod string }
@@ -162,6 +160,8 @@ type staging struct {
 	cgroup  string  // the cgroup it was placed in ("" when not)
 	started time.Time
 	stopped bool // we stopped it on purpose; its exit is not a failure
+	// retiring: detached, exits by itself (retiring.go); its record is the .retiring one.
+	retiring bool
 }
 
 type retryState struct {
@@ -271,6 +271,7 @@ func (r *Restorer) Prepare(ctx context.Context) error {
 	if err := r.loadHanded(); err != nil {
 		logr.FromContextOrDiscard(ctx).Error(err, "reading the record of replayed mounts; starting empty")
 	}
+	r.sweepFresh(ctx)
 	if err := r.adopt(ctx); err != nil {
 		logr.FromContextOrDiscard(ctx).Error(err, "re-adopting staging mounts")
 	}
@@ -331,6 +332,7 @@ func (r *Restorer) adopt(ctx context.Context) error {
 		r.dropBridge(ctx, pv, rec, proc)
 	}
 	r.updateBridgeGauge()
+	r.adoptRetiring(ctx)
 	return nil
 }
 
@@ -386,6 +388,7 @@ func (r *Restorer) Sync(ctx context.Context) error {
 		}
 	}
 	r.startRestores(ctx, needs)
+	r.reportHung(ctx)
 	r.startRetires(ctx, r.bridgedTargets(table, targets))
 	if live == nil {
 		return nil // pod listing failed: do not mistake every pod for gone

@@ -8,11 +8,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/pvrescue/pvrescue/internal/config"
 )
 
 // Injection attempts through a Secret's endpoint or region, or a bucket that reads as a flag,
@@ -113,31 +117,116 @@ func TestBoundedStackAcrossRepeatedDeaths(t *testing.T) {
 	}
 }
 
-// A statfs timeout alone is a slow s3fs, not a dead one: no second writer until the timeouts
-// have lasted HungAfter.
-func TestTimeoutAloneIsNotDeath(t *testing.T) {
-	w := newWorld(t, standard(false)...)
-	target := w.publish("uid-1", "pv-a")
+// A hung mount (statfs times out, the daemon holds the connection) is never replaced, however
+// long it lasts: no second s3fs, no replay, nothing stacked; MountHung once, the metrics, the
+// Node condition after s3.hungConditionAfter; when the daemon answers again, all clear.
+func TestHungIsNotDead(t *testing.T) {
+	w, target := replayWorld(t, false)
+	before := w.node.Table().Stack(target)
 	w.node.Hang(target)
 	w.start()
-	for range 3 { // 3 × 5s < HungAfter (30s)
-		w.clock.Step(5 * time.Second)
+	for range 20 { // 5 minutes
+		w.clock.Step(15 * time.Second)
 		w.sync()
 	}
 	if n := len(w.node.Started()); n != 0 {
-		t.Fatalf("started s3fs for a merely slow mount")
+		t.Errorf("started %d s3fs for a hung mount", n)
+	}
+	if n := len(w.csi.Publish) + len(w.csi.Staged); n != 0 {
+		t.Errorf("replayed %d calls over a hung mount", n)
+	}
+	if after := w.node.Table().Stack(target); !cmp.Equal(after, before) {
+		t.Errorf("target stack changed under a hung mount:\n before %v\n after  %v", before, after)
 	}
 	if got := value(t, w.r.Metrics().DeadFound); got != 0 {
-		t.Errorf("dead_mounts_found = %v for a slow mount", got)
+		t.Errorf("dead_mounts_found = %v for a hung mount", got)
+	}
+	if got := value(t, w.r.Metrics().HungFound); got != 1 {
+		t.Errorf("hung_mounts_found = %v, want 1", got)
+	}
+	if got := value(t, w.r.Metrics().MountsHung); got != 1 {
+		t.Errorf("mounts_hung = %v, want 1", got)
+	}
+	if n := w.events.Count("app", corev1.EventTypeWarning, EventMountHung, ""); n != 1 {
+		t.Errorf("%d MountHung Events, want 1", n)
+	}
+	if len(w.node.Aborted()) != 0 {
+		t.Errorf("aborted %v with s3.abortHungAfter off", w.node.Aborted())
+	}
+	assertReasons(t, w.events, map[string]int{EventMountReplayed: 0, EventMountBridged: 0, EventMountRestoreFailed: 0})
+	if st := hungCondition(t, w); st != corev1.ConditionTrue {
+		t.Errorf("Node condition %s = %q after 5 minutes hung, want True", ConditionS3MountHung, st)
+	}
+	w.node.Resume(target)
+	w.sync()
+	if got := value(t, w.r.Metrics().MountsHung); got != 0 {
+		t.Errorf("mounts_hung = %v after the daemon answers again", got)
+	}
+	if st := hungCondition(t, w); st != corev1.ConditionFalse {
+		t.Errorf("Node condition %s = %q after the daemon answers again, want False", ConditionS3MountHung, st)
+	}
+	if after := w.node.Table().Stack(target); !cmp.Equal(after, before) {
+		t.Errorf("target stack changed after the daemon answered again: %v", after)
+	}
+}
+
+// With s3.abortHungAfter the hung connection is aborted through fusectl once it has been hung
+// that long, and only then is the (now dead) mount restored through the driver.
+func TestAbortHungAfter(t *testing.T) {
+	w, target := replayWorld(t, false)
+	w.configure = func(c *config.Config) { c.S3.AbortHungAfter.Duration = time.Minute }
+	hung, _ := w.node.Table().Top(target)
+	w.node.Hang(target)
+	w.start()
+	for range 3 { // 45 s < 1 min
+		w.clock.Step(15 * time.Second)
+		w.sync()
+	}
+	if len(w.node.Aborted()) != 0 || len(w.csi.Publish) != 0 {
+		t.Fatalf("before abortHungAfter: aborted %v, %d publish calls", w.node.Aborted(), len(w.csi.Publish))
 	}
 	w.clock.Step(20 * time.Second)
-	w.sync()
-	if n := len(w.node.Started()); n != 1 {
-		t.Fatalf("timeout sustained past HungAfter: started %d s3fs, want 1", n)
+	w.sync() // aborts
+	w.sync() // dead now: replayed
+	if got := w.node.Aborted(); !slices.Equal(got, []string{hung.Dev}) {
+		t.Errorf("aborted %v, want [%s]", got, hung.Dev)
+	}
+	if n := w.events.Count("app", corev1.EventTypeWarning, EventMountHungAborted, ""); n != 1 {
+		t.Errorf("%d MountHungAborted Events, want 1", n)
+	}
+	if len(w.csi.Publish) != 1 {
+		t.Fatalf("publish calls after the abort: %d, want 1", len(w.csi.Publish))
 	}
 	if err := w.node.OS().Statfs.Statfs(context.Background(), target, time.Second); err != nil {
-		t.Errorf("target after restore: %v", err)
+		t.Errorf("target after the abort and replay: %v", err)
 	}
+	if got := value(t, w.r.Metrics().HungAborts.WithLabelValues("success")); got != 1 {
+		t.Errorf("hung_aborts{success} = %v", got)
+	}
+}
+
+// hungCondition is the status of S3MountHung in the last status patch of the Node ("": none).
+func hungCondition(t *testing.T, w *world) corev1.ConditionStatus {
+	t.Helper()
+	var st corev1.ConditionStatus
+	for _, a := range w.client.Actions() {
+		pa, ok := a.(k8stesting.PatchAction)
+		if !ok || a.GetSubresource() != "status" {
+			continue
+		}
+		var p struct {
+			Status struct{ Conditions []corev1.NodeCondition } `json:"status"`
+		}
+		if err := json.Unmarshal(pa.GetPatch(), &p); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == ConditionS3MountHung {
+				st = c.Status
+			}
+		}
+	}
+	return st
 }
 
 // Teardown removes only what is provably ours or a dead S3-driver mount of a gone pod.

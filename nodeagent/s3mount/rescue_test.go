@@ -50,6 +50,9 @@ type world struct {
 	// bridgeNetNS is Options.BridgeNetNS.
 	bridgeNetNS string
 	registry    PluginRegistry
+	// configure, when set, changes the configuration before the restorer starts.
+	configure func(*config.Config)
+	client    *fake.Clientset
 }
 
 func newWorld(t *testing.T, objs ...runtime.Object) *world {
@@ -65,7 +68,13 @@ func newWorld(t *testing.T, objs ...runtime.Object) *world {
 func (w *world) deps() nodeagent.Deps {
 	cfg := config.Default()
 	cfg.KubeletDir, cfg.StateDir = testKubelet, testState
-	d := nodeagent.Deps{NodeName: testNode, Config: cfg, Client: fake.NewClientset(), View: w.view,
+	if w.configure != nil {
+		w.configure(cfg)
+	}
+	if w.client == nil {
+		w.client = fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode}})
+	}
+	d := nodeagent.Deps{NodeName: testNode, Config: cfg, Client: w.client, View: w.view,
 		Recorder: w.events, Registerer: prometheus.NewRegistry(), Clock: w.clock}
 	if w.remount != nil {
 		d.Remounter = w.remount
@@ -117,6 +126,9 @@ func (w *world) waitFor(what string, cond func() bool) {
 		if cond() {
 			return
 		}
+		// Processes exit in the fake as they do on a node: asynchronously to the pass that
+		// made them exit; give their watchers (onExit) a moment to run.
+		time.Sleep(5 * time.Millisecond)
 		w.clock.Step(15 * time.Second)
 		w.sync()
 	}
@@ -487,7 +499,7 @@ func TestNewValidatesDeps(t *testing.T) {
 		"no events":       func(d *nodeagent.Deps, _ *OS, _ *Options) { d.Recorder = nil },
 		"no clock":        func(d *nodeagent.Deps, _ *OS, _ *Options) { d.Clock = nil },
 		"no OS":           func(_ *nodeagent.Deps, o *OS, _ *Options) { *o = OS{} },
-		"negative":        func(_ *nodeagent.Deps, _ *OS, o *Options) { o.HungAfter = -time.Second },
+		"negative":        func(_ *nodeagent.Deps, _ *OS, o *Options) { o.QuickExit = -time.Second },
 		"backoff reverse": func(_ *nodeagent.Deps, _ *OS, o *Options) { o.BackoffInitial, o.BackoffMax = time.Hour, time.Second },
 	} {
 		d, o, opts := w.deps(), NewFakeNode().OS(), Options{}

@@ -138,6 +138,10 @@ func (r *Restorer) bridgeable(t target, fuseType string) error {
 }
 
 func (r *Restorer) failed(ts []target, err error) {
+	if errors.Is(err, ErrResultRefused) {
+		r.refused(ts, err)
+		return
+	}
 	reason := Reason(err)
 	r.metrics.Failures.WithLabelValues(reason).Inc()
 	for _, t := range ts {

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
+	"slices"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -34,9 +34,11 @@ func (r *Restorer) bridgedTargets(table MountTable, targets []target) map[string
 
 // startRetires starts one retire per bridged PV that is not busy.
 func (r *Restorer) startRetires(ctx context.Context, bridged map[string][]target) {
+	now := r.clk.Now()
 	for pv, ts := range bridged {
 		r.mu.Lock()
-		busy := r.inflight[pv]
+		rs := r.retry[pv]
+		busy := r.inflight[pv] || (rs != nil && now.Before(rs.next))
 		if !busy {
 			r.inflight[pv] = true
 		}
@@ -88,8 +90,12 @@ func (r *Restorer) retire(ctx context.Context, pvName string, ts []target) {
 	stagingPath := ""
 	if stages {
 		stagingPath = KubeletStagingPath(r.cfg.KubeletDir, pv.Spec.CSI.Driver, pv.Spec.CSI.VolumeHandle)
-		if err := r.restage(cctx, node, pv, capability, pubCtx, stagingPath, filepath.Join(r.layout.ReplayDir(pvName), "stage")); err != nil {
+		if err := r.restage(cctx, node, pv, capability, pubCtx, stagingPath, FreshStagePath(r.cfg.KubeletDir, pvName)); err != nil {
 			log.Error(err, "driver answers, but staging again failed; the bridge stays")
+			if errors.Is(err, ErrResultRefused) {
+				r.refused(ts, err)
+				r.backoff(pvName)
+			}
 			return
 		}
 	}
@@ -97,6 +103,10 @@ func (r *Restorer) retire(ctx context.Context, pvName string, ts []target) {
 		if err := r.swap(cctx, node, pv, pubCtx, stagingPath, t); err != nil {
 			log.Error(err, "moving a bridged target to the driver's mount; the bridge stays", "path", t.path)
 			r.metrics.Restores.WithLabelValues(MethodReplay, "failure").Inc()
+			if errors.Is(err, ErrResultRefused) {
+				r.refused([]target{t}, err)
+				r.backoff(pvName) // the bridge serves meanwhile: ask the driver again later
+			}
 		}
 	}
 }
@@ -115,17 +125,24 @@ func (r *Restorer) swap(ctx context.Context, node CSINode, pv *corev1.Persistent
 	if err != nil {
 		return err
 	}
-	fresh := filepath.Join(r.layout.ReplayDir(pv.Name), string(t.pod.UID))
+	fresh := FreshPublishPath(r.cfg.KubeletDir, string(t.pod.UID), pv.Name)
 	if err := r.freshDir(fresh, table); err != nil {
 		return err
 	}
 	if err := node.NodePublish(ctx, publishRequest(pv, VolumeCapability(pv), pubCtx, stagingPath, fresh, t.readOnly, secrets, volCtx)); err != nil {
+		r.undoFresh(ctx, node, pv.Spec.CSI.VolumeHandle, fresh, false)
 		return fmt.Errorf("%w: NodePublishVolume: %w", ErrReplay, err)
 	}
-	defer func() { _ = r.os.Mounter.Unmount(fresh, true) }()
 	if table, err = r.os.Mounter.MountTable(); err != nil {
 		return err
 	}
+	// Our bridge (live) and the driver's dead mount are both in the target's stack: the
+	// driver's result must be neither.
+	if _, err := r.checkMount(ctx, fresh, r.checkFor(t.path, pv.Spec.CSI.Driver, table)); err != nil {
+		r.undoFresh(ctx, node, pv.Spec.CSI.VolumeHandle, fresh, false)
+		return err
+	}
+	defer r.dropFresh(ctx, fresh)
 	stack := table.Stack(t.path)
 	if len(stack) == 0 {
 		return errors.New("target no longer holds our bridge")
@@ -152,8 +169,14 @@ func (r *Restorer) swap(ctx context.Context, node CSINode, pv *corev1.Persistent
 			return fmt.Errorf("%w: removing our bridge bind at %s: %w", ErrMount, t.path, err)
 		}
 		if err := r.os.Mounter.Bind(fresh, t.path, ro); err != nil {
-			// Put the bridge back rather than leave the dead mount on top.
-			_ = r.os.Mounter.Bind(r.layout.Staging(pv.Name), t.path, ro)
+			// Put the bridge back rather than leave the dead mount on top — checked like any
+			// other mount going over a kubelet path.
+			back := r.checkFor(t.path, pv.Spec.CSI.Driver, table)
+			back.dead = slices.DeleteFunc(back.dead, func(m MountInfo) bool { return m.ID == ourBind.ID })
+			back.fuseTypes = append(back.fuseTypes, ourFUSEType)
+			if _, cerr := r.checkMount(ctx, r.layout.Staging(pv.Name), back); cerr == nil {
+				_ = r.os.Mounter.Bind(r.layout.Staging(pv.Name), t.path, ro)
+			}
 			return err
 		}
 	}

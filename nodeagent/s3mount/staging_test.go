@@ -73,7 +73,10 @@ func TestRetireWithStagingDriverHappensOnce(t *testing.T) {
 }
 
 // A target whose only mount is a bind of our bridge: the retire puts the driver's mount on top
-// (never exposing the bare directory), and the bridge, no longer serving any top mount, stops.
+// (never exposing the bare directory). The bridge no longer serves any top mount and retires,
+// but its s3fs is not stopped: the bind under the driver's mount may still be held (a container
+// without HostToContainer propagation holds its own copy); it exits once that bind goes with the
+// pod's target.
 func TestRetireOfATargetHoldingOnlyOurBridge(t *testing.T) {
 	w, target := replayWorld(t, false)
 	w.csi.Down = true
@@ -93,15 +96,27 @@ func TestRetireOfATargetHoldingOnlyOurBridge(t *testing.T) {
 	w.csi.Down = false
 	w.settle()
 	if got := sources(w.node.Table().Stack(target)); !slices.Equal(got, []string{FSName("pv-a"), "s3fs"}) {
-		t.Errorf("target stack %v, want our (now dead) bind + the driver's mount on top", got)
+		t.Errorf("target stack %v, want our bind + the driver's mount on top", got)
 	}
 	if err := w.node.OS().Statfs.Statfs(context.Background(), target, time.Second); err != nil {
 		t.Errorf("target: %v", err)
 	}
-	if p := w.node.Processes(); len(p) != 1 || !p[0].Exited() {
-		t.Error("bridge not stopped")
+	p := w.node.Processes()
+	if len(p) != 1 || p[0].Exited() {
+		t.Fatal("bridge s3fs stopped while a bind of it is still mounted")
 	}
 	if n := len(w.csi.Publish); n != 1 {
 		t.Errorf("NodePublishVolume calls %d, want 1 (no loop)", n)
 	}
+	if got := value(t, w.r.Metrics().BridgesActive); got != 0 {
+		t.Errorf("bridges_active = %v, want 0 (retired)", got)
+	}
+	// Kubelet tears the pod down: the driver's mount goes, then our bind (a gone pod's target):
+	// the bridge's filesystem is mounted nowhere any more and its s3fs exits.
+	_ = fakeMounter{w.node}.Unmount(target, false)
+	w.view.DeletePod("default", "app")
+	w.waitFor("retired bridge exited after the pod's target was emptied", func() bool {
+		_, _, rec := w.node.File(Layout{StateDir: testState}.retiringRecordFile("pv-a", p[0].Pid()))
+		return p[0].Exited() && !rec
+	})
 }

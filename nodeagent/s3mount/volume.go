@@ -312,6 +312,10 @@ func S3fsArgs(v Volume, c Credentials, staging, passwdFile, tmpDir string) ([]st
 
 // Reason is the Event reason detail for an error of the restorer.
 func Reason(err error) string {
+	var re *ResultError
+	if errors.As(err, &re) {
+		return re.Reason
+	}
 	for _, r := range []struct {
 		err    error
 		reason string

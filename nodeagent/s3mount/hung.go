@@ -1,0 +1,143 @@
+package s3mount
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Hung mounts: statfs times out while the FUSE daemon still holds the connection (a killed
+// daemon's connection is aborted by the kernel, and statfs then fails at once with ENOTCONN).
+// The daemon may answer again — a slow S3 endpoint, throttling, a stopped or swapped-out
+// process — and would then still write what it buffered. So a hung mount is never replaced:
+// no second daemon, nothing stacked. It is reported (Event MountHung, metric, Node condition
+// S3MountHung after s3.hungConditionAfter), and with s3.abortHungAfter set its connection is
+// aborted through fusectl after that long; the mount is then dead and restored as such.
+
+const (
+	// EventMountHung: a target does not answer, its daemon still holds the connection.
+	EventMountHung = "MountHung"
+	// EventMountHungAborted: the agent aborted a hung mount's FUSE connection (s3.abortHungAfter).
+	EventMountHungAborted = "MountHungAborted"
+
+	// ConditionS3MountHung is the Node condition set while a mount has been hung for
+	// s3.hungConditionAfter.
+	ConditionS3MountHung corev1.NodeConditionType = "S3MountHung"
+)
+
+// ErrFUSEDev is returned for a device that cannot name a FUSE connection.
+var ErrFUSEDev = errors.New("not a FUSE connection device")
+
+// FUSEConnection returns the fusectl directory name of a FUSE mount's device "0:<minor>".
+func FUSEConnection(dev string) (string, error) {
+	maj, minor, ok := strings.Cut(dev, ":")
+	if !ok || maj != "0" || minor == "" || strings.Trim(minor, "0123456789") != "" {
+		return "", fmt.Errorf("%w: %q", ErrFUSEDev, dev)
+	}
+	return minor, nil
+}
+
+// onHung handles one pass's view of a hung target: the first time an Event, then — with
+// s3.abortHungAfter — the abort once it has been hung that long.
+func (r *Restorer) onHung(ctx context.Context, t target, since time.Time, first bool) {
+	log := logr.FromContextOrDiscard(ctx)
+	if first {
+		r.metrics.HungFound.Inc()
+		log.Info("S3 mount hung: its daemon holds the connection but does not answer; waiting", "pod", klogRef(t.pod), "pv", t.pv, "path", t.path)
+		r.d.Recorder.Eventf(t.pod, corev1.EventTypeWarning, EventMountHung,
+			"S3 volume %s does not answer (statfs timed out) while its FUSE daemon still runs: nothing is replaced or stacked; reads and writes wait until it answers%s",
+			t.pv, r.abortNote())
+	}
+	after := r.cfg.S3.AbortHungAfter.Duration
+	if after <= 0 || r.clk.Since(since) < after {
+		return
+	}
+	if r.os.FUSE == nil {
+		return
+	}
+	table, err := r.os.Mounter.MountTable()
+	if err != nil {
+		return
+	}
+	top, ok := table.Top(t.path)
+	if !ok || !isFUSE(top.FSType) {
+		return
+	}
+	if err := r.os.FUSE.Abort(top.Dev); err != nil {
+		log.Error(err, "aborting the hung FUSE connection", "path", t.path, "dev", top.Dev)
+		r.metrics.HungAborts.WithLabelValues("failure").Inc()
+		return
+	}
+	r.metrics.HungAborts.WithLabelValues("success").Inc()
+	log.Info("aborted the hung FUSE connection; the mount is dead now and gets restored", "path", t.path, "dev", top.Dev, "hungFor", r.clk.Since(since))
+	r.d.Recorder.Eventf(t.pod, corev1.EventTypeWarning, EventMountHungAborted,
+		"S3 volume %s: hung for %s, its FUSE connection (device %s) aborted so its daemon cannot write late; restoring it",
+		t.pv, r.clk.Since(since).Round(time.Second), top.Dev)
+	r.poke()
+}
+
+func (r *Restorer) abortNote() string {
+	if a := r.cfg.S3.AbortHungAfter.Duration; a > 0 {
+		return fmt.Sprintf(" (its connection is aborted after %s, s3.abortHungAfter)", a)
+	}
+	return ""
+}
+
+// reportHung updates the hung gauge and the Node condition S3MountHung from the targets hung
+// now. The condition is written on change only, and False only when it was True (from our
+// last write, or on the Node as the agent found it).
+func (r *Restorer) reportHung(ctx context.Context) {
+	now := r.clk.Now()
+	var long []string
+	r.mu.Lock()
+	n := len(r.hungSince)
+	for path, since := range r.hungSince {
+		if now.Sub(since) >= r.cfg.S3.HungConditionAfter.Duration {
+			long = append(long, path)
+		}
+	}
+	r.mu.Unlock()
+	r.metrics.MountsHung.Set(float64(n))
+	sort.Strings(long)
+	cond := corev1.NodeCondition{Type: ConditionS3MountHung, Status: corev1.ConditionFalse,
+		Reason: "S3MountsAnswer", Message: "no S3 volume mount on this node is hung"}
+	if len(long) > 0 {
+		cond.Status, cond.Reason = corev1.ConditionTrue, "S3MountHung"
+		cond.Message = fmt.Sprintf("%d S3 volume mount(s) hung for at least %s: %s", len(long), r.cfg.S3.HungConditionAfter.Duration, strings.Join(long, ", "))
+	}
+	key := string(cond.Status) + "|" + cond.Message
+	if key == r.lastHungCondition {
+		return
+	}
+	var existing *corev1.NodeCondition
+	if node, err := r.d.View.Node(); err == nil {
+		for i := range node.Status.Conditions {
+			if node.Status.Conditions[i].Type == ConditionS3MountHung {
+				existing = &node.Status.Conditions[i]
+			}
+		}
+	}
+	if cond.Status == corev1.ConditionFalse && r.lastHungCondition == "" && (existing == nil || existing.Status != corev1.ConditionTrue) {
+		r.lastHungCondition = key // never set by us, nothing to clear
+		return
+	}
+	cond.LastHeartbeatTime = metav1.NewTime(now)
+	cond.LastTransitionTime = metav1.NewTime(now)
+	if existing != nil && existing.Status == cond.Status {
+		cond.LastTransitionTime = existing.LastTransitionTime
+	}
+	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{cond}}})
+	if _, err := r.d.Client.CoreV1().Nodes().PatchStatus(ctx, r.d.NodeName, patch); err != nil {
+		logr.FromContextOrDiscard(ctx).Error(err, "patch node condition", "condition", ConditionS3MountHung)
+		return
+	}
+	r.lastHungCondition = key
+}

@@ -1,0 +1,123 @@
+package s3mount
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/go-logr/logr"
+)
+
+// A bridge retires when no live pod's target holds its bind any more. Its s3fs is never
+// stopped then: an application may still hold a file open through a bind we detached lazily
+// (the hand-back to the driver), and stopping s3fs would fail its next write with ENOTCONN
+// and lose what s3fs had not uploaded yet. Instead the staging mount is detached lazily too;
+// once the last file open on it is closed the kernel releases the filesystem, s3fs's session
+// ends and it exits by itself, flushing as usual. The agent keeps watching it (its child, or
+// through a pidfd once adopted) and removes its record and cgroup after it exited. The record
+// is kept as <bridges>/<pv>.<pid>.retiring, so a restarted agent watches it again.
+
+const retiringSuffix = ".retiring"
+
+// retiringRecordFile is the record of one retiring bridge process.
+func (l Layout) retiringRecordFile(pvName string, pid int) string {
+	return filepath.Join(l.BridgesDir(), fmt.Sprintf("%s.%d%s", pvName, pid, retiringSuffix))
+}
+
+// parseRetiringRecord returns the PV and pid of a retiring record's file name.
+func parseRetiringRecord(name string) (pv string, pid int, ok bool) {
+	base, ok := strings.CutSuffix(name, retiringSuffix)
+	if !ok {
+		return "", 0, false
+	}
+	i := strings.LastIndexByte(base, '.')
+	if i <= 0 {
+		return "", 0, false
+	}
+	pid, err := strconv.Atoi(base[i+1:])
+	if err != nil || pid <= 0 {
+		return "", 0, false
+	}
+	return base[:i], pid, true
+}
+
+// retireStaging detaches pv's unused bridge and lets its s3fs exit when its last user is gone.
+func (r *Restorer) retireStaging(ctx context.Context, pv string) {
+	log := logr.FromContextOrDiscard(ctx).WithValues("pv", pv)
+	r.mu.Lock()
+	st := r.stagings[pv]
+	delete(r.stagings, pv)
+	if st != nil {
+		st.stopped = true
+		st.retiring = st.proc != nil
+	}
+	r.mu.Unlock()
+	r.updateBridgeGauge()
+	if st != nil && st.proc != nil {
+		rec := BridgeRecord{Proc: st.proc.ID(), Cgroup: st.cgroup}
+		if data, err := json.Marshal(rec); err == nil {
+			if err := r.os.FS.WriteFile(r.layout.retiringRecordFile(pv, rec.Proc.Pid), data, 0o600); err != nil {
+				log.Error(err, "recording the retiring bridge: a restarted agent will not watch it")
+			}
+		}
+		if cur, ok, _ := r.readBridgeRecord(pv); ok && cur.Proc == rec.Proc {
+			_ = r.os.FS.Remove(r.layout.BridgeRecordFile(pv))
+		}
+	}
+	if table, err := r.os.Mounter.MountTable(); err == nil {
+		r.unmountAll(r.layout.Staging(pv), table)
+	}
+	pid := 0
+	if st != nil && st.proc != nil {
+		pid = st.proc.Pid()
+	}
+	log.Info("bridge retired: its mount detached, its s3fs exits once the last file open on it is closed", "pid", pid)
+}
+
+// forgetRetiring removes a retiring bridge's record and cgroup once its process has exited.
+func (r *Restorer) forgetRetiring(ctx context.Context, pv string, rec BridgeRecord) {
+	if err := r.os.FS.Remove(r.layout.retiringRecordFile(pv, rec.Proc.Pid)); err != nil {
+		logr.FromContextOrDiscard(ctx).Error(err, "removing the retiring bridge's record", "pv", pv)
+	}
+	r.forgetRecord(ctx, pv, &rec.Proc, rec.Cgroup)
+}
+
+// adoptRetiring watches again the retiring bridges an earlier agent left (their records), and
+// forgets those whose process has exited meanwhile.
+func (r *Restorer) adoptRetiring(ctx context.Context) {
+	log := logr.FromContextOrDiscard(ctx)
+	names, err := r.os.FS.ReadDir(r.layout.BridgesDir())
+	if err != nil {
+		return
+	}
+	for _, name := range names {
+		pv, pid, ok := parseRetiringRecord(name)
+		if !ok {
+			continue
+		}
+		data, err := r.os.FS.ReadFile(filepath.Join(r.layout.BridgesDir(), name))
+		var rec BridgeRecord
+		if err == nil {
+			err = json.Unmarshal(data, &rec)
+		}
+		if err != nil || rec.Proc.Pid != pid {
+			log.Error(err, "unreadable retiring bridge record; removing it", "file", name)
+			_ = r.os.FS.Remove(filepath.Join(r.layout.BridgesDir(), name))
+			continue
+		}
+		proc, err := r.os.Procs.Adopt(rec.Proc, r.layout.Staging(pv))
+		if err != nil {
+			log.Info("retiring bridge has exited", "pv", pv, "pid", pid)
+			r.forgetRetiring(ctx, pv, rec)
+			continue
+		}
+		log.Info("watching a retiring bridge again until it exits", "pv", pv, "pid", pid)
+		go func() {
+			_ = proc.Wait()
+			r.forgetRetiring(ctx, pv, rec)
+		}()
+	}
+}

@@ -168,11 +168,16 @@ func checkPluginMounts(t *testing.T, e *env, p *stack.CSI, when string) {
 }
 
 // s3fsOf lists the host's s3fs processes (any owner: the driver's, the agent's) mounting src
-// (bucket or bucket:/prefix, the first argument).
+// (bucket or bucket:/prefix, one whole argument).
 func s3fsOf(src string) []int {
 	return procs("s3fs", func(_, _ int, cmd []byte) bool {
-		first, _, _ := bytes.Cut(cmd, []byte{0})
-		return string(first) == src
+		args := bytes.Split(bytes.TrimRight(cmd, "\x00"), []byte{0})
+		for _, a := range args[min(1, len(args)):] {
+			if string(a) == src {
+				return true
+			}
+		}
+		return false
 	})
 }
 

@@ -297,13 +297,9 @@ func (p *CSI) deletePodGone(ctx context.Context, old *corev1.Pod) error {
 // (s3fs die with it) and start none, until Start lifts it.
 func (p *CSI) Stop(ctx context.Context) error {
 	cs := p.c.Client
-	old, _ := p.runningPod(ctx)
 	patch := `{"spec":{"template":{"spec":{"nodeSelector":{"pvrescue-e2e/csi-plugin-stopped":"true"}}}}}`
 	if _, err := cs.AppsV1().DaemonSets(CSINamespace).Patch(ctx, p.Name(), types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("stop DaemonSet %s: %w", p.Name(), err)
-	}
-	if old == nil {
-		return nil
 	}
 	return p.c.Wait(ctx, p.c.Opts.Timeout, "the plugin pods of "+p.Name()+" to be gone", func(ctx context.Context) (bool, error) {
 		pods, err := cs.CoreV1().Pods(CSINamespace).List(ctx, metav1.ListOptions{LabelSelector: "app=" + p.Name()})

@@ -50,6 +50,8 @@ func lostFUSEMountBridge(t *testing.T, e *env) {
 	if err := l.plugin.Stop(ctx); err != nil {
 		t.Fatalf("stop the plugin's DaemonSet: %v", err)
 	}
+	// A failure while the plugin is down must not leave the pod's teardown without its driver.
+	t.Cleanup(func() { _ = l.plugin.Start(context.Background()) })
 	t.Logf("plugin %s pod deleted and kept down; the agent should bridge after %s", l.driver, bridgeAfter)
 	const whileDown = "put on the S3 server's side while the plugin was down\n"
 	putInBucket(t, e, l.dataDir+"while-down.txt", whileDown)

@@ -76,6 +76,8 @@ func lostFUSEMountOpenFile(t *testing.T, e *env) {
 	if err := l.plugin.Stop(ctx); err != nil {
 		t.Fatalf("stop the plugin's DaemonSet: %v", err)
 	}
+	// A failure while the plugin is down must not leave the pod's teardown without its driver.
+	t.Cleanup(func() { _ = l.plugin.Start(context.Background()) })
 	rescueReads(t, e, t0, bridgeAfter+90*time.Second, "through the agent's bridge while the plugin is down", nil, app...)
 	if !onOurMount(target, l.pv) {
 		t.Fatalf("the app reads again with the plugin down, but the top at the target is not the agent's bridge: %s", describeStack(mountsAt(target)))

@@ -112,7 +112,7 @@ func checkKubeletMounts(t *testing.T, e *env, when string) {
 		switch {
 		case disk[m.Dev] != "":
 			bad = append(bad, fmt.Sprintf("%s: %s %s (root %s) is the node's disk (%s)", m.MountPoint, m.FSType, m.Source, m.Root, disk[m.Dev]))
-		case csiPath && !strings.HasPrefix(m.FSType, "fuse."):
+		case csiPath && !isFUSE(m.FSType):
 			bad = append(bad, fmt.Sprintf("%s: %s %s (root %s) is not a FUSE mount", m.MountPoint, m.FSType, m.Source, m.Root))
 		}
 	}
@@ -120,6 +120,10 @@ func checkKubeletMounts(t *testing.T, e *env, when string) {
 		t.Errorf("%s: %d of %d mounts under %s are not the volume's FUSE mount (node disk devices %v):\n  %s", when, len(bad), n, kubelet, disk, strings.Join(bad, "\n  "))
 	}
 }
+
+// isFUSE reports whether a mountinfo fstype is FUSE: "fuse.<subtype>" (a driver's s3fs) or
+// plain "fuse" (the agent's bridge, which sets its own fsname).
+func isFUSE(fstype string) bool { return fstype == "fuse" || strings.HasPrefix(fstype, "fuse.") }
 
 // checkTopFUSE fails unless the top mount at path is a FUSE mount.
 func checkTopFUSE(t *testing.T, path, what string) {
@@ -129,7 +133,7 @@ func checkTopFUSE(t *testing.T, path, what string) {
 		t.Errorf("%s: nothing is mounted at %s", what, path)
 		return
 	}
-	if top := st[len(st)-1]; !strings.HasPrefix(top.FSType, "fuse.") {
+	if top := st[len(st)-1]; !isFUSE(top.FSType) {
 		t.Errorf("%s: the top mount at %s is %s %s (root %s), not the volume's FUSE mount; stack %s", what, path, top.FSType, top.Source, top.Root, describeStack(st))
 	}
 }

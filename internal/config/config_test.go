@@ -88,6 +88,20 @@ kubeletDir: relative/path
 			yaml:    "apiVersion: pvrescue.io/v1alpha1\nkind: Config\ns3:\n  probe:\n    timeoutSeconds: 2\n    statfsTimeout: 5s\n",
 			wantErr: []string{"s3.probe.statfsTimeout"},
 		},
+		{
+			name:    "hung options",
+			yaml:    "apiVersion: pvrescue.io/v1alpha1\nkind: Config\ns3:\n  hungConditionAfter: -1s\n  abortHungAfter: 1s\n",
+			wantErr: []string{"s3.hungConditionAfter: must not be negative", "s3.abortHungAfter: must be 0 (off) or at least s3.statfsTimeout"},
+		},
+		{
+			name: "abortHungAfter set",
+			yaml: "apiVersion: pvrescue.io/v1alpha1\nkind: Config\ns3:\n  abortHungAfter: 5m\n",
+			check: func(t *testing.T, c *Config) {
+				if c.S3.AbortHungAfter.Duration != 5*time.Minute || c.S3.HungConditionAfter.Duration != 30*time.Second {
+					t.Errorf("abortHungAfter %s, hungConditionAfter %s", c.S3.AbortHungAfter.Duration, c.S3.HungConditionAfter.Duration)
+				}
+			},
+		},
 		{name: "empty local class list", yaml: "apiVersion: pvrescue.io/v1alpha1\nkind: Config\nlocalBlock:\n  storageClasses: []\n", wantErr: []string{"localBlock.storageClasses: must name at least one"}},
 		{name: "bad local roots", yaml: "apiVersion: pvrescue.io/v1alpha1\nkind: Config\nlocalBlock:\n  pathRoots: [\"mnt/disks\"]\n  linkRoots: []\n", wantErr: []string{"localBlock.pathRoots[0]", "localBlock.linkRoots: must name"}},
 		{name: "bad duration", yaml: "apiVersion: pvrescue.io/v1alpha1\nkind: Config\nlocalBlock:\n  resyncPeriod: soon\n", wantErr: []string{"decode"}},

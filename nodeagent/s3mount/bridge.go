@@ -279,7 +279,7 @@ func (r *Restorer) handBack(ctx context.Context, source string, t target) (dead 
 	}
 	check := r.checkFor(t.path, t.driver, table)
 	if source == r.layout.Staging(t.pv) {
-		check.fuseTypes = append(check.fuseTypes, ourFUSEType)
+		check.fuseTypes = append(check.fuseTypes, ourFUSETypes...)
 	}
 	if _, err := r.checkMount(ctx, source, check); err != nil {
 		return nil, false, false, err

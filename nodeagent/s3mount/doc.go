@@ -66,6 +66,10 @@
 //     vol_data.json: kubelet never parses it. "~" is valid neither in a CSI driver name nor in
 //     the directories kubelet makes, so the name collides with nothing of kubelet's.
 //
+// A restarted agent finds what a crash at any step left at these paths (sweep.go, on start): a
+// mount whose device is at the kubelet path was handed over and is detached by the agent; any
+// other is undone through the driver, then detached; the directories are removed.
+//
 // After the hand-back the agent detaches the driver's mount at the fresh directory itself
 // (MNT_DETACH) and removes the directory; it does not call NodeUnpublishVolume or
 // NodeUnstageVolume there. Field drivers unmount and then wait for the FUSE process whose
@@ -79,12 +83,41 @@
 // the kernel refuses to move a mount out of or into a shared parent; a bind has the same effect
 // for every reader.
 //
+// # Verify before binding
+//
+// Nothing is bound over a kubelet path (a replayed publish, a restaged globalmount, a bridge, a
+// hand-back from the bridge, putting the bridge back) before one check (checkMount, verify.go):
+// the source is a mount point whose device differs from the mount it sits on (not a directory of
+// the node's filesystem), its device is none of those at the kubelet path (the dead one, or
+// ours), its type is the dead driver mount's FUSE type or the profile's (our own bridge: fuse or
+// fuse.s3fs), and it answers statfs. A refusal binds nothing, leaves the dead mount as it is
+// (the probe's case), emits an Event named after what the driver produced
+// (ReplayResultNotVisible, ReplayResultWrongFilesystem, ReplayResultSameDevice,
+// ReplayResultNotAnswering), counts pvrescue_s3_result_checks_total{result}, and undoes the
+// driver's call at the fresh path (NodeUnpublishVolume/NodeUnstageVolume there: that mount serves
+// nothing else), then detaches what is left and removes the directory. After BridgeAfter our
+// bridge may serve the volume meanwhile; a refused hand-back backs off and the bridge stays.
+//
+// # Hung is not dead
+//
+// A statfs timeout means the FUSE daemon still holds the connection (the kernel aborts the
+// connection of a daemon that died, and statfs then fails at once with ENOTCONN). Such a mount is
+// never replaced, however long it hangs: no second daemon, nothing stacked, no replay — the old
+// daemon could still write what it buffered after newer writes through a new mount. The agent
+// emits MountHung (once per episode), keeps pvrescue_s3_mounts_hung, and sets the Node condition
+// S3MountHung after s3.hungConditionAfter. With s3.abortHungAfter set, the connection is aborted
+// after that long by writing to /sys/fs/fuse/connections/<minor>/abort (fusectl mounted there
+// when missing); the mount is then dead and restored as usual (MountHungAborted). What a pod
+// sees meanwhile: its reads and writes on the volume block until the daemon answers (or the
+// abort, after which they fail with ENOTCONN until the restore); the injected probe reports the
+// timeout but does not fail, so containers are not restarted (a new container would get the same
+// hung mount, and kubelet cannot even start one while the host path hangs).
+//
 // # Bounded stacks and teardown
 //
 // Before anything goes on top of a target, dead mounts of ours there (recognised by our fsname,
 // pvrescue-s3:<pv>, which binds inherit) are removed, so a target holds at most the driver's dead
-// mount plus one live mount. A statfs timeout alone is a slow mount, not a dead one: only
-// ENOTCONN-class errors, or timeouts lasting Options.HungAfter, count as death. When a pod is gone
+// mount plus one live mount. When a pod is gone
 // (deleted, or every container ended), its targets are emptied top down: our binds, then a dead
 // FUSE mount of a configured S3 driver below them (kubelet keeps the pod until its target holds no
 // mount, and a driver whose NodeUnpublish unmounts only the top leaves that dead mount behind).
@@ -138,10 +171,15 @@
 // a pidfd (it is no longer its child) and neither starts a second s3fs nor binds again. A
 // recorded s3fs whose staging mount is dead or gone is stopped (through the pidfd, so a reused
 // pid is never signalled), and its mount, record and cgroup removed. Retiring a bridge (its
-// targets moved back to the driver, or its pods gone) sends SIGTERM through the pidfd (SIGKILL
-// after KillGrace): s3fs unmounts and exits, its parent reaps it, and record and cgroup go.
-// Our bind at a bridged target is detached lazily (MNT_DETACH) when the driver's mount replaces
-// it: files an app holds open on the bridge make a plain unmount fail with EBUSY (F9).
+// targets moved back to the driver, or its pods gone) never signals s3fs: our bind at a bridged
+// target is detached lazily (MNT_DETACH) when the driver's mount replaces it (files an app holds
+// open on the bridge make a plain unmount fail with EBUSY, and they keep working through the
+// detached bind), then the staging mount is detached lazily too. Once the last file open on it
+// is closed, the kernel releases the filesystem and s3fs exits by itself, having uploaded what
+// was written; the agent watches it (as its child, or through a pidfd), and removes its record
+// and cgroup after it exited. Until then the record is <state>/s3/bridges/<pv>.<pid>.retiring,
+// which a restarted agent watches again (retiring.go). A bind of the bridge left under the
+// driver's mount keeps s3fs alive until kubelet's teardown of that pod.
 //
 // The bridge's mount namespace and root stay the agent container's: s3fs and its libraries
 // (libfuse, libcurl, libssl, NSS modules loaded at run time, CA certificates read at each TLS
@@ -163,5 +201,7 @@
 // replay.go, csi.go, registry.go (plugin registration), attach.go (publish context) and watch.go
 // (plugin sockets) for the driver path, retire.go (back to the driver), bridge.go and allowlist.go
 // (our s3fs and what may reach its command line), detach.go, procs_linux.go and cgroup_linux.go
-// (bridges that outlive the agent), handed.go and cleanup.go (records, teardown).
+// (bridges that outlive the agent), retiring.go (bridges exiting by themselves), fresh.go and
+// sweep.go (fresh paths, crash left-overs), verify.go (the check before a bind), hung.go,
+// handed.go and cleanup.go (records, teardown).
 package s3mount

@@ -415,7 +415,7 @@ func (p fakeProcs) Start(spec ProcSpec) (Process, error) {
 	if fail == "" {
 		f.nextDev++
 		proc.dev = fmt.Sprintf("0:%d", f.nextDev)
-		f.addLocked(proc.mountPoint, proc.dev, ourFUSEType, fsname, nil)
+		f.addLocked(proc.mountPoint, proc.dev, "fuse", fsname, nil)
 	}
 	f.mu.Unlock()
 	if fail != "" {

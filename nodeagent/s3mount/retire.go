@@ -173,7 +173,7 @@ func (r *Restorer) swap(ctx context.Context, node CSINode, pv *corev1.Persistent
 			// other mount going over a kubelet path.
 			back := r.checkFor(t.path, pv.Spec.CSI.Driver, table)
 			back.dead = slices.DeleteFunc(back.dead, func(m MountInfo) bool { return m.ID == ourBind.ID })
-			back.fuseTypes = append(back.fuseTypes, ourFUSEType)
+			back.fuseTypes = append(back.fuseTypes, ourFUSETypes...)
 			if _, cerr := r.checkMount(ctx, r.layout.Staging(pv.Name), back); cerr == nil {
 				_ = r.os.Mounter.Bind(r.layout.Staging(pv.Name), t.path, ro)
 			}

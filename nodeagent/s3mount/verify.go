@@ -30,8 +30,9 @@ const (
 	ResultOK = "OK"
 )
 
-// ourFUSEType is the mount type of our own s3fs bridges.
-const ourFUSEType = "fuse.s3fs"
+// ourFUSETypes are the mount types of our own s3fs bridges: with our fsname= option s3fs
+// mounts as plain "fuse" (seen on the node), some builds as "fuse.s3fs".
+var ourFUSETypes = []string{"fuse", "fuse.s3fs"}
 
 // ErrResultRefused is wrapped by every refusal of checkMount (a *ResultError).
 var ErrResultRefused = errors.New("mount refused before binding it over a kubelet path")
@@ -97,11 +98,11 @@ func (r *Restorer) inspectMount(ctx context.Context, source string, c mountCheck
 	if parent, ok := mountByID(table, stack[0].ParentID); ok && parent.Dev == top.Dev {
 		return refuse(EventReplayResultNotVisible, "a directory of the node's own filesystem (%s, device %s, as the mount it sits on)", top.FSType, top.Dev)
 	}
+	if slices.ContainsFunc(c.dead, func(d MountInfo) bool { return d.Dev == top.Dev }) {
+		return refuse(EventReplayResultSameDevice, "device %s is already at the kubelet path (the dead mount's, or ours)", top.Dev)
+	}
 	if !isFUSE(top.FSType) || !slices.Contains(c.fuseTypes, top.FSType) {
 		return refuse(EventReplayResultWrongFilesystem, "filesystem %q (source %q), want %s", top.FSType, top.Source, strings.Join(nonEmpty(c.fuseTypes), " or "))
-	}
-	if slices.ContainsFunc(c.dead, func(d MountInfo) bool { return d.Dev == top.Dev }) {
-		return refuse(EventReplayResultSameDevice, "device %s is the dead mount's", top.Dev)
 	}
 	if err := r.os.Statfs.Statfs(ctx, source, r.cfg.S3.StatfsTimeout.Duration); err != nil {
 		return refuse(EventReplayResultNotAnswering, "statfs: %v", err)

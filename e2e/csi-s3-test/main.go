@@ -1,4 +1,7 @@
 // Command csi-s3-test is the end-to-end suite's S3 CSI node plugin (see package csis3).
+//
+//	csi-s3-test [flags]           the node plugin (the DaemonSet's csi-s3 container)
+//	csi-s3-test register [flags]  the registrar (its driver-registrar sidecar)
 package main
 
 import (
@@ -16,17 +19,32 @@ import (
 )
 
 func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	o := csis3.NewOptions()
 	fs := pflag.NewFlagSet("csi-s3-test", pflag.ContinueOnError)
-	o.AddFlags(fs)
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		os.Exit(2)
+	var runFn func(context.Context) error
+	name := "csi-s3-test"
+	if len(args) > 0 && args[0] == "register" {
+		args, name = args[1:], "csi-s3-test-registrar"
+		o := csis3.NewRegistrarOptions()
+		o.AddFlags(fs)
+		runFn = func(ctx context.Context) error { return csis3.RunRegistrar(ctx, o) }
+	} else {
+		o := csis3.NewOptions()
+		o.AddFlags(fs)
+		runFn = func(ctx context.Context) error { return csis3.Run(ctx, o) }
 	}
-	ctx = logr.NewContext(ctx, stdr.New(nil).WithName("csi-s3-test"))
-	if err := csis3.Run(ctx, o); err != nil {
-		fmt.Fprintln(os.Stderr, "csi-s3-test:", err)
-		os.Exit(1)
+	if err := fs.Parse(args); err != nil {
+		return 2
 	}
+	ctx = logr.NewContext(ctx, stdr.New(nil).WithName(name))
+	if err := runFn(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, name+":", err)
+		return 1
+	}
+	return 0
 }

@@ -1,8 +1,10 @@
 // Package csis3 is a small S3 CSI node plugin for the end-to-end suite. It does what the s3fs
-// drivers in the field do on a node: on NodePublishVolume it runs s3fs as its own child process on
-// the target path, so when the plugin restarts its mounts die ("Transport endpoint is not
-// connected") — the failure pvrescue's agent repairs. It registers with kubelet through the
-// plugin-registration socket, and kubelet does the real NodePublish/NodeUnpublish calls.
+// drivers in the field do on a node: on NodePublishVolume (NodeStageVolume in the yandex layout)
+// it runs s3fs as its own child process, so when the plugin's container ends its mounts die
+// ("Transport endpoint is not connected") — the failure pvrescue's agent repairs. It runs as a
+// DaemonSet pod with the mounts of k8s-csi-s3's upstream node DaemonSet (see e2e/stack): Run is
+// the node plugin's container, RunRegistrar the node-driver-registrar sidecar that registers the
+// plugin with kubelet through <kubelet>/plugins_registry.
 package csis3
 
 import (
@@ -17,8 +19,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -29,7 +31,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
 	"github.com/pvrescue/pvrescue/internal/config"
 )
@@ -39,10 +40,16 @@ type Options struct {
 	Driver     string
 	NodeID     string
 	KubeletDir string
-	StateDir   string
-	S3fs       string
+	// Endpoint is the CSI socket the plugin serves (in its container: /csi/csi.sock, the
+	// host's <kubelet>/plugins/<driver>/csi.sock); empty means that host path.
+	Endpoint string
+	StateDir string
+	S3fs     string
 	// MountTimeout bounds the wait for s3fs to show up at the target.
 	MountTimeout time.Duration
+	// UnmountWait bounds the wait, after an unmount, for the FUSE process whose command line
+	// names the path to exit (k8s-csi-s3's FuseUnmount); past it the call fails and kubelet retries.
+	UnmountWait time.Duration
 	// Layout is the field layout the plugin imitates (LayoutDirect, LayoutYandex, LayoutCtrox).
 	Layout string
 }
@@ -69,6 +76,7 @@ func NewOptions() *Options {
 		StateDir:     "/run/csi-s3-test",
 		S3fs:         "s3fs",
 		MountTimeout: 30 * time.Second,
+		UnmountWait:  10 * time.Second,
 		Layout:       LayoutDirect,
 	}
 }
@@ -78,9 +86,11 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Driver, "driver", o.Driver, "CSI driver name")
 	fs.StringVar(&o.NodeID, "node-id", o.NodeID, "node id reported to kubelet (the node name)")
 	fs.StringVar(&o.KubeletDir, "kubelet-dir", o.KubeletDir, "kubelet root directory")
+	fs.StringVar(&o.Endpoint, "endpoint", o.Endpoint, "CSI socket to serve (default <kubelet-dir>/plugins/<driver>/csi.sock)")
 	fs.StringVar(&o.StateDir, "state-dir", o.StateDir, "directory for s3fs password files")
 	fs.StringVar(&o.S3fs, "s3fs", o.S3fs, "s3fs executable")
 	fs.DurationVar(&o.MountTimeout, "mount-timeout", o.MountTimeout, "bound of the wait for s3fs to mount")
+	fs.DurationVar(&o.UnmountWait, "unmount-wait", o.UnmountWait, "bound of the wait for a FUSE process to exit after its unmount")
 	fs.StringVar(&o.Layout, "layout", o.Layout, "field layout: direct, yandex (staging + bind, top-only unpublish) or ctrox (<prefix>/csi-fs, top-only unpublish)")
 }
 
@@ -102,25 +112,24 @@ func (o *Options) Validate() error {
 
 // CSISocket is where the plugin serves CSI.
 func (o *Options) CSISocket() string {
-	return filepath.Join(o.KubeletDir, "plugins", o.Driver, "csi.sock")
+	if o.Endpoint != "" {
+		return strings.TrimPrefix(o.Endpoint, "unix://")
+	}
+	return HostCSISocket(o.KubeletDir, o.Driver)
 }
 
-// RegistrationSocket is where kubelet's plugin watcher finds the plugin.
-func (o *Options) RegistrationSocket() string {
-	return filepath.Join(o.KubeletDir, "plugins_registry", o.Driver+"-reg.sock")
+// HostCSISocket is the node's path of a driver's CSI socket, as kubelet and the agent dial it.
+func HostCSISocket(kubeletDir, driver string) string {
+	return filepath.Join(kubeletDir, "plugins", driver, "csi.sock")
 }
 
-// Plugin is the CSI Identity + Node server and the registration server.
+// Plugin is the CSI Identity + Node server.
 type Plugin struct {
 	csi.UnimplementedIdentityServer
 	csi.UnimplementedNodeServer
-	registerapi.UnimplementedRegistrationServer
 
 	o   *Options
 	log logr.Logger
-
-	mu     sync.Mutex
-	mounts map[string]*exec.Cmd // by target path
 }
 
 // Run serves until ctx ends. Children (s3fs) are killed with the plugin, on purpose.
@@ -128,7 +137,7 @@ func Run(ctx context.Context, o *Options) error {
 	if err := o.Validate(); err != nil {
 		return err
 	}
-	p := &Plugin{o: o, log: logr.FromContextOrDiscard(ctx), mounts: map[string]*exec.Cmd{}}
+	p := &Plugin{o: o, log: logr.FromContextOrDiscard(ctx)}
 	if err := os.MkdirAll(o.StateDir, 0o700); err != nil {
 		return err
 	}
@@ -136,27 +145,18 @@ func Run(ctx context.Context, o *Options) error {
 	if err != nil {
 		return err
 	}
-	regLn, err := listenUnix(o.RegistrationSocket())
-	if err != nil {
-		csiLn.Close()
-		return err
-	}
-	csiSrv, regSrv := grpc.NewServer(), grpc.NewServer()
+	csiSrv := grpc.NewServer()
 	csi.RegisterIdentityServer(csiSrv, p)
 	csi.RegisterNodeServer(csiSrv, p)
-	registerapi.RegisterRegistrationServer(regSrv, p)
-	errc := make(chan error, 2)
+	errc := make(chan error, 1)
 	go func() { errc <- csiSrv.Serve(csiLn) }()
-	go func() { errc <- regSrv.Serve(regLn) }()
-	p.log.Info("serving", "driver", o.Driver, "csi", o.CSISocket(), "registration", o.RegistrationSocket())
+	p.log.Info("serving", "driver", o.Driver, "layout", o.Layout, "csi", o.CSISocket())
 	select {
 	case <-ctx.Done():
 		err = nil
 	case err = <-errc:
 	}
-	regSrv.Stop()
 	csiSrv.Stop()
-	os.Remove(o.RegistrationSocket())
 	os.Remove(o.CSISocket())
 	return err
 }
@@ -171,19 +171,6 @@ func listenUnix(path string) (net.Listener, error) {
 		return nil, fmt.Errorf("listen on %s: %w", path, err)
 	}
 	return ln, nil
-}
-
-// GetInfo answers kubelet's plugin watcher.
-func (p *Plugin) GetInfo(context.Context, *registerapi.InfoRequest) (*registerapi.PluginInfo, error) {
-	return &registerapi.PluginInfo{
-		Type: registerapi.CSIPlugin, Name: p.o.Driver, Endpoint: p.o.CSISocket(), SupportedVersions: []string{"1.0.0"},
-	}, nil
-}
-
-// NotifyRegistrationStatus logs kubelet's verdict.
-func (p *Plugin) NotifyRegistrationStatus(_ context.Context, s *registerapi.RegistrationStatus) (*registerapi.RegistrationStatusResponse, error) {
-	p.log.Info("registration status from kubelet", "registered", s.PluginRegistered, "error", s.Error)
-	return &registerapi.RegistrationStatusResponse{}, nil
 }
 
 // GetPluginInfo names the driver.
@@ -304,29 +291,72 @@ func (p *Plugin) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	return &csi.NodeStageVolumeResponse{}, nil
 }
 
-// NodeUnstageVolume (yandex layout) unmounts the top mount at the staging path and stops s3fs.
+// NodeUnstageVolume (yandex layout) unmounts the top mount at the staging path, as
+// ru.yandex.s3.csi does (FuseUnmount when it is a mount point).
 func (p *Plugin) NodeUnstageVolume(_ context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
 	if p.o.Layout != LayoutYandex {
 		return nil, status.Error(codes.Unimplemented, "no staging in this layout")
 	}
-	p.unmountTop(req.GetStagingTargetPath())
+	path := req.GetStagingTargetPath()
+	if isMountPoint(path) {
+		if err := p.fuseUnmount(path, 0); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+	}
+	p.log.Info("unstaged", "volume", req.GetVolumeId(), "path", path)
 	return &csi.NodeUnstageVolumeResponse{}, nil
 }
 
-// unmountTop unmounts the top mount at path only (as ru.yandex.s3.csi and ctrox do) and stops
-// the s3fs started there.
-func (p *Plugin) unmountTop(path string) {
-	if isMountPoint(path) {
-		if err := unix.Unmount(path, 0); err != nil {
-			p.log.Info("unmount failed", "path", path, "err", err.Error())
+// fuseUnmount is k8s-csi-s3's FuseUnmount: unmount path (flags 0: the top mount only, failing
+// when busy), then wait, up to UnmountWait, for the FUSE process whose command line names path to
+// exit; it fails when that process outlives the wait (kubelet then retries the call).
+func (p *Plugin) fuseUnmount(path string, flags int) error {
+	if err := unix.Unmount(path, flags); err != nil {
+		return fmt.Errorf("unmount %s: %w", path, err)
+	}
+	pid := findFuseProcess("/proc", path)
+	if pid == 0 {
+		return nil
+	}
+	deadline := time.Now().Add(p.o.UnmountWait)
+	for wait := 100 * time.Millisecond; ; wait = min(wait*3/2, time.Second) {
+		if !cmdlineNames("/proc", pid, path) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: pid %d of %s still runs %s after its unmount", ErrFuseProcessLingers, pid, path, p.o.UnmountWait)
+		}
+		time.Sleep(wait)
+	}
+}
+
+// ErrFuseProcessLingers: a FUSE process did not exit after its mount was unmounted.
+var ErrFuseProcessLingers = errors.New("FUSE process still runs")
+
+// findFuseProcess returns the first process (other than this one) under procDir whose command
+// line names path, or 0.
+func findFuseProcess(procDir, path string) int {
+	ents, err := os.ReadDir(procDir)
+	if err != nil {
+		return 0
+	}
+	self := os.Getpid()
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		if cmdlineNames(procDir, pid, path) {
+			return pid
 		}
 	}
-	p.mu.Lock()
-	if cmd := p.mounts[path]; cmd != nil {
-		_ = cmd.Process.Kill()
-		delete(p.mounts, path)
-	}
-	p.mu.Unlock()
+	return 0
+}
+
+// cmdlineNames reports whether the command line of pid contains path (as upstream matches it).
+func cmdlineNames(procDir string, pid int, path string) bool {
+	b, err := os.ReadFile(filepath.Join(procDir, strconv.Itoa(pid), "cmdline"))
+	return err == nil && bytes.Contains(b, []byte(path))
 }
 
 // mountS3fs starts s3fs at path as a child process and waits for the mount.
@@ -372,36 +402,35 @@ func (p *Plugin) mountS3fs(ctx context.Context, volumeID string, volCtx, secrets
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	p.mu.Lock()
-	p.mounts[target] = cmd
-	p.mu.Unlock()
 	p.log.Info("mounted", "volume", volumeID, "path", target, "pid", cmd.Process.Pid)
 	return nil
 }
 
-// NodeUnpublishVolume unmounts every mount stacked on the target (pvrescue's binds included)
-// and stops s3fs.
+// NodeUnpublishVolume unmounts the target and waits for its FUSE process (fuseUnmount). The
+// direct layout unmounts every mount stacked there (pvrescue's binds included); the field layouts
+// only the top one, as ru.yandex.s3.csi and ctrox do, so a dead mount below stays.
 func (p *Plugin) NodeUnpublishVolume(_ context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
 	target := req.GetTargetPath()
+	if target == "" || req.GetVolumeId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume id and target path are required")
+	}
 	if p.o.Layout != LayoutDirect {
-		// As the field drivers do: only the top mount goes; a dead mount below stays.
-		p.unmountTop(target)
+		if isMountPoint(target) {
+			if err := p.fuseUnmount(target, 0); err != nil {
+				return nil, status.Error(codes.Internal, err.Error())
+			}
+		}
 		if !isMountPoint(target) {
 			_ = os.Remove(target)
 		}
+		p.log.Info("unpublished (top mount)", "volume", req.GetVolumeId(), "target", target)
 		return &csi.NodeUnpublishVolumeResponse{}, nil
 	}
 	for i := 0; i < 10 && isMountPoint(target); i++ {
-		if err := unix.Unmount(target, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
-			return nil, status.Error(codes.Internal, fmt.Sprintf("unmount %s: %v", target, err))
+		if err := p.fuseUnmount(target, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+			return nil, status.Error(codes.Internal, err.Error())
 		}
 	}
-	p.mu.Lock()
-	if cmd := p.mounts[target]; cmd != nil {
-		_ = cmd.Process.Kill()
-		delete(p.mounts, target)
-	}
-	p.mu.Unlock()
 	if err := os.Remove(target); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, status.Error(codes.Internal, err.Error())
 	}

@@ -1,6 +1,8 @@
 package csis3
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -87,5 +89,36 @@ func TestOptionsValidateLayout(t *testing.T) {
 	o.Layout = "geesefs"
 	if err := o.Validate(); err == nil {
 		t.Error("unknown layout accepted")
+	}
+}
+
+func TestFindFuseProcess(t *testing.T) {
+	proc := t.TempDir()
+	write := func(pid, cmdline string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Join(proc, pid), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(proc, pid, "cmdline"), []byte(cmdline), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("7", "s3fs\x00b:/p\x00/k/plugins/kubernetes.io/csi/d/h/globalmount\x00-f\x00")
+	write("9", "s3fs\x00b\x00/k/pods/u/volumes/kubernetes.io~csi/pv/mount\x00-f\x00")
+	write("self", "not a pid")
+	for _, tc := range []struct {
+		path string
+		want int
+	}{
+		{"/k/plugins/kubernetes.io/csi/d/h/globalmount", 7},
+		{"/k/pods/u/volumes/kubernetes.io~csi/pv/mount", 9},
+		{"/k/pods/other/volumes/kubernetes.io~csi/pv/mount", 0},
+	} {
+		if got := findFuseProcess(proc, tc.path); got != tc.want {
+			t.Errorf("findFuseProcess(%s) = %d, want %d", tc.path, got, tc.want)
+		}
+	}
+	if cmdlineNames(proc, 8, "/k") {
+		t.Error("cmdlineNames of a missing pid reported true")
 	}
 }

@@ -70,7 +70,6 @@ func alertsOnFailures(ctx context.Context, t *testing.T, c *cluster.Cluster, pro
 	if err := e.csi.Start(ctx); err != nil {
 		t.Fatalf("start the test CSI plugin: %v", err)
 	}
-	t.Cleanup(func() { _ = e.csi.Kill() })
 
 	framework.Namespace(t, cs, alertsNS, map[string]string{contract.LabelInject: contract.LabelInjectEnabled})
 	disk := alertsLocalDisk(ctx, t, c)
@@ -132,8 +131,8 @@ func alertsOnFailures(ctx context.Context, t *testing.T, c *cluster.Cluster, pro
 		t.Fatalf("stop S3: %v", err)
 	}
 	mountLost := time.Now()
-	if err := e.csi.Kill(); err != nil {
-		t.Fatalf("kill the CSI plugin: %v", err)
+	if err := e.csi.Stop(ctx); err != nil {
+		t.Fatalf("stop the CSI plugin pod (kept down): %v", err)
 	}
 
 	// The mount: its alert fires while it is dead, then S3 and the plugin come back and it resolves.
@@ -147,7 +146,7 @@ func alertsOnFailures(ctx context.Context, t *testing.T, c *cluster.Cluster, pro
 		t.Fatalf("start S3 again: %v", err)
 	}
 	if err := e.csi.Start(ctx); err != nil {
-		t.Fatalf("start the CSI plugin again: %v", err)
+		t.Fatalf("bring the CSI plugin pod back: %v", err)
 	}
 	mountResolved := w.wait(t, alertsS3PV, mountAlerts, true, 3*time.Minute)
 	waitFor(t, time.Minute, "Prometheus to see the restored mount healthy", func() (bool, string) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/pvrescue/pvrescue/e2e/csis3"
 	"github.com/pvrescue/pvrescue/e2e/framework"
+	"github.com/pvrescue/pvrescue/e2e/stack"
 	"github.com/pvrescue/pvrescue/internal/config"
 )
 
@@ -38,7 +39,7 @@ func lostFUSEMountBridge(t *testing.T, e *env) {
 			"bridge/csi-fs/app.txt": "bridged app data\n",
 			"bridge/app.txt":        "DECOY: the prefix level, one above csi-fs\n",
 		},
-		want: "bridged app data\n",
+		want: "bridged app data\n", dataDir: "bridge/csi-fs/", src: s3Bucket + ":/bridge/csi-fs",
 	}
 	pod := fusePodSetup(t, e, l)
 	restarts := map[string]map[string]int32{"app": restartCounts(pod)}
@@ -46,11 +47,18 @@ func lostFUSEMountBridge(t *testing.T, e *env) {
 	bridgeAfter := config.Default().S3.BridgeAfter.Duration
 
 	t0 := time.Now()
-	if err := l.plugin.Kill(); err != nil {
-		t.Fatalf("kill the plugin: %v", err)
+	if err := l.plugin.Stop(ctx); err != nil {
+		t.Fatalf("stop the plugin's DaemonSet: %v", err)
 	}
-	t.Logf("plugin %s killed and kept down; the agent should bridge after %s", l.driver, bridgeAfter)
-	at := waitReads(t, e, t0, bridgeAfter+90*time.Second, "through the agent's bridge while the plugin is down", l.readers("app")...)
+	// A failure while the plugin is down must not leave the pod's teardown without its driver.
+	t.Cleanup(func() { _ = l.plugin.Start(context.Background()) })
+	t.Logf("plugin %s pod deleted and kept down; the agent should bridge after %s", l.driver, bridgeAfter)
+	const whileDown = "put on the S3 server's side while the plugin was down\n"
+	putInBucket(t, e, l.dataDir+"while-down.txt", whileDown)
+	at := rescueReads(t, e, t0, bridgeAfter+90*time.Second, "through the agent's bridge while the plugin is down", nil,
+		append(l.readers("app"), reader{l.ns, "app", "app", "/data/while-down.txt", whileDown})...)
+	checkKubeletMounts(t, e, "while bridged")
+	writeReachesBucket(t, e, l.ns, "app", "app", "/data/bridged-write.txt", l.dataDir+"bridged-write.txt", "while bridged")
 	ours := ourS3fs(l.pv)
 	down := mountsAt(target)
 	if len(ours) == 0 {
@@ -82,7 +90,7 @@ func lostFUSEMountBridge(t *testing.T, e *env) {
 
 	t1 := time.Now()
 	if err := l.plugin.Start(ctx); err != nil {
-		t.Fatalf("start the plugin again: %v", err)
+		t.Fatalf("bring the plugin's pod back: %v", err)
 	}
 	waitFor(t, 90*time.Second, "the volume to move back to the driver's mount and the bridge to go", func() (bool, string) {
 		st := mountsAt(target)
@@ -92,18 +100,30 @@ func lostFUSEMountBridge(t *testing.T, e *env) {
 		if p := ourS3fs(l.pv); len(p) > 0 {
 			return false, fmt.Sprintf("agent s3fs still running: %v", p)
 		}
-		if len(pluginS3fs(l.plugin.Pid())) == 0 {
+		if len(pluginS3fs(l.plugin)) == 0 {
 			return false, "the plugin runs no s3fs yet"
 		}
 		return true, ""
 	})
 	back := time.Since(t1).Round(100 * time.Millisecond)
-	after := waitReads(t, e, t1, 30*time.Second, "on the driver's mount again", l.readers("app")...)
+	const afterBack = "put on the S3 server's side after the hand-back\n"
+	putInBucket(t, e, l.dataDir+"after-back.txt", afterBack)
+	after := rescueReads(t, e, t1, 30*time.Second, "on the driver's mount again", []*stack.CSI{l.plugin},
+		append(l.readers("app"), reader{l.ns, "app", "app", "/data/after-back.txt", afterBack})...)
+	checkTopFUSE(t, target, "after the hand-back")
+	checkKubeletMounts(t, e, "after the hand-back")
+	checkPluginMounts(t, e, l.plugin, "after the hand-back")
+	writeReachesBucket(t, e, l.ns, "app", "app", "/data/after-back-write.txt", l.dataDir+"after-back-write.txt", "after the hand-back")
 	st := mountsAt(target)
 	if len(st) > 2 {
 		t.Errorf("depth %d at the target after the hand-back: %s", len(st), describeStack(st))
 	}
 	final := checkRestarts(t, e, l.ns, restarts)
 	t.Logf("RESULT bridge retired: plugin back → volume on the driver's mount, agent s3fs gone, after %s (app reads %s, pinned %s); plugin s3fs pids %v; depth %d %s; restarts %v → %v",
-		back, after[l.ns+"/app/app"], after[l.ns+"/app/pinned"], pluginS3fs(l.plugin.Pid()), len(st), describeStack(st), restarts, final)
+		back, after[l.ns+"/app/app"], after[l.ns+"/app/pinned"], pluginS3fs(l.plugin), len(st), describeStack(st), restarts, final)
+
+	gone := deletePodGone(t, e, l.ns, "app", 30*time.Second)
+	checkNothingLeft(t, e, l.pv, l.src)
+	checkPluginMounts(t, e, l.plugin, "after the pod is gone")
+	t.Logf("RESULT bridge: pod deleted and gone in %s, nothing left", gone)
 }

@@ -117,9 +117,13 @@ func ourS3fs(pv string) []int {
 	})
 }
 
-// pluginS3fs lists the live s3fs children of a plugin process.
-func pluginS3fs(pluginPid int) []int {
-	return procs("s3fs", func(_, ppid int, _ []byte) bool { return ppid == pluginPid })
+// pluginS3fs lists the live s3fs processes in the plugin pod's csi-s3 container (host pids;
+// none when no plugin pod runs).
+func pluginS3fs(p *stack.CSI) []int {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pids, _ := p.ContainerPids(ctx, "s3fs")
+	return pids
 }
 
 // readFrom reads path in a container and reports whether it holds want.
@@ -139,26 +143,59 @@ type reader struct {
 func (r reader) String() string { return r.ns + "/" + r.pod + "/" + r.container }
 
 // waitReads polls every reader in rounds until each has read its file once, and returns, per
-// reader (reader.String()), the time from t0 to its first good read. Readers are polled
-// together, so one slow reader does not inflate the others' times.
+// container (reader.String()), the time from t0 to its first good read (of its last file, when
+// a container reads several). Readers are polled together, so one slow reader does not inflate
+// the others' times.
 func waitReads(t *testing.T, e *env, t0 time.Time, timeout time.Duration, what string, rs ...reader) map[string]time.Duration {
 	t.Helper()
+	at, why := pollReads(e, t0, timeout, rs...)
+	if why != "" {
+		t.Fatalf("timed out after %s waiting for %d read(s) %s: %s", timeout, len(rs), what, why)
+	}
+	return at
+}
+
+// rescueReads is waitReads after a rescue; when the reads fail, it first reports what the
+// volume is instead (mounts of the node's disk under kubelet's directory, FUSE mounts only a
+// plugin sees), then fails.
+func rescueReads(t *testing.T, e *env, t0 time.Time, timeout time.Duration, what string, plugins []*stack.CSI, rs ...reader) map[string]time.Duration {
+	t.Helper()
+	at, why := pollReads(e, t0, timeout, rs...)
+	if why != "" {
+		checkKubeletMounts(t, e, "the reads fail")
+		for _, p := range plugins {
+			checkPluginMounts(t, e, p, "the reads fail")
+		}
+		t.Fatalf("timed out after %s waiting for %d read(s) %s (files put on the S3 server's side included): %s", timeout, len(rs), what, why)
+	}
+	return at
+}
+
+// pollReads polls the readers until each read its file once or timeout passes; it returns the
+// times (see waitReads) and, on timeout, why the last reads failed.
+func pollReads(e *env, t0 time.Time, timeout time.Duration, rs ...reader) (map[string]time.Duration, string) {
 	at := map[string]time.Duration{}
-	waitFor(t, timeout, fmt.Sprintf("%d container(s) to read their file %s", len(rs), what), func() (bool, string) {
-		var why []string
+	done := map[reader]bool{}
+	var why []string
+	ok := pollFor(timeout, func() bool {
+		why = why[:0]
 		for _, r := range rs {
-			if _, ok := at[r.String()]; ok {
+			if done[r] {
 				continue
 			}
 			if ok, w := readFrom(e, r.ns, r.pod, r.container, r.path, r.want); ok {
+				done[r] = true
 				at[r.String()] = time.Since(t0).Round(100 * time.Millisecond)
 			} else {
 				why = append(why, w)
 			}
 		}
-		return len(why) == 0, strings.Join(why, "; ")
+		return len(why) == 0
 	})
-	return at
+	if !ok {
+		return at, strings.Join(why, "; ")
+	}
+	return at, ""
 }
 
 // keepReading reads every reader's file in rounds until done is closed and returns the failed reads.
@@ -319,14 +356,14 @@ func deletePVAtCleanup(t *testing.T, e *env, name string) {
 func sibling(t *testing.T, e *env, driver, layout string) *stack.CSI {
 	t.Helper()
 	p := e.csi.Sibling(driver, layout)
-	if err := p.Start(context.Background()); err != nil {
-		t.Fatalf("start the test plugin as %s (layout %s): %v", driver, layout, err)
-	}
 	t.Cleanup(func() {
 		if err := p.Remove(context.Background()); err != nil {
 			t.Errorf("cleanup: %v", err)
 		}
 	})
+	if err := p.Start(context.Background()); err != nil {
+		t.Fatalf("deploy the test plugin as %s (layout %s, DaemonSet %s/%s): %v", driver, layout, stack.CSINamespace, p.Name(), err)
+	}
 	return p
 }
 

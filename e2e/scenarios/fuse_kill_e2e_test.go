@@ -14,6 +14,7 @@ import (
 
 	"github.com/pvrescue/pvrescue/e2e/csis3"
 	"github.com/pvrescue/pvrescue/e2e/framework"
+	"github.com/pvrescue/pvrescue/e2e/stack"
 	"github.com/pvrescue/pvrescue/internal/testenv"
 )
 
@@ -29,14 +30,14 @@ func lostFUSEMountKilled3(t *testing.T, e *env) {
 			ns: "e2e-fuse-kill3y", pv: "e2e-fuse-kill3y-pv", handle: s3Bucket + "/kill3y",
 			attrs: map[string]string{"mounter": "s3fs"}, stage: true,
 			files: map[string]string{"kill3y/app.txt": "kill3 yandex data\n"},
-			want:  "kill3 yandex data\n",
+			want:  "kill3 yandex data\n", dataDir: "kill3y/", src: s3Bucket + ":/kill3y",
 		},
 		{
 			name: "kill3c", driver: "ch.ctrox.csi.s3-driver", layout: csis3.LayoutCtrox,
 			ns: "e2e-fuse-kill3c", pv: "e2e-fuse-kill3c-pv", handle: s3Bucket + "/kill3c",
 			attrs: map[string]string{"bucket": s3Bucket, "prefix": "kill3c", "mounter": "s3fs"},
 			files: map[string]string{"kill3c/csi-fs/app.txt": "kill3 ctrox data\n", "kill3c/app.txt": "DECOY\n"},
-			want:  "kill3 ctrox data\n",
+			want:  "kill3 ctrox data\n", dataDir: "kill3c/csi-fs/", src: s3Bucket + ":/kill3c/csi-fs",
 		},
 	}
 	for _, l := range ls {
@@ -56,7 +57,7 @@ func lostFUSEMountKilled3(t *testing.T, e *env) {
 		killed := map[string][]int{}
 		t0 := time.Now()
 		for _, l := range ls {
-			pids := pluginS3fs(l.plugin.Pid())
+			pids := pluginS3fs(l.plugin)
 			if len(pids) != 1 {
 				t.Errorf("round %d, %s: the plugin runs %d s3fs %v before the kill, want 1 (one volume)", i, l.name, len(pids), pids)
 			}
@@ -67,17 +68,27 @@ func lostFUSEMountKilled3(t *testing.T, e *env) {
 			}
 			killed[l.name] = pids
 		}
-		at := waitReads(t, e, t0, 90*time.Second, fmt.Sprintf("after s3fs kill #%d", i), all...)
+		var plugins []*stack.CSI
+		rs := append([]reader(nil), all...)
+		for _, l := range ls {
+			want := fmt.Sprintf("put on the S3 server's side after kill #%d\n", i)
+			putInBucket(t, e, fmt.Sprintf("%srescued-%d.txt", l.dataDir, i), want)
+			rs = append(rs, reader{l.ns, "app", "app", fmt.Sprintf("/data/rescued-%d.txt", i), want})
+			plugins = append(plugins, l.plugin)
+		}
+		at := rescueReads(t, e, t0, 90*time.Second, fmt.Sprintf("after s3fs kill #%d", i), plugins, rs...)
+		checkKubeletMounts(t, e, fmt.Sprintf("after s3fs kill #%d", i))
 		for _, l := range ls {
 			var now, ours []int
 			ok := pollFor(10*time.Second, func() bool {
-				now, ours = pluginS3fs(l.plugin.Pid()), ourS3fs(l.pv)
+				now, ours = pluginS3fs(l.plugin), ourS3fs(l.pv)
 				return len(now) == 1 && !contains(killed[l.name], now[0]) && len(ours) == 0
 			})
 			if !ok {
 				t.Errorf("round %d, %s: want exactly one live s3fs of the plugin and none of the agent 10 s after the restore: plugin %v (killed %v), agent %v",
 					i, l.name, now, killed[l.name], ours)
 			}
+			checkPluginMounts(t, e, l.plugin, fmt.Sprintf("%s, round %d", l.name, i))
 			tgt, glob := mountsAt(targets[l.name]), mountsAt(l.globalMount(e))
 			if len(tgt) > 2 || len(glob) > 2 {
 				t.Errorf("round %d, %s: stacks too deep: target %s, staging %s", i, l.name, describeStack(tgt), describeStack(glob))
@@ -86,6 +97,11 @@ func lostFUSEMountKilled3(t *testing.T, e *env) {
 			t.Logf("RESULT %s layout, s3fs kill #%d: app reads again after %s, pinned (None) %s; restarts %v; depth %d at the target %s, %d at staging %s; plugin s3fs %v → %v, agent s3fs %v",
 				l.layout, i, at[l.ns+"/app/app"], at[l.ns+"/app/pinned"], rc, len(tgt), describeStack(tgt), len(glob), describeStack(glob), killed[l.name], now, ours)
 		}
+	}
+	for _, l := range ls {
+		gone := deletePodGone(t, e, l.ns, "app", 30*time.Second)
+		checkNothingLeft(t, e, l.pv, l.src)
+		t.Logf("RESULT %s layout: pod deleted after the kills and gone in %s, nothing left", l.layout, gone)
 	}
 }
 

@@ -33,6 +33,9 @@ type fieldLayout struct {
 	// from /data/app.txt.
 	files map[string]string
 	want  string
+	// dataDir is the key prefix in the bucket that the app's /data shows; src is the s3fs source
+	// (bucket:/<dir>) of the volume's mounts.
+	dataDir, src string
 
 	plugin *stack.CSI
 }
@@ -54,7 +57,7 @@ func fieldLayouts() []*fieldLayout {
 			ns: "e2e-fuse-yandex", pv: "e2e-fuse-yandex-pv", handle: s3Bucket + "/yandex",
 			attrs: map[string]string{"mounter": "s3fs"}, stage: true,
 			files: map[string]string{"yandex/app.txt": "yandex app data\n"},
-			want:  "yandex app data\n",
+			want:  "yandex app data\n", dataDir: "yandex/", src: s3Bucket + ":/yandex",
 		},
 		{
 			name: "ctrox", driver: "ch.ctrox.csi.s3-driver", layout: csis3.LayoutCtrox,
@@ -66,7 +69,7 @@ func fieldLayouts() []*fieldLayout {
 				"ctrox/.metadata.json":   "{}\n",
 				"ctrox/csi-fs/.keep.txt": "",
 			},
-			want: "ctrox app data\n",
+			want: "ctrox app data\n", dataDir: "ctrox/csi-fs/", src: s3Bucket + ":/ctrox/csi-fs",
 		},
 	}
 }
@@ -173,19 +176,43 @@ func lostFUSEMountLayouts(t *testing.T, e *env) {
 		t.Logf("%s layout before the failure: target %s, global %s", l.name, describeStack(mountsAt(targets[l.name])), describeStack(mountsAt(l.globalMount(e))))
 	}
 
-	t.Logf("restarting the %s and %s plugins: their s3fs die", ls[0].driver, ls[1].driver)
+	t.Logf("deleting the %s and %s plugin pods: their s3fs die; their DaemonSets bring new ones", ls[0].driver, ls[1].driver)
 	t0 := time.Now()
+	old := map[string]types.UID{}
 	for _, l := range ls {
-		if err := l.plugin.Kill(); err != nil {
-			t.Fatalf("kill the %s plugin: %v", l.name, err)
+		uid, err := l.plugin.Kill(ctx)
+		if err != nil {
+			t.Fatalf("delete the %s plugin pod: %v", l.name, err)
+		}
+		old[l.name] = uid
+	}
+	// Put into the bucket on the S3 server's side while the volumes are dead.
+	var rescued []reader
+	for _, l := range ls {
+		want := "put on the S3 server's side for " + l.name + " while its plugin was down\n"
+		putInBucket(t, e, l.dataDir+"rescued.txt", want)
+		for _, r := range l.readers("app-0") {
+			r.path, r.want = "/data/rescued.txt", want
+			rescued = append(rescued, r)
 		}
 	}
+	var plugins []*stack.CSI
 	for _, l := range ls {
-		if err := l.plugin.Start(ctx); err != nil {
-			t.Fatalf("start the %s plugin again: %v", l.name, err)
+		if _, err := l.plugin.WaitRegistered(ctx, old[l.name]); err != nil {
+			t.Fatalf("the %s DaemonSet's new plugin pod: %v", l.name, err)
 		}
+		plugins = append(plugins, l.plugin)
 	}
-	at := waitReads(t, e, t0, 90*time.Second, "again after the plugin restart", all...)
+	at := rescueReads(t, e, t0, 90*time.Second, "again after the plugin pods were replaced", plugins, append(all, rescued...)...)
+	checkKubeletMounts(t, e, "after the restore")
+	for _, l := range ls {
+		checkTopFUSE(t, targets[l.name], l.name+" layout, the pod's target after the restore")
+		if l.stage {
+			checkTopFUSE(t, l.globalMount(e), l.name+" layout, kubelet's staging path after the restore")
+		}
+		checkPluginMounts(t, e, l.plugin, l.name+" layout after the restore")
+		writeReachesBucket(t, e, l.ns, "app-0", "app", "/data/after-rescue.txt", l.dataDir+"after-rescue.txt", "after the restore")
+	}
 	for _, l := range ls {
 		after := checkRestarts(t, e, l.ns, restarts[l.name])
 		if ours := ourS3fs(l.pv); len(ours) > 0 || onOurMount(targets[l.name], l.pv) {
@@ -261,6 +288,8 @@ func lostFUSEMountLayouts(t *testing.T, e *env) {
 				return len(m) == 0, describeStack(m)
 			})
 		}
+		checkNothingLeft(t, e, l.pv, l.src)
+		checkPluginMounts(t, e, l.plugin, l.name+" layout after the last pod")
 		t.Logf("RESULT %s layout: new pod deleted and gone in %s, StatefulSet pod gone %s after scaling to 0", l.name, goneNew, goneSS)
 	}
 }

@@ -31,7 +31,7 @@ func inlineS3Pod(e *env, name string, labels map[string]string) *corev1.Pod {
 				VolumeMounts: []corev1.VolumeMount{{Name: "bucket", MountPath: "/data"}},
 			}},
 			Volumes: []corev1.Volume{{Name: "bucket", VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{
-				Driver: e.csi.Opts.Driver, VolumeAttributes: map[string]string{"bucket": s3Bucket},
+				Driver: e.csi.Driver, VolumeAttributes: map[string]string{"bucket": s3Bucket},
 			}}}},
 		},
 	}

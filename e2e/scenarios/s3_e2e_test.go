@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/pvrescue/pvrescue/e2e/framework"
+	"github.com/pvrescue/pvrescue/e2e/stack"
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/internal/contract"
 )
@@ -35,7 +36,7 @@ const (
 func s3Objects(t *testing.T, e *env, ns, pvName string) {
 	t.Helper()
 	keys := config.Default().S3
-	s3Volume(t, e, s3Vol{ns: ns, pv: pvName, driver: e.csi.Opts.Driver, handle: s3Bucket,
+	s3Volume(t, e, s3Vol{ns: ns, pv: pvName, driver: e.csi.Driver, handle: s3Bucket,
 		attrs: map[string]string{keys.Parameters.Bucket: s3Bucket, keys.Parameters.Endpoint: e.s3.Endpoint, "mounter": "s3fs"}})
 }
 
@@ -66,7 +67,7 @@ func s3Volume(t *testing.T, e *env, v s3Vol) {
 	retain := corev1.PersistentVolumeReclaimRetain
 	if _, err := cs.StorageV1().StorageClasses().Create(ctx, &storagev1.StorageClass{
 		ObjectMeta:        metav1.ObjectMeta{Name: s3Class},
-		Provisioner:       e.csi.Opts.Driver,
+		Provisioner:       e.csi.Driver,
 		ReclaimPolicy:     &retain,
 		VolumeBindingMode: &bind,
 	}, metav1.CreateOptions{}); err != nil && !isAlreadyExists(err) {
@@ -202,7 +203,7 @@ func lostFUSEMount(t *testing.T, e *env) {
 	// The same bucket through a second PV, in a namespace the webhook ignores.
 	fuseNamespace(t, e, s3PlainNS, false)
 	keys := config.Default().S3
-	s3Volume(t, e, s3Vol{ns: s3PlainNS, pv: s3PlainPV, driver: e.csi.Opts.Driver, handle: s3Bucket + "-plain",
+	s3Volume(t, e, s3Vol{ns: s3PlainNS, pv: s3PlainPV, driver: e.csi.Driver, handle: s3Bucket + "-plain",
 		attrs: map[string]string{keys.Parameters.Bucket: s3Bucket, keys.Parameters.Endpoint: e.s3.Endpoint, "mounter": "s3fs"}})
 	deletePVAtCleanup(t, e, s3PlainPV)
 
@@ -256,21 +257,35 @@ func lostFUSEMount(t *testing.T, e *env) {
 
 	t.Logf("pods before the failure:\n%s%s", framework.PodTable(cs, s3NS), framework.PodTable(cs, s3PlainNS))
 	t.Logf("mounts at the pod's volume before the failure:\n%s", framework.MountTable(target))
-	t.Logf("restarting the CSI plugin: its s3fs dies, %s goes dead", target)
+	t.Logf("deleting the CSI plugin's pod: its s3fs dies with it, %s goes dead; the DaemonSet brings a new one", target)
 	t0 := time.Now()
-	if err := e.csi.Kill(); err != nil {
-		t.Fatalf("kill the CSI plugin: %v", err)
+	oldPlugin, err := e.csi.Kill(ctx)
+	if err != nil {
+		t.Fatalf("delete the CSI plugin pod: %v", err)
 	}
 	_, statErr := os.Stat(target)
 	sawDead := errors.Is(statErr, syscall.ENOTCONN) || errors.Is(statErr, syscall.ECONNABORTED)
-	t.Logf("stat of the target right after the kill: %v", statErr)
-	if err := e.csi.Start(ctx); err != nil {
-		t.Fatalf("start the CSI plugin again: %v", err)
+	t.Logf("stat of the target once the plugin pod is gone: %v", statErr)
+	// Put into the bucket on the S3 server's side while the volume is dead: only the bucket
+	// itself can show it to the app afterwards.
+	const rescued = "put on the S3 server's side while the plugin was down\n"
+	putInBucket(t, e, "rescued.txt", rescued)
+	putInBucket(t, e, "sub/rescued.txt", rescued)
+	if _, err := e.csi.WaitRegistered(ctx, oldPlugin); err != nil {
+		t.Fatalf("the DaemonSet's new CSI plugin pod: %v", err)
 	}
 
 	// follower follows through HostToContainer; the others get the restored mount from the agent
 	// inside their running containers (containermount, hostPID), without a restart.
-	at := waitReads(t, e, t0, 90*time.Second, "again without a restart", readers...)
+	var rescuedReaders []reader
+	for _, r := range readers {
+		r.path, r.want = filepath.Join(filepath.Dir(r.path), "rescued.txt"), rescued
+		rescuedReaders = append(rescuedReaders, r)
+	}
+	at := rescueReads(t, e, t0, 90*time.Second, "again without a restart", []*stack.CSI{e.csi}, append(readers, rescuedReaders...)...)
+	checkTopFUSE(t, target, "after the restore")
+	checkKubeletMounts(t, e, "after the restore")
+	checkPluginMounts(t, e, e.csi, "after the restore")
 	afterRestore := []any{checkRestarts(t, e, s3NS, restarts), checkRestarts(t, e, s3PlainNS, plainRestarts)}
 	checkReadOnly(t, e, s3NS, "s3app", "ro", "after the restore")
 	atTarget := mountsAt(target)
@@ -305,4 +320,13 @@ func lostFUSEMount(t *testing.T, e *env) {
 		}
 		return true, ""
 	})
+
+	// The pods go: nothing of the driver's or the agent's may stay for either PV.
+	goneApp := deletePodGone(t, e, s3NS, "s3app", 30*time.Second)
+	gonePlain := deletePodGone(t, e, s3PlainNS, "plain", 30*time.Second)
+	checkNothingLeft(t, e, s3PV, s3Bucket)
+	checkNothingLeft(t, e, s3PlainPV, s3Bucket)
+	checkKubeletMounts(t, e, "after the pods are gone")
+	checkPluginMounts(t, e, e.csi, "after the pods are gone")
+	t.Logf("RESULT lost FUSE mount: pods deleted and gone in %s and %s, nothing left", goneApp, gonePlain)
 }

@@ -41,10 +41,7 @@ func TestPVRescue(t *testing.T) {
 		t.Fatalf("build the test CSI plugin: %v", err)
 	}
 	if err := e.csi.Start(ctx); err != nil {
-		t.Fatalf("start the test CSI plugin: %v", err)
-	}
-	if !framework.Demo() {
-		t.Cleanup(func() { _ = e.csi.Kill() })
+		t.Fatalf("deploy the test CSI plugin (DaemonSet %s/%s): %v", stack.CSINamespace, e.csi.Name(), err)
 	}
 	installStart := time.Now()
 	e.in, err = stack.Install(ctx, c, testenv.RepoRoot(), stack.InstallOptions{CertManager: true, E2EDir: filepath.Join(testenv.RepoRoot(), "e2e")})
@@ -66,6 +63,8 @@ func TestPVRescue(t *testing.T) {
 	t.Run("LostFUSEMountLayouts", func(t *testing.T) { lostFUSEMountLayouts(t, e) })
 	t.Run("LostFUSEMountBridge", func(t *testing.T) { lostFUSEMountBridge(t, e) })
 	t.Run("LostFUSEMountKilled3", func(t *testing.T) { lostFUSEMountKilled3(t, e) })
+	t.Run("LostFUSEMountHung", func(t *testing.T) { lostFUSEMountHung(t, e) })
+	t.Run("LostFUSEMountOpenFile", func(t *testing.T) { lostFUSEMountOpenFile(t, e) })
 	t.Run("LeftAlone", func(t *testing.T) { leftAlone(t, e) })
 	t.Run("WebhookDown", func(t *testing.T) { webhookDown(t, e) })
 }

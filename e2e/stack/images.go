@@ -72,16 +72,38 @@ var AgentHostBinaries = []string{"/usr/bin/s3fs", "/usr/bin/fusermount", "/usr/b
 // host. Deviation from Dockerfile.agent (a Debian base with apt-get install s3fs fuse3): no image can
 // be pulled here, so the same Debian binaries come from the host instead of a base image.
 func AgentImage(b *Binaries) ([]images.File, []string, error) {
-	files := []images.File{{Path: "/pvrescue-agent", Src: b.Agent}, {Path: "/tmp", Dir: true}}
+	files, err := S3fsFiles()
+	if err != nil {
+		return nil, nil, err
+	}
+	files = append(files, images.File{Path: "/pvrescue-agent", Src: b.Agent})
+	return files, []string{"/pvrescue-agent"}, nil
+}
+
+// PluginImage holds the test CSI plugin (cmd csi-s3-test, static) plus s3fs, fusermount and their
+// shared libraries copied from this host: the node plugin's image, as k8s-csi-s3's ships s3fs.
+func PluginImage(plugin string) ([]images.File, []string, error) {
+	files, err := S3fsFiles()
+	if err != nil {
+		return nil, nil, err
+	}
+	files = append(files, images.File{Path: "/csi-s3-test", Src: plugin}, images.File{Path: "/run", Dir: true})
+	return files, []string{"/csi-s3-test"}, nil
+}
+
+// S3fsFiles are s3fs, fusermount, their shared libraries (found with ldd) and the few files of
+// /etc they read, copied from this host.
+func S3fsFiles() ([]images.File, error) {
+	files := []images.File{{Path: "/tmp", Dir: true}}
 	libs := map[string]bool{}
 	for _, bin := range AgentHostBinaries {
 		if _, err := os.Stat(bin); err != nil {
-			return nil, nil, fmt.Errorf("%w: %s (make e2e-deps installs s3fs and fuse3)", images.ErrMissingHostFile, bin)
+			return nil, fmt.Errorf("%w: %s (make e2e-deps installs s3fs and fuse3)", images.ErrMissingHostFile, bin)
 		}
 		files = append(files, images.File{Path: bin, Src: bin})
 		out, err := exec.Command("ldd", bin).Output()
 		if err != nil {
-			return nil, nil, fmt.Errorf("ldd %s: %w", bin, err)
+			return nil, fmt.Errorf("ldd %s: %w", bin, err)
 		}
 		for _, l := range ParseLdd(string(out)) {
 			libs[l] = true
@@ -97,7 +119,7 @@ func AgentImage(b *Binaries) ([]images.File, []string, error) {
 		images.File{Path: "/etc/fuse.conf", Data: []byte("user_allow_other\n")},
 		images.File{Path: "/etc/mtab", Link: "/proc/self/mounts"},
 	)
-	return files, []string{"/pvrescue-agent"}, nil
+	return files, nil
 }
 
 // ParseLdd returns the absolute library paths in ldd output, the dynamic loader included.

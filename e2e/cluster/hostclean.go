@@ -13,12 +13,8 @@ import (
 // are kept: each needs its own unmount.
 func MountPointsUnder(table string, roots ...string) []string {
 	var out []string
-	for _, line := range strings.Split(table, "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			continue
-		}
-		mp := mountinfo.Unescape(f[4])
+	for _, m := range mountinfo.ParseLenient(table) {
+		mp := m.MountPoint
 		for _, r := range roots {
 			r = filepath.Clean(r)
 			if mp == r || strings.HasPrefix(mp, r+"/") {

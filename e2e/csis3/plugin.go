@@ -14,6 +14,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/pvrescue/pvrescue/internal/mountinfo"
 	"net"
 	"os"
 	"os/exec"
@@ -461,10 +462,9 @@ func isMountPoint(path string) bool {
 }
 
 // MountInfoHas reports whether mountinfo lists path as a mount point.
-func MountInfoHas(mountinfo, path string) bool {
-	for _, line := range strings.Split(mountinfo, "\n") {
-		f := strings.Fields(line)
-		if len(f) >= 5 && strings.ReplaceAll(f[4], `\040`, " ") == path {
+func MountInfoHas(table, path string) bool {
+	for _, m := range mountinfo.ParseLenient(table) {
+		if m.MountPoint == path {
 			return true
 		}
 	}

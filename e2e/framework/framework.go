@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/pvrescue/pvrescue/internal/mountinfo"
 	"os"
 	"path/filepath"
 	"strings"
@@ -215,17 +216,9 @@ func MountTable(path string) string {
 		return err.Error()
 	}
 	var out strings.Builder
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 10 || !strings.HasPrefix(f[4], path) {
-			continue
-		}
-		sep := 6
-		for sep < len(f) && f[sep] != "-" {
-			sep++
-		}
-		if sep+2 < len(f) {
-			fmt.Fprintf(&out, "  %s  %s  %s\n", f[4], f[sep+1], f[sep+2])
+	for _, m := range mountinfo.ParseLenient(string(b)) {
+		if strings.HasPrefix(m.MountPoint, path) {
+			fmt.Fprintf(&out, "  %q  %s  %q\n", m.MountPoint, m.FSType, m.Source)
 		}
 	}
 	return out.String()

@@ -214,7 +214,7 @@ func createGuardedPod(ctx context.Context, cs kubernetes.Interface, cfg *config.
 			VolumeDevices: []corev1.VolumeDevice{{Name: "data", DevicePath: "/dev/data"}}}},
 			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: name}}}}}}
 	d := &webhook.Defaulter{Config: cfg, Classifier: &webhook.Classifier{Config: cfg, Lookup: webhook.NewStaticLookup(pvc)}, Namespace: contract.Namespace}
-	if in := d.Default(ctx, ns, pod); !localdisk.Guarded(pod) {
+	if in := d.Default(ctx, ns, pod); !localdisk.Guarded(pod, "data") {
 		return fmt.Errorf("pod %s: the webhook did not guard it (%s/%s, warnings %q)", name, in.Result, in.Reason, in.Warnings)
 	}
 	p, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})

@@ -43,11 +43,12 @@ func (m Mount) ReadOnly() bool { return m.HasOption("ro") }
 // Place is the mount's place in the tree, for Stack.
 func (m Mount) Place() Place { return Place{ID: m.ID, ParentID: m.ParentID, MountPoint: m.MountPoint} }
 
-// Parse parses the whole content of a mountinfo file; blank lines are skipped.
+// Parse parses the whole content of a mountinfo file. Lines are separated by '\n' (the kernel
+// escapes a newline inside a path); empty lines are skipped, and nothing else is trimmed.
 func Parse(content string) ([]Mount, error) {
 	var out []Mount
 	for n, line := range strings.Split(content, "\n") {
-		if strings.TrimSpace(line) == "" {
+		if line == "" {
 			continue
 		}
 		m, err := ParseLine(line)
@@ -59,9 +60,33 @@ func Parse(content string) ([]Mount, error) {
 	return out, nil
 }
 
-// ParseLine parses one mountinfo line.
+// ParseLenient parses every line of content that parses and leaves out the others, for readers
+// that only look (tests, cleanup of test hosts) and must not stop at one line they cannot read.
+func ParseLenient(content string) []Mount {
+	var out []Mount
+	for _, line := range strings.Split(content, "\n") {
+		if m, err := ParseLine(line); err == nil {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// ParseLine parses one mountinfo line exactly as the kernel writes it (fs/proc_namespace.c):
+// fields separated by one space each, the optional fields ended by a lone "-". Only a single
+// ' ' separates: a path may hold any other byte raw (\r, \v, \f, U+0085, U+00A0, invalid
+// UTF-8), since the kernel escapes only space, tab, newline and backslash, so splitting on
+// "white space" would let a directory name move the field boundaries.
 func ParseLine(line string) (Mount, error) {
-	f := strings.Fields(line)
+	m, _, err := ParseLineSuper(line)
+	return m, err
+}
+
+// ParseLineSuper is ParseLine that also returns the last field, the filesystem's own (super
+// block) options, as the kernel wrote them (each filesystem escapes its option values its own
+// way, so they are not unescaped here).
+func ParseLineSuper(line string) (Mount, string, error) {
+	f := strings.Split(line, " ")
 	// 6 fixed fields, optional fields, "-", fstype, source, super options.
 	sep := -1
 	for i := 6; i < len(f); i++ {
@@ -70,13 +95,23 @@ func ParseLine(line string) (Mount, error) {
 			break
 		}
 	}
-	if len(f) < 6 || sep < 0 || len(f) < sep+3 {
-		return Mount{}, fmt.Errorf("%w: %q", ErrMalformed, line)
+	// Exactly three fields after the separator (type, source, the filesystem's own options):
+	// none of them holds an unescaped space.
+	if len(f) < 6 || sep < 0 || len(f) != sep+4 {
+		return Mount{}, "", fmt.Errorf("%w: %q", ErrMalformed, line)
 	}
 	id, err1 := strconv.Atoi(f[0])
 	parent, err2 := strconv.Atoi(f[1])
-	if err1 != nil || err2 != nil || !ValidDev(f[2]) {
-		return Mount{}, fmt.Errorf("%w: %q", ErrMalformed, line)
+	if err1 != nil || err2 != nil || id < 0 || parent < 0 || !ValidDev(f[2]) {
+		return Mount{}, "", fmt.Errorf("%w: %q", ErrMalformed, line)
+	}
+	for _, o := range f[6:sep] {
+		if o == "" {
+			return Mount{}, "", fmt.Errorf("%w: empty optional field: %q", ErrMalformed, line)
+		}
+	}
+	if f[3] == "" || f[4] == "" || f[5] == "" || f[sep+1] == "" {
+		return Mount{}, "", fmt.Errorf("%w: empty field: %q", ErrMalformed, line)
 	}
 	return Mount{
 		ID:         id,
@@ -86,9 +121,9 @@ func ParseLine(line string) (Mount, error) {
 		MountPoint: Unescape(f[4]),
 		Options:    strings.Split(f[5], ","),
 		Optional:   append([]string(nil), f[6:sep]...),
-		FSType:     f[sep+1],
+		FSType:     Unescape(f[sep+1]),
 		Source:     Unescape(f[sep+2]),
-	}, nil
+	}, f[sep+3], nil
 }
 
 // ValidDev accepts "major:minor" with decimal numbers.

@@ -2,7 +2,6 @@ package testenv
 
 import (
 	"os"
-	"strings"
 
 	"github.com/pvrescue/pvrescue/internal/mountinfo"
 )
@@ -24,14 +23,10 @@ func Mounts() ([]Mount, error) {
 }
 
 // parseMountInfo keeps the mount id, mount point and filesystem type of each line
-// (mountinfo.ParseLine); lines it cannot parse are skipped.
+// (mountinfo.ParseLenient); lines it cannot parse are skipped.
 func parseMountInfo(s string) []Mount {
 	var out []Mount
-	for _, line := range strings.Split(s, "\n") {
-		m, err := mountinfo.ParseLine(line)
-		if err != nil {
-			continue
-		}
+	for _, m := range mountinfo.ParseLenient(s) {
 		out = append(out, Mount{ID: m.ID, MountPoint: m.MountPoint, FSType: m.FSType})
 	}
 	return out

@@ -32,7 +32,9 @@ func BenchmarkRemountInContainers(b *testing.B) {
 		data := filepath.Join(root, "data")
 		script := "mount --bind " + n.target + " " + data
 		points := []string{data}
+		n.mounts(name, vm(data, "", false))
 		if i == 2 {
+			n.mounts(name, vm(filepath.Join(root, "cfg"), "sub/dir", true))
 			cfg := filepath.Join(root, "cfg")
 			script += "\nmount --bind " + n.target + "/sub/dir " + cfg + "\nmount -o remount,bind,ro " + cfg
 			points = append(points, cfg)

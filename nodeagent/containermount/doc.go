@@ -21,6 +21,14 @@
 //     reached are counted as untouched, which makes a second pass a no-op. A dead mount point
 //     nested in another (/data and a subPath at /data/logs) is hidden once the outer one is
 //     fixed; the next round (at most 4) puts it back inside the live outer mount;
+//     The plan is then held against the pod spec from the API (CheckPlan, SpecMounts): the
+//     container is matched by its container ID in the pod's statuses, each dead mount point must
+//     be one of its volumeMounts, the offset must be that volumeMount's subPath and a mount the
+//     spec makes read-only (volumeMount, claim or inline CSI readOnly) must show read-only; the
+//     clone gets the spec's read-only flag. When anything disagrees (or the container is not
+//     matched, or uses subPathExpr) nothing is attached in that container — it gets a
+//     ContainerMountSkipped Event and its liveness probe stays the fallback — so text in a
+//     mount table is never the only reason a container receives a wider or writable mount;
 //  4. attaches a clone of the live mount at that offset on top of each dead mount, then reads
 //     the namespace's mountinfo again and checks the top mount is the live connection showing
 //     exactly the planned directory with the planned read-only flag;

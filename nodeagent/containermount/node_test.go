@@ -39,13 +39,25 @@ type node struct {
 	deadDev  string
 	deadRoot string
 	driver   *testenv.S3fsMount
+	// spec is each container's volumeMounts in the pod spec request() sends (the API's view).
+	spec map[string][]corev1.VolumeMount
+}
+
+// vm is one volumeMount of the volume.
+func vm(mountPath, subPath string, readOnly bool) corev1.VolumeMount {
+	return corev1.VolumeMount{Name: "vol", MountPath: mountPath, SubPath: subPath, ReadOnly: readOnly}
+}
+
+// mounts records what the pod spec says of container name's mounts.
+func (n *node) mounts(name string, vms ...corev1.VolumeMount) {
+	n.spec[name] = append(n.spec[name], vms...)
 }
 
 func newNode(t testing.TB) *node {
 	e := newS3Env(t)
 	e.file("pv1/root.txt", "volume root\n")
 	e.file("pv1/sub/dir/sub.txt", "subdirectory\n")
-	n := &node{s3Env: e, target: filepath.Join(e.dir, "pods", podUID, "volumes", "pv1", "mount")}
+	n := &node{s3Env: e, target: filepath.Join(e.dir, "pods", podUID, "volumes", "pv1", "mount"), spec: map[string][]corev1.VolumeMount{}}
 	n.driver = e.s3fs("pv1", n.target)
 	top, _ := hostTable(t).Top(n.target)
 	n.deadDev, n.deadRoot = top.Dev, top.Root
@@ -85,6 +97,7 @@ func (n *node) appContainer(name string) (c *container, data, cfg string) {
 		"umount " + n.target,
 		"cd " + data, // the main process keeps its working directory on the volume
 	}, "\n"))
+	n.mounts(name, vm(data, "", false), vm(cfg, "sub/dir", true))
 	return c, data, cfg
 }
 
@@ -103,6 +116,7 @@ func (n *node) request(containers ...string) containermount.RemountRequest {
 	for _, c := range containers {
 		pod.Status.ContainerStatuses = append(pod.Status.ContainerStatuses,
 			corev1.ContainerStatus{Name: c, ContainerID: "containerd://" + c + "-id"})
+		pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{Name: c, VolumeMounts: n.spec[c]})
 	}
 	return containermount.RemountRequest{Pod: pod, DeadDevice: n.deadDev, DeadRoot: n.deadRoot, LivePath: n.target}
 }
@@ -122,6 +136,8 @@ func TestNodeRemountInContainers(t *testing.T) {
 	side := n.join(app) // a second container sharing app's mount namespace
 	// "watcher" has mountPropagation HostToContainer and uses the target path itself.
 	watcher := n.startContainer("watcher", "slave", "true")
+	n.mounts("side", n.spec["app"]...)
+	n.mounts("watcher", vm(n.target, "", false))
 	if got := read(t, app.path(cfg)+"/sub.txt"); got != "subdirectory\n" {
 		t.Fatalf("subPath before the failure: %q", got)
 	}

@@ -7,10 +7,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pvrescue/pvrescue/internal/ossthread"
 )
 
 // NewOS returns the real node implementation reading procRoot (normally "/proc").
@@ -89,7 +90,7 @@ type attachResult struct {
 // container's namespace; seen in the node test before this rule).
 func (n RealNamespaces) AttachInNamespace(ctx context.Context, ns NamespaceRef, livePath string, attaches []Attach) ([]error, error) {
 	done := make(chan attachResult, 1)
-	go onPrivateThread(func() {
+	go ossthread.Run(func() {
 		errs, err := n.attachLocked(ns, livePath, attaches)
 		done <- attachResult{errs, err}
 	})
@@ -101,26 +102,6 @@ func (n RealNamespaces) AttachInNamespace(ctx context.Context, ns NamespaceRef, 
 		// finishes on its own and its result is dropped.
 		return nil, fmt.Errorf("attach in mount namespace %d: %w", ns.Inode, ctx.Err())
 	}
-}
-
-// onPrivateThread runs f on a locked OS thread other than the main thread and lets the runtime
-// retire that thread afterwards.
-func onPrivateThread(f func()) {
-	runtime.LockOSThread()
-	if unix.Gettid() != unix.Getpid() {
-		f() // no UnlockOSThread: the thread ends with this goroutine
-		return
-	}
-	// We hold the main thread: keep it locked to this goroutine, so the worker below cannot be
-	// scheduled on it, and release it untouched afterwards.
-	finished := make(chan struct{})
-	go func() {
-		runtime.LockOSThread()
-		defer close(finished)
-		f()
-	}()
-	<-finished
-	runtime.UnlockOSThread()
 }
 
 func (n RealNamespaces) attachLocked(ns NamespaceRef, livePath string, attaches []Attach) ([]error, error) {

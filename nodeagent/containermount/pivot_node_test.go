@@ -47,6 +47,7 @@ func TestNodePivotRootContainer(t *testing.T) {
 		t.Fatalf("the kubelet path exists inside the container (%v): not a container-like root", err)
 	}
 
+	n.mounts("app", vm("/data", "", false), vm("/cfg", "sub/dir", true))
 	n.kill()
 	n.restore()
 	r, _ := n.remounter(inPod(map[int]string{c.pid: "app"}))
@@ -82,6 +83,7 @@ func TestNodeNestedMountPoints(t *testing.T) {
 	if got := read(t, c.path(data)+"/inner/sub.txt"); got != "subdirectory\n" {
 		t.Fatalf("nested subPath before the failure: %q", got)
 	}
+	n.mounts("app", vm(data, "", false), vm(data+"/inner", "sub/dir", false))
 	n.kill()
 	n.restore()
 	r, _ := n.remounter(inPod(map[int]string{c.pid: "app"}))

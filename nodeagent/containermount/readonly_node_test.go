@@ -47,6 +47,7 @@ func TestNodeReadOnlyHostToContainerStaysReadOnly(t *testing.T) {
 	}
 	hostTop, _ := hostTable(t).Top(n.target)
 
+	n.mounts("ro", vm(data, "", true))
 	r, rec := n.remounter(inPod(map[int]string{c.pid: "ro"}))
 	ctx := logr.NewContext(context.Background(), testr.New(t))
 	res, err := r.RemountInContainers(ctx, n.request("ro"))

@@ -19,6 +19,8 @@ import (
 const (
 	ReasonRestored = "MountRestoredInContainer"
 	ReasonFailed   = "MountRestoreInContainerFailed"
+	// ReasonSkipped: the pod spec and the container's mount table disagree (ErrUnverified).
+	ReasonSkipped = "ContainerMountSkipped"
 )
 
 // Request errors.
@@ -131,7 +133,8 @@ func (r *Remounter) RemountInContainers(ctx context.Context, req RemountRequest)
 	var fixedLabels []string
 	for _, ns := range GroupByNamespace(procs, string(pod.UID), selfNS, hostNS) {
 		label := nsLabel(ns, names)
-		fixed := r.fixNamespace(ctx, log, req, live, ns, label, selfUser, &res)
+		spec, identified := SpecMounts(pod, nsNames(ns, names))
+		fixed := r.fixNamespace(ctx, log, req, live, ns, label, selfUser, nsSpec{spec, identified}, &res)
 		if fixed && !contains(fixedLabels, label) {
 			fixedLabels = append(fixedLabels, label)
 		}
@@ -207,6 +210,12 @@ func (r *Remounter) podProcs(podUID string) ([]Proc, error) {
 	return out, nil
 }
 
+// nsSpec is what the pod spec says of one namespace's containers' mounts (SpecMounts).
+type nsSpec struct {
+	mounts     map[string][]SpecMount
+	identified bool
+}
+
 // maxRounds bounds plan-attach-verify rounds in one namespace: a round that fixes an outer
 // mount point hides the dead ones nested in it, which the next round puts back inside.
 const maxRounds = 4
@@ -214,7 +223,7 @@ const maxRounds = 4
 // fixNamespace plans, attaches and verifies in one container namespace; it reports whether at
 // least one mount was fixed.
 func (r *Remounter) fixNamespace(ctx context.Context, log logr.Logger, req RemountRequest, live Mount, ns Namespace,
-	label string, selfUser uint64, res *RemountResult) bool {
+	label string, selfUser uint64, spec nsSpec, res *RemountResult) bool {
 	log = log.WithValues("container", label, "mountNS", ns.Inode)
 	userNamespaced := ns.UserNS != 0 && selfUser != 0 && ns.UserNS != selfUser
 	var fixed []string
@@ -229,7 +238,8 @@ func (r *Remounter) fixNamespace(ctx context.Context, log logr.Logger, req Remou
 			}
 			break
 		}
-		plan := PlanNamespace(table, req.DeadDevice, req.DeadRoot, live.Dev)
+		// Offsets and read-only flags come from the pod spec; mountinfo only has to agree.
+		plan := CheckPlan(PlanNamespace(table, req.DeadDevice, req.DeadRoot, live.Dev), table, live.Dev, spec.mounts, spec.identified)
 		left = plan.Live
 		planned := map[string]bool{}
 		for mp, err := range plan.Skipped {

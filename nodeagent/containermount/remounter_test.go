@@ -77,8 +77,19 @@ func newFakeCluster(t *testing.T) *fakeCluster {
 431 430 `+liveDev+` / /data rw master:5 - fuse.s3fs s3fs rw
 `))
 	must(t, n.SetTable(6, "1 0 0:34 / / rw - overlay overlay rw\n"))
+	vol := func(mp, sub string, ro bool) []corev1.VolumeMount {
+		return []corev1.VolumeMount{{Name: "vol", MountPath: mp, SubPath: sub, ReadOnly: ro}}
+	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: types.UID(uidDashed)},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{
+			{Name: "app", VolumeMounts: append(vol("/data", "", false), corev1.VolumeMount{Name: "vol", MountPath: "/data/logs", SubPath: "logs2"})},
+			{Name: "sub", VolumeMounts: vol("/cfg", "sub/dir", true)},
+			{Name: "c3", VolumeMounts: vol("/data", "", false)},
+			{Name: "c4", VolumeMounts: vol("/data/", "", false)},
+			{Name: "fresh", VolumeMounts: vol("/data", "", false)},
+			{Name: "ro-htc", VolumeMounts: append(vol("/data", "", true), corev1.VolumeMount{Name: "vol", MountPath: "/rw-data"})},
+		}},
 		Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{
 			{Name: "app", ContainerID: "containerd://app"},
 			{Name: "sub", ContainerID: "containerd://sub"},
@@ -305,14 +316,186 @@ func TestRemountRejectsBadRequests(t *testing.T) {
 	}
 }
 
-func TestRemountNamesUnknownContainersByPid(t *testing.T) {
+// A namespace whose container no status names cannot be held against the pod spec: it is skipped
+// (named by pid), never remounted from its mount table alone.
+func TestRemountSkipsUnidentifiedContainers(t *testing.T) {
 	c := newFakeCluster(t)
 	c.pod.Status.ContainerStatuses = nil // statuses not reported yet
 	h := newHarness(t, c.node.OS(), Options{})
 	res, err := h.r.RemountInContainers(ctxFor(t), c.req())
 	must(t, err)
-	if got := strings.Join(res.Fixed, ","); got != "pid 20:/data,pid 30:/cfg,pid 40:/data" {
-		t.Errorf("fixed = %s", got)
+	if len(res.Fixed) != 0 || len(c.node.Calls) != 0 {
+		t.Errorf("fixed %v with %d calls, want nothing", res.Fixed, len(c.node.Calls))
+	}
+	for _, k := range []string{"pid 20:/data", "pid 30:/cfg", "pid 40:/data"} {
+		if !errors.Is(res.Failed[k], ErrUnverified) {
+			t.Errorf("%s: %v, want ErrUnverified", k, res.Failed[k])
+		}
+	}
+	if ev := h.events(); len(ev) != 1 || !strings.HasPrefix(ev[0], "Warning "+ReasonSkipped) || !strings.Contains(ev[0], "pid 30:/cfg") {
+		t.Errorf("events = %q, want one %s", ev, ReasonSkipped)
+	}
+	if got := counter(t, h.reg, "failure", "unverified"); got != 3 {
+		t.Errorf("unverified failures = %v, want 3", got)
+	}
+}
+
+// Every way the pod spec (from the API) and a container's mount table can disagree: the container
+// is skipped with a ContainerMountSkipped Event, nothing is attached in its namespace, and the
+// other containers are still fixed.
+func TestRemountSkipsContainersWhoseSpecDisagrees(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// edit changes the "sub" container (ns 3, /cfg) and/or its table.
+		spec  func(c *corev1.Container, p *corev1.Pod)
+		table string
+		why   string
+	}{
+		{name: "mount table shows the volume root, spec a subPath",
+			table: "410 1 " + deadDev + " / /cfg ro - fuse.s3fs s3fs rw", why: `shows "" of the volume, the pod spec's subPath is "sub/dir"`},
+		{name: "mount table shows another subdirectory",
+			table: "410 1 " + deadDev + " /other /cfg ro - fuse.s3fs s3fs rw", why: `shows "other"`},
+		{name: "mount table shows a wider directory",
+			table: "410 1 " + deadDev + " /sub /cfg ro - fuse.s3fs s3fs rw", why: `shows "sub"`},
+		{name: "mount table shows writable, spec read-only",
+			table: "410 1 " + deadDev + " /sub/dir /cfg rw - fuse.s3fs s3fs rw", why: "writable"},
+		{name: "read-only from the claim, mount table writable",
+			spec: func(c *corev1.Container, p *corev1.Pod) {
+				c.VolumeMounts[0].ReadOnly, c.VolumeMounts[0].Name = false, "ro-claim"
+				p.Spec.Volumes = []corev1.Volume{{Name: "ro-claim", VolumeSource: corev1.VolumeSource{
+					PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "c", ReadOnly: true}}}}
+			},
+			table: "410 1 " + deadDev + " /sub/dir /cfg rw - fuse.s3fs s3fs rw", why: "writable"},
+		{name: "no volumeMount at that path",
+			spec: func(c *corev1.Container, _ *corev1.Pod) { c.VolumeMounts[0].MountPath = "/elsewhere" }, why: "no volumeMount"},
+		{name: "subPathExpr",
+			spec: func(c *corev1.Container, _ *corev1.Pod) {
+				c.VolumeMounts[0].SubPath, c.VolumeMounts[0].SubPathExpr = "", "$(POD)"
+			}, why: "subPathExpr"},
+		{name: "container not in the spec",
+			spec: func(c *corev1.Container, _ *corev1.Pod) { c.Name = "renamed" }, why: "no container of the pod spec"},
+		{name: "a no-break space where the spec has none",
+			table: "410 1 " + deadDev + " /sub/dir\u00a0 /cfg ro - fuse.s3fs s3fs rw", why: "shows \"sub/dir\\u00a0\""},
+		{name: "another mount of the container disagrees",
+			spec: func(c *corev1.Container, _ *corev1.Pod) {
+				c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "vol", MountPath: "/root-ro", ReadOnly: true})
+			},
+			table: "410 1 " + deadDev + " /sub/dir /cfg ro - fuse.s3fs s3fs rw\n411 1 " + deadDev + " / /root-ro rw - fuse.s3fs s3fs rw",
+			why:   "another mount of the container disagrees"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newFakeCluster(t)
+			if tc.table != "" {
+				must(t, c.node.SetTable(3, "1 0 0:31 / / rw - overlay overlay rw\n"+tc.table+"\n"))
+			}
+			if tc.spec != nil {
+				tc.spec(&c.pod.Spec.Containers[1], c.pod)
+			}
+			before := FormatMountInfo(c.node.Table(3))
+			h := newHarness(t, c.node.OS(), Options{})
+			res, err := h.r.RemountInContainers(ctxFor(t), c.req())
+			must(t, err)
+			if strings.Join(res.Fixed, ",") != "app:/data,c3+c4:/data" {
+				t.Errorf("fixed = %v, want the other containers fixed", res.Fixed)
+			}
+			if len(res.Failed) == 0 {
+				t.Fatalf("nothing failed, want sub skipped")
+			}
+			for k, err := range res.Failed {
+				if !strings.HasPrefix(k, "sub:") || !errors.Is(err, ErrUnverified) {
+					t.Errorf("%s: %v, want only sub's mounts, ErrUnverified", k, err)
+				}
+			}
+			for _, call := range c.node.Calls {
+				if call.NS == 3 {
+					t.Errorf("attached in the skipped container's namespace: %+v", call.Attaches)
+				}
+			}
+			if got := FormatMountInfo(c.node.Table(3)); got != before {
+				t.Errorf("the skipped container's table changed:\n%s", got)
+			}
+			var skipped []string
+			for _, ev := range h.events() {
+				if strings.HasPrefix(ev, "Warning "+ReasonSkipped) {
+					skipped = append(skipped, ev)
+				}
+			}
+			if len(skipped) != 1 || !strings.Contains(skipped[0], "sub:") || !strings.Contains(skipped[0], tc.why) {
+				t.Errorf("skip events = %q, want one naming sub and %q", skipped, tc.why)
+			}
+			if len(c.node.Violations) != 0 {
+				t.Errorf("violations: %v", c.node.Violations)
+			}
+		})
+	}
+}
+
+// A read-only subPath whose name holds the bytes a tenant can choose (no-break spaces around a
+// "/data rw" that once parsed as separate fields) is restored at exactly that subdirectory,
+// read-only: the spec and the exact mount table agree.
+func TestRemountOddSubPathStaysItsSubdirectoryReadOnly(t *testing.T) {
+	c := newFakeCluster(t)
+	sub := "\u00a0/data\u00a0rw\r\v\u0085"
+	mp := "/d\u00a0a\rt\va"
+	must(t, c.node.SetTable(3, "1 0 0:31 / / rw - overlay overlay rw\n410 1 "+deadDev+" /"+sub+" "+mp+" ro,relatime - fuse.s3fs s3fs rw\n"))
+	c.pod.Spec.Containers[1].VolumeMounts = []corev1.VolumeMount{{Name: "vol", MountPath: mp, SubPath: sub, ReadOnly: true}}
+	h := newHarness(t, c.node.OS(), Options{})
+	res, err := h.r.RemountInContainers(ctxFor(t), c.req())
+	must(t, err)
+	if !contains(res.Fixed, "sub:"+mp) || len(res.Failed) != 0 {
+		t.Fatalf("result %+v, want sub:%q fixed", res, mp)
+	}
+	top, _ := c.node.Table(3).Top(mp)
+	if top.Dev != liveDev || top.Root != "/"+sub || !top.ReadOnly() {
+		t.Errorf("top at %q = %+v, want live root %q read-only", mp, top, "/"+sub)
+	}
+	if len(c.node.Violations) != 0 {
+		t.Errorf("violations: %v", c.node.Violations)
+	}
+}
+
+// A live mount propagated in writable where the spec makes the mount read-only is made read-only
+// in place even when the dead mount's own line showed it writable.
+func TestRemountReprotectsFromTheSpec(t *testing.T) {
+	c := newFakeCluster(t)
+	c.node.AddProc(80, FakeProc{Cgroup: cg("ro-htc"), MountNS: 8, UserNS: 1})
+	must(t, c.node.SetTable(8, `1 0 0:35 / / rw - overlay overlay rw
+440 1 `+deadDev+` / /data rw master:5 - fuse.s3fs s3fs rw
+441 440 `+liveDev+` / /data rw master:5 - fuse.s3fs s3fs rw
+`))
+	c.pod.Status.ContainerStatuses = append(c.pod.Status.ContainerStatuses, corev1.ContainerStatus{Name: "ro-htc", ContainerID: "containerd://ro-htc"})
+	h := newHarness(t, c.node.OS(), Options{})
+	res, err := h.r.RemountInContainers(ctxFor(t), c.req())
+	must(t, err)
+	if !contains(res.Fixed, "ro-htc:/data") {
+		t.Fatalf("result %+v, want ro-htc:/data made read-only", res)
+	}
+	if top, _ := c.node.Table(8).Top("/data"); top.ID != 441 || !top.ReadOnly() {
+		t.Errorf("/data top = %+v, want mount 441 read-only", top)
+	}
+}
+
+func TestSpecMounts(t *testing.T) {
+	yes := true
+	pod := &corev1.Pod{Spec: corev1.PodSpec{
+		InitContainers: []corev1.Container{{Name: "i", VolumeMounts: []corev1.VolumeMount{{Name: "csi", MountPath: "/i/"}}}},
+		Containers: []corev1.Container{{Name: "a", VolumeMounts: []corev1.VolumeMount{
+			{Name: "v", MountPath: "/a", SubPath: "x/y/"}, {Name: "v", MountPath: "/b", SubPathExpr: "$(X)"}}}},
+		EphemeralContainers: []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "e",
+			VolumeMounts: []corev1.VolumeMount{{Name: "v", MountPath: "/e", ReadOnly: true}}}}},
+		Volumes: []corev1.Volume{{Name: "csi", VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{Driver: "d", ReadOnly: &yes}}}},
+	}}
+	got, ok := SpecMounts(pod, []string{"a", "i", "e"})
+	want := map[string][]SpecMount{"/a": {{Volume: "v", SubPath: "x/y"}}, "/b": {{Volume: "v", Expr: true}},
+		"/i": {{Volume: "csi", ReadOnly: true}}, "/e": {{Volume: "v", ReadOnly: true}}}
+	if !ok || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("SpecMounts = %v %v, want %v", got, ok, want)
+	}
+	if _, ok := SpecMounts(pod, []string{"a", "missing"}); ok {
+		t.Error("a name not in the spec was accepted")
+	}
+	if _, ok := SpecMounts(pod, nil); ok {
+		t.Error("no names was accepted")
 	}
 }
 

@@ -18,19 +18,37 @@ func (r *Remounter) report(pod *corev1.Pod, res RemountResult, fixedLabels []str
 	if r.rec == nil {
 		return
 	}
+	// Mount points and container names are quoted: a tenant chooses the bytes of a mountPath.
 	if len(res.Fixed) > 0 {
 		r.rec.Eventf(pod, corev1.EventTypeNormal, ReasonRestored,
 			"Volume mount restored without a restart in container(s) %s (%s)",
-			strings.Join(fixedLabels, ", "), strings.Join(res.Fixed, ", "))
+			strings.Join(fixedLabels, ", "), quoteAll(res.Fixed))
 	}
-	if len(res.Failed) > 0 {
-		var parts []string
-		for _, k := range sortedKeys(res.Failed) {
-			parts = append(parts, k+": "+res.Failed[k].Error())
+	var failed, skipped []string
+	for _, k := range sortedKeys(res.Failed) {
+		if errors.Is(res.Failed[k], ErrUnverified) {
+			skipped = append(skipped, strconv.Quote(k)+": "+res.Failed[k].Error())
+		} else {
+			failed = append(failed, strconv.Quote(k)+": "+res.Failed[k].Error())
 		}
-		r.rec.Eventf(pod, corev1.EventTypeWarning, ReasonFailed,
-			"Volume mount still dead in container(s); the liveness probe remains the fallback: %s", strings.Join(parts, "; "))
 	}
+	if len(failed) > 0 {
+		r.rec.Eventf(pod, corev1.EventTypeWarning, ReasonFailed,
+			"Volume mount still dead in container(s); the liveness probe remains the fallback: %s", strings.Join(failed, "; "))
+	}
+	if len(skipped) > 0 {
+		r.rec.Eventf(pod, corev1.EventTypeWarning, ReasonSkipped,
+			"Volume mount left dead in container(s) whose pod spec and mount table disagree (nothing was mounted there); "+
+				"the liveness probe remains the fallback: %s", strings.Join(skipped, "; "))
+	}
+}
+
+func quoteAll(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = strconv.Quote(s)
+	}
+	return strings.Join(q, ", ")
 }
 
 // Reason maps an error to the metrics label value.
@@ -48,6 +66,7 @@ func Reason(err error) string {
 		{ErrVerify, "verify"},
 		{ErrOutsideVolume, "outside_volume"},
 		{ErrDeletedRoot, "deleted_root"},
+		{ErrUnverified, "unverified"},
 		{context.DeadlineExceeded, "timeout"},
 		{context.Canceled, "canceled"},
 		{ErrUnsupported, "unsupported"},
@@ -72,6 +91,17 @@ func containerNames(pod *corev1.Pod) map[string]string {
 		}
 	}
 	return out
+}
+
+// nsNames returns the names of the containers of ns that the pod's statuses name.
+func nsNames(ns Namespace, names map[string]string) []string {
+	var got []string
+	for _, id := range ns.ContainerIDs {
+		if n, ok := names[id]; ok && !contains(got, n) {
+			got = append(got, n)
+		}
+	}
+	return got
 }
 
 // nsLabel names a namespace by its containers' names, or by its lowest pid when no container

@@ -39,6 +39,7 @@ func TestNodeUserNamespacedContainer(t *testing.T) {
 		t.Errorf("umount -l of a locked mount in the userns container succeeded (%s); the package doc says it fails", out)
 	}
 
+	n.mounts("userns", vm(udata, "", false), vm(n.target, "", false))
 	r, _ := n.remounter(inPod(map[int]string{app.pid: "app", uc.pid: "userns"}))
 	res, err := r.RemountInContainers(logr.NewContext(context.Background(), testr.New(t)), n.request("app", "userns"))
 	must(t, err)

@@ -86,6 +86,8 @@ func (e *clusterEnv) createPV(t *testing.T, name, path, claim string) {
 	}
 }
 
+// createPod creates a running pod using claim; with the webhook's status annotation it also has
+// the guard init container the webhook injects (the annotation alone guards nothing).
 func (e *clusterEnv) createPod(t *testing.T, name, claim string, annotations map[string]string) {
 	t.Helper()
 	no := false
@@ -96,6 +98,9 @@ func (e *clusterEnv) createPod(t *testing.T, name, claim string, annotations map
 				VolumeDevices: []corev1.VolumeDevice{{Name: "d", DevicePath: "/dev/data"}}}},
 			Volumes: []corev1.Volume{{Name: "d", VolumeSource: corev1.VolumeSource{
 				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}},
+	}
+	if annotations[contract.AnnotationStatus] != "" {
+		pod.Spec.InitContainers = []corev1.Container{guardInit(claim)}
 	}
 	created, err := e.client.CoreV1().Pods("app").Create(e.ctx, pod, metav1.CreateOptions{})
 	if err != nil {

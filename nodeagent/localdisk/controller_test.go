@@ -185,7 +185,19 @@ func boundPVC() *corev1.PersistentVolumeClaim {
 		Spec: corev1.PersistentVolumeClaimSpec{VolumeName: "pv1"}}
 }
 
+// guard is the status annotation the webhook writes; informational only: podOn adds the guard
+// container itself when the pod is meant to be guarded.
 var guard = map[string]string{contract.AnnotationStatus: `{"localBlock":["data"]}`}
+
+// guardInit is the guard init container as the webhook injects it for pod volume "d" (claim
+// claim) mapped at /dev/data.
+func guardInit(claim string) corev1.Container {
+	return corev1.Container{Name: contract.GuardContainerName, Image: "helper",
+		Command:       []string{contract.HelperBinaryInImage},
+		Args:          []string{contract.CmdGuard, contract.FlagDevice, "/dev/data=" + claim, contract.FlagPolicy, contract.PolicyFilter},
+		Env:           []corev1.EnvVar{{Name: contract.EnvInjected, Value: contract.RoleGuard}},
+		VolumeDevices: []corev1.VolumeDevice{{Name: "d", DevicePath: "/dev/data"}}}
+}
 
 func with(a map[string]string, kv ...string) map[string]string {
 	out := map[string]string{}
@@ -198,7 +210,18 @@ func with(a map[string]string, kv ...string) map[string]string {
 	return out
 }
 
+// podOn is a running pod on n1 using claim "data" as volume "d"; guarded when annotations are
+// the webhook's (then it also has the guard init container the webhook injects).
 func podOn(name string, annotations map[string]string, started time.Time) *corev1.Pod {
+	p := bareOn(name, annotations, started)
+	if annotations[contract.AnnotationStatus] != "" {
+		p.Spec.InitContainers = []corev1.Container{guardInit("data")}
+	}
+	return p
+}
+
+// bareOn is podOn without any guard container, whatever its annotations say.
+func bareOn(name string, annotations map[string]string, started time.Time) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "app", UID: k8stypes.UID("uid-" + name), Annotations: annotations},
 		Spec: corev1.PodSpec{NodeName: "n1", Volumes: []corev1.Volume{{Name: "d",
@@ -329,6 +352,22 @@ func TestControllerGateOffReportsOnly(t *testing.T) {
 	if n := e.count(ReasonDiskMissing + " "); n != 1 {
 		t.Errorf("%d missing-disk events over three passes, want 1: %q", n, e.events)
 	}
+}
+
+// A pod carrying the webhook's status annotation (copied from a mutated pod's YAML into a
+// namespace the webhook never saw) but not the guard gets no fake, and is named in an Event.
+func TestControllerCopiedAnnotationIsNotAGuard(t *testing.T) {
+	e := newCtrlEnv(t, true, boundPV(), boundPVC(), podOn("guarded", guard, time.Now()), bareOn("copied", guard, time.Now()))
+	e.pass()
+	e.wantEvent("Warning", ReasonUnguardedPod, "app/copied", "pv1")
+	if e.count(ReasonUnguardedPod, "app/guarded") != 0 {
+		t.Errorf("the guarded pod was named: %q", e.events)
+	}
+	e.os.Locked(func() {
+		if len(e.os.Calls) != 0 {
+			t.Errorf("faked for a pod with only the annotation: %v", e.os.Calls)
+		}
+	})
 }
 
 // A pod without the guard (admitted while the webhook was down) gets no fake: a writable-looking

@@ -25,8 +25,9 @@
 // never replace anything. A PV whose path changed has its old link removed.
 //
 // Guard gating: a new fake is made only when every pod on this node using the PV carries the
-// webhook's status annotation (the guard filters the fake); an unguarded pod is named in an
-// Event and kubelet's error stays. A `require` pod is evicted (Eviction API, PDBs respected) when
+// guard the webhook injects for that volume (Guarded: our marked init container mapping the
+// claim's device; the guard filters the fake). The status annotation is never evidence: anyone
+// can write it. An unguarded pod is named in an Event and kubelet's error stays. A `require` pod is evicted (Eviction API, PDBs respected) when
 // the disk returns, as is a pod with the restart annotation. An eviction a PodDisruptionBudget
 // refuses (429) is told once (Warning EvictionBlocked) and retried on every pass.
 //

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+
+	"github.com/pvrescue/pvrescue/internal/statename"
 )
 
 // Sentinel errors for bad input: reported, never acted upon.
@@ -184,10 +186,18 @@ func NewReconciler(os OS, opts ReconcilerOptions, now func() time.Time) (*Reconc
 
 func (r *Reconciler) dir() string { return filepath.Join(r.opts.StateDir, SubDir) }
 
-// ImagePath is the fake image of a PV.
-func (r *Reconciler) ImagePath(pv string) string { return filepath.Join(r.dir(), pv+".img") }
+// stateReserve is what a state file's temporary name adds around it ("." and ".tmp").
+const stateReserve = len(".") + len(".tmp")
 
-func (r *Reconciler) recordPath(pv string) string { return filepath.Join(r.dir(), pv+".json") }
+// ImagePath is the fake image of a PV. The file name is the PV name when short (every name
+// records of earlier agents used), else a bounded hashed form (statename.Component).
+func (r *Reconciler) ImagePath(pv string) string { return filepath.Join(r.dir(), stem(pv)+".img") }
+
+func (r *Reconciler) recordPath(pv string) string { return filepath.Join(r.dir(), stem(pv)+".json") }
+
+// stem is the part of a PV's state file names before the suffix, one for all of them (bounded
+// for the longest suffix) so a record and its image always share it.
+func stem(pv string) string { return statename.Component(pv, "", stateReserve+len(".json")) }
 
 // ValidatePath reports bad input in a PV's local path: it must be absolute and clean, and lie
 // under one of roots or be a kernel device name in devDir.
@@ -290,16 +300,18 @@ func (r *Reconciler) readRecords() (map[string]record, []string, []string, error
 			// names are).
 			temps = append(temps, filepath.Join(r.dir(), n))
 		case strings.HasSuffix(n, ".json") && !strings.HasPrefix(n, "."):
-			pv := strings.TrimSuffix(n, ".json")
-			rec := record{PV: pv}
+			// The record names its PV; the file name is that name, or its bounded hashed form
+			// for a long one. A corrupt record still keys by the file's stem, which maps back to
+			// the same files: without a path the link cannot be found, so only the loop and
+			// image are cleaned up.
+			st := strings.TrimSuffix(n, ".json")
+			rec := record{PV: st}
 			if b, err := r.os.ReadFile(filepath.Join(r.dir(), n)); err == nil {
-				// A corrupt record still names the PV (file name); without a path the link
-				// cannot be found, so only the loop and image are cleaned up.
-				if json.Unmarshal(b, &rec) != nil || rec.PV != pv {
-					rec = record{PV: pv}
+				if json.Unmarshal(b, &rec) != nil || rec.PV == "" || filepath.Base(r.recordPath(rec.PV)) != n {
+					rec = record{PV: st}
 				}
 			}
-			recs[pv] = rec
+			recs[rec.PV] = rec
 		case strings.HasSuffix(n, ".img") && !strings.HasPrefix(n, "."):
 			images = append(images, filepath.Join(r.dir(), n))
 		}
@@ -353,10 +365,13 @@ func (r *Reconciler) Sync(ctx context.Context, vols []Volume, create bool) Resul
 	for _, pv := range gone {
 		res.Retired = append(res.Retired, r.retire(ctx, v, recs[pv], false))
 	}
+	recorded := map[string]bool{} // stems of the records' files
+	for pv := range recs {
+		recorded[stem(pv)] = true
+	}
 	// Orphans: an image without a record can only be a leftover of an interrupted retire.
 	for _, img := range images {
-		pv := strings.TrimSuffix(filepath.Base(img), ".img")
-		if _, ok := recs[pv]; ok || inUse[img] {
+		if recorded[strings.TrimSuffix(filepath.Base(img), ".img")] || inUse[img] {
 			continue
 		}
 		if err := r.dropImage(v, img); err != nil && !errors.Is(err, errHeld) {
@@ -365,8 +380,7 @@ func (r *Reconciler) Sync(ctx context.Context, vols []Volume, create bool) Resul
 	}
 	// Our loops whose image file is gone (deleted while attached) and that no record explains.
 	for img, l := range v.byImage {
-		pv := strings.TrimSuffix(filepath.Base(img), ".img")
-		if _, ok := recs[pv]; ok || inUse[img] {
+		if recorded[strings.TrimSuffix(filepath.Base(img), ".img")] || inUse[img] {
 			continue
 		}
 		if _, err := r.os.FileSize(img); err == nil {

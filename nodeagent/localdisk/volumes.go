@@ -9,8 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
-
-	"github.com/pvrescue/pvrescue/internal/contract"
 )
 
 // wanted is what one pass handles: the local block PVs used by pods on this node, plus those
@@ -24,9 +22,6 @@ type wanted struct {
 	// podUIDs are every pod seen on the node (for pruning memory).
 	podUIDs map[string]bool
 }
-
-// Guarded reports whether the webhook injected the guard into pod (its status annotation).
-func Guarded(pod *corev1.Pod) bool { return pod.Annotations[contract.AnnotationStatus] != "" }
 
 func terminal(pod *corev1.Pod) bool {
 	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
@@ -79,7 +74,7 @@ func (c *Controller) collect(ctx context.Context, node *corev1.Node) (wanted, er
 			}
 			w.pvs[pv.Name] = pv
 			w.pods[pv.Name] = append(w.pods[pv.Name], pod)
-			if !Guarded(pod) {
+			if !Guarded(pod, v.Name) {
 				w.unguarded[pv.Name] = append(w.unguarded[pv.Name], pod)
 			}
 		}

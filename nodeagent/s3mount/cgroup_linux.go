@@ -8,11 +8,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pvrescue/pvrescue/internal/ossthread"
 )
 
 // ErrNoCgroups is returned when no cgroup hierarchy is found.
@@ -187,7 +188,7 @@ func (c HostCgroups) Remove(group string) error {
 }
 
 // inCgroupNS runs f on a thread that joined procDir's cgroup namespace when it differs from
-// ours. The thread is never unlocked: it ends with its goroutine, and its namespace with it.
+// ours: a thread of its own, never the main thread, retired afterwards (internal/ossthread).
 func inCgroupNS(procDir string, f func() error) error {
 	nsPath := filepath.Join(procDir, "ns", "cgroup")
 	self, err1 := os.Stat("/proc/self/ns/cgroup")
@@ -195,20 +196,13 @@ func inCgroupNS(procDir string, f func() error) error {
 	if err1 != nil || err2 != nil || os.SameFile(self, other) {
 		return f()
 	}
-	res := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		fd, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			res <- fmt.Errorf("open %s: %w", nsPath, err)
-			return
-		}
-		defer unix.Close(fd)
-		if err := unix.Setns(fd, unix.CLONE_NEWCGROUP); err != nil {
-			res <- fmt.Errorf("join cgroup namespace %s: %w", nsPath, err)
-			return
-		}
-		res <- f()
-	}()
-	return <-res
+	var ran bool
+	err := ossthread.Enter(nsPath, unix.CLONE_NEWCGROUP, func() error {
+		ran = true
+		return f()
+	})
+	if err != nil && !ran {
+		return fmt.Errorf("join cgroup namespace: %w", err)
+	}
+	return err
 }

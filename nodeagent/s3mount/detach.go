@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/pvrescue/pvrescue/internal/mountinfo"
 )
 
 // A bridge's s3fs must outlive the agent container (see doc.go, "Bridges outlive the agent"). It
@@ -25,6 +27,8 @@ type BridgeRecord struct {
 	// Cgroup is the group (relative to every hierarchy's root) the process was moved into; ""
 	// when moving it failed.
 	Cgroup string `json:"cgroup,omitempty"`
+	// PV is the PV's full name (the file is named by PVComponent, a hashed form when long).
+	PV string `json:"pv,omitempty"`
 }
 
 // BridgesDir holds one BridgeRecord per PV whose bridge runs.
@@ -32,14 +36,16 @@ func (l Layout) BridgesDir() string { return filepath.Join(l.Root(), "bridges") 
 
 // BridgeRecordFile is the record of one PV's bridge.
 func (l Layout) BridgeRecordFile(pvName string) string {
-	return filepath.Join(l.BridgesDir(), pvName+".json")
+	return filepath.Join(l.BridgesDir(), PVComponent(pvName)+".json")
 }
 
 // LogDir holds s3fs's output, one file per PV, truncated at every start.
 func (l Layout) LogDir() string { return filepath.Join(l.Root(), "log") }
 
 // LogFile is the output file of one PV's s3fs.
-func (l Layout) LogFile(pvName string) string { return filepath.Join(l.LogDir(), pvName+".log") }
+func (l Layout) LogFile(pvName string) string {
+	return filepath.Join(l.LogDir(), PVComponent(pvName)+".log")
+}
 
 // BridgeCgroup is the cgroup of one bridge process under the configured parent group: one per
 // process, so that the exit of a replaced bridge never races its successor for the group.
@@ -47,7 +53,7 @@ func BridgeCgroup(parent, pvName string, pid int) string {
 	if parent == "" {
 		return ""
 	}
-	return fmt.Sprintf("%s/%s-%d", parent, pvName, pid)
+	return fmt.Sprintf("%s/%s-%d", parent, PVComponent(pvName), pid)
 }
 
 // readBridgeRecord reads pv's record; ok=false when there is none.
@@ -70,6 +76,7 @@ func (r *Restorer) readBridgeRecord(pvName string) (BridgeRecord, bool, error) {
 }
 
 func (r *Restorer) writeBridgeRecord(pvName string, rec BridgeRecord) error {
+	rec.PV = pvName
 	data, err := json.Marshal(rec)
 	if err != nil {
 		return err
@@ -77,7 +84,9 @@ func (r *Restorer) writeBridgeRecord(pvName string, rec BridgeRecord) error {
 	return r.os.FS.WriteFile(r.layout.BridgeRecordFile(pvName), data, 0o600)
 }
 
-// PVFromBridgeRecord returns the PV of a record file name ("<pv>.json"), or ok=false.
+// PVFromBridgeRecord returns the PV of a record file name ("<pv>.json"), or ok=false; for a long
+// PV name, its PVComponent (which Layout maps back to the same files; the record holds the full
+// name).
 func PVFromBridgeRecord(name string) (string, bool) {
 	pv, ok := strings.CutSuffix(name, ".json")
 	return pv, ok && pv != "" && !strings.HasPrefix(pv, ".")
@@ -142,25 +151,21 @@ func ParseCgroupMounts(content string) []CgroupMount {
 	seen := map[string]bool{}
 	at := map[string]int{} // mount point → index in out
 	for _, line := range strings.Split(content, "\n") {
-		pre, post, ok := strings.Cut(line, " - ")
-		if !ok {
-			continue
-		}
-		f, g := strings.Fields(pre), strings.Fields(post)
-		if len(f) < 5 || len(g) < 3 || (g[0] != "cgroup" && g[0] != "cgroup2") {
+		mi, super, err := mountinfo.ParseLineSuper(line)
+		if err != nil || (mi.FSType != "cgroup" && mi.FSType != "cgroup2") {
 			continue
 		}
 		var opts []string
-		for _, o := range strings.Split(g[2], ",") {
+		for _, o := range strings.Split(super, ",") {
 			if o != "rw" && o != "ro" && o != "" {
 				opts = append(opts, o)
 			}
 		}
-		key := g[0] + " " + strings.Join(opts, ",")
-		if g[0] == "cgroup2" {
+		key := mi.FSType + " " + strings.Join(opts, ",")
+		if mi.FSType == "cgroup2" {
 			key, opts = "cgroup2", nil // its super options (nsdelegate, ...) are not needed to mount it
 		}
-		m := CgroupMount{Root: f[3], MountPoint: f[4], FSType: g[0], Options: opts}
+		m := CgroupMount{Root: mi.Root, MountPoint: mi.MountPoint, FSType: mi.FSType, Options: opts}
 		if i, ok := at[m.MountPoint]; ok {
 			out[i] = m
 			continue

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	utilstrings "k8s.io/utils/strings"
+
+	"github.com/pvrescue/pvrescue/internal/statename"
 )
 
 // csiPluginDir is kubelet's directory name for CSI volumes (kubernetes.io/csi, escaped).
@@ -85,18 +87,30 @@ func (l Layout) Root() string { return filepath.Join(l.StateDir, "s3") }
 // StagingRoot holds one staging mount per PV.
 func (l Layout) StagingRoot() string { return filepath.Join(l.Root(), "staging") }
 
+// PVComponent is the one path component every per-PV file, directory and cgroup of ours is named
+// by: the PV name itself when short (names earlier agents used), else a bounded hashed form
+// (statename), with room left for the longest suffix added to it (".passwd" plus a temporary
+// file's "." and ".tmp"; a cgroup's "-<pid>"). A stem read back from a name maps to itself.
+func PVComponent(pvName string) string {
+	return statename.Component(pvName, "", len(".passwd")+len("..tmp"))
+}
+
 // Staging is the s3fs mount of one PV, bound onto its pods' targets.
-func (l Layout) Staging(pvName string) string { return filepath.Join(l.StagingRoot(), pvName) }
+func (l Layout) Staging(pvName string) string {
+	return filepath.Join(l.StagingRoot(), PVComponent(pvName))
+}
 
 // CredsDir is a small tmpfs holding passwd files, so credentials never reach the node's disk.
 func (l Layout) CredsDir() string { return filepath.Join(l.Root(), "creds") }
 
 // PasswdFile is the s3fs passwd_file of one PV.
 func (l Layout) PasswdFile(pvName string) string {
-	return filepath.Join(l.CredsDir(), pvName+".passwd")
+	return filepath.Join(l.CredsDir(), PVComponent(pvName)+".passwd")
 }
 
-// PVFromStaging returns the PV name of a staging mount point, or ok=false.
+// PVFromStaging returns the PV name of a staging mount point, or ok=false. For a long PV name
+// that is its PVComponent (the stem), which Layout maps back to the same paths; the full name is
+// in the mount's source (PVFromFSName).
 func (l Layout) PVFromStaging(path string) (string, bool) {
 	dir, name := filepath.Split(path)
 	if filepath.Clean(dir) != l.StagingRoot() || name == "" {
@@ -125,7 +139,7 @@ func PVFromFSName(source string) (string, bool) {
 func (l Layout) TmpRoot() string { return filepath.Join(l.Root(), "tmp") }
 
 // TmpDir is the s3fs tmpdir of one PV.
-func (l Layout) TmpDir(pvName string) string { return filepath.Join(l.TmpRoot(), pvName) }
+func (l Layout) TmpDir(pvName string) string { return filepath.Join(l.TmpRoot(), PVComponent(pvName)) }
 
 // KubeletStagingPath is where kubelet asks a STAGE_UNSTAGE driver to stage a volume:
 // <kubelet>/plugins/kubernetes.io/csi/<driver>/<sha256 hex of the volume handle>/globalmount.

@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -16,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pvrescue/pvrescue/internal/ossthread"
 )
 
 type realProcs struct{}
@@ -54,44 +55,22 @@ func (realProcs) Start(spec ProcSpec) (Process, error) {
 }
 
 // startIn starts cmd in network namespace netns ("": ours). The child inherits the namespace
-// of the thread that forks it: a locked thread joins netns and starts cmd (the log file is an
-// *os.File, so Start runs no copying goroutine elsewhere). The thread is never unlocked: it ends
-// with its goroutine, and its namespace with it.
+// of the thread that forks it: a thread of its own (never the main thread, retired afterwards:
+// internal/ossthread) joins netns and starts cmd (the log file is an *os.File, so Start runs no
+// copying goroutine elsewhere).
 func startIn(cmd *exec.Cmd, netns string) error {
 	if netns == "" {
 		return cmd.Start()
 	}
-	res := make(chan error, 1)
-	// The thread that joins netns is never unlocked, so the runtime retires it with the goroutine.
-	// It must not be the main thread: the runtime cannot retire that one, and the agent's own
-	// namespace (as /proc/self shows it) would change.
-	start := func() {
-		runtime.LockOSThread()
-		fd, err := unix.Open(netns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			res <- fmt.Errorf("%w: open %s: %w", ErrNetNS, netns, err)
-			return
-		}
-		defer unix.Close(fd)
-		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
-			res <- fmt.Errorf("%w: setns %s: %w", ErrNetNS, netns, err)
-			return
-		}
-		res <- cmd.Start()
+	var started bool
+	err := ossthread.Enter(netns, unix.CLONE_NEWNET, func() error {
+		started = true
+		return cmd.Start()
+	})
+	if err != nil && !started {
+		return fmt.Errorf("%w: %w", ErrNetNS, err)
 	}
-	go func() {
-		runtime.LockOSThread()
-		if unix.Gettid() != unix.Getpid() {
-			start()
-			return
-		}
-		// Holding the main thread keeps the worker off it; the main thread is released untouched.
-		done := make(chan struct{})
-		go func() { defer close(done); start() }()
-		<-done
-		runtime.UnlockOSThread()
-	}()
-	return <-res
+	return err
 }
 
 func procStat(pid int) (uint64, string, error) {

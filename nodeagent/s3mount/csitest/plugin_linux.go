@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/pvrescue/pvrescue/internal/mountinfo"
 	"net"
 	"os"
 	"os/exec"
@@ -269,9 +270,8 @@ func mounted(path string) bool {
 	if err != nil {
 		return false
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 4 && f[4] == path && strings.Contains(line, " - fuse.s3fs ") {
+	for _, m := range mountinfo.ParseLenient(string(b)) {
+		if m.MountPoint == path && m.FSType == "fuse.s3fs" {
 			return true
 		}
 	}

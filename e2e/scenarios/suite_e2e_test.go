@@ -65,6 +65,7 @@ func TestPVRescue(t *testing.T) {
 	t.Run("LostFUSEMountKilled3", func(t *testing.T) { lostFUSEMountKilled3(t, e) })
 	t.Run("LostFUSEMountHung", func(t *testing.T) { lostFUSEMountHung(t, e) })
 	t.Run("LostFUSEMountOpenFile", func(t *testing.T) { lostFUSEMountOpenFile(t, e) })
+	t.Run("HostileTenant", func(t *testing.T) { hostileTenant(t, e) })
 	t.Run("LeftAlone", func(t *testing.T) { leftAlone(t, e) })
 	t.Run("WebhookDown", func(t *testing.T) { webhookDown(t, e) })
 }

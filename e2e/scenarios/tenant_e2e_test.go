@@ -1,0 +1,380 @@
+//go:build e2e
+
+package scenarios
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/pvrescue/pvrescue/e2e/disks"
+	"github.com/pvrescue/pvrescue/e2e/framework"
+	"github.com/pvrescue/pvrescue/internal/config"
+	"github.com/pvrescue/pvrescue/internal/contract"
+	"github.com/pvrescue/pvrescue/nodeagent/containermount"
+	"github.com/pvrescue/pvrescue/nodeagent/localdisk"
+)
+
+const (
+	hostileNS      = "e2e-hostile"
+	hostilePV      = "e2e-hostile-pv"
+	hostilePlainNS = "e2e-hostile-plain"
+	hostileDiskPV  = "e2e-hostile-disk"
+	// Bucket-root names no container may ever see: each shows only its own subdirectory.
+	hostileRootFile = "hostile-root-secret.txt"
+	hostileRootDir  = "hostile-other-tenant"
+)
+
+// hostileMount is one read-only container of the tenant's pod: mountPath and subPath hold bytes
+// the kernel does not escape in mountinfo (U+00A0, \r, \v, U+0085).
+type hostileMount struct {
+	container, mountPath, subPath string
+	prop                          *corev1.MountPropagationMode
+	marker                        string
+}
+
+func hostileMounts() []hostileMount {
+	h2c, none := corev1.MountPropagationHostToContainer, corev1.MountPropagationNone
+	return []hostileMount{
+		// HostToContainer chosen by the tenant on a read-only mount (the webhook keeps a value set).
+		{container: "ro-h2c", mountPath: "/m\u00a0rw\r\v\u0085", subPath: "\u00a0/data\u00a0rw", prop: &h2c, marker: "marker of ro-h2c\n"},
+		// Propagation unset: the webhook leaves read-only S3 mounts without HostToContainer.
+		{container: "ro-sub", mountPath: "/data\u00a0rw\r", subPath: "\u0085/sub\u00a0rw", marker: "marker of ro-sub\n"},
+		// None chosen explicitly, mountPath ending in \v and U+0085.
+		{container: "ro-none", mountPath: "/d\u00a0\v\u0085", subPath: "x\u00a0rw/\u0085y", prop: &none, marker: "marker of ro-none\n"},
+	}
+}
+
+// hostileTenant: a tenant's read-only subPath mounts named with unescaped mountinfo bytes → after
+// the volume's s3fs is killed and restored, each container still sees only its subdirectory and
+// gets EROFS on a write, or was skipped with a ContainerMountSkipped Event naming it; a pod with a
+// copied status annotation in an unlabelled namespace over a missing local disk gets no fake and
+// an UnguardedPodOnMissingDisk Event.
+func hostileTenant(t *testing.T, e *env) {
+	ctx := context.Background()
+	cs := e.c.Client
+	ms := hostileMounts()
+	for _, m := range ms {
+		putInBucket(t, e, filepath.Join(m.subPath, "marker.txt"), m.marker)
+	}
+	putInBucket(t, e, hostileRootFile, "the bucket root: no container of the tenant may see this\n")
+	putInBucket(t, e, filepath.Join(hostileRootDir, "secret.txt"), "another tenant's directory\n")
+	bucket, err := e.s3.Bucket(s3Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, p := range []string{hostileRootFile, hostileRootDir, "\u00a0", "\u0085", "x\u00a0rw"} {
+			_ = os.RemoveAll(filepath.Join(bucket, p))
+		}
+	})
+
+	fuseNamespace(t, e, hostileNS, true)
+	keys := config.Default().S3
+	s3Volume(t, e, s3Vol{ns: hostileNS, pv: hostilePV, driver: e.csi.Driver, handle: s3Bucket + "-hostile",
+		attrs: map[string]string{keys.Parameters.Bucket: s3Bucket, keys.Parameters.Endpoint: e.s3.Endpoint, "mounter": "s3fs"}})
+	deletePVAtCleanup(t, e, hostilePV)
+	logAgentOnFailure(t, e, hostilePV, "hostile")
+
+	loop := []string{"sh", "-c", "while true; do sleep 1; done"}
+	var cts []corev1.Container
+	for _, m := range ms {
+		cts = append(cts, corev1.Container{Name: m.container, Image: e.c.BusyboxImage, Command: loop, VolumeMounts: []corev1.VolumeMount{{
+			Name: "data", MountPath: m.mountPath, SubPath: m.subPath, ReadOnly: true, MountPropagation: m.prop,
+		}}})
+	}
+	if _, err := cs.CoreV1().Pods(hostileNS).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "tenant"},
+		Spec: corev1.PodSpec{
+			AutomountServiceAccountToken: ptr(false), TerminationGracePeriodSeconds: ptr(int64(1)),
+			Containers: cts, Volumes: dataVolume(),
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create the tenant's pod: %v", err)
+	}
+	pod := framework.WaitPod(t, cs, hostileNS, "tenant", 2*time.Minute, "Running", framework.Running)
+	status := pod.Annotations[contract.AnnotationStatus]
+	if status == "" {
+		t.Fatalf("the webhook did not mutate the tenant's pod (no %s annotation): %v", contract.AnnotationStatus, pod.Annotations)
+	}
+	for _, c := range pod.Spec.Containers {
+		for _, vm := range c.VolumeMounts {
+			if vm.Name == "data" {
+				prop := "<unset>"
+				if vm.MountPropagation != nil {
+					prop = string(*vm.MountPropagation)
+				}
+				t.Logf("container %s: mountPath %q subPath %q readOnly %t mountPropagation %s", c.Name, vm.MountPath, vm.SubPath, vm.ReadOnly, prop)
+			}
+		}
+	}
+	for _, m := range ms {
+		checkHostileView(t, e, m, []string{"marker.txt"}, "before the kill")
+		checkHostileWrite(t, e, m, "before the kill")
+	}
+
+	// The copied annotation's pod starts now: the agent sees it while the S3 rescue runs.
+	diskPath := filepath.Join(disks.ByIDDir, disks.LinkPrefix+"hostile-missing")
+	loopsBefore := loopsUnder(config.Default().StateDir)
+	copiedPod := copiedAnnotationPod(t, e, diskPath, status)
+
+	var target []int
+	for _, pid := range pluginS3fs(e.csi) {
+		if cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && strings.Contains(string(cmd), hostilePV) {
+			target = append(target, pid)
+		}
+	}
+	if len(target) != 1 {
+		t.Fatalf("want exactly one s3fs of the plugin serving %s, found %v (plugin s3fs: %v)", hostilePV, target, pluginS3fs(e.csi))
+	}
+	tgt := podTarget(e, string(pod.UID), hostilePV)
+	t0 := time.Now()
+	if err := syscall.Kill(target[0], syscall.SIGKILL); err != nil {
+		t.Fatalf("kill s3fs %d: %v", target[0], err)
+	}
+	_, statErr := os.Stat(tgt)
+	sawDead := errors.Is(statErr, syscall.ENOTCONN) || errors.Is(statErr, syscall.ECONNABORTED)
+	const rescued = "put on the S3 server's side after the kill\n"
+	for _, m := range ms {
+		putInBucket(t, e, filepath.Join(m.subPath, "rescued.txt"), rescued)
+	}
+
+	// Each container either reads the rescued file in its own subdirectory or is named by a
+	// ContainerMountSkipped Event; every round also checks that none sees the bucket root.
+	outcome := map[string]string{}
+	var why []string
+	ok := pollFor(75*time.Second, func() bool {
+		why = why[:0]
+		skipped := events(e, hostileNS, containermount.ReasonSkipped)
+		for _, m := range ms {
+			if ls, err := execIn(e, hostileNS, "tenant", m.container, "ls", "-A", m.mountPath); err == nil && seesRoot(ls) {
+				t.Errorf("%s sees the bucket root at %q after the kill: %q", m.container, m.mountPath, ls)
+			}
+			if outcome[m.container] != "" {
+				continue
+			}
+			if out, err := execIn(e, hostileNS, "tenant", m.container, "cat", m.mountPath+"/rescued.txt"); err == nil && out == rescued {
+				outcome[m.container] = fmt.Sprintf("remounted after %s", time.Since(t0).Round(100*time.Millisecond))
+				continue
+			}
+			for _, ev := range skipped {
+				if strings.Contains(ev, m.container) {
+					outcome[m.container] = "skipped: " + ev
+				}
+			}
+			if outcome[m.container] == "" {
+				why = append(why, m.container+" neither reads rescued.txt nor was named by a "+containermount.ReasonSkipped+" Event")
+			}
+		}
+		return len(why) == 0
+	})
+	if !ok {
+		t.Logf("events of %s: %s", hostileNS, strings.Join(events(e, hostileNS, ""), "\n  "))
+		t.Fatalf("timed out after 75 s after the kill: %s", strings.Join(why, "; "))
+	}
+	// The kill must have killed the volume: the target was dead right after it, or a mount now
+	// stands on the dead one; the killed s3fs is gone.
+	if depth := mountsAt(tgt); !sawDead && len(depth) < 2 {
+		t.Errorf("no evidence the volume died: stat of %s after the kill gave %v and the stack there is %s", tgt, statErr, describeStack(depth))
+	}
+	if contains(pluginS3fs(e.csi), target[0]) {
+		t.Errorf("the killed s3fs %d still runs", target[0])
+	}
+	t.Logf("stat of the target right after the kill: %v; stack at the target after the rescue: %s", statErr, describeStack(mountsAt(tgt)))
+	t.Logf("%s Events: %v", containermount.ReasonRestored, events(e, hostileNS, containermount.ReasonRestored))
+	for _, m := range ms {
+		if strings.HasPrefix(outcome[m.container], "remounted") {
+			checkHostileView(t, e, m, []string{"marker.txt", "rescued.txt"}, "after the rescue")
+			checkHostileWrite(t, e, m, "after the rescue")
+		} else {
+			checkHostileDead(t, e, m, "after the skip")
+		}
+		t.Logf("RESULT hostile tenant: container %s (mountPath %q, subPath %q): %s", m.container, m.mountPath, m.subPath, outcome[m.container])
+	}
+	for _, m := range ms {
+		if left, _ := filepath.Glob(filepath.Join(bucket, "*", "probe-*")); len(left) > 0 {
+			t.Errorf("a write of the tenant's read-only containers reached the bucket: %v", left)
+		}
+		if left, _ := filepath.Glob(filepath.Join(bucket, m.subPath, "probe-*")); len(left) > 0 {
+			t.Errorf("a write of %s reached the bucket: %v", m.container, left)
+		}
+	}
+
+	checkCopiedAnnotation(t, e, copiedPod, diskPath, loopsBefore)
+}
+
+// seesRoot reports whether a listing shows any bucket-root name.
+func seesRoot(ls string) bool {
+	for _, n := range strings.Fields(ls) {
+		if n == hostileRootFile || n == hostileRootDir {
+			return true
+		}
+	}
+	return false
+}
+
+// checkHostileView checks that the container lists exactly want at its mountPath and reads its marker.
+func checkHostileView(t *testing.T, e *env, m hostileMount, want []string, when string) {
+	t.Helper()
+	ls, err := execIn(e, hostileNS, "tenant", m.container, "ls", "-A", m.mountPath)
+	got := strings.Fields(ls)
+	sort.Strings(got)
+	if err != nil || strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("%s: %s lists %q at %q, want exactly %v (its subdirectory %q only) (%v)", when, m.container, got, m.mountPath, want, m.subPath, err)
+	}
+	if out, err := execIn(e, hostileNS, "tenant", m.container, "cat", m.mountPath+"/marker.txt"); err != nil || out != m.marker {
+		t.Errorf("%s: %s reads %q from its marker, want %q (%v)", when, m.container, out, m.marker, err)
+	}
+}
+
+// checkHostileWrite checks that a write at the container's mountPath fails with EROFS.
+func checkHostileWrite(t *testing.T, e *env, m hostileMount, when string) {
+	t.Helper()
+	out, err := execIn(e, hostileNS, "tenant", m.container, "sh", "-c", `echo x > "$1/probe-$2"`, "sh", m.mountPath, m.container)
+	switch {
+	case err == nil:
+		t.Errorf("%s: %s wrote into its read-only mount %q (%q)", when, m.container, m.mountPath, out)
+	case !strings.Contains(err.Error(), "Read-only file system"):
+		t.Errorf("%s: %s write at %q failed, but not with EROFS: %v", when, m.container, m.mountPath, err)
+	}
+}
+
+// checkHostileDead checks a skipped container: no write succeeds and no bucket root shows.
+func checkHostileDead(t *testing.T, e *env, m hostileMount, when string) {
+	t.Helper()
+	if ls, err := execIn(e, hostileNS, "tenant", m.container, "ls", "-A", m.mountPath); err == nil && seesRoot(ls) {
+		t.Errorf("%s: skipped %s sees the bucket root at %q: %q", when, m.container, m.mountPath, ls)
+	}
+	if out, err := execIn(e, hostileNS, "tenant", m.container, "sh", "-c", `echo x > "$1/probe-$2"`, "sh", m.mountPath, m.container); err == nil {
+		t.Errorf("%s: skipped %s wrote into its read-only mount %q (%q)", when, m.container, m.mountPath, out)
+	}
+}
+
+// copiedAnnotationPod creates, in an unlabelled namespace, a local block PV at diskPath (missing),
+// its claim, and a pod on it carrying status as its pvrescue.io/status annotation.
+func copiedAnnotationPod(t *testing.T, e *env, diskPath, status string) *corev1.Pod {
+	t.Helper()
+	ctx := context.Background()
+	cs := e.c.Client
+	if _, err := os.Lstat(diskPath); !os.IsNotExist(err) {
+		t.Fatalf("%s should not exist before the scenario: %v", diskPath, err)
+	}
+	fuseNamespace(t, e, hostilePlainNS, false)
+	block := corev1.PersistentVolumeBlock
+	class := localClass()
+	if _, err := cs.CoreV1().PersistentVolumes().Create(ctx, &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: hostileDiskPV},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: *resource.NewQuantity(diskSize, resource.BinarySI)},
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			StorageClassName:              class,
+			VolumeMode:                    &block,
+			ClaimRef:                      &corev1.ObjectReference{Namespace: hostilePlainNS, Name: "disk"},
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: diskPath}},
+			NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{e.c.Opts.NodeName}}},
+			}}}},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create pv: %v", err)
+	}
+	deletePVAtCleanup(t, e, hostileDiskPV)
+	t.Cleanup(func() {
+		// Nothing should be there; a link the agent made would outlive the cluster's disks.
+		if fi, err := os.Lstat(diskPath); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+			_ = os.Remove(diskPath)
+		}
+	})
+	if _, err := cs.CoreV1().PersistentVolumeClaims(hostilePlainNS).Create(ctx, &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "disk"},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, StorageClassName: &class, VolumeMode: &block, VolumeName: hostileDiskPV,
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: *resource.NewQuantity(diskSize, resource.BinarySI)}},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create pvc: %v", err)
+	}
+	p, err := cs.CoreV1().Pods(hostilePlainNS).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "copied", Annotations: map[string]string{contract.AnnotationStatus: status}},
+		Spec: corev1.PodSpec{
+			AutomountServiceAccountToken: ptr(false), TerminationGracePeriodSeconds: ptr(int64(1)),
+			Containers: []corev1.Container{{
+				Name: "app", Image: e.c.BusyboxImage, Command: []string{"sh", "-c", "while true; do sleep 1; done"},
+				VolumeDevices: []corev1.VolumeDevice{{Name: "disk", DevicePath: "/dev/disk0"}},
+			}},
+			Volumes: []corev1.Volume{{Name: "disk", VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "disk"},
+			}}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create the pod with the copied annotation: %v", err)
+	}
+	if hasInit(p, contract.GuardContainerName) || len(p.Spec.InitContainers) > 0 {
+		t.Fatalf("the pod in the unlabelled namespace was mutated: init containers %v", p.Spec.InitContainers)
+	}
+	return p
+}
+
+// checkCopiedAnnotation waits for the agent's UnguardedPodOnMissingDisk Event on the pod and checks
+// that nothing was faked for its PV: no link at the missing path, no loop of the agent's, no
+// fake-device annotation, the pod not running.
+func checkCopiedAnnotation(t *testing.T, e *env, p *corev1.Pod, diskPath string, loopsBefore []string) {
+	t.Helper()
+	ctx := context.Background()
+	cs := e.c.Client
+	var ev string
+	waitFor(t, 60*time.Second, "an "+localdisk.ReasonUnguardedPod+" Event naming "+hostilePlainNS+"/copied", func() (bool, string) {
+		evs, err := cs.CoreV1().Events(hostilePlainNS).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(p.UID)})
+		if err != nil {
+			return false, err.Error()
+		}
+		var seen []string
+		for _, x := range evs.Items {
+			if x.Reason == localdisk.ReasonUnguardedPod && strings.Contains(x.Message, hostilePlainNS+"/copied") {
+				ev = x.Message
+				return true, ""
+			}
+			seen = append(seen, x.Reason+": "+x.Message)
+		}
+		return false, "events of the pod: " + strings.Join(seen, "; ")
+	})
+	if fi, err := os.Lstat(diskPath); !os.IsNotExist(err) {
+		mode := "?"
+		if fi != nil {
+			mode = fi.Mode().String()
+		}
+		t.Errorf("something was made at the missing disk's path %s (%s, %v) for a pod with a copied annotation", diskPath, mode, err)
+	}
+	if now := loopsUnder(config.Default().StateDir); strings.Join(now, ",") != strings.Join(loopsBefore, ",") {
+		t.Errorf("the agent's loop devices changed: %v → %v", loopsBefore, now)
+	}
+	pv, err := cs.CoreV1().PersistentVolumes().Get(ctx, hostileDiskPV, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := pv.Annotations[contract.AnnotationFakeDevice]; v != "" {
+		t.Errorf("PV %s is annotated %s=%s: a fake was made for a pod with a copied annotation", hostileDiskPV, contract.AnnotationFakeDevice, v)
+	}
+	now, err := cs.CoreV1().Pods(hostilePlainNS).Get(ctx, "copied", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if framework.Running(now) {
+		t.Errorf("the pod with the copied annotation runs without its disk\n%s", framework.DescribePod(cs, now))
+	}
+	t.Logf("RESULT hostile tenant: pod %s/copied (copied %s, unlabelled namespace, missing disk %s): no fake, no link, loops unchanged %v; Event %s: %s",
+		hostilePlainNS, contract.AnnotationStatus, diskPath, loopsBefore, localdisk.ReasonUnguardedPod, ev)
+}

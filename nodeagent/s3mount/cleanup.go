@@ -129,7 +129,7 @@ func (r *Restorer) cleanupStagings(ctx context.Context, table MountTable, live m
 	// PV is in flight. A bridge whose targets all moved to the driver's mount is retired.
 	candidates := map[string]bool{}
 	for _, m := range table {
-		if pv, ok := r.layout.PVFromStaging(m.MountPoint); ok {
+		if pv, ok := r.layout.StagingPV(m); ok {
 			candidates[pv] = true
 		}
 	}

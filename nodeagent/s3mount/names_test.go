@@ -1,9 +1,11 @@
 package s3mount
 
 import (
+	"context"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pvrescue/pvrescue/internal/statename"
 )
@@ -47,4 +49,48 @@ func TestPerPVNamesBounded(t *testing.T) {
 			t.Errorf("short name: %q, want %q (as earlier agents named it)", got, want)
 		}
 	}
+}
+
+// A bridge of a PV whose name is too long for our file names (hashed there, whole in the mount's
+// fsname and in the record) is adopted by a restarted agent under its full name: it keeps
+// serving the pod, is not retired as unused, and goes when the pod goes.
+func TestLongPVBridgeAdoptedAcrossAgentRestart(t *testing.T) {
+	l := Layout{StateDir: testState}
+	pv := strings.Repeat("p", 253)
+	w := newWorld(t, secretObj("creds", goodSecret), storageClass(), pvObj(pv, testDriver, false),
+		pvcObj("data", pv), podObj("app", "uid-1", "data", false))
+	target := w.publish("uid-1", pv)
+	w.node.KillMount(target)
+	w.start()
+	w.waitFor("bridged", func() bool { return len(w.node.Table().Stack(target)) == 2 })
+	if _, _, ok := w.node.File(l.BridgeRecordFile(pv)); !ok {
+		t.Fatalf("no bridge record at %s", l.BridgeRecordFile(pv))
+	}
+
+	w.start()
+	w.settle()
+	if n := len(w.node.Started()); n != 1 {
+		t.Errorf("s3fs started after restart: %d in total, want 1 (adopted, not re-bridged)", n)
+	}
+	if p := w.node.Processes()[0]; p.Exited() {
+		t.Fatal("the adopted bridge of a long-named PV was retired while its pod runs on it")
+	}
+	if got := value(t, w.r.Metrics().BridgesActive); got != 1 {
+		t.Errorf("bridges active after adoption %v, want 1", got)
+	}
+	if _, _, ok := w.node.File(l.BridgeRecordFile(pv)); !ok {
+		t.Error("the adopted bridge's record is gone: it was retired as unused while its pod runs on it")
+	}
+	if n := len(w.node.Table().Stack(target)); n != 2 {
+		t.Errorf("target stack %d, want 2", n)
+	}
+	if err := w.node.OS().Statfs.Statfs(context.Background(), target, time.Second); err != nil {
+		t.Errorf("target after restart: %v", err)
+	}
+
+	w.view.DeletePod("default", "app")
+	w.waitFor("adopted bridge retired", func() bool {
+		_, _, rec := w.node.File(l.BridgeRecordFile(pv))
+		return w.node.Processes()[0].Exited() && !rec && len(w.node.Table().Stack(target)) == 0
+	})
 }

@@ -119,6 +119,20 @@ func (l Layout) PVFromStaging(path string) (string, bool) {
 	return name, true
 }
 
+// StagingPV returns the full name of the PV whose bridge staging mount m is, or ok=false when m
+// is not at a staging path. A long PV name is hashed in the path but whole in the mount's source
+// (our fsname, kept by a dead mount too); the stem is returned when the source does not name it.
+func (l Layout) StagingPV(m MountInfo) (string, bool) {
+	stem, ok := l.PVFromStaging(m.MountPoint)
+	if !ok {
+		return "", false
+	}
+	if pv, ours := PVFromFSName(m.Source); ours && PVComponent(pv) == stem {
+		return pv, true
+	}
+	return stem, true
+}
+
 // FSName is the filesystem name given to our s3fs mounts. It shows as the source of the staging
 // mount and of every bind made from it, even after its s3fs died, so the agent recognises its
 // own binds from the mount table alone, across restarts.

@@ -292,7 +292,7 @@ func (r *Restorer) adopt(ctx context.Context) error {
 	}
 	seen := map[string]bool{}
 	for _, m := range table {
-		pv, ok := r.layout.PVFromStaging(m.MountPoint)
+		pv, ok := r.layout.StagingPV(m)
 		if !ok || seen[pv] {
 			continue
 		}
@@ -325,7 +325,13 @@ func (r *Restorer) adopt(ctx context.Context) error {
 	}
 	for _, name := range names {
 		pv, ok := PVFromBridgeRecord(name)
-		if !ok || seen[pv] {
+		if !ok {
+			continue
+		}
+		if rec, found, err := r.readBridgeRecord(pv); err == nil && found && rec.PV != "" && PVComponent(rec.PV) == pv {
+			pv = rec.PV // the file is named by the hashed form of a long name
+		}
+		if seen[pv] {
 			continue
 		}
 		rec, proc := r.adoptProcess(ctx, pv, r.layout.Staging(pv))

@@ -320,13 +320,24 @@ func (w *Watcher) walk(log logr.Logger, ev Events, force bool) {
 			w.watched[pid] = cs
 		}
 	}
+	var released []int
 	for pid := range w.watched {
 		if _, ok := want[pid]; !ok {
 			if ev.Remove(pid) {
 				continue // it exited: its exit is reported by the event source
 			}
-			log.V(2).Info("no longer a holder of a mounted connection", "pid", pid)
-			delete(w.watched, pid)
+			// An exit in progress closes the process's files before its pidfd reports the
+			// exit, so a walk racing it finds a live process without the descriptor; one that
+			// closed the descriptor stopped serving the connection either way. Reported as an
+			// exit: at worst one extra check.
+			log.V(2).Info("no longer a holder of a mounted connection; reported as an exit", "pid", pid)
+			released = append(released, pid)
+		}
+	}
+	if len(released) > 0 {
+		w.exited(log, released)
+		for _, pid := range released {
+			delete(w.exitedPIDs, pid) // its pidfd is closed: nothing more will be reported for it
 		}
 	}
 	w.daemons.Set(float64(len(w.watched)))

@@ -240,3 +240,31 @@ func TestOptionsValidate(t *testing.T) {
 		t.Fatal("nil OS accepted")
 	}
 }
+
+// Two daemons die together (a plugin pod's s3fs processes): the walk after the first exit finds
+// the second mid-exit — its descriptors closed, its pidfd not yet readable — and reports it as an
+// exit instead of dropping it unseen.
+func TestWatcherReportsAHolderThatLetGoAsAnExit(t *testing.T) {
+	fos := newFakeOS()
+	conns := map[Connection][]string{39: {"/mnt/a"}, 41: {"/mnt/b"}}
+	fos.set(conns, Holder{PID: 100, Connections: []Connection{39}}, Holder{PID: 101, Connections: []Connection{41}})
+	w, exits := start(t, fos, Options{RescanInterval: time.Hour})
+	waitPIDs(t, fos.ev, 100, 101)
+
+	fos.set(conns) // 101 no longer holds /dev/fuse, and its exit is not reported (yet)
+	fos.ev.kill(100)
+	got := map[int][]string{}
+	for len(got) < 2 {
+		select {
+		case x := <-exits:
+			got[x.PID] = x.MountPoints
+		case <-time.After(5 * time.Second):
+			t.Fatalf("exits reported: %v, want 100 and 101", got)
+		}
+	}
+	if !reflect.DeepEqual(got, map[int][]string{100: {"/mnt/a"}, 101: {"/mnt/b"}}) {
+		t.Fatalf("exits = %v", got)
+	}
+	wakeWithin(t, w, 5*time.Second)
+	waitPIDs(t, fos.ev)
+}

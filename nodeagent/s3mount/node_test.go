@@ -189,7 +189,7 @@ func (e *nodeEnv) publish(pod *corev1.Pod, pv string) (string, *os.Process) {
 	vd, _ := json.Marshal(map[string]string{"specVolID": pv, "volumeHandle": bucket + "/" + pv,
 		"driverName": driver, "nodeName": nodeName, "attachmentID": "", "volumeLifecycleMode": "Persistent"})
 	must(e.t, os.WriteFile(filepath.Join(filepath.Dir(target), s3mount.VolDataFile), vd, 0o644))
-	pw := filepath.Join(e.dir, "driver", pv+".passwd")
+	pw := filepath.Join(e.dir, "driver", string(pod.UID)+".passwd") // a PV name may be too long for a file name
 	must(e.t, os.WriteFile(pw, []byte(ak+":"+sk+"\n"), 0o600))
 	cmd := exec.Command("s3fs", bucket+":/"+pv, target, "-f", "-o", "passwd_file="+pw, "-o", "url="+e.endpoint,
 		"-o", "use_path_request_style", "-o", "allow_other")
@@ -551,6 +551,7 @@ func stagingProcess(t testing.TB, staging string) *os.Process {
 // s3fs on the machine do not count.
 func s3fsPidsUnder(dir string) []int { return testenv.S3fsPIDs(dir) }
 
+// counterValue sums a counter's (or a gauge's) samples.
 func counterValue(t testing.TB, c prometheus.Collector) float64 {
 	ch := make(chan prometheus.Metric, 16)
 	c.Collect(ch)
@@ -559,7 +560,7 @@ func counterValue(t testing.TB, c prometheus.Collector) float64 {
 	for m := range ch {
 		var pb dto.Metric
 		must(t, m.Write(&pb))
-		total += pb.GetCounter().GetValue()
+		total += pb.GetCounter().GetValue() + pb.GetGauge().GetValue()
 	}
 	return total
 }

@@ -168,13 +168,7 @@ func (n fakeCSINode) NodeUnpublish(_ context.Context, _, targetPath string) erro
 	if n.f.Down {
 		return fmt.Errorf("%w: connection refused", ErrDriverDown)
 	}
-	n.f.mu.Lock()
-	n.f.Unpublished = append(n.f.Unpublished, targetPath)
-	n.f.mu.Unlock()
-	if n.f.Node.Table().IsMountPoint(targetPath) {
-		return fakeMounter{n.f.Node}.Unmount(targetPath, false)
-	}
-	return nil
+	return n.unmountTop(&n.f.Unpublished, targetPath)
 }
 
 // NodeUnstage unmounts the top mount at the path.
@@ -182,11 +176,16 @@ func (n fakeCSINode) NodeUnstage(_ context.Context, _, stagingPath string) error
 	if n.f.Down {
 		return fmt.Errorf("%w: connection refused", ErrDriverDown)
 	}
+	return n.unmountTop(&n.f.Unstaged, stagingPath)
+}
+
+// unmountTop records the call in calls and unmounts the top mount at path, if any.
+func (n fakeCSINode) unmountTop(calls *[]string, path string) error {
 	n.f.mu.Lock()
-	n.f.Unstaged = append(n.f.Unstaged, stagingPath)
+	*calls = append(*calls, path)
 	n.f.mu.Unlock()
-	if n.f.Node.Table().IsMountPoint(stagingPath) {
-		return fakeMounter{n.f.Node}.Unmount(stagingPath, false)
+	if n.f.Node.Table().IsMountPoint(path) {
+		return fakeMounter{n.f.Node}.Unmount(path, false)
 	}
 	return nil
 }

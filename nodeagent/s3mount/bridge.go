@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
@@ -27,7 +28,7 @@ func (r *Restorer) ensureStaging(ctx context.Context, pvName string) error {
 		// Dead staging: binds made from it keep their own reference, so it can go.
 		log.Info("staging mount is dead, mounting again", "path", path)
 		r.stopStaging(ctx, pvName, false)
-		r.unmountAll(path, table)
+		r.rules.UnmountAll(path, table)
 	}
 	vol, creds, err := r.resolve(ctx, pvName)
 	if err != nil {
@@ -40,11 +41,11 @@ func (r *Restorer) ensureStaging(ctx context.Context, pvName string) error {
 	}
 	for _, dir := range []string{path, r.layout.TmpDir(pvName)} {
 		if err := r.os.FS.MkdirAll(dir, 0o700); err != nil {
-			return fmt.Errorf("%w: create %s: %w", ErrMount, dir, err)
+			return fmt.Errorf("%w: create %s: %w", stack.ErrMount, dir, err)
 		}
 	}
 	if err := r.os.FS.WriteFile(passwd, PasswdContent(creds), 0o600); err != nil {
-		return fmt.Errorf("%w: write passwd file: %w", ErrMount, err)
+		return fmt.Errorf("%w: write passwd file: %w", stack.ErrMount, err)
 	}
 	log.Info("starting s3fs", "bucket", vol.Bucket, "prefix", vol.Prefix, "staging", path)
 	spec := ProcSpec{
@@ -81,7 +82,7 @@ func (r *Restorer) ensureStaging(ctx context.Context, pvName string) error {
 		proc.Kill(r.opts.KillGrace)
 		<-exited
 		if t, terr := r.os.Mounter.MountTable(); terr == nil {
-			r.unmountAll(path, t)
+			r.rules.UnmountAll(path, t)
 		}
 		_ = r.os.FS.Remove(passwd)
 		out := scrub(proc.Output(), creds)
@@ -169,7 +170,7 @@ func (r *Restorer) waitMounted(ctx context.Context, path, pvName string, exited 
 		if err != nil {
 			return err
 		}
-		if top, ok := table.Top(path); ok && top.Source == FSName(pvName) {
+		if top, ok := table.Top(path); ok && top.Source == stack.FSName(pvName) {
 			// s3fs checks the bucket inside FUSE init; statfs waits for that answer.
 			serr := r.os.Statfs.Statfs(ctx, path, r.opts.MountTimeout)
 			select {
@@ -243,92 +244,33 @@ func (r *Restorer) stopStaging(ctx context.Context, pv string, wait bool) {
 
 // bindTarget binds the bridge's staging mount onto one dead target.
 func (r *Restorer) bindTarget(ctx context.Context, stagingPath string, t target) error {
-	dead, ro, ok, err := r.handBack(ctx, stagingPath, t)
+	dead, ro, ok, err := r.cover(ctx, stagingPath, t)
 	if err != nil || !ok {
 		return err
 	}
 	// Recorded like a replayed mount: when it vanishes from a gone pod's target without us
 	// removing it, kubelet's teardown (the driver's NodeUnpublish) took it (cleanup.go).
-	if table, terr := r.os.Mounter.MountTable(); terr == nil {
-		if top, found := table.Top(t.path); found {
-			if rerr := r.recordHanded(t.path, top.Dev); rerr != nil {
-				logr.FromContextOrDiscard(ctx).Error(rerr, "recording the bridge bind", "path", t.path)
-			}
-		}
-	}
+	r.rules.RecordTop(ctx, t.path, "the bridge bind")
 	r.restored(ctx, t, MethodBridge, EventMountBridged, ro, dead, "fresh s3fs bound over the dead mount")
 	return nil
 }
 
-// handBack puts the live mount at source on top of the dead target t. Stacks stay bounded: dead
-// mounts of ours at the target are removed first, so the target never holds more than the
-// driver's dead mount plus one live mount. ok=false (and nothing done) when the target is not
-// mounted or answers again. It returns the dead mounts running containers may still hold.
-func (r *Restorer) handBack(ctx context.Context, source string, t target) (dead []MountInfo, ro, ok bool, err error) {
-	log := logr.FromContextOrDiscard(ctx)
-	table, err := r.os.Mounter.MountTable()
-	if err != nil {
-		return nil, false, false, err
-	}
-	if !table.IsMountPoint(t.path) {
-		return nil, false, false, nil // torn down meanwhile: never mount onto a plain dir
-	}
-	serr := r.os.Statfs.Statfs(ctx, t.path, r.cfg.S3.StatfsTimeout.Duration)
-	if !IsDead(serr) {
-		return nil, false, false, nil // healthy again, hung or unknown: never stack onto it
-	}
-	check := r.checkFor(t.path, t.driver, table)
-	if source == r.layout.Staging(t.pv) {
-		check.fuseTypes = append(check.fuseTypes, ourFUSETypes...)
-	}
-	if _, err := r.checkMount(ctx, source, check); err != nil {
-		return nil, false, false, err
-	}
-	for {
-		stack := table.Stack(t.path)
-		if len(stack) == 0 {
-			return nil, false, false, nil
+// cover puts the live mount at source (the driver's at a fresh path, or our bridge) on top of
+// the dead target t (stack.Rules.Cover), checked against the driver's dead mount there and its
+// profile's FUSE type (and our own bridge's types when source is the bridge).
+func (r *Restorer) cover(ctx context.Context, source string, t target) (dead []stack.Mount, ro, ok bool, err error) {
+	bridge := source == r.layout.Staging(t.pv)
+	return r.rules.Cover(ctx, source, t.path, t.readOnly, func(table stack.Table) stack.Check {
+		c := stack.CheckFor(table, t.path, r.cfg.S3.Profile(t.driver).FUSEType)
+		if bridge {
+			c.FUSETypes = append(c.FUSETypes, stack.OurFUSETypes...)
 		}
-		top := stack[len(stack)-1]
-		if len(stack) == 1 {
-			// The last mount stays, ours or not: removing it would show running containers the
-			// bare directory. The live mount goes on top of it.
-			dead = append(dead, top)
-			break
-		}
-		if _, ours := PVFromFSName(top.Source); !ours && !r.isHanded(t.path, top) {
-			dead = append(dead, top)
-			break
-		}
-		// Our own dead bind: remove it before the next goes on (provably ours: our fsname, or the
-		// device we recorded when we handed the driver's mount back).
-		if err := r.os.Mounter.Unmount(t.path, true); err != nil {
-			return nil, false, false, fmt.Errorf("%w: removing our dead bind at %s: %w", ErrMount, t.path, err)
-		}
-		dead = append(dead, top)
-		log.Info("removed our dead bind before restoring", "path", t.path, "dev", top.Dev)
-		if table, err = r.os.Mounter.MountTable(); err != nil {
-			return nil, false, false, err
-		}
-	}
-	if serr := r.os.Statfs.Statfs(ctx, t.path, r.cfg.S3.StatfsTimeout.Duration); !IsDead(serr) {
-		return nil, false, false, nil // what is left answers: nothing to stack
-	}
-	ro = t.readOnly
-	if top, found := table.Top(t.path); found && top.ReadOnly() {
-		ro = true
-	}
-	if err := r.os.Mounter.Bind(source, t.path, ro); err != nil {
-		return nil, false, false, err
-	}
-	if err := r.os.Statfs.Statfs(ctx, t.path, r.cfg.S3.StatfsTimeout.Duration); err != nil {
-		return nil, false, false, fmt.Errorf("%w: bind at %s does not answer: %w", ErrMount, t.path, err)
-	}
-	return dead, ro, true, nil
+		return c
+	})
 }
 
 // restored records a restored target: timers, metrics, log, Event, and the container remount.
-func (r *Restorer) restored(ctx context.Context, t target, method, reason string, ro bool, dead []MountInfo, how string) {
+func (r *Restorer) restored(ctx context.Context, t target, method, reason string, ro bool, dead []stack.Mount, how string) {
 	r.mu.Lock()
 	since, ok := r.deadSince[t.path]
 	delete(r.deadSince, t.path)

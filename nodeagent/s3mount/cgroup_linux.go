@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pvrescue/pvrescue/internal/ossthread"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
 // ErrNoCgroups is returned when no cgroup hierarchy is found.
@@ -96,7 +97,7 @@ func (c HostCgroups) mountHierarchies() ([]string, error) {
 	if len(mounts) == 0 {
 		return nil, ErrNoCgroups
 	}
-	table, err := ParseMountInfo(string(data))
+	table, err := stack.ParseMountInfo(string(data))
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/go-logr/logr"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
 // cleanupTargets empties the targets of pods that are gone (deleted, or every container ended),
@@ -14,7 +15,7 @@ import (
 // (a driver whose NodeUnpublish unmounts only the top mount leaves it, and kubelet keeps the pod
 // until the target holds no mount). A live mount that is not ours is never touched: kubelet and
 // the driver tear it down.
-func (r *Restorer) cleanupTargets(ctx context.Context, table MountTable, live map[string]bool) {
+func (r *Restorer) cleanupTargets(ctx context.Context, table stack.Table, live map[string]bool) {
 	log := logr.FromContextOrDiscard(ctx)
 	done := map[string]bool{}
 	for _, m := range table {
@@ -30,14 +31,14 @@ func (r *Restorer) cleanupTargets(ctx context.Context, table MountTable, live ma
 		// although we did not remove it: kubelet's teardown took it (the driver's NodeUnpublish
 		// unmounts the top only) and found the dead driver mount below, so kubelet left its
 		// mount directory and vol_data.json behind and will not come back for them.
-		rec := r.handedDev(m.MountPoint)
-		stack := table.Stack(m.MountPoint)
-		tornDown := rec != "" && !slices.ContainsFunc(stack, func(x MountInfo) bool { return x.Dev == rec })
-		ours, driver := r.emptyTarget(ctx, m.MountPoint, table)
+		rec := r.rules.Placed.Dev(m.MountPoint)
+		mounts := table.Stack(m.MountPoint)
+		tornDown := rec != "" && !slices.ContainsFunc(mounts, func(x stack.Mount) bool { return x.Dev == rec })
+		ours, driver := r.rules.Empty(ctx, m.MountPoint, table, r.deadDriverMount)
 		if ours+driver > 0 {
 			log.Info("emptied the target of a gone pod", "podUID", uid, "path", m.MountPoint, "ourBinds", ours, "deadDriverMounts", driver)
 		}
-		if ours+driver == len(stack) && tornDown && driver > 0 {
+		if ours+driver == len(mounts) && tornDown && driver > 0 {
 			r.finishTeardown(ctx, m.MountPoint)
 		}
 	}
@@ -59,54 +60,15 @@ func (r *Restorer) finishTeardown(ctx context.Context, path string) {
 			return
 		}
 	}
-	if err := r.forgetHanded(path); err != nil {
+	if err := r.rules.Placed.Forget(path); err != nil {
 		log.Error(err, "forgetting the record of a torn-down target", "path", path)
 	}
 	log.Info("finished kubelet's teardown of a gone pod's volume (its driver left a dead mount under ours)", "path", volDir)
 }
 
-// emptyTarget removes our mounts and dead S3-driver FUSE mounts from the top of path's stack.
-func (r *Restorer) emptyTarget(ctx context.Context, path string, table MountTable) (ours, driver int) {
-	log := logr.FromContextOrDiscard(ctx)
-	stack := table.Stack(path)
-	for i := len(stack) - 1; i >= 0; i-- {
-		top := stack[i]
-		if _, mine := PVFromFSName(top.Source); mine {
-			if err := r.os.Mounter.Unmount(path, true); err != nil {
-				log.Error(err, "removing our bind from a gone pod's target", "path", path)
-				return ours, driver
-			}
-			r.removedRecorded(ctx, path, top)
-			ours++
-			continue
-		}
-		if !r.deadDriverMount(ctx, path, top) {
-			return ours, driver
-		}
-		if err := r.os.Mounter.Unmount(path, true); err != nil {
-			log.Error(err, "removing a dead driver mount from a gone pod's target", "path", path)
-			return ours, driver
-		}
-		r.removedRecorded(ctx, path, top)
-		driver++
-	}
-	return ours, driver
-}
-
-// removedRecorded forgets path's record when we ourselves removed the mount it names: its
-// absence then says nothing about kubelet's teardown.
-func (r *Restorer) removedRecorded(ctx context.Context, path string, m MountInfo) {
-	if r.handedDev(path) != m.Dev {
-		return
-	}
-	if err := r.forgetHanded(path); err != nil {
-		logr.FromContextOrDiscard(ctx).Error(err, "forgetting the record of a removed mount", "path", path)
-	}
-}
-
 // deadDriverMount: top, the top mount at a gone pod's target path, is a FUSE mount whose
 // filesystem is gone, of a volume kubelet recorded (vol_data.json) for a configured S3 driver.
-func (r *Restorer) deadDriverMount(ctx context.Context, path string, top MountInfo) bool {
+func (r *Restorer) deadDriverMount(ctx context.Context, path string, top stack.Mount) bool {
 	if top.FSType != "fuse" && !strings.HasPrefix(top.FSType, "fuse.") {
 		return false
 	}
@@ -118,11 +80,11 @@ func (r *Restorer) deadDriverMount(ctx context.Context, path string, top MountIn
 	if err != nil || !r.cfg.IsS3Driver(vd.DriverName) {
 		return false
 	}
-	return IsDead(r.os.Statfs.Statfs(ctx, path, r.cfg.S3.StatfsTimeout.Duration))
+	return stack.IsDead(r.os.Statfs.Statfs(ctx, path, r.cfg.S3.StatfsTimeout.Duration))
 }
 
 // cleanupStagings stops staging mounts no target on this node uses any more.
-func (r *Restorer) cleanupStagings(ctx context.Context, table MountTable, live map[string]bool) {
+func (r *Restorer) cleanupStagings(ctx context.Context, table stack.Table, live map[string]bool) {
 	log := logr.FromContextOrDiscard(ctx)
 	// A bridge is used while a bind of ours is on a live pod's target (even when discovery missed
 	// the pod's volume this round: stopping s3fs would kill that pod's mount), or a restore of its
@@ -163,7 +125,7 @@ func (r *Restorer) cleanupStagings(ctx context.Context, table MountTable, live m
 			continue
 		}
 		if top, found := fresh.Top(m.MountPoint); found {
-			if pv, ours := PVFromFSName(top.Source); ours {
+			if pv, ours := stack.PVFromFSName(top.Source); ours {
 				used[pv] = true
 			}
 		}
@@ -181,14 +143,5 @@ func (r *Restorer) cleanupStagings(ctx context.Context, table MountTable, live m
 		delete(r.retry, pv)
 		r.mu.Unlock()
 		log.Info("retired unused staging mount", "pv", pv, "path", path)
-	}
-}
-
-// unmountAll lazily unmounts every mount stacked at path (only used on agent-owned paths).
-func (r *Restorer) unmountAll(path string, table MountTable) {
-	for range table.Stack(path) {
-		if err := r.os.Mounter.Unmount(path, true); err != nil {
-			return
-		}
 	}
 }

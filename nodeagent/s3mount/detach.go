@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/pvrescue/pvrescue/internal/mountinfo"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
 // A bridge's s3fs must outlive the agent container (see doc.go, "Bridges outlive the agent"). It
@@ -117,7 +118,7 @@ func ParseProcStat(content string) (startTime uint64, state string, err error) {
 // root (e.g. /proc/1/root to reach the host's hierarchies from a container). v1 hierarchies
 // (fstype cgroup) and the v2 one (cgroup2) are all returned; a hierarchy mounted twice counts
 // once.
-func CgroupDirs(table MountTable, root, group string) []string {
+func CgroupDirs(table stack.Table, root, group string) []string {
 	var out []string
 	seen := map[string]bool{}
 	for _, m := range table {

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
 func TestParseProcStat(t *testing.T) {
@@ -65,7 +67,7 @@ func TestCgroupDirs(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			table, err := ParseMountInfo(c.table)
+			table, err := stack.ParseMountInfo(c.table)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -153,7 +155,7 @@ func TestBridgeRecordsOfDeadBridgesDropped(t *testing.T) {
 	l := Layout{StateDir: testState}
 	w := newWorld(t)
 	w.bridgeCgroup = "pvrescue/s3"
-	w.node.AddMount(l.Staging("pv-old"), "fuse", FSName("pv-old"))
+	w.node.AddMount(l.Staging("pv-old"), "fuse", stack.FSName("pv-old"))
 	w.node.KillMount(l.Staging("pv-old"))
 	rec, _ := json.Marshal(BridgeRecord{Proc: ProcID{Pid: 4242, StartTime: 1}, Cgroup: "pvrescue/s3/pv-old-4242"})
 	w.node.SetFile(l.BridgeRecordFile("pv-old"), rec)

@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/go-logr/logr"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 )
@@ -101,14 +102,14 @@ func klogRef(pod *corev1.Pod) string { return pod.Namespace + "/" + pod.Name }
 
 // checkTarget classifies one published target, keeps its dead/hung timers and its health series.
 // A statfs timeout is a hung mount, never a dead one (hung.go): only ENOTCONN-class errors are.
-func (r *Restorer) checkTarget(ctx context.Context, t target) Health {
+func (r *Restorer) checkTarget(ctx context.Context, t target) stack.Health {
 	log := logr.FromContextOrDiscard(ctx)
 	serr := r.os.Statfs.Statfs(ctx, t.path, r.cfg.S3.StatfsTimeout.Duration)
 	now := r.clk.Now()
-	h := Classify(true, serr)
+	h := stack.Classify(true, serr)
 	r.mu.Lock()
 	hungSince, wasHung := r.hungSince[t.path]
-	if h == Hung {
+	if h == stack.Hung {
 		if !wasHung {
 			r.hungSince[t.path] = now
 			hungSince = now
@@ -122,26 +123,26 @@ func (r *Restorer) checkTarget(ctx context.Context, t target) Health {
 	}
 	r.healthy[t.path] = key
 	switch h {
-	case Healthy:
+	case stack.Healthy:
 		delete(r.deadSince, t.path)
 		r.metrics.MountHealthy.WithLabelValues(key.pv, key.namespace, key.pod).Set(1)
 		if wasHung {
 			log.Info("hung S3 mount answers again", "pod", klogRef(t.pod), "pv", t.pv, "path", t.path, "hungFor", now.Sub(hungSince))
 		}
-	case Dead:
+	case stack.Dead:
 		r.metrics.MountHealthy.WithLabelValues(key.pv, key.namespace, key.pod).Set(0)
 		if _, known := r.deadSince[t.path]; !known {
 			r.deadSince[t.path] = now
 			r.metrics.DeadFound.Inc()
 			log.Info("found dead S3 mount", "pod", klogRef(t.pod), "pv", t.pv, "path", t.path, "err", serr.Error())
 		}
-	case Hung:
+	case stack.Hung:
 		r.metrics.MountHealthy.WithLabelValues(key.pv, key.namespace, key.pod).Set(0)
 	default:
 		log.V(1).Info("cannot tell mount health yet", "path", t.path, "err", serr.Error())
 	}
 	r.mu.Unlock()
-	if h == Hung {
+	if h == stack.Hung {
 		r.onHung(ctx, t, hungSince, !wasHung)
 	}
 	return h
@@ -149,7 +150,7 @@ func (r *Restorer) checkTarget(ctx context.Context, t target) Health {
 
 // pruneState forgets timers, retry state and health series of targets and PVs that are gone,
 // so memory does not grow with history (table: the mount table this pass started with).
-func (r *Restorer) pruneState(targets []target, table MountTable) {
+func (r *Restorer) pruneState(targets []target, table stack.Table) {
 	paths := map[string]bool{}
 	pvs := map[string]bool{}
 	stagings := map[string]bool{}
@@ -176,17 +177,8 @@ func (r *Restorer) pruneState(targets []target, table MountTable) {
 			delete(r.healthy, p)
 		}
 	}
-	pruned := false
-	for p := range r.handed {
-		// A gone pod's target keeps its record while it is mounted: cleanupTargets reads it.
-		if !paths[p] && !stagings[p] && !table.IsMountPoint(p) {
-			delete(r.handed, p)
-			pruned = true
-		}
-	}
-	if pruned {
-		_ = r.saveHandedLocked()
-	}
+	// A gone pod's target keeps its record while it is mounted: cleanupTargets reads it.
+	_ = r.rules.Placed.Prune(func(p string) bool { return paths[p] || stagings[p] || table.IsMountPoint(p) })
 	for pv := range r.retry {
 		if !pvs[pv] && !r.inflight[pv] {
 			delete(r.retry, pv)

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 )
@@ -21,7 +22,7 @@ type FakeNode struct {
 	mu      sync.Mutex
 	nextID  int
 	nextDev int
-	mounts  MountTable
+	mounts  stack.Table
 	dead    map[string]bool // by Dev
 	hung    map[string]bool // by Dev: statfs times out
 	busy    map[int]bool    // by mount ID: a file is open on it (a plain unmount fails EBUSY)
@@ -47,7 +48,7 @@ type FakeNode struct {
 func NewFakeNode() *FakeNode {
 	f := &FakeNode{nextID: 100, nextDev: 50, dead: map[string]bool{}, hung: map[string]bool{}, busy: map[int]bool{}, lingering: map[string]bool{},
 		files: map[string][]byte{}, modes: map[string]fs.FileMode{}, cgroups: map[string][]int{}}
-	f.mounts = MountTable{{ID: 1, ParentID: 0, Dev: "8:1", Root: "/", MountPoint: "/", Options: []string{"rw"}, FSType: "ext4", Source: "/dev/vda"}}
+	f.mounts = stack.Table{{ID: 1, ParentID: 0, Dev: "8:1", Root: "/", MountPoint: "/", Options: []string{"rw"}, FSType: "ext4", Source: "/dev/vda"}}
 	return f
 }
 
@@ -60,7 +61,7 @@ type fakeFUSE struct{ f *FakeNode }
 
 // Abort ends the connection of dev: its mounts answer ENOTCONN from now on.
 func (x fakeFUSE) Abort(dev string) error {
-	if _, err := FUSEConnection(dev); err != nil {
+	if _, err := stack.FUSEConnection(dev); err != nil {
 		return err
 	}
 	x.f.mu.Lock()
@@ -88,14 +89,14 @@ func (f *FakeNode) Resume(mountPoint string) {
 }
 
 // AddMount mounts a new filesystem at mountPoint (on top of anything there) and returns it.
-func (f *FakeNode) AddMount(mountPoint, fsType, source string, options ...string) MountInfo {
+func (f *FakeNode) AddMount(mountPoint, fsType, source string, options ...string) stack.Mount {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.nextDev++
 	return f.addLocked(mountPoint, fmt.Sprintf("0:%d", f.nextDev), fsType, source, options)
 }
 
-func (f *FakeNode) addLocked(mountPoint, dev, fsType, source string, options []string) MountInfo {
+func (f *FakeNode) addLocked(mountPoint, dev, fsType, source string, options []string) stack.Mount {
 	f.nextID++
 	parent := 1
 	if top, ok := f.mounts.Top(mountPoint); ok {
@@ -104,7 +105,7 @@ func (f *FakeNode) addLocked(mountPoint, dev, fsType, source string, options []s
 	if len(options) == 0 {
 		options = []string{"rw"}
 	}
-	m := MountInfo{ID: f.nextID, ParentID: parent, Dev: dev, Root: "/", MountPoint: mountPoint,
+	m := stack.Mount{ID: f.nextID, ParentID: parent, Dev: dev, Root: "/", MountPoint: mountPoint,
 		Options: options, FSType: fsType, Source: source}
 	f.mounts = append(f.mounts, m)
 	return m
@@ -140,7 +141,7 @@ func (f *FakeNode) OpenFile(mountPoint string) {
 }
 
 // Table returns a copy of the mount table.
-func (f *FakeNode) Table() MountTable {
+func (f *FakeNode) Table() stack.Table {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.mounts)
@@ -223,7 +224,7 @@ func (f *FakeNode) SetFile(path string, data []byte) {
 
 type fakeMounter struct{ f *FakeNode }
 
-func (m fakeMounter) MountTable() (MountTable, error) { return m.f.Table(), nil }
+func (m fakeMounter) MountTable() (stack.Table, error) { return m.f.Table(), nil }
 
 func (m fakeMounter) Bind(source, target string, readOnly bool) error {
 	f := m.f
@@ -231,7 +232,7 @@ func (m fakeMounter) Bind(source, target string, readOnly bool) error {
 	defer f.mu.Unlock()
 	src, ok := f.mounts.Top(source)
 	if !ok {
-		return fmt.Errorf("%w: bind %s: source is not a mount in the fake", ErrMount, source)
+		return fmt.Errorf("%w: bind %s: source is not a mount in the fake", stack.ErrMount, source)
 	}
 	opts := []string{"rw"}
 	if readOnly {
@@ -247,15 +248,15 @@ func (m fakeMounter) Unmount(target string, detach bool) error {
 	defer f.mu.Unlock()
 	top, ok := f.mounts.Top(target)
 	if !ok {
-		return fmt.Errorf("%w: unmount %s: %w", ErrMount, target, syscall.EINVAL)
+		return fmt.Errorf("%w: unmount %s: %w", stack.ErrMount, target, syscall.EINVAL)
 	}
 	if f.busy[top.ID] && !detach {
-		return fmt.Errorf("%w: unmount %s: %w", ErrMount, target, syscall.EBUSY)
+		return fmt.Errorf("%w: unmount %s: %w", stack.ErrMount, target, syscall.EBUSY)
 	}
 	if f.busy[top.ID] {
 		f.lingering[top.Dev] = true // the open files keep the detached filesystem
 	}
-	f.mounts = slices.DeleteFunc(f.mounts, func(x MountInfo) bool { return x.ID == top.ID })
+	f.mounts = slices.DeleteFunc(f.mounts, func(x stack.Mount) bool { return x.ID == top.ID })
 	f.exitUnusedLocked()
 	return nil
 }
@@ -264,7 +265,7 @@ func (m fakeMounter) Unmount(target string, detach bool) error {
 // left: the kernel releases it and s3fs's session ends, as it does for a real one.
 func (f *FakeNode) exitUnusedLocked() {
 	for _, p := range f.procs {
-		if p.dev == "" || p.Exited() || f.lingering[p.dev] || slices.ContainsFunc(f.mounts, func(m MountInfo) bool { return m.Dev == p.dev }) {
+		if p.dev == "" || p.Exited() || f.lingering[p.dev] || slices.ContainsFunc(f.mounts, func(m stack.Mount) bool { return m.Dev == p.dev }) {
 			continue
 		}
 		p.exit()
@@ -304,7 +305,7 @@ func (s fakeStatfs) Statfs(_ context.Context, path string, timeout time.Duration
 	}
 	top, ok := f.mounts.Top(best)
 	if ok && f.hung[top.Dev] {
-		return fmt.Errorf("statfs %s: %w after %s", path, ErrTimeout, timeout)
+		return fmt.Errorf("statfs %s: %w after %s", path, stack.ErrTimeout, timeout)
 	}
 	if ok && f.dead[top.Dev] {
 		return fmt.Errorf("statfs %s: %w", path, syscall.ENOTCONN)
@@ -476,9 +477,9 @@ func (p *FakeProcess) Kill(time.Duration) {
 	}
 	f := p.f
 	f.mu.Lock()
-	if top, ok := f.mounts.Top(p.mountPoint); ok && isFUSE(top.FSType) {
+	if top, ok := f.mounts.Top(p.mountPoint); ok && stack.IsFUSE(top.FSType) {
 		f.dead[top.Dev] = true // binds made from it die with the daemon
-		f.mounts = slices.DeleteFunc(f.mounts, func(x MountInfo) bool { return x.ID == top.ID })
+		f.mounts = slices.DeleteFunc(f.mounts, func(x stack.Mount) bool { return x.ID == top.ID })
 	}
 	f.mu.Unlock()
 	p.exit()

@@ -3,13 +3,13 @@ package s3mount
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -32,18 +32,6 @@ const (
 	// s3.hungConditionAfter.
 	ConditionS3MountHung corev1.NodeConditionType = "S3MountHung"
 )
-
-// ErrFUSEDev is returned for a device that cannot name a FUSE connection.
-var ErrFUSEDev = errors.New("not a FUSE connection device")
-
-// FUSEConnection returns the fusectl directory name of a FUSE mount's device "0:<minor>".
-func FUSEConnection(dev string) (string, error) {
-	maj, minor, ok := strings.Cut(dev, ":")
-	if !ok || maj != "0" || minor == "" || strings.Trim(minor, "0123456789") != "" {
-		return "", fmt.Errorf("%w: %q", ErrFUSEDev, dev)
-	}
-	return minor, nil
-}
 
 // onHung handles one pass's view of a hung target: the first time an Event, then — with
 // s3.abortHungAfter — the abort once it has been hung that long.
@@ -68,7 +56,7 @@ func (r *Restorer) onHung(ctx context.Context, t target, since time.Time, first 
 		return
 	}
 	top, ok := table.Top(t.path)
-	if !ok || !isFUSE(top.FSType) {
+	if !ok || !stack.IsFUSE(top.FSType) {
 		return
 	}
 	if err := r.os.FUSE.Abort(top.Dev); err != nil {

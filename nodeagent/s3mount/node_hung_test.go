@@ -25,6 +25,7 @@ import (
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/internal/testenv"
 	"github.com/pvrescue/pvrescue/nodeagent"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
 // hungNode is a real s3fs ("the driver's") at a pod's target under a shared kubelet directory,
@@ -191,8 +192,8 @@ func TestNodeAbortHungAfter(t *testing.T) {
 	if got := value(t, h.r.metrics.HungAborts.WithLabelValues("success")); got != 1 {
 		t.Errorf("hung_aborts{success} = %v, want 1", got)
 	}
-	conn, _ := FUSEConnection(hung.Dev)
-	if _, err := os.Stat(filepath.Join(FusectlDir, conn)); err == nil {
+	conn, _ := stack.FUSEConnection(hung.Dev)
+	if _, err := os.Stat(filepath.Join(stack.FusectlDir, conn)); err == nil {
 		t.Logf("aborted connection %s still listed in fusectl (its mount is still there, dead)", conn)
 	}
 	var st unix.Statfs_t
@@ -202,14 +203,14 @@ func TestNodeAbortHungAfter(t *testing.T) {
 	if pids := h.ours(); len(pids) != 1 {
 		t.Errorf("s3fs of ours after the abort: %v, want 1", pids)
 	}
-	stack := mountTableNow(t).Stack(h.target)
-	if len(stack) != 2 || stack[0].Dev != hung.Dev {
-		t.Errorf("target stack %v, want the aborted driver mount + our bridge", stack)
+	mounts := mountTableNow(t).Stack(h.target)
+	if len(mounts) != 2 || mounts[0].Dev != hung.Dev {
+		t.Errorf("target stack %v, want the aborted driver mount + our bridge", mounts)
 	}
 	if n := h.events.Count("app", corev1.EventTypeNormal, EventMountBridged, ""); n != 1 {
 		t.Errorf("%d MountBridged Events, want 1", n)
 	}
-	if !slices.ContainsFunc(mountTableNow(t), func(m MountInfo) bool { return m.FSType == "fusectl" }) {
+	if !slices.ContainsFunc(mountTableNow(t), func(m stack.Mount) bool { return m.FSType == "fusectl" }) {
 		t.Logf("fusectl not in our mount table after the abort")
 	}
 }

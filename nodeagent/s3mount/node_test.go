@@ -35,6 +35,7 @@ import (
 	"github.com/pvrescue/pvrescue/internal/testenv"
 	"github.com/pvrescue/pvrescue/nodeagent"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
 const (
@@ -450,7 +451,7 @@ func TestNodeBadInputLeavesTargetAlone(t *testing.T) {
 	type fixture struct {
 		pod    *corev1.Pod
 		target string
-		dead   s3mount.MountInfo
+		dead   stack.Mount
 	}
 	fx := map[string]fixture{}
 	for _, c := range cases {
@@ -509,19 +510,19 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 	testenv.WaitFor(t, timeout, what, testenv.Until(cond))
 }
 
-func mountTable() s3mount.MountTable {
+func mountTable() stack.Table {
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		panic(err)
 	}
-	tab, err := s3mount.ParseMountInfo(string(b))
+	tab, err := stack.ParseMountInfo(string(b))
 	if err != nil {
 		panic(err)
 	}
 	return tab
 }
 
-func stackAt(path string) []s3mount.MountInfo { return mountTable().Stack(path) }
+func stackAt(path string) []stack.Mount { return mountTable().Stack(path) }
 
 func topSource(path string) string {
 	m, _ := mountTable().Top(path)

@@ -19,6 +19,7 @@ import (
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/internal/testenv"
 	"github.com/pvrescue/pvrescue/nodeagent"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
 // The one check before a bind over a kubelet path, with the real mount table, statfs and
@@ -45,7 +46,7 @@ func TestNodeCheckMountRefusals(t *testing.T) {
 	}
 	liveInfo, _ := mountTableNow(t).Top(live.MountPoint)
 	dead.Kill() // its mount stays, answering ENOTCONN
-	check := mountCheck{dead: []MountInfo{deadInfo}, fuseTypes: []string{"fuse.s3fs"}}
+	check := stack.Check{Dead: []stack.Mount{deadInfo}, FUSETypes: []string{"fuse.s3fs"}}
 
 	mkdir := func(name string) string {
 		p := filepath.Join(dir, name)
@@ -64,41 +65,41 @@ func TestNodeCheckMountRefusals(t *testing.T) {
 		source func() string
 		want   string
 	}{
-		{"not a mount", func() string { return mkdir("plain") }, EventReplayResultNotVisible},
+		{"not a mount", func() string { return mkdir("plain") }, stack.EventReplayResultNotVisible},
 		{"plain dir of the node bound", func() string {
 			p := mkdir("boundplain")
 			bind(p, p)
 			return p
-		}, EventReplayResultNotVisible},
+		}, stack.EventReplayResultNotVisible},
 		{"wrong fstype (tmpfs)", func() string {
 			p := mkdir("tmpfs")
 			if err := unix.Mount("tmpfs", p, "tmpfs", 0, "size=1m"); err != nil {
 				t.Fatal(err)
 			}
 			return p
-		}, EventReplayResultWrongFilesystem},
+		}, stack.EventReplayResultWrongFilesystem},
 		{"same device (a bind of the dead mount)", func() string {
 			p := mkdir("samedev")
 			bind(dead.MountPoint, p)
 			return p
-		}, EventReplayResultSameDevice},
-		{"not answering (another dead s3fs)", func() string { return dead.MountPoint }, EventReplayResultNotAnswering},
+		}, stack.EventReplayResultSameDevice},
+		{"not answering (another dead s3fs)", func() string { return dead.MountPoint }, stack.EventReplayResultNotAnswering},
 		{"live s3fs", func() string {
 			p := mkdir("live")
 			bind(live.MountPoint, p)
 			return p
-		}, ResultOK},
+		}, stack.ResultOK},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := tc.source()
 			c := check
-			if tc.want == EventReplayResultNotAnswering {
-				c.dead = nil // a dead mount that is not the one replaced
+			if tc.want == stack.EventReplayResultNotAnswering {
+				c.Dead = nil // a dead mount that is not the one replaced
 			}
-			m, err := r.checkMount(ctx, src, c)
-			var re *ResultError
+			m, err := r.rules.Check(ctx, src, c)
+			var re *stack.ResultError
 			switch {
-			case tc.want == ResultOK:
+			case tc.want == stack.ResultOK:
 				if err != nil || m.Dev != liveInfo.Dev {
 					t.Errorf("live s3fs refused: %v (mount %+v)", err, m)
 				}
@@ -109,9 +110,9 @@ func TestNodeCheckMountRefusals(t *testing.T) {
 			}
 		})
 	}
-	for _, reason := range []string{EventReplayResultNotVisible, EventReplayResultWrongFilesystem, EventReplayResultSameDevice, EventReplayResultNotAnswering, ResultOK} {
+	for _, reason := range []string{stack.EventReplayResultNotVisible, stack.EventReplayResultWrongFilesystem, stack.EventReplayResultSameDevice, stack.EventReplayResultNotAnswering, stack.ResultOK} {
 		want := 1.0
-		if reason == EventReplayResultNotVisible {
+		if reason == stack.EventReplayResultNotVisible {
 			want = 2
 		}
 		if got := testCounter(t, r.metrics.ResultChecks.WithLabelValues(reason)); got != want {
@@ -120,7 +121,7 @@ func TestNodeCheckMountRefusals(t *testing.T) {
 	}
 }
 
-func mountTableNow(t *testing.T) MountTable {
+func mountTableNow(t *testing.T) stack.Table {
 	t.Helper()
 	table, err := NewOS().Mounter.MountTable()
 	if err != nil {

@@ -1,21 +1,21 @@
 package s3mount
 
 import (
-	"context"
 	"errors"
-	"io/fs"
 	"time"
+
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
 // OS bundles every effect the restorer has on the node, so the logic runs against FakeOS in
 // unit tests and against the real node (NewOS, Linux only) in node tests and production.
 type OS struct {
-	Mounter Mounter
+	Mounter stack.Mounter
 	Procs   ProcessStarter
 	// Cgroups moves our s3fs bridges out of the agent container's cgroups.
 	Cgroups Cgroups
-	Statfs  StatfsChecker
-	FS      FS
+	Statfs  stack.StatfsChecker
+	FS      stack.FS
 	// CSI dials node plugins for replay; nil turns replay off.
 	CSI CSIDialer
 	// Plugins wakes the check when a node plugin's socket appears; nil: periodic checks only.
@@ -24,28 +24,7 @@ type OS struct {
 	// <kubelet>/plugins/<driver>/csi.sock only.
 	Registry PluginRegistry
 	// FUSE aborts hung FUSE connections (s3.abortHungAfter); nil: never aborted.
-	FUSE FUSEConnections
-}
-
-// FUSEConnections is the kernel's FUSE control filesystem (fusectl).
-type FUSEConnections interface {
-	// Abort ends the FUSE connection of the mount with device dev ("0:<minor>") by writing to
-	// /sys/fs/fuse/connections/<minor>/abort, mounting fusectl there first when it is not: every
-	// request waiting on it and every later one fails, and its daemon can never write again.
-	Abort(dev string) error
-}
-
-// Mounter reads the mount table and makes the few mounts the restorer needs.
-type Mounter interface {
-	// MountTable returns the current /proc/self/mountinfo.
-	MountTable() (MountTable, error)
-	// Bind bind-mounts source onto target, on top of whatever is mounted there, and makes the
-	// bind read-only when readOnly is set.
-	Bind(source, target string, readOnly bool) error
-	// Unmount removes the top mount at target; detach makes it lazy (MNT_DETACH).
-	Unmount(target string, detach bool) error
-	// MountTmpfs mounts a private tmpfs of sizeBytes with mode 0700 at target.
-	MountTmpfs(target string, sizeBytes int64) error
+	FUSE stack.FUSEConnections
 }
 
 // ProcID names one process across agent restarts: its pid and its start time (clock ticks
@@ -106,20 +85,4 @@ type Cgroups interface {
 	Place(pid int, group string) error
 	// Remove removes the (empty) group from every hierarchy; a missing group is no error.
 	Remove(group string) error
-}
-
-// StatfsChecker runs statfs on a path with a timeout; a hung FUSE daemon yields ErrTimeout.
-type StatfsChecker interface {
-	Statfs(ctx context.Context, path string, timeout time.Duration) error
-}
-
-// FS is the plain file system.
-type FS interface {
-	MkdirAll(path string, perm fs.FileMode) error
-	// WriteFile writes data with exactly mode perm (replacing any existing file).
-	WriteFile(path string, data []byte, perm fs.FileMode) error
-	ReadFile(path string) ([]byte, error)
-	// ReadDir returns the names in a directory (a missing directory has none).
-	ReadDir(path string) ([]string, error)
-	Remove(path string) error
 }

@@ -12,6 +12,7 @@ import (
 	utilstrings "k8s.io/utils/strings"
 
 	"github.com/pvrescue/pvrescue/internal/statename"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
 // csiPluginDir is kubelet's directory name for CSI volumes (kubernetes.io/csi, escaped).
@@ -122,30 +123,15 @@ func (l Layout) PVFromStaging(path string) (string, bool) {
 // StagingPV returns the full name of the PV whose bridge staging mount m is, or ok=false when m
 // is not at a staging path. A long PV name is hashed in the path but whole in the mount's source
 // (our fsname, kept by a dead mount too); the stem is returned when the source does not name it.
-func (l Layout) StagingPV(m MountInfo) (string, bool) {
+func (l Layout) StagingPV(m stack.Mount) (string, bool) {
 	stem, ok := l.PVFromStaging(m.MountPoint)
 	if !ok {
 		return "", false
 	}
-	if pv, ours := PVFromFSName(m.Source); ours && PVComponent(pv) == stem {
+	if pv, ours := stack.PVFromFSName(m.Source); ours && PVComponent(pv) == stem {
 		return pv, true
 	}
 	return stem, true
-}
-
-// FSName is the filesystem name given to our s3fs mounts. It shows as the source of the staging
-// mount and of every bind made from it, even after its s3fs died, so the agent recognises its
-// own binds from the mount table alone, across restarts.
-func FSName(pvName string) string { return fsNamePrefix + pvName }
-
-const fsNamePrefix = "pvrescue-s3:"
-
-// PVFromFSName returns the PV of one of our mounts' source, or ok=false.
-func PVFromFSName(source string) (string, bool) {
-	if !strings.HasPrefix(source, fsNamePrefix) || len(source) == len(fsNamePrefix) {
-		return "", false
-	}
-	return source[len(fsNamePrefix):], true
 }
 
 // TmpRoot holds s3fs's temporary files, one directory per PV, inside the state directory (not
@@ -154,6 +140,10 @@ func (l Layout) TmpRoot() string { return filepath.Join(l.Root(), "tmp") }
 
 // TmpDir is the s3fs tmpdir of one PV.
 func (l Layout) TmpDir(pvName string) string { return filepath.Join(l.TmpRoot(), PVComponent(pvName)) }
+
+// PlacedFile records the mounts we put at kubelet paths (stack.Placed); "handed" is the name
+// earlier agents gave it.
+func (l Layout) PlacedFile() string { return filepath.Join(l.Root(), "handed.json") }
 
 // KubeletStagingPath is where kubelet asks a STAGE_UNSTAGE driver to stage a volume:
 // <kubelet>/plugins/kubernetes.io/csi/<driver>/<sha256 hex of the volume handle>/globalmount.

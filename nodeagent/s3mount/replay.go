@@ -9,6 +9,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/go-logr/logr"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
@@ -52,7 +53,7 @@ func (r *Restorer) replay(ctx context.Context, pv *corev1.PersistentVolume, ts [
 	// earlier at kubelet's globalmount also drops its propagated copies at the targets, so the
 	// dead mount running containers hold (this death's) is no longer in the targets' stacks
 	// afterwards, and the container remounter must still be asked about it.
-	var before MountTable
+	var before stack.Table
 	if stages {
 		before, _ = r.os.Mounter.MountTable()
 	}
@@ -86,7 +87,7 @@ func (r *Restorer) restage(ctx context.Context, node CSINode, pv *corev1.Persist
 	}
 	mounted := table.IsMountPoint(stagingPath)
 	if top, ok := table.Top(stagingPath); ok {
-		if _, ours := PVFromFSName(top.Source); !ours && r.os.Statfs.Statfs(ctx, stagingPath, r.cfg.S3.StatfsTimeout.Duration) == nil {
+		if _, ours := stack.PVFromFSName(top.Source); !ours && r.os.Statfs.Statfs(ctx, stagingPath, r.cfg.S3.StatfsTimeout.Duration) == nil {
 			return nil // the driver's staging is live
 		}
 	}
@@ -104,7 +105,7 @@ func (r *Restorer) restage(ctx context.Context, node CSINode, pv *corev1.Persist
 		r.undoFresh(ctx, node, pv.Spec.CSI.VolumeHandle, fresh, true)
 		return fmt.Errorf("%w: NodeStageVolume: %w", ErrReplay, err)
 	}
-	if _, err := r.checkMount(ctx, fresh, r.checkFor(stagingPath, pv.Spec.CSI.Driver, table)); err != nil {
+	if _, err := r.rules.Check(ctx, fresh, stack.CheckFor(table, stagingPath, r.cfg.S3.Profile(pv.Spec.CSI.Driver).FUSEType)); err != nil {
 		r.undoFresh(ctx, node, pv.Spec.CSI.VolumeHandle, fresh, true)
 		return err
 	}
@@ -113,52 +114,22 @@ func (r *Restorer) restage(ctx context.Context, node CSINode, pv *corev1.Persist
 		// Only a path that is not a mount point may need creating: on a dead FUSE mount point
 		// stat fails with ENOTCONN and mkdir with EEXIST.
 		if err := r.os.FS.MkdirAll(stagingPath, 0o750); err != nil {
-			return fmt.Errorf("%w: create %s: %w", ErrMount, stagingPath, err)
+			return fmt.Errorf("%w: create %s: %w", stack.ErrMount, stagingPath, err)
 		}
 	}
-	if err := r.dropOurTops(ctx, stagingPath); err != nil {
+	if err := r.rules.DropOurTops(ctx, stagingPath); err != nil {
 		return err
 	}
 	if err := r.os.Mounter.Bind(fresh, stagingPath, false); err != nil {
 		return err
 	}
-	if table, err := r.os.Mounter.MountTable(); err == nil {
-		if top, ok := table.Top(stagingPath); ok {
-			if err := r.recordHanded(stagingPath, top.Dev); err != nil {
-				logr.FromContextOrDiscard(ctx).Error(err, "recording the restaged mount", "path", stagingPath)
-			}
-		}
-	}
+	r.rules.RecordTop(ctx, stagingPath, "the restaged mount")
 	return nil
-}
-
-// dropOurTops removes, from the top of path's stack, our bridge binds (live or dead) and dead
-// mounts we handed back earlier — never the last mount at path, so path is never left bare.
-func (r *Restorer) dropOurTops(ctx context.Context, path string) error {
-	for {
-		table, err := r.os.Mounter.MountTable()
-		if err != nil {
-			return err
-		}
-		stack := table.Stack(path)
-		if len(stack) < 2 {
-			return nil
-		}
-		top := stack[len(stack)-1]
-		_, ours := PVFromFSName(top.Source)
-		if !ours && !(r.isHanded(path, top) && IsDead(r.os.Statfs.Statfs(ctx, path, r.cfg.S3.StatfsTimeout.Duration))) {
-			return nil
-		}
-		if err := r.os.Mounter.Unmount(path, true); err != nil {
-			return fmt.Errorf("%w: removing our mount at %s: %w", ErrMount, path, err)
-		}
-		logr.FromContextOrDiscard(ctx).Info("removed our mount before the driver's", "path", path, "dev", top.Dev, "source", top.Source)
-	}
 }
 
 // republish publishes the volume for one pod at a fresh directory and hands it over to the
 // pod's dead target. prior is the target's stack before the restage (nil without one).
-func (r *Restorer) republish(ctx context.Context, node CSINode, pv *corev1.PersistentVolume, capability *csi.VolumeCapability, pubCtx map[string]string, stagingPath, fresh string, t target, prior []MountInfo) error {
+func (r *Restorer) republish(ctx context.Context, node CSINode, pv *corev1.PersistentVolume, capability *csi.VolumeCapability, pubCtx map[string]string, stagingPath, fresh string, t target, prior []stack.Mount) error {
 	secrets, err := r.secretData(ctx, pv.Spec.CSI.NodePublishSecretRef)
 	if err != nil {
 		return err
@@ -185,19 +156,13 @@ func (r *Restorer) republish(ctx context.Context, node CSINode, pv *corev1.Persi
 		r.undoFresh(ctx, node, pv.Spec.CSI.VolumeHandle, fresh, false)
 		return fmt.Errorf("%w: NodePublishVolume: %w", ErrReplay, err)
 	}
-	dead, ro, ok, herr := r.handBack(ctx, fresh, t)
-	if errors.Is(herr, ErrResultRefused) {
+	dead, ro, ok, herr := r.cover(ctx, fresh, t)
+	if errors.Is(herr, stack.ErrResultRefused) {
 		r.undoFresh(ctx, node, pv.Spec.CSI.VolumeHandle, fresh, false)
 		return herr
 	}
 	if herr == nil && ok {
-		if table, terr := r.os.Mounter.MountTable(); terr == nil {
-			if top, found := table.Top(t.path); found {
-				if rerr := r.recordHanded(t.path, top.Dev); rerr != nil {
-					logr.FromContextOrDiscard(ctx).Error(rerr, "recording the replayed mount", "path", t.path)
-				}
-			}
-		}
+		r.rules.RecordTop(ctx, t.path, "the replayed mount")
 	}
 	// The fresh directory is ours; the target (or nothing) now holds the driver's mount.
 	r.dropFresh(ctx, fresh)
@@ -218,23 +183,23 @@ func (r *Restorer) republish(ctx context.Context, node CSINode, pv *corev1.Persi
 // the dead mounts running containers may still hold.
 // prior, the target's stack before the restage, adds the dead mount the restage removed (with
 // the dead staging mount it propagated from): running containers hold that one.
-func (r *Restorer) revivedByStaging(ctx context.Context, pv *corev1.PersistentVolume, t target, table MountTable, prior []MountInfo) {
-	stack := table.Stack(t.path)
-	top := stack[len(stack)-1]
-	if err := r.recordHanded(t.path, top.Dev); err != nil {
+func (r *Restorer) revivedByStaging(ctx context.Context, pv *corev1.PersistentVolume, t target, table stack.Table, prior []stack.Mount) {
+	mounts := table.Stack(t.path)
+	top := mounts[len(mounts)-1]
+	if err := r.rules.Placed.Put(t.path, top.Dev); err != nil {
 		logr.FromContextOrDiscard(ctx).Error(err, "recording the replayed mount", "path", t.path)
 	}
-	r.restored(ctx, t, MethodReplay, EventMountReplayed, t.readOnly || top.ReadOnly(), withPrior(stack[:len(stack)-1], prior, top),
+	r.restored(ctx, t, MethodReplay, EventMountReplayed, t.readOnly || top.ReadOnly(), withPrior(mounts[:len(mounts)-1], prior, top),
 		"driver "+pv.Spec.CSI.Driver+" staged again; its mount reached the target through kubelet's shared staging path")
 }
 
 // withPrior adds to dead the mounts of prior (a target's earlier stack) that are not in dead and
 // not of live's device, newest first: the dead mounts removed from the target meanwhile.
-func withPrior(dead, prior []MountInfo, live MountInfo) []MountInfo {
+func withPrior(dead, prior []stack.Mount, live stack.Mount) []stack.Mount {
 	out := slices.Clone(dead)
 	for i := len(prior) - 1; i >= 0; i-- {
 		m := prior[i]
-		if m.Dev == live.Dev || slices.ContainsFunc(out, func(x MountInfo) bool { return x.ID == m.ID || x.Dev == m.Dev && x.Root == m.Root }) {
+		if m.Dev == live.Dev || slices.ContainsFunc(out, func(x stack.Mount) bool { return x.ID == m.ID || x.Dev == m.Dev && x.Root == m.Root }) {
 			continue
 		}
 		out = append(out, m)
@@ -249,9 +214,9 @@ func withPrior(dead, prior []MountInfo, live MountInfo) []MountInfo {
 func (r *Restorer) dropFresh(ctx context.Context, fresh string) {
 	log := logr.FromContextOrDiscard(ctx)
 	if table, err := r.os.Mounter.MountTable(); err == nil {
-		r.unmountAll(fresh, table)
+		r.rules.UnmountAll(fresh, table)
 		if table, err = r.os.Mounter.MountTable(); err == nil && table.IsMountPoint(fresh) {
-			log.Error(ErrMount, "a fresh directory of ours is still mounted; it stays until the next start", "path", fresh)
+			log.Error(stack.ErrMount, "a fresh directory of ours is still mounted; it stays until the next start", "path", fresh)
 			return
 		}
 	}
@@ -274,10 +239,10 @@ func (r *Restorer) undoFresh(ctx context.Context, node CSINode, volumeID, fresh 
 }
 
 // freshDir makes dir an empty directory with nothing mounted (it is ours: left-overs go).
-func (r *Restorer) freshDir(dir string, table MountTable) error {
-	r.unmountAll(dir, table)
+func (r *Restorer) freshDir(dir string, table stack.Table) error {
+	r.rules.UnmountAll(dir, table)
 	if err := r.os.FS.MkdirAll(dir, 0o750); err != nil {
-		return fmt.Errorf("%w: create %s: %w", ErrMount, dir, err)
+		return fmt.Errorf("%w: create %s: %w", stack.ErrMount, dir, err)
 	}
 	return nil
 }

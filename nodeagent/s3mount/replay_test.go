@@ -9,6 +9,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/google/go-cmp/cmp"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -65,9 +66,9 @@ func TestReplayThroughTheDriver(t *testing.T) {
 	if got := w.csi.Sockets; len(got) == 0 || got[0] != filepath.Join(testKubelet, "plugins", testDriver, "csi.sock") {
 		t.Errorf("dialled %v", got)
 	}
-	stack := w.node.Table().Stack(target)
-	if got := sources(stack); !slices.Equal(got, []string{"s3fs", "s3fs"}) || stack[1].Dev == dead.Dev {
-		t.Errorf("target stack %v, want the dead driver mount + the driver's new mount", stack)
+	mounts := w.node.Table().Stack(target)
+	if got := sources(mounts); !slices.Equal(got, []string{"s3fs", "s3fs"}) || mounts[1].Dev == dead.Dev {
+		t.Errorf("target stack %v, want the dead driver mount + the driver's new mount", mounts)
 	}
 	if w.node.Table().IsMountPoint(fresh) {
 		t.Error("fresh publish directory still mounted after the hand-back")
@@ -202,15 +203,15 @@ func TestBridgeRetiredWhenTheDriverAnswersAgain(t *testing.T) {
 	w.start()
 	w.clock.Step(11 * time.Second)
 	w.sync()
-	if top, _ := w.node.Table().Top(target); top.Source != FSName("pv-a") {
+	if top, _ := w.node.Table().Top(target); top.Source != stack.FSName("pv-a") {
 		t.Fatalf("not bridged: top %+v", top)
 	}
 	w.csi.Down = false
 	w.clock.Step(2 * time.Second)
 	w.sync() // the driver answers: swap
 	w.sync() // the bridge has no bind left: retired
-	stack := w.node.Table().Stack(target)
-	if got := sources(stack); !slices.Equal(got, []string{"s3fs", "s3fs"}) {
+	mounts := w.node.Table().Stack(target)
+	if got := sources(mounts); !slices.Equal(got, []string{"s3fs", "s3fs"}) {
 		t.Errorf("target stack %v, want the dead driver mount + the driver's new mount", got)
 	}
 	if err := w.node.OS().Statfs.Statfs(context.Background(), target, time.Second); err != nil {
@@ -238,7 +239,7 @@ func TestBridgeRetiredWhileAFileIsOpenOnIt(t *testing.T) {
 	w.start()
 	w.clock.Step(11 * time.Second)
 	w.sync()
-	if top, _ := w.node.Table().Top(target); top.Source != FSName("pv-a") {
+	if top, _ := w.node.Table().Top(target); top.Source != stack.FSName("pv-a") {
 		t.Fatalf("not bridged: top %+v", top)
 	}
 	w.node.OpenFile(target)
@@ -246,8 +247,8 @@ func TestBridgeRetiredWhileAFileIsOpenOnIt(t *testing.T) {
 	w.clock.Step(2 * time.Second)
 	w.sync() // the driver answers: swap
 	w.sync()
-	stack := w.node.Table().Stack(target)
-	if got := sources(stack); !slices.Equal(got, []string{"s3fs", "s3fs"}) {
+	mounts := w.node.Table().Stack(target)
+	if got := sources(mounts); !slices.Equal(got, []string{"s3fs", "s3fs"}) {
 		t.Fatalf("target stack %v, want the dead driver mount + the driver's new mount", got)
 	}
 	if err := w.node.OS().Statfs.Statfs(context.Background(), target, time.Second); err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/nodeagent"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
 // Event reasons on the pod. Tools tell the restore methods apart by reason, never by message.
@@ -150,7 +151,9 @@ type Restorer struct {
 	// lastHungCondition is the S3MountHung condition last written ("" none yet); Sync only.
 	lastHungCondition string
 	healthy           map[string]healthKey // by target path: the pvrescue_s3_mount_healthy series
-	handed            map[string]string    // by target path: device of the mount a replay handed back
+
+	// rules place mounts at kubelet paths and keep the record of those we put there.
+	rules *stack.Rules
 }
 
 type healthKey struct{ pv, namespace, pod string }
@@ -195,8 +198,9 @@ func New(deps nodeagent.Deps, os OS, opts Options) (*Restorer, error) {
 		deadSince: map[string]time.Time{},
 		hungSince: map[string]time.Time{},
 		healthy:   map[string]healthKey{},
-		handed:    map[string]string{},
 	}
+	r.rules = &stack.Rules{Mounter: os.Mounter, Statfs: os.Statfs, Placed: stack.NewPlaced(os.FS, r.layout.PlacedFile()),
+		StatfsTimeout: func() time.Duration { return r.cfg.S3.StatfsTimeout.Duration }, Checks: m.ResultChecks}
 	deps.View.OnPodChange(r.poke)
 	return r, nil
 }
@@ -269,7 +273,7 @@ func (r *Restorer) Prepare(ctx context.Context) error {
 	if r.opts.BridgeCgroup != "" && syscall.Getpid() == 1 {
 		logr.FromContextOrDiscard(ctx).Info("the agent is PID 1 of its own PID namespace: its s3fs bridges die with its container (run it with hostPID)")
 	}
-	if err := r.loadHanded(); err != nil {
+	if err := r.rules.Placed.Load(); err != nil {
 		logr.FromContextOrDiscard(ctx).Error(err, "reading the record of replayed mounts; starting empty")
 	}
 	r.sweepFresh(ctx)
@@ -316,7 +320,7 @@ func (r *Restorer) adopt(ctx context.Context) error {
 		log.Info("dropping dead staging mount left by an earlier agent", "pv", pv, "path", m.MountPoint)
 		r.dropBridge(ctx, pv, rec, proc)
 		if t, err := r.os.Mounter.MountTable(); err == nil {
-			r.unmountAll(m.MountPoint, t)
+			r.rules.UnmountAll(m.MountPoint, t)
 		}
 	}
 	names, err := r.os.FS.ReadDir(r.layout.BridgesDir())
@@ -390,7 +394,7 @@ func (r *Restorer) Sync(ctx context.Context) error {
 		if t.terminating || !table.IsMountPoint(t.path) {
 			continue // kubelet has not published it (or tore it down): not ours to create
 		}
-		if r.checkTarget(ctx, t) == Dead {
+		if r.checkTarget(ctx, t) == stack.Dead {
 			needs[t.pv] = append(needs[t.pv], t)
 		}
 	}

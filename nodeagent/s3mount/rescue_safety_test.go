@@ -17,6 +17,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/pvrescue/pvrescue/internal/config"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
 // Injection attempts through a Secret's endpoint or region, or a bucket that reads as a flag,
@@ -96,7 +97,7 @@ func TestBoundedStackAcrossRepeatedDeaths(t *testing.T) {
 		w.waitFor("restored after death", func() bool {
 			return len(w.node.Processes()) == len(procs)+1 && w.node.OS().Statfs.Statfs(context.Background(), target, time.Second) == nil
 		})
-		if got := sources(w.node.Table().Stack(target)); !slices.Equal(got, []string{"s3fs", FSName("pv-a")}) {
+		if got := sources(w.node.Table().Stack(target)); !slices.Equal(got, []string{"s3fs", stack.FSName("pv-a")}) {
 			t.Errorf("after death %d: stack %v, want the driver's dead mount + one bind", i+1, got)
 		}
 		running := 0

@@ -24,6 +24,7 @@ import (
 
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/nodeagent"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
 const (
@@ -196,9 +197,9 @@ func standard(readOnly bool) []runtime.Object {
 		pvcObj("data", "pv-a"), podObj("app", "uid-1", "data", readOnly)}
 }
 
-func sources(stack []MountInfo) []string {
+func sources(mounts []stack.Mount) []string {
 	var out []string
-	for _, m := range stack {
+	for _, m := range mounts {
 		out = append(out, m.Source)
 	}
 	return out
@@ -242,15 +243,15 @@ func TestRestorerRestoresDeadTarget(t *testing.T) {
 	w.start()
 	w.waitFor("bind on the dead target", func() bool { return len(w.node.Table().Stack(target)) == 2 })
 
-	stack := w.node.Table().Stack(target)
-	if got := sources(stack); !slices.Equal(got, []string{"s3fs", FSName("pv-a")}) {
+	mounts := w.node.Table().Stack(target)
+	if got := sources(mounts); !slices.Equal(got, []string{"s3fs", stack.FSName("pv-a")}) {
 		t.Fatalf("target stack = %v", got)
 	}
-	if stack[1].ReadOnly() {
+	if mounts[1].ReadOnly() {
 		t.Error("read-write volume bound read-only")
 	}
 	staging := Layout{StateDir: testState}.Staging("pv-a")
-	if len(w.node.Table().Stack(staging)) != 1 || stack[1].Dev != w.node.Table().Stack(staging)[0].Dev {
+	if len(w.node.Table().Stack(staging)) != 1 || mounts[1].Dev != w.node.Table().Stack(staging)[0].Dev {
 		t.Errorf("bind is not of the staging mount: %+v", w.node.Table().Stack(staging))
 	}
 	pw, mode, ok := w.node.File(Layout{StateDir: testState}.PasswdFile("pv-a"))
@@ -355,8 +356,8 @@ func TestRestorerBadInput(t *testing.T) {
 			w.waitFor("retried failure events", func() bool {
 				return w.events.Count("app", corev1.EventTypeWarning, EventMountRestoreFailed, tt.reason+":") >= 3
 			})
-			if stack := w.node.Table().Stack(target); len(stack) != 1 || stack[0].ID != dead.ID {
-				t.Errorf("target touched: %+v", stack)
+			if mounts := w.node.Table().Stack(target); len(mounts) != 1 || mounts[0].ID != dead.ID {
+				t.Errorf("target touched: %+v", mounts)
 			}
 			staging := Layout{StateDir: testState}.Staging("pv-a")
 			if n := len(w.node.Table().Stack(staging)); n != 0 {
@@ -456,12 +457,12 @@ func TestRestorerAdoptsOnStart(t *testing.T) {
 	target := w.publish("uid-1", "pv-a")
 	w.node.KillMount(target)
 	// An earlier agent left a healthy staging mount bound onto the target.
-	w.node.AddMount(l.Staging("pv-a"), "fuse", FSName("pv-a"))
+	w.node.AddMount(l.Staging("pv-a"), "fuse", stack.FSName("pv-a"))
 	if err := w.node.OS().Mounter.Bind(l.Staging("pv-a"), target, false); err != nil {
 		t.Fatal(err)
 	}
 	// ... and a dead staging mount of a volume that no longer has pods.
-	w.node.AddMount(l.Staging("pv-old"), "fuse", FSName("pv-old"))
+	w.node.AddMount(l.Staging("pv-old"), "fuse", stack.FSName("pv-old"))
 	w.node.KillMount(l.Staging("pv-old"))
 	w.start()
 	w.settle()

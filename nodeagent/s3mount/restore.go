@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/pvrescue/pvrescue/nodeagent"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
 // restore brings back one PV's dead targets: through its own driver when the driver may be
@@ -98,7 +99,7 @@ func (r *Restorer) bridgeWait(ts []target) time.Duration {
 	if table, err := r.os.Mounter.MountTable(); err == nil {
 		for _, t := range ts {
 			if top, ok := table.Top(t.path); ok {
-				if _, ours := PVFromFSName(top.Source); ours {
+				if _, ours := stack.PVFromFSName(top.Source); ours {
 					return 0
 				}
 			}
@@ -124,13 +125,13 @@ func (r *Restorer) bridgeable(t target, fuseType string) error {
 	if err != nil {
 		return err
 	}
-	stack := table.Stack(t.path)
-	for i := len(stack) - 1; i >= 0; i-- {
-		if _, ours := PVFromFSName(stack[i].Source); ours {
+	mounts := table.Stack(t.path)
+	for i := len(mounts) - 1; i >= 0; i-- {
+		if _, ours := stack.PVFromFSName(mounts[i].Source); ours {
 			continue
 		}
-		if stack[i].FSType != fuseType {
-			return fmt.Errorf("%w: the driver's dead mount is %q, not %s", ErrCannotReproduce, stack[i].FSType, fuseType)
+		if mounts[i].FSType != fuseType {
+			return fmt.Errorf("%w: the driver's dead mount is %q, not %s", ErrCannotReproduce, mounts[i].FSType, fuseType)
 		}
 		return nil
 	}
@@ -138,7 +139,7 @@ func (r *Restorer) bridgeable(t target, fuseType string) error {
 }
 
 func (r *Restorer) failed(ts []target, err error) {
-	if errors.Is(err, ErrResultRefused) {
+	if errors.Is(err, stack.ErrResultRefused) {
 		r.refused(ts, err)
 		return
 	}
@@ -169,7 +170,7 @@ func (r *Restorer) backoff(pv string) {
 
 // remount asks the container remounter (when configured) to move the pod's running containers
 // from each dead mount onto the live one at the target, and reports the result.
-func (r *Restorer) remount(ctx context.Context, t target, dead []MountInfo) {
+func (r *Restorer) remount(ctx context.Context, t target, dead []stack.Mount) {
 	if r.d.Remounter == nil {
 		return
 	}

@@ -7,12 +7,13 @@ import (
 	"slices"
 
 	"github.com/go-logr/logr"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 	corev1 "k8s.io/api/core/v1"
 )
 
 // bridgedTargets returns, by PV, the live targets whose top mount is our bridge, for PVs whose
 // driver may be replayed: when that driver answers again, the volume moves to its mount.
-func (r *Restorer) bridgedTargets(table MountTable, targets []target) map[string][]target {
+func (r *Restorer) bridgedTargets(table stack.Table, targets []target) map[string][]target {
 	if r.os.CSI == nil {
 		return nil
 	}
@@ -25,7 +26,7 @@ func (r *Restorer) bridgedTargets(table MountTable, targets []target) map[string
 		if !ok {
 			continue
 		}
-		if pv, ours := PVFromFSName(top.Source); ours && pv == t.pv {
+		if pv, ours := stack.PVFromFSName(top.Source); ours && pv == t.pv {
 			out[t.pv] = append(out[t.pv], t)
 		}
 	}
@@ -92,7 +93,7 @@ func (r *Restorer) retire(ctx context.Context, pvName string, ts []target) {
 		stagingPath = KubeletStagingPath(r.cfg.KubeletDir, pv.Spec.CSI.Driver, pv.Spec.CSI.VolumeHandle)
 		if err := r.restage(cctx, node, pv, capability, pubCtx, stagingPath, FreshStagePath(r.cfg.KubeletDir, pvName)); err != nil {
 			log.Error(err, "driver answers, but staging again failed; the bridge stays")
-			if errors.Is(err, ErrResultRefused) {
+			if errors.Is(err, stack.ErrResultRefused) {
 				r.refused(ts, err)
 				r.backoff(pvName)
 			}
@@ -103,7 +104,7 @@ func (r *Restorer) retire(ctx context.Context, pvName string, ts []target) {
 		if err := r.swap(cctx, node, pv, pubCtx, stagingPath, t); err != nil {
 			log.Error(err, "moving a bridged target to the driver's mount; the bridge stays", "path", t.path)
 			r.metrics.Restores.WithLabelValues(MethodReplay, "failure").Inc()
-			if errors.Is(err, ErrResultRefused) {
+			if errors.Is(err, stack.ErrResultRefused) {
 				r.refused([]target{t}, err)
 				r.backoff(pvName) // the bridge serves meanwhile: ask the driver again later
 			}
@@ -138,21 +139,21 @@ func (r *Restorer) swap(ctx context.Context, node CSINode, pv *corev1.Persistent
 	}
 	// Our bridge (live) and the driver's dead mount are both in the target's stack: the
 	// driver's result must be neither.
-	if _, err := r.checkMount(ctx, fresh, r.checkFor(t.path, pv.Spec.CSI.Driver, table)); err != nil {
+	if _, err := r.rules.Check(ctx, fresh, stack.CheckFor(table, t.path, r.cfg.S3.Profile(pv.Spec.CSI.Driver).FUSEType)); err != nil {
 		r.undoFresh(ctx, node, pv.Spec.CSI.VolumeHandle, fresh, false)
 		return err
 	}
 	defer r.dropFresh(ctx, fresh)
-	stack := table.Stack(t.path)
-	if len(stack) == 0 {
+	mounts := table.Stack(t.path)
+	if len(mounts) == 0 {
 		return errors.New("target no longer holds our bridge")
 	}
-	ourBind := stack[len(stack)-1]
-	if pv2, ours := PVFromFSName(ourBind.Source); !ours || pv2 != pv.Name {
+	ourBind := mounts[len(mounts)-1]
+	if pv2, ours := stack.PVFromFSName(ourBind.Source); !ours || pv2 != pv.Name {
 		return errors.New("target's top mount is no longer our bridge")
 	}
 	ro := t.readOnly || ourBind.ReadOnly()
-	if len(stack) == 1 {
+	if len(mounts) == 1 {
 		// Our bridge is the only mount (a pod that started while the bridge sat on kubelet's
 		// staging path got a bind of it from the driver): removing it would show the bare
 		// directory, so the driver's mount goes on top; ours below dies with the bridge and is
@@ -166,28 +167,24 @@ func (r *Restorer) swap(ctx context.Context, node CSINode, pv *corev1.Persistent
 		// names our bridge, checked above) and the driver's mount goes on right after; the app's
 		// open files keep working through the detached bind until closed or the bridge stops.
 		if err := r.os.Mounter.Unmount(t.path, true); err != nil {
-			return fmt.Errorf("%w: removing our bridge bind at %s: %w", ErrMount, t.path, err)
+			return fmt.Errorf("%w: removing our bridge bind at %s: %w", stack.ErrMount, t.path, err)
 		}
 		if err := r.os.Mounter.Bind(fresh, t.path, ro); err != nil {
 			// Put the bridge back rather than leave the dead mount on top — checked like any
 			// other mount going over a kubelet path.
-			back := r.checkFor(t.path, pv.Spec.CSI.Driver, table)
-			back.dead = slices.DeleteFunc(back.dead, func(m MountInfo) bool { return m.ID == ourBind.ID })
-			back.fuseTypes = append(back.fuseTypes, ourFUSETypes...)
-			if _, cerr := r.checkMount(ctx, r.layout.Staging(pv.Name), back); cerr == nil {
+			back := stack.CheckFor(table, t.path, r.cfg.S3.Profile(pv.Spec.CSI.Driver).FUSEType)
+			back.Dead = slices.DeleteFunc(back.Dead, func(m stack.Mount) bool { return m.ID == ourBind.ID })
+			back.FUSETypes = append(back.FUSETypes, stack.OurFUSETypes...)
+			if _, cerr := r.rules.Check(ctx, r.layout.Staging(pv.Name), back); cerr == nil {
 				_ = r.os.Mounter.Bind(r.layout.Staging(pv.Name), t.path, ro)
 			}
 			return err
 		}
 	}
-	if table, err = r.os.Mounter.MountTable(); err == nil {
-		if top, ok := table.Top(t.path); ok {
-			_ = r.recordHanded(t.path, top.Dev)
-		}
-	}
-	dead := []MountInfo{ourBind}
-	if len(stack) >= 2 {
-		dead = append(dead, stack[len(stack)-2])
+	r.rules.RecordTop(ctx, t.path, "the driver's mount that replaced our bridge")
+	dead := []stack.Mount{ourBind}
+	if len(mounts) >= 2 {
+		dead = append(dead, mounts[len(mounts)-2])
 	}
 	r.restored(ctx, t, MethodReplay, EventBridgeRetired, ro, dead, "driver "+pv.Spec.CSI.Driver+" answers again: moved to its own mount, bridge retired")
 	return nil

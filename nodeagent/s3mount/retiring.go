@@ -68,7 +68,7 @@ func (r *Restorer) retireStaging(ctx context.Context, pv string) {
 		}
 	}
 	if table, err := r.os.Mounter.MountTable(); err == nil {
-		r.unmountAll(r.layout.Staging(pv), table)
+		r.rules.UnmountAll(r.layout.Staging(pv), table)
 	}
 	pid := 0
 	if st != nil && st.proc != nil {

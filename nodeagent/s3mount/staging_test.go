@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
 // F2/F5: a staging driver whose staging s3fs died three times in a row (plugin up): each time
@@ -54,7 +56,7 @@ func TestRetireWithStagingDriverHappensOnce(t *testing.T) {
 	w.start()
 	w.clock.Step(11 * time.Second)
 	w.sync()
-	if top, _ := w.node.Table().Top(target); top.Source != FSName("pv-a") {
+	if top, _ := w.node.Table().Top(target); top.Source != stack.FSName("pv-a") {
 		t.Fatalf("not bridged: top %+v", top)
 	}
 	w.csi.Down = false
@@ -86,16 +88,16 @@ func TestRetireOfATargetHoldingOnlyOurBridge(t *testing.T) {
 	w.sync()
 	// Make the target hold only our bridge: the driver's dead mount was never under it.
 	tab := w.node.Table()
-	stack := tab.Stack(target)
-	if len(stack) != 2 {
-		t.Fatalf("bridged stack %d, want 2", len(stack))
+	mounts := tab.Stack(target)
+	if len(mounts) != 2 {
+		t.Fatalf("bridged stack %d, want 2", len(mounts))
 	}
 	w.node.mu.Lock()
-	w.node.mounts = slices.DeleteFunc(w.node.mounts, func(m MountInfo) bool { return m.ID == stack[0].ID })
+	w.node.mounts = slices.DeleteFunc(w.node.mounts, func(m stack.Mount) bool { return m.ID == mounts[0].ID })
 	w.node.mu.Unlock()
 	w.csi.Down = false
 	w.settle()
-	if got := sources(w.node.Table().Stack(target)); !slices.Equal(got, []string{FSName("pv-a"), "s3fs"}) {
+	if got := sources(w.node.Table().Stack(target)); !slices.Equal(got, []string{stack.FSName("pv-a"), "s3fs"}) {
 		t.Errorf("target stack %v, want our bind + the driver's mount on top", got)
 	}
 	if err := w.node.OS().Statfs.Statfs(context.Background(), target, time.Second); err != nil {

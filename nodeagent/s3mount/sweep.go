@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/go-logr/logr"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
 // sweepFresh cleans what an earlier agent left at its fresh paths when it died in the middle of
@@ -40,7 +41,7 @@ func (r *Restorer) sweepFresh(ctx context.Context) {
 }
 
 // sweepOne handles one fresh path holding a mount.
-func (r *Restorer) sweepOne(ctx context.Context, fresh string, table MountTable) {
+func (r *Restorer) sweepOne(ctx context.Context, fresh string, table stack.Table) {
 	log := logr.FromContextOrDiscard(ctx).WithValues("path", fresh)
 	var pvName, kubeletPath string
 	stage := false
@@ -58,7 +59,7 @@ func (r *Restorer) sweepOne(ctx context.Context, fresh string, table MountTable)
 		kubeletPath = KubeletStagingPath(r.cfg.KubeletDir, pv.Spec.CSI.Driver, pv.Spec.CSI.VolumeHandle)
 	}
 	top, _ := table.Top(fresh)
-	handed := kubeletPath != "" && slices.ContainsFunc(table.Stack(kubeletPath), func(m MountInfo) bool { return m.Dev == top.Dev })
+	handed := kubeletPath != "" && slices.ContainsFunc(table.Stack(kubeletPath), func(m stack.Mount) bool { return m.Dev == top.Dev })
 	if !handed && pv != nil && r.os.CSI != nil {
 		cctx, cancel := context.WithTimeout(ctx, r.opts.MountTimeout)
 		if node, err := r.os.CSI.Dial(cctx, r.pluginSocket(cctx, pv.Spec.CSI.Driver)); err == nil {

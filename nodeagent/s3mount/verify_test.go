@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -27,14 +28,14 @@ func refusals(target string) []struct {
 		name, reason string
 		result       func(n *FakeNode, path string) bool
 	}{
-		{"not a mount", EventReplayResultNotVisible, func(*FakeNode, string) bool { return true }},
-		{"plain dir of the node", EventReplayResultNotVisible, func(n *FakeNode, p string) bool { n.bindNodeDir(p); return true }},
-		{"wrong fstype", EventReplayResultWrongFilesystem, func(n *FakeNode, p string) bool { n.AddMount(p, "tmpfs", "tmpfs"); return true }},
-		{"same device", EventReplayResultSameDevice, func(n *FakeNode, p string) bool {
+		{"not a mount", stack.EventReplayResultNotVisible, func(*FakeNode, string) bool { return true }},
+		{"plain dir of the node", stack.EventReplayResultNotVisible, func(n *FakeNode, p string) bool { n.bindNodeDir(p); return true }},
+		{"wrong fstype", stack.EventReplayResultWrongFilesystem, func(n *FakeNode, p string) bool { n.AddMount(p, "tmpfs", "tmpfs"); return true }},
+		{"same device", stack.EventReplayResultSameDevice, func(n *FakeNode, p string) bool {
 			_ = fakeMounter{n}.Bind(target, p, false)
 			return true
 		}},
-		{"not answering", EventReplayResultNotAnswering, func(n *FakeNode, p string) bool {
+		{"not answering", stack.EventReplayResultNotAnswering, func(n *FakeNode, p string) bool {
 			n.AddMount(p, "fuse.s3fs", "s3fs")
 			n.KillMount(p)
 			return true
@@ -127,7 +128,7 @@ func TestHandBackResultRefused(t *testing.T) {
 			w.clock.Step(11 * time.Second)
 			w.sync()
 			bridged := w.node.Table().Stack(target)
-			if top := bridged[len(bridged)-1]; top.Source != FSName("pv-a") {
+			if top := bridged[len(bridged)-1]; top.Source != stack.FSName("pv-a") {
 				t.Fatalf("not bridged: %+v", top)
 			}
 			w.csi.Down = false
@@ -164,8 +165,8 @@ func TestCheckMountRefusesOurBridgeDevice(t *testing.T) {
 	}
 	w.clock.Step(2 * time.Second)
 	w.sync()
-	if n := w.events.Count("app", corev1.EventTypeWarning, EventReplayResultSameDevice, ""); n == 0 {
-		t.Errorf("no %s Event", EventReplayResultSameDevice)
+	if n := w.events.Count("app", corev1.EventTypeWarning, stack.EventReplayResultSameDevice, ""); n == 0 {
+		t.Errorf("no %s Event", stack.EventReplayResultSameDevice)
 	}
 	assertReasons(t, w.events, map[string]int{EventBridgeRetired: 0})
 }

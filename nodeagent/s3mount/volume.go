@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/pvrescue/pvrescue/internal/config"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
 // Sentinel errors for bad input; each maps to an Event reason (see Reason).
@@ -22,7 +23,6 @@ var (
 	ErrSecretNotFound   = errors.New("credentials secret not found")
 	ErrSecretKeyMissing = errors.New("credentials secret lacks a required key")
 	ErrS3fs             = errors.New("s3fs did not mount")
-	ErrMount            = errors.New("mount operation failed")
 	ErrReplay           = errors.New("the driver refused the replayed call")
 	ErrCannotReproduce  = errors.New("the dead mount cannot be reproduced by our s3fs")
 )
@@ -287,7 +287,7 @@ func S3fsArgs(v Volume, c Credentials, staging, passwdFile, tmpDir string) ([]st
 	}
 	args := []string{source, staging, "-f",
 		"-o", "passwd_file=" + passwdFile,
-		"-o", "fsname=" + FSName(v.PV),
+		"-o", "fsname=" + stack.FSName(v.PV),
 		"-o", "use_path_request_style",
 		// Containers run as any user; csi-s3 style drivers mount with allow_other too.
 		"-o", "allow_other",
@@ -312,7 +312,7 @@ func S3fsArgs(v Volume, c Credentials, staging, passwdFile, tmpDir string) ([]st
 
 // Reason is the Event reason detail for an error of the restorer.
 func Reason(err error) string {
-	var re *ResultError
+	var re *stack.ResultError
 	if errors.As(err, &re) {
 		return re.Reason
 	}
@@ -332,7 +332,7 @@ func Reason(err error) string {
 		{ErrNotAttached, "NotAttached"},
 		{ErrReplay, "ReplayFailed"},
 		{ErrDriverDown, "DriverDown"},
-		{ErrMount, "MountFailed"},
+		{stack.ErrMount, "MountFailed"},
 	} {
 		if errors.Is(err, r.err) {
 			return r.reason

@@ -1,6 +1,6 @@
 //go:build linux
 
-package s3mount
+package stack
 
 import (
 	"errors"
@@ -14,6 +14,9 @@ import (
 
 // FusectlDir is where the kernel's FUSE control filesystem is mounted.
 const FusectlDir = "/sys/fs/fuse/connections"
+
+// NewFUSEConnections returns the kernel's fusectl at FusectlDir.
+func NewFUSEConnections() FUSEConnections { return fusectl{dir: FusectlDir} }
 
 type fusectl struct{ dir string }
 

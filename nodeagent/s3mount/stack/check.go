@@ -1,0 +1,130 @@
+package stack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/go-logr/logr"
+)
+
+// Event reasons (on the pod) when a mount is refused before anything is bound over a kubelet
+// path; they say what the driver (or our bridge) produced. Each is also the result label of
+// pvrescue_s3_result_checks_total (ResultOK when the mount passed).
+const (
+	// EventReplayResultNotVisible: nothing is mounted at the path, or only a directory of the
+	// node's own filesystem: the driver mounted where the node does not see it (a path outside
+	// what its container mounts), or not at all.
+	EventReplayResultNotVisible = "ReplayResultNotVisible"
+	// EventReplayResultWrongFilesystem: the mount is not of the dead mount's FUSE type (nor the
+	// driver profile's).
+	EventReplayResultWrongFilesystem = "ReplayResultWrongFilesystem"
+	// EventReplayResultSameDevice: the mount is the dead filesystem again (same device).
+	EventReplayResultSameDevice = "ReplayResultSameDevice"
+	// EventReplayResultNotAnswering: the mount does not answer statfs.
+	EventReplayResultNotAnswering = "ReplayResultNotAnswering"
+
+	ResultOK = "OK"
+)
+
+// ErrResultRefused is wrapped by every refusal of Rules.Check (a *ResultError).
+var ErrResultRefused = errors.New("mount refused before binding it over a kubelet path")
+
+// ResultError is a refusal of Rules.Check: Reason is one of the EventReplayResult* reasons.
+type ResultError struct {
+	Reason string
+	Path   string
+	Detail string
+}
+
+func (e *ResultError) Error() string {
+	return fmt.Sprintf("%s: %s: %s", e.Reason, e.Path, e.Detail)
+}
+
+func (e *ResultError) Unwrap() error { return ErrResultRefused }
+
+// Check is what Rules.Check compares a candidate mount with.
+type Check struct {
+	// Dead are the mounts at the kubelet path the candidate is to cover (their devices are the
+	// dead filesystem, or our own binds); the candidate's device must be none of them.
+	Dead []Mount
+	// FUSETypes are the accepted filesystem types: the dead driver mount's FUSE type and the
+	// driver profile's (empty entries ignored).
+	FUSETypes []string
+}
+
+// CheckFor builds the check for covering the kubelet path dst with a mount of a driver whose
+// profile mounts profileFUSEType: every mount at dst is a dead one; accepted types are the
+// lowest driver mount's there (not ours) and the profile's.
+func CheckFor(table Table, dst, profileFUSEType string) Check {
+	stack := table.Stack(dst)
+	c := Check{Dead: stack, FUSETypes: []string{profileFUSEType}}
+	for _, m := range stack {
+		if _, ours := PVFromFSName(m.Source); !ours && IsFUSE(m.FSType) {
+			c.FUSETypes = append(c.FUSETypes, m.FSType)
+			break
+		}
+	}
+	return c
+}
+
+// Check is the one check before anything is bound over a kubelet path (a replayed publish, a
+// restaged globalmount, a bridge, a move back to the driver): source must be a mount point (not
+// a directory of the node's filesystem: its device differs from the mount it sits on), of an
+// accepted FUSE type, with a device other than the dead ones, answering statfs. It returns the
+// candidate mount, or a *ResultError; the caller then binds nothing and leaves the dead mount
+// where it is.
+func (r *Rules) Check(ctx context.Context, source string, c Check) (Mount, error) {
+	m, err := r.inspect(ctx, source, c)
+	result := ResultOK
+	var re *ResultError
+	if errors.As(err, &re) {
+		result = re.Reason
+	} else if err != nil {
+		return Mount{}, err
+	}
+	if r.Checks != nil {
+		r.Checks.WithLabelValues(result).Inc()
+	}
+	if err != nil {
+		logr.FromContextOrDiscard(ctx).Info("refused to bind a mount over a kubelet path", "source", source, "reason", re.Reason, "detail", re.Detail)
+	}
+	return m, err
+}
+
+func (r *Rules) inspect(ctx context.Context, source string, c Check) (Mount, error) {
+	table, err := r.Mounter.MountTable()
+	if err != nil {
+		return Mount{}, err
+	}
+	refuse := func(reason, format string, args ...any) (Mount, error) {
+		return Mount{}, &ResultError{Reason: reason, Path: source, Detail: fmt.Sprintf(format, args...)}
+	}
+	stack := table.Stack(source)
+	if len(stack) == 0 {
+		return refuse(EventReplayResultNotVisible, "nothing is mounted there (the driver mounted where the node does not see it, or not at all)")
+	}
+	top := stack[len(stack)-1]
+	if parent, ok := table.ByID(stack[0].ParentID); ok && parent.Dev == top.Dev {
+		return refuse(EventReplayResultNotVisible, "a directory of the node's own filesystem (%s, device %s, as the mount it sits on)", top.FSType, top.Dev)
+	}
+	if slices.ContainsFunc(c.Dead, func(d Mount) bool { return d.Dev == top.Dev }) {
+		return refuse(EventReplayResultSameDevice, "device %s is already at the kubelet path (the dead mount's, or ours)", top.Dev)
+	}
+	if !IsFUSE(top.FSType) || !slices.Contains(c.FUSETypes, top.FSType) {
+		return refuse(EventReplayResultWrongFilesystem, "filesystem %q (source %q), want %s", top.FSType, top.Source, strings.Join(nonEmpty(c.FUSETypes), " or "))
+	}
+	if err := r.statfs(ctx, source); err != nil {
+		return refuse(EventReplayResultNotAnswering, "statfs: %v", err)
+	}
+	return top, nil
+}
+
+// nonEmpty returns the distinct non-empty entries of s, sorted.
+func nonEmpty(s []string) []string {
+	out := slices.DeleteFunc(slices.Clone(s), func(x string) bool { return x == "" })
+	slices.Sort(out)
+	return slices.Compact(out)
+}

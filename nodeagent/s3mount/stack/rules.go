@@ -1,0 +1,182 @@
+package stack
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Rules place mounts at kubelet paths. Nothing is ever unmounted from a live pod's path except
+// our own binds (our fsname, or a device in Placed), and the last mount at a path always stays:
+// removing it would show running containers the bare directory.
+type Rules struct {
+	Mounter Mounter
+	Statfs  StatfsChecker
+	// StatfsTimeout bounds one statfs (read at each call: the configuration's).
+	StatfsTimeout func() time.Duration
+	// Placed records the mounts we put at kubelet paths.
+	Placed *Placed
+	// Checks counts Check's results by result label (nil: not counted).
+	Checks *prometheus.CounterVec
+}
+
+func (r *Rules) statfs(ctx context.Context, path string) error {
+	return r.Statfs.Statfs(ctx, path, r.StatfsTimeout())
+}
+
+// UnmountAll lazily unmounts every mount stacked at path (only for paths of ours).
+func (r *Rules) UnmountAll(path string, table Table) {
+	for range table.Stack(path) {
+		if err := r.Mounter.Unmount(path, true); err != nil {
+			return
+		}
+	}
+}
+
+// RecordTop records the mount now on top at path as one we put there; what names it in the log
+// when the record cannot be written.
+func (r *Rules) RecordTop(ctx context.Context, path, what string) {
+	table, err := r.Mounter.MountTable()
+	if err != nil {
+		return
+	}
+	top, ok := table.Top(path)
+	if !ok {
+		return
+	}
+	if err := r.Placed.Put(path, top.Dev); err != nil {
+		logr.FromContextOrDiscard(ctx).Error(err, "recording "+what, "path", path)
+	}
+}
+
+// DropOurTops removes, from the top of path's stack, our bridge binds (live or dead) and dead
+// mounts we put there earlier — never the last mount at path, so path is never left bare.
+func (r *Rules) DropOurTops(ctx context.Context, path string) error {
+	for {
+		table, err := r.Mounter.MountTable()
+		if err != nil {
+			return err
+		}
+		stack := table.Stack(path)
+		if len(stack) < 2 {
+			return nil
+		}
+		top := stack[len(stack)-1]
+		_, ours := PVFromFSName(top.Source)
+		if !ours && !(r.Placed.Is(path, top) && IsDead(r.statfs(ctx, path))) {
+			return nil
+		}
+		if err := r.Mounter.Unmount(path, true); err != nil {
+			return fmt.Errorf("%w: removing our mount at %s: %w", ErrMount, path, err)
+		}
+		logr.FromContextOrDiscard(ctx).Info("removed our mount before the driver's", "path", path, "dev", top.Dev, "source", top.Source)
+	}
+}
+
+// Cover puts the live mount at source on top of the dead mount at path, after Check (with the
+// check accept builds from the mount table) passed. Stacks stay bounded: dead mounts of ours at
+// path are removed first, so it never holds more than the driver's dead mount plus one live
+// mount. ok=false (and nothing done) when path is not mounted or answers again. It returns the
+// dead mounts running containers may still hold, and whether the bind is read-only (readOnly,
+// or the mount it covers is).
+func (r *Rules) Cover(ctx context.Context, source, path string, readOnly bool, accept func(Table) Check) (dead []Mount, ro, ok bool, err error) {
+	log := logr.FromContextOrDiscard(ctx)
+	table, err := r.Mounter.MountTable()
+	if err != nil {
+		return nil, false, false, err
+	}
+	if !table.IsMountPoint(path) {
+		return nil, false, false, nil // torn down meanwhile: never mount onto a plain dir
+	}
+	serr := r.statfs(ctx, path)
+	if !IsDead(serr) {
+		return nil, false, false, nil // healthy again, hung or unknown: never stack onto it
+	}
+	if _, err := r.Check(ctx, source, accept(table)); err != nil {
+		return nil, false, false, err
+	}
+	for {
+		stack := table.Stack(path)
+		if len(stack) == 0 {
+			return nil, false, false, nil
+		}
+		top := stack[len(stack)-1]
+		if len(stack) == 1 {
+			// The last mount stays, ours or not: removing it would show running containers the
+			// bare directory. The live mount goes on top of it.
+			dead = append(dead, top)
+			break
+		}
+		if _, ours := PVFromFSName(top.Source); !ours && !r.Placed.Is(path, top) {
+			dead = append(dead, top)
+			break
+		}
+		// Our own dead bind: remove it before the next goes on (provably ours: our fsname, or the
+		// device we recorded when we put the driver's mount there).
+		if err := r.Mounter.Unmount(path, true); err != nil {
+			return nil, false, false, fmt.Errorf("%w: removing our dead bind at %s: %w", ErrMount, path, err)
+		}
+		dead = append(dead, top)
+		log.Info("removed our dead bind before restoring", "path", path, "dev", top.Dev)
+		if table, err = r.Mounter.MountTable(); err != nil {
+			return nil, false, false, err
+		}
+	}
+	if serr := r.statfs(ctx, path); !IsDead(serr) {
+		return nil, false, false, nil // what is left answers: nothing to stack
+	}
+	ro = readOnly
+	if top, found := table.Top(path); found && top.ReadOnly() {
+		ro = true
+	}
+	if err := r.Mounter.Bind(source, path, ro); err != nil {
+		return nil, false, false, err
+	}
+	if err := r.statfs(ctx, path); err != nil {
+		return nil, false, false, fmt.Errorf("%w: bind at %s does not answer: %w", ErrMount, path, err)
+	}
+	return dead, ro, true, nil
+}
+
+// Empty removes our mounts, and the mounts deadDriver accepts, from the top of path's stack (a
+// gone pod's target), and forgets path's record when it named a mount removed here: its absence
+// then says nothing about kubelet's teardown.
+func (r *Rules) Empty(ctx context.Context, path string, table Table, deadDriver func(ctx context.Context, path string, top Mount) bool) (ours, driver int) {
+	log := logr.FromContextOrDiscard(ctx)
+	stack := table.Stack(path)
+	for i := len(stack) - 1; i >= 0; i-- {
+		top := stack[i]
+		if _, mine := PVFromFSName(top.Source); mine {
+			if err := r.Mounter.Unmount(path, true); err != nil {
+				log.Error(err, "removing our bind from a gone pod's target", "path", path)
+				return ours, driver
+			}
+			r.removedPlaced(ctx, path, top)
+			ours++
+			continue
+		}
+		if !deadDriver(ctx, path, top) {
+			return ours, driver
+		}
+		if err := r.Mounter.Unmount(path, true); err != nil {
+			log.Error(err, "removing a dead driver mount from a gone pod's target", "path", path)
+			return ours, driver
+		}
+		r.removedPlaced(ctx, path, top)
+		driver++
+	}
+	return ours, driver
+}
+
+// removedPlaced forgets path's record when we ourselves removed the mount it names.
+func (r *Rules) removedPlaced(ctx context.Context, path string, m Mount) {
+	if r.Placed.Dev(path) != m.Dev {
+		return
+	}
+	if err := r.Placed.Forget(path); err != nil {
+		logr.FromContextOrDiscard(ctx).Error(err, "forgetting the record of a removed mount", "path", path)
+	}
+}

@@ -83,22 +83,22 @@ func (r *Restorer) deadDriverMount(ctx context.Context, path string, top stack.M
 	return stack.IsDead(r.os.Statfs.Statfs(ctx, path, r.cfg.S3.StatfsTimeout.Duration))
 }
 
-// cleanupStagings stops staging mounts no target on this node uses any more.
-func (r *Restorer) cleanupStagings(ctx context.Context, table stack.Table, live map[string]bool) {
+// retireUnusedBridges retires the bridges no target on this node uses any more.
+func (r *Restorer) retireUnusedBridges(ctx context.Context, table stack.Table, live map[string]bool) {
 	log := logr.FromContextOrDiscard(ctx)
 	// A bridge is used while a bind of ours is on a live pod's target (even when discovery missed
 	// the pod's volume this round: stopping s3fs would kill that pod's mount), or a restore of its
 	// PV is in flight. A bridge whose targets all moved to the driver's mount is retired.
 	candidates := map[string]bool{}
 	for _, m := range table {
-		if pv, ok := r.layout.StagingPV(m); ok {
+		if pv, ok := r.layout.MountPV(m); ok {
 			candidates[pv] = true
 		}
 	}
-	r.mu.Lock()
-	for pv := range r.stagings {
+	for _, pv := range r.bridges.PVs() {
 		candidates[pv] = true
 	}
+	r.mu.Lock()
 	// A restore in flight (started by an earlier Sync) may be binding right now: skip its PV.
 	// Restores set their binds before they clear inflight, so the table read below, after this
 	// check, holds the binds of every restore found finished here.
@@ -134,14 +134,14 @@ func (r *Restorer) cleanupStagings(ctx context.Context, table stack.Table, live 
 		if used[pv] {
 			continue
 		}
-		path := r.layout.Staging(pv)
-		r.retireStaging(ctx, pv)
+		path := r.layout.MountPoint(pv)
+		r.bridges.Retire(ctx, pv)
 		if err := r.os.FS.Remove(r.layout.PasswdFile(pv)); err != nil {
 			log.Error(err, "removing passwd file", "pv", pv)
 		}
 		r.mu.Lock()
 		delete(r.retry, pv)
 		r.mu.Unlock()
-		log.Info("retired unused staging mount", "pv", pv, "path", path)
+		log.Info("retired unused bridge", "pv", pv, "path", path)
 	}
 }

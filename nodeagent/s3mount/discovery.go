@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/go-logr/logr"
+	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -80,6 +81,25 @@ func (r *Restorer) discover(ctx context.Context) ([]target, map[string]bool) {
 		}
 	}
 	return out, live
+}
+
+// S3Driver returns the S3 driver name of a PV: spec.csi.driver when it is a configured S3 driver,
+// else the provisioner annotation of its claim. ok=false when the PV is not an S3 volume.
+func S3Driver(cfg *config.Config, pv *corev1.PersistentVolume, pvc *corev1.PersistentVolumeClaim) (string, bool) {
+	if pv == nil || pv.Spec.CSI == nil {
+		return "", false
+	}
+	if cfg.IsS3Driver(pv.Spec.CSI.Driver) {
+		return pv.Spec.CSI.Driver, true
+	}
+	if pvc != nil {
+		for _, k := range []string{"volume.kubernetes.io/storage-provisioner", "volume.beta.kubernetes.io/storage-provisioner"} {
+			if p := pvc.Annotations[k]; p != "" && cfg.IsS3Driver(p) {
+				return pv.Spec.CSI.Driver, true
+			}
+		}
+	}
+	return "", false
 }
 
 // podGone: the pod no longer runs anything that could use its volumes.

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -35,7 +36,7 @@ type FakeNode struct {
 	aborted []string         // devices whose FUSE connection was aborted
 	// lingering: devices with files still open through a lazily detached mount.
 	lingering map[string]bool
-	specs     []ProcSpec
+	specs     []s3fs.ProcSpec
 
 	// S3fsFailure decides whether a started s3fs fails; it gets the arguments and the content
 	// of its passwd file and returns the output of a failed s3fs, or "" to mount.
@@ -162,7 +163,7 @@ func (f *FakeNode) Removed() []string {
 }
 
 // Specs returns the specs of every process started.
-func (f *FakeNode) Specs() []ProcSpec {
+func (f *FakeNode) Specs() []s3fs.ProcSpec {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.specs)
@@ -382,10 +383,10 @@ type FakeProcess struct {
 
 type fakeProcs struct{ f *FakeNode }
 
-func (p fakeProcs) Start(spec ProcSpec) (Process, error) {
+func (p fakeProcs) Start(spec s3fs.ProcSpec) (s3fs.Process, error) {
 	f := p.f
 	if spec.NetNS != "" && f.NetNSDenied != nil && f.NetNSDenied(spec.NetNS) {
-		return nil, fmt.Errorf("%w: open %s: %w", ErrNetNS, spec.NetNS, syscall.EACCES)
+		return nil, fmt.Errorf("%w: open %s: %w", s3fs.ErrNetNS, spec.NetNS, syscall.EACCES)
 	}
 	path, args := spec.Path, spec.Args
 	mountPoint, fsname, passwd := "", "s3fs", ""
@@ -428,7 +429,7 @@ func (p fakeProcs) Start(spec ProcSpec) (Process, error) {
 
 // Adopt finds a running fake process by pid; its start time is its pid times 10, and its
 // command line is its arguments.
-func (p fakeProcs) Adopt(id ProcID, mention string) (Process, error) {
+func (p fakeProcs) Adopt(id s3fs.ProcID, mention string) (s3fs.Process, error) {
 	f := p.f
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -437,11 +438,11 @@ func (p fakeProcs) Adopt(id ProcID, mention string) (Process, error) {
 			continue
 		}
 		if proc.ID() != id || !slices.Contains(f.started[i], mention) {
-			return nil, fmt.Errorf("%w: pid %d is another process", ErrProcessGone, id.Pid)
+			return nil, fmt.Errorf("%w: pid %d is another process", s3fs.ErrProcessGone, id.Pid)
 		}
 		return proc, nil
 	}
-	return nil, fmt.Errorf("%w: pid %d", ErrProcessGone, id.Pid)
+	return nil, fmt.Errorf("%w: pid %d", s3fs.ErrProcessGone, id.Pid)
 }
 
 func (p *FakeProcess) exit() { p.once.Do(func() { close(p.done) }) }
@@ -462,9 +463,9 @@ func (p *FakeProcess) Exited() bool {
 	}
 }
 
-func (p *FakeProcess) Pid() int       { return p.pid }
-func (p *FakeProcess) ID() ProcID     { return ProcID{Pid: p.pid, StartTime: uint64(p.pid) * 10} }
-func (p *FakeProcess) Output() string { return p.output }
+func (p *FakeProcess) Pid() int        { return p.pid }
+func (p *FakeProcess) ID() s3fs.ProcID { return s3fs.ProcID{Pid: p.pid, StartTime: uint64(p.pid) * 10} }
+func (p *FakeProcess) Output() string  { return p.output }
 func (p *FakeProcess) Wait() error {
 	<-p.done
 	return fmt.Errorf("exit status 1")

@@ -21,10 +21,11 @@ type Metrics struct {
 	// Restores counts restores by method and result.
 	Restores *prometheus.CounterVec
 	// Failures counts failed restore attempts by reason.
-	Failures        *prometheus.CounterVec
-	BridgesActive   prometheus.Gauge
-	TimeToRestore   prometheus.Histogram
-	StagingRestarts prometheus.Counter
+	Failures      *prometheus.CounterVec
+	BridgesActive prometheus.Gauge
+	TimeToRestore prometheus.Histogram
+	// BridgeExits counts unexpected exits of our bridges' s3fs.
+	BridgeExits prometheus.Counter
 	// ResultChecks counts the checks before a bind over a kubelet path, by result (OK or the
 	// refusal's Event reason).
 	ResultChecks *prometheus.CounterVec
@@ -64,7 +65,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "Time from finding a mount dead to its restored mount answering.",
 			Buckets: []float64{0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 20, 30, 60, 120, 300},
 		})),
-		StagingRestarts: metrics.Add(r, prometheus.NewCounter(prometheus.CounterOpts{
+		BridgeExits: metrics.Add(r, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pvrescue_s3_staging_exits_total",
 			Help: "s3fs processes started by the agent that exited unexpectedly.",
 		})),

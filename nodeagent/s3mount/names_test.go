@@ -8,12 +8,13 @@ import (
 	"time"
 
 	"github.com/pvrescue/pvrescue/internal/statename"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 )
 
 // Every per-PV name of ours stays one component within NAME_MAX (with a temporary file's "." and
 // ".tmp") for a PV name of the API's maximum length; short names are those earlier agents used.
 func TestPerPVNamesBounded(t *testing.T) {
-	l := Layout{StateDir: "/var/lib/pvrescue"}
+	l := s3fs.Layout{StateDir: "/var/lib/pvrescue"}
 	long := strings.Repeat("v", 120) + "." + strings.Repeat("w", 132)
 	if len(long) != 253 {
 		t.Fatalf("%d characters", len(long))
@@ -22,27 +23,27 @@ func TestPerPVNamesBounded(t *testing.T) {
 		what, path, root string
 		reserve          int // what is added around the name (a temporary file's "." and ".tmp")
 	}{
-		{"staging", l.Staging(long), l.StagingRoot(), 0},
+		{"staging", l.MountPoint(long), l.MountRoot(), 0},
 		{"passwd", l.PasswdFile(long), l.CredsDir(), 0},
 		{"tmp", l.TmpDir(long), l.TmpRoot(), 0},
 		{"record", l.BridgeRecordFile(long), l.BridgesDir(), 0},
 		{"log", l.LogFile(long), l.LogDir(), 0},
-		{"cgroup", "/" + BridgeCgroup("pvrescue/s3", long, 4194304), "/pvrescue/s3", -len("..tmp")},
+		{"cgroup", "/" + s3fs.BridgeCgroup("pvrescue/s3", long, 4194304), "/pvrescue/s3", -len("..tmp")},
 	} {
 		dir, name := filepath.Split(tc.path)
 		if filepath.Clean(dir) != tc.root || len("."+name+".tmp")+tc.reserve > statename.NameMax || strings.ContainsAny(name, "/\x00") {
 			t.Errorf("%s: %q (%d bytes) not one bounded component under %s", tc.what, tc.path, len(name), tc.root)
 		}
 	}
-	if pv, ok := l.PVFromStaging(l.Staging(long)); !ok || l.Staging(pv) != l.Staging(long) {
+	if pv, ok := l.PVFromMountPoint(l.MountPoint(long)); !ok || l.MountPoint(pv) != l.MountPoint(long) {
 		t.Errorf("staging stem %q does not map back to the same path", pv)
 	}
-	if pv, ok := PVFromBridgeRecord(filepath.Base(l.BridgeRecordFile(long))); !ok || l.BridgeRecordFile(pv) != l.BridgeRecordFile(long) {
+	if pv, ok := s3fs.PVFromBridgeRecord(filepath.Base(l.BridgeRecordFile(long))); !ok || l.BridgeRecordFile(pv) != l.BridgeRecordFile(long) {
 		t.Errorf("record stem %q does not map back to the same file", pv)
 	}
 	for got, want := range map[string]string{
-		l.Staging("pv1"): "/var/lib/pvrescue/s3/staging/pv1", l.BridgeRecordFile("pv1"): "/var/lib/pvrescue/s3/bridges/pv1.json",
-		l.PasswdFile("pv1"): "/var/lib/pvrescue/s3/creds/pv1.passwd", BridgeCgroup("pvrescue/s3", "pv1", 42): "pvrescue/s3/pv1-42",
+		l.MountPoint("pv1"): "/var/lib/pvrescue/s3/staging/pv1", l.BridgeRecordFile("pv1"): "/var/lib/pvrescue/s3/bridges/pv1.json",
+		l.PasswdFile("pv1"): "/var/lib/pvrescue/s3/creds/pv1.passwd", s3fs.BridgeCgroup("pvrescue/s3", "pv1", 42): "pvrescue/s3/pv1-42",
 		l.LogFile("pv1"): "/var/lib/pvrescue/s3/log/pv1.log", l.TmpDir("pv1"): "/var/lib/pvrescue/s3/tmp/pv1",
 	} {
 		if got != want {
@@ -55,7 +56,7 @@ func TestPerPVNamesBounded(t *testing.T) {
 // fsname and in the record) is adopted by a restarted agent under its full name: it keeps
 // serving the pod, is not retired as unused, and goes when the pod goes.
 func TestLongPVBridgeAdoptedAcrossAgentRestart(t *testing.T) {
-	l := Layout{StateDir: testState}
+	l := s3fs.Layout{StateDir: testState}
 	pv := strings.Repeat("p", 253)
 	w := newWorld(t, secretObj("creds", goodSecret), storageClass(), pvObj(pv, testDriver, false),
 		pvcObj("data", pv), podObj("app", "uid-1", "data", false))

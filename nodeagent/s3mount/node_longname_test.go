@@ -10,9 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 	"golang.org/x/sys/unix"
-
-	"github.com/pvrescue/pvrescue/nodeagent/s3mount"
 )
 
 // A PV name of the API's maximum length (253) goes through the S3 rescue on a real node: the
@@ -35,8 +34,8 @@ func TestNodeLongPVName(t *testing.T) {
 		return unix.Statfs(target, &st) == nil && len(stackAt(target)) == 2
 	})
 
-	l := s3mount.Layout{StateDir: e.state}
-	for _, p := range []string{l.Staging(pv), l.PasswdFile(pv), l.TmpDir(pv), l.LogFile(pv), l.BridgeRecordFile(pv)} {
+	l := s3fs.Layout{StateDir: e.state}
+	for _, p := range []string{l.MountPoint(pv), l.PasswdFile(pv), l.TmpDir(pv), l.LogFile(pv), l.BridgeRecordFile(pv)} {
 		if n := len(filepath.Base(p)); n > 255 {
 			t.Errorf("%s: a name of %d bytes", p, n)
 		}
@@ -50,7 +49,7 @@ func TestNodeLongPVName(t *testing.T) {
 		return err == nil && string(b) == "long\n"
 	})
 
-	staging := l.Staging(pv)
+	staging := l.MountPoint(pv)
 	before := stagingProcess(t, staging).Pid
 	stop()
 	r2, _ := e.agent(30 * time.Second)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/pvrescue/pvrescue/internal/testenv"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 )
 
 // F8: a bridge's s3fs starts in the network namespace it is given (the node's, by default
@@ -33,7 +34,7 @@ func TestNodeStartInNetNS(t *testing.T) {
 		return want != "" && want != ours
 	})
 	log := filepath.Join(t.TempDir(), "out.log")
-	p, err := s3mount.NewOS().Procs.Start(s3mount.ProcSpec{Path: "/bin/sh", Args: []string{"-c", "readlink /proc/self/ns/net"},
+	p, err := s3mount.NewOS().Procs.Start(s3fs.ProcSpec{Path: "/bin/sh", Args: []string{"-c", "readlink /proc/self/ns/net"},
 		Dir: "/", LogFile: log, NetNS: ns})
 	must(t, err)
 	if err := p.Wait(); err != nil {

@@ -34,6 +34,7 @@ import (
 	"github.com/pvrescue/pvrescue/internal/testenv"
 	"github.com/pvrescue/pvrescue/nodeagent"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 )
 
 // The survival test runs the agent as a separate process (this test binary again, role
@@ -151,7 +152,7 @@ func TestNodeBridgeSurvivesAgentContainer(t *testing.T) {
 	must(t, os.WriteFile(filepath.Join(target, "before.txt"), []byte("written before\n"), 0o644))
 
 	top := fmt.Sprintf("pvrescue-nodetest-%d", os.Getpid())
-	cgroups := s3mount.HostCgroups{ProcDir: "/proc/self"}
+	cgroups := s3fs.HostCgroups{ProcDir: "/proc/self"}
 	spec := agentSpec{Kubelet: e.kubelet, State: e.state, BridgeCgroup: top + "/s3", GoFile: filepath.Join(e.dir, "go")}
 	ctx := context.Background()
 	var err error
@@ -195,12 +196,12 @@ func TestNodeBridgeSurvivesAgentContainer(t *testing.T) {
 		return unix.Statfs(target, &st) == nil && len(stackAt(target)) == 2
 	})
 	must(t, os.WriteFile(filepath.Join(target, "bridged.txt"), []byte("through the bridge\n"), 0o644))
-	var rec s3mount.BridgeRecord
+	var rec s3fs.BridgeRecord
 	data, err = os.ReadFile(filepath.Join(e.state, "s3", "bridges", "pv-s.json"))
 	must(t, err)
 	must(t, json.Unmarshal(data, &rec))
 	s3fsPid := rec.Proc.Pid
-	if want := s3mount.BridgeCgroup(top+"/s3", "pv-s", s3fsPid); rec.Cgroup != want {
+	if want := s3fs.BridgeCgroup(top+"/s3", "pv-s", s3fsPid); rec.Cgroup != want {
 		t.Fatalf("bridge record cgroup %q, want %q", rec.Cgroup, want)
 	}
 	if cg := procCgroups(t, s3fsPid); !strings.Contains(cg, rec.Cgroup) || strings.Contains(cg, ctrGroup) {
@@ -260,7 +261,7 @@ func TestNodeBridgeSurvivesAgentContainer(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(e.state, "s3", "bridges", "pv-s.json")); !errors.Is(err, os.ErrNotExist) {
 			return false
 		}
-		for _, dir := range s3mount.CgroupDirs(mountTable(), "/", rec.Cgroup) {
+		for _, dir := range s3fs.CgroupDirs(mountTable(), "/", rec.Cgroup) {
 			if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 				return false
 			}
@@ -278,7 +279,7 @@ func alive(pid int) bool {
 	if err != nil {
 		return false
 	}
-	_, state, err := s3mount.ParseProcStat(string(b))
+	_, state, err := s3fs.ParseProcStat(string(b))
 	if err == nil && state == "Z" {
 		return true // exists; callers waiting for it to go keep waiting until it is reaped
 	}
@@ -307,7 +308,7 @@ func procCgroups(t *testing.T, pid int) string {
 func killCgroup(t *testing.T, group string) []int {
 	t.Helper()
 	procs := ""
-	for _, dir := range s3mount.CgroupDirs(mountTable(), "/", group) {
+	for _, dir := range s3fs.CgroupDirs(mountTable(), "/", group) {
 		if strings.Contains(dir, "/devices/") || procs == "" {
 			procs = filepath.Join(dir, "cgroup.procs")
 		}
@@ -352,13 +353,13 @@ func runCgroupView() int {
 		fmt.Fprintln(os.Stderr, "cgview:", err)
 		return 1
 	}
-	for _, m := range s3mount.ParseCgroupMounts(string(data)) {
+	for _, m := range s3fs.ParseCgroupMounts(string(data)) {
 		if err := unix.Mount(filepath.Join(m.MountPoint, ctr), m.MountPoint, "", unix.MS_BIND, ""); err != nil {
 			fmt.Fprintln(os.Stderr, "cgview: bind", m.MountPoint, err)
 			return 1
 		}
 	}
-	c := s3mount.HostCgroups{ProcDir: "/proc/no-such-process", MountDir: mountDir}
+	c := s3fs.HostCgroups{ProcDir: "/proc/no-such-process", MountDir: mountDir}
 	if err := c.Place(pid, group); err != nil {
 		fmt.Fprintln(os.Stderr, "cgview: place:", err)
 		return 1
@@ -377,7 +378,7 @@ func TestNodeHostCgroupsFromAContainerView(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.RequireCommand(t, "unshare", "apt-get install util-linux")
 	top := fmt.Sprintf("pvrescue-cgview-%d", os.Getpid())
-	self := s3mount.HostCgroups{ProcDir: "/proc/self"}
+	self := s3fs.HostCgroups{ProcDir: "/proc/self"}
 	sleeper := exec.Command("sleep", "60")
 	must(t, sleeper.Start())
 	t.Cleanup(func() { _ = sleeper.Process.Kill(); _ = sleeper.Wait() })
@@ -407,7 +408,7 @@ func TestNodeHostCgroupsFromAContainerView(t *testing.T) {
 			n++
 		}
 	}
-	if want := len(s3mount.ParseCgroupMounts(string(mustRead(t, "/proc/self/mountinfo")))); n != want {
+	if want := len(s3fs.ParseCgroupMounts(string(mustRead(t, "/proc/self/mountinfo")))); n != want {
 		t.Errorf("process in /%s on %d hierarchies, want all %d:\n%s", bridgeGroup, n, want, cg)
 	}
 	if strings.Contains(cg, ctrGroup) {

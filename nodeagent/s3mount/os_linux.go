@@ -2,10 +2,13 @@
 
 package s3mount
 
-import "github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
+import (
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
+)
 
 // NewOS returns the real node implementation.
 func NewOS() OS {
-	return OS{Mounter: stack.NewMounter(), Procs: realProcs{}, Cgroups: NewHostCgroups(), Statfs: stack.NewStatfs(), FS: stack.NewFS(),
+	return OS{Mounter: stack.NewMounter(), Procs: s3fs.NewProcs(), Cgroups: s3fs.NewHostCgroups(), Statfs: stack.NewStatfs(), FS: stack.NewFS(),
 		CSI: GRPCDialer{}, Plugins: FSNotifyWatcher{}, Registry: GRPCRegistry{}, FUSE: stack.NewFUSEConnections()}
 }

@@ -10,9 +10,6 @@ import (
 	"strings"
 
 	utilstrings "k8s.io/utils/strings"
-
-	"github.com/pvrescue/pvrescue/internal/statename"
-	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
 // csiPluginDir is kubelet's directory name for CSI volumes (kubernetes.io/csi, escaped).
@@ -78,72 +75,6 @@ func (v VolData) Check(pvName, driver, handle string) error {
 	}
 	return nil
 }
-
-// Layout is where the restorer keeps its own state under the agent's state directory.
-type Layout struct{ StateDir string }
-
-// Root is <stateDir>/s3.
-func (l Layout) Root() string { return filepath.Join(l.StateDir, "s3") }
-
-// StagingRoot holds one staging mount per PV.
-func (l Layout) StagingRoot() string { return filepath.Join(l.Root(), "staging") }
-
-// PVComponent is the one path component every per-PV file, directory and cgroup of ours is named
-// by: the PV name itself when short (names earlier agents used), else a bounded hashed form
-// (statename), with room left for the longest suffix added to it (".passwd" plus a temporary
-// file's "." and ".tmp"; a cgroup's "-<pid>"). A stem read back from a name maps to itself.
-func PVComponent(pvName string) string {
-	return statename.Component(pvName, "", len(".passwd")+len("..tmp"))
-}
-
-// Staging is the s3fs mount of one PV, bound onto its pods' targets.
-func (l Layout) Staging(pvName string) string {
-	return filepath.Join(l.StagingRoot(), PVComponent(pvName))
-}
-
-// CredsDir is a small tmpfs holding passwd files, so credentials never reach the node's disk.
-func (l Layout) CredsDir() string { return filepath.Join(l.Root(), "creds") }
-
-// PasswdFile is the s3fs passwd_file of one PV.
-func (l Layout) PasswdFile(pvName string) string {
-	return filepath.Join(l.CredsDir(), PVComponent(pvName)+".passwd")
-}
-
-// PVFromStaging returns the PV name of a staging mount point, or ok=false. For a long PV name
-// that is its PVComponent (the stem), which Layout maps back to the same paths; the full name is
-// in the mount's source (PVFromFSName).
-func (l Layout) PVFromStaging(path string) (string, bool) {
-	dir, name := filepath.Split(path)
-	if filepath.Clean(dir) != l.StagingRoot() || name == "" {
-		return "", false
-	}
-	return name, true
-}
-
-// StagingPV returns the full name of the PV whose bridge staging mount m is, or ok=false when m
-// is not at a staging path. A long PV name is hashed in the path but whole in the mount's source
-// (our fsname, kept by a dead mount too); the stem is returned when the source does not name it.
-func (l Layout) StagingPV(m stack.Mount) (string, bool) {
-	stem, ok := l.PVFromStaging(m.MountPoint)
-	if !ok {
-		return "", false
-	}
-	if pv, ours := stack.PVFromFSName(m.Source); ours && PVComponent(pv) == stem {
-		return pv, true
-	}
-	return stem, true
-}
-
-// TmpRoot holds s3fs's temporary files, one directory per PV, inside the state directory (not
-// the agent container's small /tmp).
-func (l Layout) TmpRoot() string { return filepath.Join(l.Root(), "tmp") }
-
-// TmpDir is the s3fs tmpdir of one PV.
-func (l Layout) TmpDir(pvName string) string { return filepath.Join(l.TmpRoot(), PVComponent(pvName)) }
-
-// PlacedFile records the mounts we put at kubelet paths (stack.Placed); "handed" is the name
-// earlier agents gave it.
-func (l Layout) PlacedFile() string { return filepath.Join(l.Root(), "handed.json") }
 
 // KubeletStagingPath is where kubelet asks a STAGE_UNSTAGE driver to stage a volume:
 // <kubelet>/plugins/kubernetes.io/csi/<driver>/<sha256 hex of the volume handle>/globalmount.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/go-logr/logr"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -254,7 +255,7 @@ func (r *Restorer) secretData(ctx context.Context, ref *corev1.SecretReference) 
 	}
 	s, err := r.d.View.Secret(ctx, ref.Namespace, ref.Name)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s/%s: %w", ErrSecretNotFound, ref.Namespace, ref.Name, err)
+		return nil, fmt.Errorf("%w: %s/%s: %w", s3fs.ErrSecretNotFound, ref.Namespace, ref.Name, err)
 	}
 	out := make(map[string]string, len(s.Data)+len(s.StringData))
 	for k, v := range s.Data {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/google/go-cmp/cmp"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -223,7 +224,7 @@ func TestBridgeRetiredWhenTheDriverAnswersAgain(t *testing.T) {
 	if got := value(t, w.r.Metrics().BridgesActive); got != 0 {
 		t.Errorf("bridges_active = %v, want 0", got)
 	}
-	if w.node.Table().IsMountPoint(Layout{StateDir: testState}.Staging("pv-a")) {
+	if w.node.Table().IsMountPoint(s3fs.Layout{StateDir: testState}.MountPoint("pv-a")) {
 		t.Error("bridge staging mount left")
 	}
 	assertReasons(t, w.events, map[string]int{EventMountBridged: 1, EventBridgeRetired: 1, EventMountReplayed: 0})
@@ -258,12 +259,12 @@ func TestBridgeRetiredWhileAFileIsOpenOnIt(t *testing.T) {
 	// The bridge retired, but its s3fs is never stopped while the file is open on it: it exits
 	// by itself once the file is closed, and only then are its record and cgroup removed. The
 	// retiring record survives an agent restart, and the new agent watches it.
-	l := Layout{StateDir: testState}
+	l := s3fs.Layout{StateDir: testState}
 	proc := w.node.Processes()[0]
 	if proc.Exited() {
 		t.Fatal("bridge s3fs stopped while a file is open on it")
 	}
-	if _, _, ok := w.node.File(l.retiringRecordFile("pv-a", proc.Pid())); !ok {
+	if _, _, ok := w.node.File(l.RetiringRecordFile("pv-a", proc.Pid())); !ok {
 		t.Fatal("no retiring record for the bridge s3fs")
 	}
 	w.start() // an agent restart
@@ -273,7 +274,7 @@ func TestBridgeRetiredWhileAFileIsOpenOnIt(t *testing.T) {
 	}
 	w.node.CloseFiles(proc.dev)
 	w.waitFor("retired bridge exited and forgotten after the last file closed", func() bool {
-		_, _, rec := w.node.File(l.retiringRecordFile("pv-a", proc.Pid()))
+		_, _, rec := w.node.File(l.RetiringRecordFile("pv-a", proc.Pid()))
 		return proc.Exited() && !rec
 	})
 }

@@ -4,12 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/nodeagent"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
@@ -38,9 +38,6 @@ const (
 	// EventBridgeRetired.
 	EventMountRestored = "MountRestored"
 )
-
-// credsTmpfsSize bounds the tmpfs holding passwd files (a few hundred bytes each).
-const credsTmpfsSize = 1 << 20
 
 // Options tune the rescue; NewOptions gives the defaults.
 type Options struct {
@@ -77,23 +74,6 @@ func NewOptions() Options {
 		BridgeCgroup:   "pvrescue/s3",
 		BridgeNetNS:    "/proc/1/ns/net",
 	}
-}
-
-// bridgeNetNS is the network namespace bridges start in ("" for ours).
-func (r *Restorer) bridgeNetNS() string { return r.opts.BridgeNetNS }
-
-// bridgeNetNSFallbacks are tried in turn when BridgeNetNS cannot be joined: our parent's (with
-// hostPID the container's shim, which runs in the node's namespace; seen on the demo node:
-// init's namespace gives EACCES even to root, the shim's does not), then ours ("").
-func (r *Restorer) bridgeNetNSFallbacks() []string {
-	if r.opts.BridgeNetNS == "" {
-		return nil
-	}
-	var out []string
-	if ppid := os.Getppid(); ppid > 1 {
-		out = append(out, fmt.Sprintf("/proc/%d/ns/net", ppid))
-	}
-	return append(out, "")
 }
 
 // withDefaults fills zero fields from NewOptions.
@@ -136,14 +116,13 @@ type Restorer struct {
 	opts    Options
 	cfg     *config.Config
 	clk     clock.WithTicker
-	layout  Layout
+	layout  s3fs.Layout
 	metrics *Metrics
 
 	kick chan struct{}
 	wg   sync.WaitGroup
 
 	mu        sync.Mutex
-	stagings  map[string]*staging    // by PV
 	retry     map[string]*retryState // by PV
 	inflight  map[string]bool        // by PV
 	deadSince map[string]time.Time   // by target path
@@ -154,18 +133,11 @@ type Restorer struct {
 
 	// rules place mounts at kubelet paths and keep the record of those we put there.
 	rules *stack.Rules
+	// bridges are our own s3fs processes and their mounts.
+	bridges *s3fs.Supervisor
 }
 
 type healthKey struct{ pv, namespace, pod string }
-
-type staging struct {
-	proc    Process // nil when adopted from an earlier agent that kept no record of it
-	cgroup  string  // the cgroup it was placed in ("" when not)
-	started time.Time
-	stopped bool // we stopped it on purpose; its exit is not a failure
-	// retiring: detached, exits by itself (retiring.go); its record is the .retiring one.
-	retiring bool
-}
 
 type retryState struct {
 	failures int
@@ -190,16 +162,19 @@ func New(deps nodeagent.Deps, os OS, opts Options) (*Restorer, error) {
 	}
 	r := &Restorer{
 		d: deps, os: os, opts: opts, cfg: deps.Config, clk: deps.Clock,
-		layout: Layout{StateDir: deps.Config.StateDir}, metrics: m,
+		layout: s3fs.Layout{StateDir: deps.Config.StateDir}, metrics: m,
 		kick:      make(chan struct{}, 1),
-		stagings:  map[string]*staging{},
 		retry:     map[string]*retryState{},
 		inflight:  map[string]bool{},
 		deadSince: map[string]time.Time{},
 		hungSince: map[string]time.Time{},
 		healthy:   map[string]healthKey{},
 	}
-	r.rules = &stack.Rules{Mounter: os.Mounter, Statfs: os.Statfs, Placed: stack.NewPlaced(os.FS, r.layout.PlacedFile()),
+	r.bridges = s3fs.NewSupervisor(s3fs.OS{Mounter: os.Mounter, Statfs: os.Statfs, FS: os.FS, Procs: os.Procs, Cgroups: os.Cgroups}, deps.Config, deps.Clock,
+		s3fs.Options{MountTimeout: opts.MountTimeout, KillGrace: opts.KillGrace, BridgeCgroup: opts.BridgeCgroup, BridgeNetNS: opts.BridgeNetNS,
+			Active: m.BridgesActive, Exits: m.BridgeExits, Exited: r.bridgeExited})
+	// The record of the mounts put at kubelet paths keeps the name earlier agents gave it.
+	r.rules = &stack.Rules{Mounter: os.Mounter, Statfs: os.Statfs, Placed: stack.NewPlaced(os.FS, filepath.Join(r.layout.Root(), "handed.json")),
 		StatfsTimeout: func() time.Duration { return r.cfg.S3.StatfsTimeout.Duration }, Checks: m.ResultChecks}
 	deps.View.OnPodChange(r.poke)
 	return r, nil
@@ -207,6 +182,15 @@ func New(deps nodeagent.Deps, os OS, opts Options) (*Restorer, error) {
 
 // Metrics returns the rescue's metrics (for tests and the agent's status page).
 func (r *Restorer) Metrics() *Metrics { return r.metrics }
+
+// bridgeExited handles the unexpected exit of a bridge's s3fs: a check at once, so the dead binds
+// are restored without waiting for the next tick; a quick death counts as a failure.
+func (r *Restorer) bridgeExited(pv string, lived time.Duration) {
+	if lived < r.opts.QuickExit {
+		r.backoff(pv)
+	}
+	r.poke()
+}
 
 func (r *Restorer) poke() {
 	select {
@@ -252,131 +236,20 @@ func (r *Restorer) Run(ctx context.Context) error {
 	}
 }
 
-// Prepare creates the state directories and the credentials tmpfs, and re-adopts the staging
-// mounts an earlier agent left. Run calls it; tests driving Sync call it once first.
+// Prepare creates the state directories and the credentials tmpfs, cleans the fresh paths and
+// re-adopts the bridges an earlier agent left. Run calls it; tests driving Sync call it once first.
 func (r *Restorer) Prepare(ctx context.Context) error {
-	for _, dir := range []string{r.layout.StagingRoot(), r.layout.CredsDir(), r.layout.TmpRoot(), r.layout.BridgesDir(), r.layout.LogDir()} {
-		if err := r.os.FS.MkdirAll(dir, 0o700); err != nil {
-			return fmt.Errorf("s3mount: create %s: %w", dir, err)
-		}
-	}
-	table, err := r.os.Mounter.MountTable()
-	if err != nil {
-		return fmt.Errorf("s3mount: %w", err)
-	}
-	if top, ok := table.Top(r.layout.CredsDir()); !ok || top.FSType != "tmpfs" {
-		if err := r.os.Mounter.MountTmpfs(r.layout.CredsDir(), credsTmpfsSize); err != nil {
-			return fmt.Errorf("s3mount: credentials tmpfs: %w", err)
-		}
-		logr.FromContextOrDiscard(ctx).V(1).Info("mounted tmpfs for credentials", "path", r.layout.CredsDir())
-	}
-	if r.opts.BridgeCgroup != "" && syscall.Getpid() == 1 {
-		logr.FromContextOrDiscard(ctx).Info("the agent is PID 1 of its own PID namespace: its s3fs bridges die with its container (run it with hostPID)")
+	if err := r.bridges.Prepare(ctx); err != nil {
+		return err
 	}
 	if err := r.rules.Placed.Load(); err != nil {
 		logr.FromContextOrDiscard(ctx).Error(err, "reading the record of replayed mounts; starting empty")
 	}
 	r.sweepFresh(ctx)
-	if err := r.adopt(ctx); err != nil {
-		logr.FromContextOrDiscard(ctx).Error(err, "re-adopting staging mounts")
+	if err := r.bridges.Adopt(ctx); err != nil {
+		logr.FromContextOrDiscard(ctx).Error(err, "re-adopting bridges")
 	}
 	return nil
-}
-
-// adopt takes over the healthy bridges an earlier agent left (their staging mount answers; the
-// s3fs recorded in <state>/s3/bridges/<pv>.json still runs, watched from now on through a
-// pidfd) and drops the dead ones: a recorded s3fs still running behind a dead staging mount is
-// stopped, the mount removed, record and cgroup deleted. Records without a staging mount are
-// dropped the same way.
-func (r *Restorer) adopt(ctx context.Context) error {
-	log := logr.FromContextOrDiscard(ctx)
-	table, err := r.os.Mounter.MountTable()
-	if err != nil {
-		return err
-	}
-	seen := map[string]bool{}
-	for _, m := range table {
-		pv, ok := r.layout.StagingPV(m)
-		if !ok || seen[pv] {
-			continue
-		}
-		seen[pv] = true
-		rec, proc := r.adoptProcess(ctx, pv, m.MountPoint)
-		if err := r.os.Statfs.Statfs(ctx, m.MountPoint, r.cfg.S3.StatfsTimeout.Duration); err == nil {
-			st := &staging{proc: proc, started: r.clk.Now()}
-			if proc != nil {
-				st.cgroup = rec.Cgroup
-				go func() {
-					werr := proc.Wait()
-					r.onExit(ctx, pv, st, werr)
-				}()
-			}
-			r.mu.Lock()
-			r.stagings[pv] = st
-			r.mu.Unlock()
-			log.Info("re-adopted healthy bridge", "pv", pv, "path", m.MountPoint, "pid", rec.Proc.Pid, "supervised", proc != nil, "cgroup", st.cgroup)
-			continue
-		}
-		log.Info("dropping dead staging mount left by an earlier agent", "pv", pv, "path", m.MountPoint)
-		r.dropBridge(ctx, pv, rec, proc)
-		if t, err := r.os.Mounter.MountTable(); err == nil {
-			r.rules.UnmountAll(m.MountPoint, t)
-		}
-	}
-	names, err := r.os.FS.ReadDir(r.layout.BridgesDir())
-	if err != nil {
-		return err
-	}
-	for _, name := range names {
-		pv, ok := PVFromBridgeRecord(name)
-		if !ok {
-			continue
-		}
-		if rec, found, err := r.readBridgeRecord(pv); err == nil && found && rec.PV != "" && PVComponent(rec.PV) == pv {
-			pv = rec.PV // the file is named by the hashed form of a long name
-		}
-		if seen[pv] {
-			continue
-		}
-		rec, proc := r.adoptProcess(ctx, pv, r.layout.Staging(pv))
-		log.Info("dropping the record of a bridge whose staging mount is gone", "pv", pv, "pid", rec.Proc.Pid, "running", proc != nil)
-		r.dropBridge(ctx, pv, rec, proc)
-	}
-	r.updateBridgeGauge()
-	r.adoptRetiring(ctx)
-	return nil
-}
-
-// adoptProcess returns pv's record and, when its s3fs still runs at staging, a handle on it.
-func (r *Restorer) adoptProcess(ctx context.Context, pv, staging string) (BridgeRecord, Process) {
-	log := logr.FromContextOrDiscard(ctx).WithValues("pv", pv)
-	rec, ok, err := r.readBridgeRecord(pv)
-	if err != nil {
-		log.Error(err, "reading the bridge record")
-		return BridgeRecord{}, nil
-	}
-	if !ok {
-		return BridgeRecord{}, nil
-	}
-	proc, err := r.os.Procs.Adopt(rec.Proc, staging)
-	if err != nil {
-		log.V(1).Info("recorded s3fs does not run any more", "err", err.Error())
-		return rec, nil
-	}
-	return rec, proc
-}
-
-// dropBridge stops a recorded s3fs that still runs (provably ours: pid, start time and our
-// staging path on its command line) and removes its record and cgroup.
-func (r *Restorer) dropBridge(ctx context.Context, pv string, rec BridgeRecord, proc Process) {
-	if proc != nil {
-		proc.Kill(r.opts.KillGrace)
-	}
-	var id *ProcID
-	if rec.Proc.Pid > 0 {
-		id = &rec.Proc
-	}
-	r.forgetRecord(ctx, pv, id, rec.Cgroup)
 }
 
 // Wait blocks until every restore started by Sync has finished (tests; Run does it on exit).
@@ -406,7 +279,7 @@ func (r *Restorer) Sync(ctx context.Context) error {
 	}
 	r.pruneState(targets, table)
 	r.cleanupTargets(ctx, table, live)
-	r.cleanupStagings(ctx, table, live)
+	r.retireUnusedBridges(ctx, table, live)
 	return nil
 }
 

@@ -17,6 +17,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/pvrescue/pvrescue/internal/config"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
@@ -52,7 +53,7 @@ func TestInjectionRefusedWithEventNothingStarted(t *testing.T) {
 			if n := len(w.node.Started()); n != 0 {
 				t.Errorf("started %d processes: %v", n, w.node.Started())
 			}
-			if _, _, ok := w.node.File(Layout{StateDir: testState}.PasswdFile("pv-a")); ok {
+			if _, _, ok := w.node.File(s3fs.Layout{StateDir: testState}.PasswdFile("pv-a")); ok {
 				t.Error("passwd file written for a refused volume")
 			}
 			if n := len(w.node.Table().Stack(target)); n != 1 {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/nodeagent"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
@@ -250,15 +251,15 @@ func TestRestorerRestoresDeadTarget(t *testing.T) {
 	if mounts[1].ReadOnly() {
 		t.Error("read-write volume bound read-only")
 	}
-	staging := Layout{StateDir: testState}.Staging("pv-a")
+	staging := s3fs.Layout{StateDir: testState}.MountPoint("pv-a")
 	if len(w.node.Table().Stack(staging)) != 1 || mounts[1].Dev != w.node.Table().Stack(staging)[0].Dev {
 		t.Errorf("bind is not of the staging mount: %+v", w.node.Table().Stack(staging))
 	}
-	pw, mode, ok := w.node.File(Layout{StateDir: testState}.PasswdFile("pv-a"))
+	pw, mode, ok := w.node.File(s3fs.Layout{StateDir: testState}.PasswdFile("pv-a"))
 	if !ok || string(pw) != "AKUNIT:SKUNIT-secret\n" || mode != 0o600 {
 		t.Errorf("passwd file %q mode %v present %v", pw, mode, ok)
 	}
-	if top, _ := w.node.Table().Top(Layout{StateDir: testState}.CredsDir()); top.FSType != "tmpfs" {
+	if top, _ := w.node.Table().Top(s3fs.Layout{StateDir: testState}.CredsDir()); top.FSType != "tmpfs" {
 		t.Errorf("creds dir not on tmpfs: %+v", top)
 	}
 	started := w.node.Started()
@@ -359,11 +360,11 @@ func TestRestorerBadInput(t *testing.T) {
 			if mounts := w.node.Table().Stack(target); len(mounts) != 1 || mounts[0].ID != dead.ID {
 				t.Errorf("target touched: %+v", mounts)
 			}
-			staging := Layout{StateDir: testState}.Staging("pv-a")
+			staging := s3fs.Layout{StateDir: testState}.MountPoint("pv-a")
 			if n := len(w.node.Table().Stack(staging)); n != 0 {
 				t.Errorf("%d mounts left at staging", n)
 			}
-			if _, _, ok := w.node.File(Layout{StateDir: testState}.PasswdFile("pv-a")); ok {
+			if _, _, ok := w.node.File(s3fs.Layout{StateDir: testState}.PasswdFile("pv-a")); ok {
 				t.Error("passwd file left after failure")
 			}
 			if got := counter(t, w.r.Metrics().Failures.WithLabelValues(tt.reason)); got < 3 {
@@ -429,12 +430,12 @@ func TestRestorerCleansUpAfterPodDeletion(t *testing.T) {
 	w.start()
 	w.waitFor("bind", func() bool { return len(w.node.Table().Stack(target)) == 2 })
 	w.view.DeletePod("default", "app")
-	l := Layout{StateDir: testState}
+	l := s3fs.Layout{StateDir: testState}
 	w.waitFor("bind removed, staging stopped", func() bool {
 		_, _, pw := w.node.File(l.PasswdFile("pv-a"))
 		// Our bind and the dead driver mount under it are gone: kubelet's teardown can finish.
 		return len(w.node.Table().Stack(target)) == 0 &&
-			len(w.node.Table().Stack(l.Staging("pv-a"))) == 0 && !pw && w.node.Processes()[0].Exited()
+			len(w.node.Table().Stack(l.MountPoint("pv-a"))) == 0 && !pw && w.node.Processes()[0].Exited()
 	})
 }
 
@@ -452,18 +453,18 @@ func TestRestorerTerminalPodIsGone(t *testing.T) {
 }
 
 func TestRestorerAdoptsOnStart(t *testing.T) {
-	l := Layout{StateDir: testState}
+	l := s3fs.Layout{StateDir: testState}
 	w := newWorld(t, standard(false)...)
 	target := w.publish("uid-1", "pv-a")
 	w.node.KillMount(target)
 	// An earlier agent left a healthy staging mount bound onto the target.
-	w.node.AddMount(l.Staging("pv-a"), "fuse", stack.FSName("pv-a"))
-	if err := w.node.OS().Mounter.Bind(l.Staging("pv-a"), target, false); err != nil {
+	w.node.AddMount(l.MountPoint("pv-a"), "fuse", stack.FSName("pv-a"))
+	if err := w.node.OS().Mounter.Bind(l.MountPoint("pv-a"), target, false); err != nil {
 		t.Fatal(err)
 	}
 	// ... and a dead staging mount of a volume that no longer has pods.
-	w.node.AddMount(l.Staging("pv-old"), "fuse", stack.FSName("pv-old"))
-	w.node.KillMount(l.Staging("pv-old"))
+	w.node.AddMount(l.MountPoint("pv-old"), "fuse", stack.FSName("pv-old"))
+	w.node.KillMount(l.MountPoint("pv-old"))
 	w.start()
 	w.settle()
 	if n := len(w.node.Started()); n != 0 {
@@ -472,14 +473,14 @@ func TestRestorerAdoptsOnStart(t *testing.T) {
 	if n := len(w.node.Table().Stack(target)); n != 2 {
 		t.Errorf("target stack %d, want 2 (no duplicate bind)", n)
 	}
-	if n := len(w.node.Table().Stack(l.Staging("pv-a"))); n != 1 {
+	if n := len(w.node.Table().Stack(l.MountPoint("pv-a"))); n != 1 {
 		t.Errorf("staging pv-a mounts %d, want 1", n)
 	}
-	if w.node.Table().IsMountPoint(l.Staging("pv-old")) {
+	if w.node.Table().IsMountPoint(l.MountPoint("pv-old")) {
 		t.Error("dead staging mount of an unused volume left mounted")
 	}
 	// The adopted mount dies: found by the periodic check (no process to supervise) and restored.
-	w.node.KillMount(l.Staging("pv-a"))
+	w.node.KillMount(l.MountPoint("pv-a"))
 	w.waitFor("restore after adopted staging died", func() bool {
 		return len(w.node.Started()) == 1 && w.node.OS().Statfs.Statfs(context.Background(), target, time.Second) == nil
 	})

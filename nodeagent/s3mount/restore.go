@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/pvrescue/pvrescue/nodeagent"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
@@ -25,7 +26,7 @@ func (r *Restorer) restore(ctx context.Context, pvName string, ts []target) {
 	}()
 	pv, err := r.d.View.PersistentVolume(ctx, pvName)
 	if err != nil || pv.Spec.CSI == nil {
-		err = fmt.Errorf("get PV %s: %w", pvName, errors.Join(err, ErrNotS3))
+		err = fmt.Errorf("get PV %s: %w", pvName, errors.Join(err, s3fs.ErrNotS3))
 		r.failed(ts, err)
 		r.backoff(pvName)
 		return
@@ -67,8 +68,8 @@ func (r *Restorer) restore(ctx context.Context, pvName string, ts []target) {
 		r.backoff(pvName)
 		return
 	}
-	stagingPath := r.layout.Staging(pvName)
-	if serr := r.ensureStaging(ctx, pvName); serr != nil {
+	stagingPath := r.layout.MountPoint(pvName)
+	if serr := r.bridges.Ensure(ctx, pvName, func(ctx context.Context) (s3fs.Volume, s3fs.Credentials, error) { return r.resolve(ctx, pvName) }); serr != nil {
 		log.Error(serr, "restore failed", "reason", Reason(serr))
 		r.metrics.Restores.WithLabelValues(MethodBridge, "failure").Inc()
 		r.failed(bridgeable, serr)
@@ -131,7 +132,7 @@ func (r *Restorer) bridgeable(t target, fuseType string) error {
 			continue
 		}
 		if mounts[i].FSType != fuseType {
-			return fmt.Errorf("%w: the driver's dead mount is %q, not %s", ErrCannotReproduce, mounts[i].FSType, fuseType)
+			return fmt.Errorf("%w: the driver's dead mount is %q, not %s", s3fs.ErrCannotReproduce, mounts[i].FSType, fuseType)
 		}
 		return nil
 	}

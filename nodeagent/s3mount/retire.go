@@ -175,8 +175,8 @@ func (r *Restorer) swap(ctx context.Context, node CSINode, pv *corev1.Persistent
 			back := stack.CheckFor(table, t.path, r.cfg.S3.Profile(pv.Spec.CSI.Driver).FUSEType)
 			back.Dead = slices.DeleteFunc(back.Dead, func(m stack.Mount) bool { return m.ID == ourBind.ID })
 			back.FUSETypes = append(back.FUSETypes, stack.OurFUSETypes...)
-			if _, cerr := r.rules.Check(ctx, r.layout.Staging(pv.Name), back); cerr == nil {
-				_ = r.os.Mounter.Bind(r.layout.Staging(pv.Name), t.path, ro)
+			if _, cerr := r.rules.Check(ctx, r.layout.MountPoint(pv.Name), back); cerr == nil {
+				_ = r.os.Mounter.Bind(r.layout.MountPoint(pv.Name), t.path, ro)
 			}
 			return err
 		}

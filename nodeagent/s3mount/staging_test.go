@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
@@ -118,7 +119,7 @@ func TestRetireOfATargetHoldingOnlyOurBridge(t *testing.T) {
 	_ = fakeMounter{w.node}.Unmount(target, false)
 	w.view.DeletePod("default", "app")
 	w.waitFor("retired bridge exited after the pod's target was emptied", func() bool {
-		_, _, rec := w.node.File(Layout{StateDir: testState}.retiringRecordFile("pv-a", p[0].Pid()))
+		_, _, rec := w.node.File(s3fs.Layout{StateDir: testState}.RetiringRecordFile("pv-a", p[0].Pid()))
 		return p[0].Exited() && !rec
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 	corev1 "k8s.io/api/core/v1"
 )
@@ -160,7 +161,7 @@ func TestCheckMountRefusesOurBridgeDevice(t *testing.T) {
 	w.sync()
 	w.csi.Down = false
 	w.csi.Result = func(n *FakeNode, p string) bool {
-		_ = fakeMounter{n}.Bind(Layout{StateDir: testState}.Staging("pv-a"), p, false)
+		_ = fakeMounter{n}.Bind(s3fs.Layout{StateDir: testState}.MountPoint("pv-a"), p, false)
 		return true
 	}
 	w.clock.Step(2 * time.Second)

@@ -28,13 +28,7 @@ func (r *Rules) statfs(ctx context.Context, path string) error {
 }
 
 // UnmountAll lazily unmounts every mount stacked at path (only for paths of ours).
-func (r *Rules) UnmountAll(path string, table Table) {
-	for range table.Stack(path) {
-		if err := r.Mounter.Unmount(path, true); err != nil {
-			return
-		}
-	}
-}
+func (r *Rules) UnmountAll(path string, table Table) { UnmountAll(r.Mounter, path, table) }
 
 // RecordTop records the mount now on top at path as one we put there; what names it in the log
 // when the record cannot be written.
@@ -178,5 +172,14 @@ func (r *Rules) removedPlaced(ctx context.Context, path string, m Mount) {
 	}
 	if err := r.Placed.Forget(path); err != nil {
 		logr.FromContextOrDiscard(ctx).Error(err, "forgetting the record of a removed mount", "path", path)
+	}
+}
+
+// UnmountAll lazily unmounts every mount stacked at path (only for paths of ours).
+func UnmountAll(m Mounter, path string, table Table) {
+	for range table.Stack(path) {
+		if err := m.Unmount(path, true); err != nil {
+			return
+		}
 	}
 }

@@ -1,6 +1,6 @@
 //go:build linux
 
-package s3mount
+package s3fs
 
 import (
 	"errors"

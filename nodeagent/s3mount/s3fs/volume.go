@@ -1,4 +1,4 @@
-package s3mount
+package s3fs
 
 import (
 	"errors"
@@ -12,7 +12,7 @@ import (
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
-// Sentinel errors for bad input; each maps to an Event reason (see Reason).
+// Sentinel errors for bad input; each maps to an Event reason (s3mount.Reason).
 var (
 	ErrNotS3            = errors.New("not an S3 CSI volume")
 	ErrNoBucket         = errors.New("no bucket in the volume handle or attributes")
@@ -23,7 +23,6 @@ var (
 	ErrSecretNotFound   = errors.New("credentials secret not found")
 	ErrSecretKeyMissing = errors.New("credentials secret lacks a required key")
 	ErrS3fs             = errors.New("s3fs did not mount")
-	ErrReplay           = errors.New("the driver refused the replayed call")
 	ErrCannotReproduce  = errors.New("the dead mount cannot be reproduced by our s3fs")
 )
 
@@ -41,25 +40,6 @@ type Volume struct {
 	// ReadOnly is the PV's own read-only flag (spec.csi.readOnly or an "ro" mount option).
 	ReadOnly  bool
 	SecretRef *corev1.SecretReference
-}
-
-// S3Driver returns the S3 driver name of a PV: spec.csi.driver when it is a configured S3 driver,
-// else the provisioner annotation of its claim. ok=false when the PV is not an S3 volume.
-func S3Driver(cfg *config.Config, pv *corev1.PersistentVolume, pvc *corev1.PersistentVolumeClaim) (string, bool) {
-	if pv == nil || pv.Spec.CSI == nil {
-		return "", false
-	}
-	if cfg.IsS3Driver(pv.Spec.CSI.Driver) {
-		return pv.Spec.CSI.Driver, true
-	}
-	if pvc != nil {
-		for _, k := range []string{"volume.kubernetes.io/storage-provisioner", "volume.beta.kubernetes.io/storage-provisioner"} {
-			if p := pvc.Annotations[k]; p != "" && cfg.IsS3Driver(p) {
-				return pv.Spec.CSI.Driver, true
-			}
-		}
-	}
-	return "", false
 }
 
 // ResolveVolume reads bucket, prefix, endpoint, region and options from the PV's volume
@@ -257,11 +237,11 @@ func PasswdContent(c Credentials) []byte {
 	return []byte(c.AccessKeyID + ":" + c.SecretAccessKey + "\n")
 }
 
-// S3fsArgs builds the s3fs command line (without the program). s3fs runs in the foreground (-f)
+// Args builds the s3fs command line (without the program). s3fs runs in the foreground (-f)
 // so the agent owns and supervises it; nosuid and nodev are always set, and its temporary files
 // go to tmpDir. The secret's endpoint and region override the volume's, and pass the same
 // allowlists; a refused value starts nothing.
-func S3fsArgs(v Volume, c Credentials, staging, passwdFile, tmpDir string) ([]string, error) {
+func Args(v Volume, c Credentials, mountPoint, passwdFile, tmpDir string) ([]string, error) {
 	if err := CheckBucket(v.Bucket); err != nil {
 		return nil, err
 	}
@@ -285,7 +265,7 @@ func S3fsArgs(v Volume, c Credentials, staging, passwdFile, tmpDir string) ([]st
 	if err := CheckRegion(region); err != nil {
 		return nil, fmt.Errorf("%w (secret or volume attribute)", err)
 	}
-	args := []string{source, staging, "-f",
+	args := []string{source, mountPoint, "-f",
 		"-o", "passwd_file=" + passwdFile,
 		"-o", "fsname=" + stack.FSName(v.PV),
 		"-o", "use_path_request_style",
@@ -308,35 +288,4 @@ func S3fsArgs(v Volume, c Credentials, staging, passwdFile, tmpDir string) ([]st
 		args = append(args, "-o", o)
 	}
 	return args, nil
-}
-
-// Reason is the Event reason detail for an error of the restorer.
-func Reason(err error) string {
-	var re *stack.ResultError
-	if errors.As(err, &re) {
-		return re.Reason
-	}
-	for _, r := range []struct {
-		err    error
-		reason string
-	}{
-		{ErrSecretNotFound, "SecretNotFound"},
-		{ErrSecretKeyMissing, "SecretKeyMissing"},
-		{ErrNoSecretRef, "NoSecretRef"},
-		{ErrUnsafe, "UnsafeVolumeAttributes"},
-		{ErrNoBucket, "BadVolumeAttributes"},
-		{ErrUnsupported, "BadVolumeAttributes"},
-		{ErrBadOptions, "BadVolumeAttributes"},
-		{ErrS3fs, "S3fsFailed"},
-		{ErrCannotReproduce, "CannotReproduce"},
-		{ErrNotAttached, "NotAttached"},
-		{ErrReplay, "ReplayFailed"},
-		{ErrDriverDown, "DriverDown"},
-		{stack.ErrMount, "MountFailed"},
-	} {
-		if errors.Is(err, r.err) {
-			return r.reason
-		}
-	}
-	return "Error"
 }

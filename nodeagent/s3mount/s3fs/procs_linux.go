@@ -1,6 +1,6 @@
 //go:build linux
 
-package s3mount
+package s3fs
 
 import (
 	"errors"
@@ -18,6 +18,12 @@ import (
 
 	"github.com/pvrescue/pvrescue/internal/ossthread"
 )
+
+// NewProcs returns the real ProcessStarter.
+func NewProcs() ProcessStarter { return realProcs{} }
+
+// NewCgroups returns the node's cgroups as HostCgroups sees them.
+func NewCgroups() Cgroups { return NewHostCgroups() }
 
 type realProcs struct{}
 

@@ -1,4 +1,4 @@
-package s3mount
+package s3fs
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/go-logr/logr"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
 // A bridge retires when no live pod's target holds its bind any more. Its s3fs is never
@@ -22,8 +23,8 @@ import (
 
 const retiringSuffix = ".retiring"
 
-// retiringRecordFile is the record of one retiring bridge process.
-func (l Layout) retiringRecordFile(pvName string, pid int) string {
+// RetiringRecordFile is the record of one retiring bridge process.
+func (l Layout) RetiringRecordFile(pvName string, pid int) string {
 	return filepath.Join(l.BridgesDir(), fmt.Sprintf("%s.%d%s", pvName, pid, retiringSuffix))
 }
 
@@ -45,30 +46,30 @@ func parseRetiringRecord(name string) (pv string, pid int, ok bool) {
 }
 
 // retireStaging detaches pv's unused bridge and lets its s3fs exit when its last user is gone.
-func (r *Restorer) retireStaging(ctx context.Context, pv string) {
+func (s *Supervisor) Retire(ctx context.Context, pv string) {
 	log := logr.FromContextOrDiscard(ctx).WithValues("pv", pv)
-	r.mu.Lock()
-	st := r.stagings[pv]
-	delete(r.stagings, pv)
+	s.mu.Lock()
+	st := s.bridges[pv]
+	delete(s.bridges, pv)
 	if st != nil {
 		st.stopped = true
 		st.retiring = st.proc != nil
 	}
-	r.mu.Unlock()
-	r.updateBridgeGauge()
+	s.mu.Unlock()
+	s.updateGauge()
 	if st != nil && st.proc != nil {
 		rec := BridgeRecord{Proc: st.proc.ID(), Cgroup: st.cgroup}
 		if data, err := json.Marshal(rec); err == nil {
-			if err := r.os.FS.WriteFile(r.layout.retiringRecordFile(pv, rec.Proc.Pid), data, 0o600); err != nil {
+			if err := s.os.FS.WriteFile(s.layout.RetiringRecordFile(pv, rec.Proc.Pid), data, 0o600); err != nil {
 				log.Error(err, "recording the retiring bridge: a restarted agent will not watch it")
 			}
 		}
-		if cur, ok, _ := r.readBridgeRecord(pv); ok && cur.Proc == rec.Proc {
-			_ = r.os.FS.Remove(r.layout.BridgeRecordFile(pv))
+		if cur, ok, _ := s.readRecord(pv); ok && cur.Proc == rec.Proc {
+			_ = s.os.FS.Remove(s.layout.BridgeRecordFile(pv))
 		}
 	}
-	if table, err := r.os.Mounter.MountTable(); err == nil {
-		r.rules.UnmountAll(r.layout.Staging(pv), table)
+	if table, err := s.os.Mounter.MountTable(); err == nil {
+		stack.UnmountAll(s.os.Mounter, s.layout.MountPoint(pv), table)
 	}
 	pid := 0
 	if st != nil && st.proc != nil {
@@ -78,18 +79,18 @@ func (r *Restorer) retireStaging(ctx context.Context, pv string) {
 }
 
 // forgetRetiring removes a retiring bridge's record and cgroup once its process has exited.
-func (r *Restorer) forgetRetiring(ctx context.Context, pv string, rec BridgeRecord) {
-	if err := r.os.FS.Remove(r.layout.retiringRecordFile(pv, rec.Proc.Pid)); err != nil {
+func (s *Supervisor) forgetRetiring(ctx context.Context, pv string, rec BridgeRecord) {
+	if err := s.os.FS.Remove(s.layout.RetiringRecordFile(pv, rec.Proc.Pid)); err != nil {
 		logr.FromContextOrDiscard(ctx).Error(err, "removing the retiring bridge's record", "pv", pv)
 	}
-	r.forgetRecord(ctx, pv, &rec.Proc, rec.Cgroup)
+	s.forgetRecord(ctx, pv, &rec.Proc, rec.Cgroup)
 }
 
 // adoptRetiring watches again the retiring bridges an earlier agent left (their records), and
 // forgets those whose process has exited meanwhile.
-func (r *Restorer) adoptRetiring(ctx context.Context) {
+func (s *Supervisor) adoptRetiring(ctx context.Context) {
 	log := logr.FromContextOrDiscard(ctx)
-	names, err := r.os.FS.ReadDir(r.layout.BridgesDir())
+	names, err := s.os.FS.ReadDir(s.layout.BridgesDir())
 	if err != nil {
 		return
 	}
@@ -98,26 +99,26 @@ func (r *Restorer) adoptRetiring(ctx context.Context) {
 		if !ok {
 			continue
 		}
-		data, err := r.os.FS.ReadFile(filepath.Join(r.layout.BridgesDir(), name))
+		data, err := s.os.FS.ReadFile(filepath.Join(s.layout.BridgesDir(), name))
 		var rec BridgeRecord
 		if err == nil {
 			err = json.Unmarshal(data, &rec)
 		}
 		if err != nil || rec.Proc.Pid != pid {
 			log.Error(err, "unreadable retiring bridge record; removing it", "file", name)
-			_ = r.os.FS.Remove(filepath.Join(r.layout.BridgesDir(), name))
+			_ = s.os.FS.Remove(filepath.Join(s.layout.BridgesDir(), name))
 			continue
 		}
-		proc, err := r.os.Procs.Adopt(rec.Proc, r.layout.Staging(pv))
+		proc, err := s.os.Procs.Adopt(rec.Proc, s.layout.MountPoint(pv))
 		if err != nil {
 			log.Info("retiring bridge has exited", "pv", pv, "pid", pid)
-			r.forgetRetiring(ctx, pv, rec)
+			s.forgetRetiring(ctx, pv, rec)
 			continue
 		}
 		log.Info("watching a retiring bridge again until it exits", "pv", pv, "pid", pid)
 		go func() {
 			_ = proc.Wait()
-			r.forgetRetiring(ctx, pv, rec)
+			s.forgetRetiring(ctx, pv, rec)
 		}()
 	}
 }

@@ -1,4 +1,4 @@
-package s3mount
+package s3fs
 
 import (
 	"encoding/json"
@@ -32,22 +32,6 @@ type BridgeRecord struct {
 	PV string `json:"pv,omitempty"`
 }
 
-// BridgesDir holds one BridgeRecord per PV whose bridge runs.
-func (l Layout) BridgesDir() string { return filepath.Join(l.Root(), "bridges") }
-
-// BridgeRecordFile is the record of one PV's bridge.
-func (l Layout) BridgeRecordFile(pvName string) string {
-	return filepath.Join(l.BridgesDir(), PVComponent(pvName)+".json")
-}
-
-// LogDir holds s3fs's output, one file per PV, truncated at every start.
-func (l Layout) LogDir() string { return filepath.Join(l.Root(), "log") }
-
-// LogFile is the output file of one PV's s3fs.
-func (l Layout) LogFile(pvName string) string {
-	return filepath.Join(l.LogDir(), PVComponent(pvName)+".log")
-}
-
 // BridgeCgroup is the cgroup of one bridge process under the configured parent group: one per
 // process, so that the exit of a replaced bridge never races its successor for the group.
 func BridgeCgroup(parent, pvName string, pid int) string {
@@ -58,8 +42,8 @@ func BridgeCgroup(parent, pvName string, pid int) string {
 }
 
 // readBridgeRecord reads pv's record; ok=false when there is none.
-func (r *Restorer) readBridgeRecord(pvName string) (BridgeRecord, bool, error) {
-	data, err := r.os.FS.ReadFile(r.layout.BridgeRecordFile(pvName))
+func (s *Supervisor) readRecord(pvName string) (BridgeRecord, bool, error) {
+	data, err := s.os.FS.ReadFile(s.layout.BridgeRecordFile(pvName))
 	if errors.Is(err, fs.ErrNotExist) {
 		return BridgeRecord{}, false, nil
 	}
@@ -68,21 +52,21 @@ func (r *Restorer) readBridgeRecord(pvName string) (BridgeRecord, bool, error) {
 	}
 	var rec BridgeRecord
 	if err := json.Unmarshal(data, &rec); err != nil {
-		return BridgeRecord{}, false, fmt.Errorf("decode %s: %w", r.layout.BridgeRecordFile(pvName), err)
+		return BridgeRecord{}, false, fmt.Errorf("decode %s: %w", s.layout.BridgeRecordFile(pvName), err)
 	}
 	if rec.Proc.Pid <= 0 {
-		return BridgeRecord{}, false, fmt.Errorf("decode %s: no pid", r.layout.BridgeRecordFile(pvName))
+		return BridgeRecord{}, false, fmt.Errorf("decode %s: no pid", s.layout.BridgeRecordFile(pvName))
 	}
 	return rec, true, nil
 }
 
-func (r *Restorer) writeBridgeRecord(pvName string, rec BridgeRecord) error {
+func (s *Supervisor) writeRecord(pvName string, rec BridgeRecord) error {
 	rec.PV = pvName
 	data, err := json.Marshal(rec)
 	if err != nil {
 		return err
 	}
-	return r.os.FS.WriteFile(r.layout.BridgeRecordFile(pvName), data, 0o600)
+	return s.os.FS.WriteFile(s.layout.BridgeRecordFile(pvName), data, 0o600)
 }
 
 // PVFromBridgeRecord returns the PV of a record file name ("<pv>.json"), or ok=false; for a long

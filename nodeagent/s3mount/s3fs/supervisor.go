@@ -1,0 +1,479 @@
+package s3fs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/pvrescue/pvrescue/internal/config"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
+	"k8s.io/utils/clock"
+)
+
+// Supervisor runs our own s3fs bridges: it starts them detached from the agent (their own
+// session, cgroup and the node's network namespace), records them, adopts those an earlier agent
+// left, and lets a retired one exit by itself. Its state is one map of bridges by PV under its
+// own lock.
+type Supervisor struct {
+	os     OS
+	cfg    *config.Config
+	opts   Options
+	clk    clock.WithTicker
+	layout Layout
+	active prometheus.Gauge
+	exits  prometheus.Counter
+	exited func(pv string, lived time.Duration)
+
+	mu      sync.Mutex
+	bridges map[string]*bridge // by PV
+}
+
+// OS is what the supervisor does on the node.
+type OS struct {
+	Mounter stack.Mounter
+	Statfs  stack.StatfsChecker
+	FS      stack.FS
+	Procs   ProcessStarter
+	Cgroups Cgroups
+}
+
+// Options tune the supervisor.
+type Options struct {
+	// MountTimeout bounds the wait for a started s3fs to answer at its mount point.
+	MountTimeout time.Duration
+	// KillGrace is how long a stopped s3fs gets between SIGTERM and SIGKILL.
+	KillGrace time.Duration
+	// BridgeCgroup is the parent cgroup of each bridge's own group ("" none).
+	BridgeCgroup string
+	// BridgeNetNS is the network namespace bridges start in ("" the agent's).
+	BridgeNetNS string
+	// Active counts the bridges running; Exits the unexpected exits of their s3fs.
+	Active prometheus.Gauge
+	Exits  prometheus.Counter
+	// Exited is called after the unexpected exit of a bridge's s3fs, with how long it lived.
+	Exited func(pv string, lived time.Duration)
+}
+
+// NewSupervisor returns a supervisor of the bridges under the state directory of cfg.
+func NewSupervisor(os OS, cfg *config.Config, clk clock.WithTicker, opts Options) *Supervisor {
+	return &Supervisor{os: os, cfg: cfg, opts: opts, clk: clk, layout: Layout{StateDir: cfg.StateDir},
+		active: opts.Active, exits: opts.Exits, exited: opts.Exited, bridges: map[string]*bridge{}}
+}
+
+// Layout is where the supervisor keeps its state.
+func (s *Supervisor) Layout() Layout { return s.layout }
+
+// PVs returns the PVs whose bridge runs.
+func (s *Supervisor) PVs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.bridges))
+	for pv := range s.bridges {
+		out = append(out, pv)
+	}
+	return out
+}
+
+// Prepare creates the state directories and the credentials tmpfs.
+func (s *Supervisor) Prepare(ctx context.Context) error {
+	for _, dir := range []string{s.layout.MountRoot(), s.layout.CredsDir(), s.layout.TmpRoot(), s.layout.BridgesDir(), s.layout.LogDir()} {
+		if err := s.os.FS.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("s3mount: create %s: %w", dir, err)
+		}
+	}
+	table, err := s.os.Mounter.MountTable()
+	if err != nil {
+		return fmt.Errorf("s3mount: %w", err)
+	}
+	if top, ok := table.Top(s.layout.CredsDir()); !ok || top.FSType != "tmpfs" {
+		if err := s.os.Mounter.MountTmpfs(s.layout.CredsDir(), credsTmpfsSize); err != nil {
+			return fmt.Errorf("s3mount: credentials tmpfs: %w", err)
+		}
+		logr.FromContextOrDiscard(ctx).V(1).Info("mounted tmpfs for credentials", "path", s.layout.CredsDir())
+	}
+	if s.opts.BridgeCgroup != "" && syscall.Getpid() == 1 {
+		logr.FromContextOrDiscard(ctx).Info("the agent is PID 1 of its own PID namespace: its s3fs bridges die with its container (run it with hostPID)")
+	}
+	return nil
+}
+
+// netNS is the network namespace bridges start in ("" for ours).
+func (s *Supervisor) netNS() string { return s.opts.BridgeNetNS }
+
+// netNSFallbacks are tried in turn when BridgeNetNS cannot be joined: our parent's (with
+// hostPID the container's shim, which runs in the node's namespace; seen on the demo node:
+// init's namespace gives EACCES even to root, the shim's does not), then ours ("").
+func (s *Supervisor) netNSFallbacks() []string {
+	if s.opts.BridgeNetNS == "" {
+		return nil
+	}
+	var out []string
+	if ppid := os.Getppid(); ppid > 1 {
+		out = append(out, fmt.Sprintf("/proc/%d/ns/net", ppid))
+	}
+	return append(out, "")
+}
+
+// bridge is one s3fs of ours and its mount.
+type bridge struct {
+	proc    Process // nil when adopted from an earlier agent that kept no record of it
+	cgroup  string  // the cgroup it was placed in ("" when not)
+	started time.Time
+	stopped bool // we stopped it on purpose; its exit is not a failure
+	// retiring: detached, exits by itself (retiring.go); its record is the .retiring one.
+	retiring bool
+}
+
+// credsTmpfsSize bounds the tmpfs holding passwd files (a few hundred bytes each).
+const credsTmpfsSize = 1 << 20
+
+// Adopt takes over the healthy bridges an earlier agent left (their mount answers; the
+// s3fs recorded in <state>/s3/bridges/<pv>.json still runs, watched from now on through a
+// pidfd) and drops the dead ones: a recorded s3fs still running behind a dead mount is stopped,
+// the mount removed, record and cgroup deleted. Records without a mount are dropped the same
+// way.
+func (s *Supervisor) Adopt(ctx context.Context) error {
+	log := logr.FromContextOrDiscard(ctx)
+	table, err := s.os.Mounter.MountTable()
+	if err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	for _, m := range table {
+		pv, ok := s.layout.MountPV(m)
+		if !ok || seen[pv] {
+			continue
+		}
+		seen[pv] = true
+		rec, proc := s.adoptProcess(ctx, pv, m.MountPoint)
+		if err := s.os.Statfs.Statfs(ctx, m.MountPoint, s.cfg.S3.StatfsTimeout.Duration); err == nil {
+			st := &bridge{proc: proc, started: s.clk.Now()}
+			if proc != nil {
+				st.cgroup = rec.Cgroup
+				go func() {
+					werr := proc.Wait()
+					s.onExit(ctx, pv, st, werr)
+				}()
+			}
+			s.mu.Lock()
+			s.bridges[pv] = st
+			s.mu.Unlock()
+			log.Info("re-adopted healthy bridge", "pv", pv, "path", m.MountPoint, "pid", rec.Proc.Pid, "supervised", proc != nil, "cgroup", st.cgroup)
+			continue
+		}
+		log.Info("dropping a dead bridge mount left by an earlier agent", "pv", pv, "path", m.MountPoint)
+		s.dropBridge(ctx, pv, rec, proc)
+		if t, err := s.os.Mounter.MountTable(); err == nil {
+			stack.UnmountAll(s.os.Mounter, m.MountPoint, t)
+		}
+	}
+	names, err := s.os.FS.ReadDir(s.layout.BridgesDir())
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		pv, ok := PVFromBridgeRecord(name)
+		if !ok {
+			continue
+		}
+		if rec, found, err := s.readRecord(pv); err == nil && found && rec.PV != "" && PVComponent(rec.PV) == pv {
+			pv = rec.PV // the file is named by the hashed form of a long name
+		}
+		if seen[pv] {
+			continue
+		}
+		rec, proc := s.adoptProcess(ctx, pv, s.layout.MountPoint(pv))
+		log.Info("dropping the record of a bridge whose mount is gone", "pv", pv, "pid", rec.Proc.Pid, "running", proc != nil)
+		s.dropBridge(ctx, pv, rec, proc)
+	}
+	s.updateGauge()
+	s.adoptRetiring(ctx)
+	return nil
+}
+
+// adoptProcess returns pv's record and, when its s3fs still runs at mountPoint, a handle on it.
+func (s *Supervisor) adoptProcess(ctx context.Context, pv, mountPoint string) (BridgeRecord, Process) {
+	log := logr.FromContextOrDiscard(ctx).WithValues("pv", pv)
+	rec, ok, err := s.readRecord(pv)
+	if err != nil {
+		log.Error(err, "reading the bridge record")
+		return BridgeRecord{}, nil
+	}
+	if !ok {
+		return BridgeRecord{}, nil
+	}
+	proc, err := s.os.Procs.Adopt(rec.Proc, mountPoint)
+	if err != nil {
+		log.V(1).Info("recorded s3fs does not run any more", "err", err.Error())
+		return rec, nil
+	}
+	return rec, proc
+}
+
+// dropBridge stops a recorded s3fs that still runs (provably ours: pid, start time and our
+// mount point on its command line) and removes its record and cgroup.
+func (s *Supervisor) dropBridge(ctx context.Context, pv string, rec BridgeRecord, proc Process) {
+	if proc != nil {
+		proc.Kill(s.opts.KillGrace)
+	}
+	var id *ProcID
+	if rec.Proc.Pid > 0 {
+		id = &rec.Proc
+	}
+	s.forgetRecord(ctx, pv, id, rec.Cgroup)
+}
+
+// Ensure makes sure the PV's bridge mount point holds a healthy s3fs mount of ours; resolve
+// gives the volume and its credentials when a new s3fs must start.
+func (s *Supervisor) Ensure(ctx context.Context, pvName string, resolve func(context.Context) (Volume, Credentials, error)) error {
+	log := logr.FromContextOrDiscard(ctx).WithValues("pv", pvName)
+	path := s.layout.MountPoint(pvName)
+	table, err := s.os.Mounter.MountTable()
+	if err != nil {
+		return err
+	}
+	if table.IsMountPoint(path) {
+		if s.os.Statfs.Statfs(ctx, path, s.cfg.S3.StatfsTimeout.Duration) == nil {
+			return nil
+		}
+		// A dead bridge mount: binds made from it keep their own reference, so it can go.
+		log.Info("bridge mount is dead, mounting again", "path", path)
+		s.Stop(ctx, pvName, false)
+		stack.UnmountAll(s.os.Mounter, path, table)
+	}
+	vol, creds, err := resolve(ctx)
+	if err != nil {
+		return err
+	}
+	passwd := s.layout.PasswdFile(pvName)
+	args, err := Args(vol, creds, path, passwd, s.layout.TmpDir(pvName))
+	if err != nil {
+		return err // refused by the allowlists: nothing is written or started
+	}
+	for _, dir := range []string{path, s.layout.TmpDir(pvName)} {
+		if err := s.os.FS.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("%w: create %s: %w", stack.ErrMount, dir, err)
+		}
+	}
+	if err := s.os.FS.WriteFile(passwd, PasswdContent(creds), 0o600); err != nil {
+		return fmt.Errorf("%w: write passwd file: %w", stack.ErrMount, err)
+	}
+	log.Info("starting s3fs", "bucket", vol.Bucket, "prefix", vol.Prefix, "mountPoint", path)
+	spec := ProcSpec{
+		Path: s.cfg.S3.S3fsPath, Args: args, Dir: s.layout.Root(), LogFile: s.layout.LogFile(pvName), NetNS: s.netNS(),
+		Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "TMPDIR=" + s.layout.TmpDir(pvName)},
+	}
+	proc, err := s.os.Procs.Start(spec)
+	for _, alt := range s.netNSFallbacks() {
+		if !errors.Is(err, ErrNetNS) {
+			break
+		}
+		log.Error(err, "s3fs cannot start in the node's network namespace there; trying the next", "netns", alt)
+		spec.NetNS = alt
+		proc, err = s.os.Procs.Start(spec)
+	}
+	if err == nil && spec.NetNS == "" && s.netNS() != "" {
+		// A bridge in the agent's namespace still serves while the agent runs; it loses its
+		// network when the agent pod is deleted (reads through it hang until a new bridge).
+		log.Error(nil, "s3fs runs in the agent's network namespace: the bridge loses its network when the agent pod goes (run the agent with hostNetwork)")
+	}
+	if err != nil {
+		_ = s.os.FS.Remove(passwd)
+		return err
+	}
+	st := &bridge{proc: proc, started: s.clk.Now()}
+	s.detach(ctx, pvName, st)
+	exited := make(chan struct{})
+	go func() {
+		werr := proc.Wait()
+		close(exited)
+		s.onExit(ctx, pvName, st, werr)
+	}()
+	if err := s.waitMounted(ctx, path, pvName, exited); err != nil {
+		proc.Kill(s.opts.KillGrace)
+		<-exited
+		if t, terr := s.os.Mounter.MountTable(); terr == nil {
+			stack.UnmountAll(s.os.Mounter, path, t)
+		}
+		_ = s.os.FS.Remove(passwd)
+		out := scrub(proc.Output(), creds)
+		return fmt.Errorf("%w: %w; s3fs said: %s", ErrS3fs, err, lastLines(out, 3))
+	}
+	s.mu.Lock()
+	s.bridges[pvName] = st
+	s.mu.Unlock()
+	s.updateGauge()
+	log.Info("s3fs bridge mount ready", "pid", proc.Pid(), "cgroup", st.cgroup, "after", s.clk.Since(st.started))
+	return nil
+}
+
+// detach moves a just started s3fs into its own cgroup outside the agent container's and
+// records it, so that it survives the container and the next agent adopts it. A failure is
+// logged, not fatal: the bridge serves the pod now, it only would not outlive this agent.
+func (s *Supervisor) detach(ctx context.Context, pvName string, st *bridge) {
+	log := logr.FromContextOrDiscard(ctx).WithValues("pv", pvName)
+	if group := BridgeCgroup(s.opts.BridgeCgroup, pvName, st.proc.Pid()); group != "" {
+		if err := s.os.Cgroups.Place(st.proc.Pid(), group); err != nil {
+			log.Error(err, "moving s3fs out of the agent's cgroups failed: this bridge dies with the agent container")
+		} else {
+			st.cgroup = group
+		}
+	}
+	if err := s.writeRecord(pvName, BridgeRecord{Proc: st.proc.ID(), Cgroup: st.cgroup}); err != nil {
+		log.Error(err, "recording the bridge failed: a restarted agent will not adopt its process")
+	}
+}
+
+// forgetBridge removes what detach made once the bridge's process has exited: its record (when
+// it still names that process) and its cgroup.
+func (s *Supervisor) forgetBridge(ctx context.Context, pvName string, st *bridge) {
+	var id *ProcID
+	if st.proc != nil {
+		pid := st.proc.ID()
+		id = &pid
+		s.mu.Lock()
+		retiring := st.retiring
+		s.mu.Unlock()
+		if retiring {
+			_ = s.os.FS.Remove(s.layout.RetiringRecordFile(pvName, pid.Pid))
+		}
+	}
+	s.forgetRecord(ctx, pvName, id, st.cgroup)
+}
+
+// forgetRecord removes pv's bridge record when it names id (any record when id is nil), and
+// the cgroup.
+func (s *Supervisor) forgetRecord(ctx context.Context, pvName string, id *ProcID, cgroup string) {
+	log := logr.FromContextOrDiscard(ctx).WithValues("pv", pvName)
+	if rec, ok, err := s.readRecord(pvName); err != nil || (ok && (id == nil || rec.Proc == *id)) {
+		if err := s.os.FS.Remove(s.layout.BridgeRecordFile(pvName)); err != nil {
+			log.Error(err, "removing the bridge record")
+		}
+	}
+	if cgroup != "" {
+		// The process has exited; until its parent (the shim, init) reaps it the kernel may
+		// still count it in the group: retry a little.
+		var err error
+		for range 10 {
+			if err = s.os.Cgroups.Remove(cgroup); err == nil {
+				break
+			}
+			s.clk.Sleep(100 * time.Millisecond)
+		}
+		if err != nil {
+			log.Error(err, "removing the bridge's cgroup", "cgroup", cgroup)
+		}
+	}
+}
+
+func (s *Supervisor) updateGauge() {
+	s.mu.Lock()
+	n := len(s.bridges)
+	s.mu.Unlock()
+	s.active.Set(float64(n))
+}
+
+// waitMounted waits until our s3fs answers at path, or exits, or MountTimeout passes.
+func (s *Supervisor) waitMounted(ctx context.Context, path, pvName string, exited <-chan struct{}) error {
+	deadline := s.clk.Now().Add(s.opts.MountTimeout)
+	for {
+		table, err := s.os.Mounter.MountTable()
+		if err != nil {
+			return err
+		}
+		if top, ok := table.Top(path); ok && top.Source == stack.FSName(pvName) {
+			// s3fs checks the bucket inside FUSE init; statfs waits for that answer.
+			serr := s.os.Statfs.Statfs(ctx, path, s.opts.MountTimeout)
+			select {
+			case <-exited:
+				return errors.New("s3fs exited")
+			default:
+			}
+			if serr == nil {
+				return nil
+			}
+		}
+		select {
+		case <-exited:
+			return errors.New("s3fs exited")
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.clk.After(50 * time.Millisecond):
+		}
+		if s.clk.Now().After(deadline) {
+			return fmt.Errorf("not mounted after %s", s.opts.MountTimeout)
+		}
+	}
+}
+
+// onExit supervises an s3fs we started: an unexpected exit is reported to Exited (the rescue
+// checks at once, so the dead binds are restored without waiting for the next tick; a quick
+// death counts as a failure).
+func (s *Supervisor) onExit(ctx context.Context, pv string, st *bridge, err error) {
+	s.forgetBridge(ctx, pv, st)
+	s.mu.Lock()
+	current := s.bridges[pv] == st
+	stopped := st.stopped
+	if current {
+		delete(s.bridges, pv)
+	}
+	s.mu.Unlock()
+	s.updateGauge()
+	if stopped || !current {
+		return
+	}
+	s.exits.Inc()
+	lived := s.clk.Since(st.started)
+	logr.FromContextOrDiscard(ctx).Info("s3fs exited", "pv", pv, "err", fmt.Sprint(err), "lived", lived)
+	if s.exited != nil {
+		s.exited(pv, lived)
+	}
+}
+
+// Stop stops our s3fs for pv (if we own one) and forgets it.
+func (s *Supervisor) Stop(ctx context.Context, pv string, wait bool) {
+	s.mu.Lock()
+	st := s.bridges[pv]
+	delete(s.bridges, pv)
+	if st != nil {
+		st.stopped = true
+	}
+	s.mu.Unlock()
+	s.updateGauge()
+	if st == nil || st.proc == nil {
+		return
+	}
+	if wait {
+		st.proc.Kill(s.opts.KillGrace)
+		// Its exit is handled by onExit too; forgetting here as well makes a retire complete
+		// when this returns (forgetting twice is harmless).
+		s.forgetBridge(ctx, pv, st)
+	} else {
+		go st.proc.Kill(s.opts.KillGrace)
+	}
+}
+
+// scrub removes credential values from text that may reach logs or Events.
+func scrub(s string, c Credentials) string {
+	for _, v := range []string{c.SecretAccessKey, c.AccessKeyID} {
+		if len(v) >= 3 {
+			s = strings.ReplaceAll(s, v, "<redacted>")
+		}
+	}
+	return s
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,17 +14,9 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-func TestAttachmentName(t *testing.T) {
-	// kubelet's getAttachmentName: "csi-" + sha256 hex of handle + driver + node, concatenated
-	// (printf 'bkt/pv-aru.yandex.s3.csin1' | sha256sum).
-	if got, want := AttachmentName("bkt/pv-a", "ru.yandex.s3.csi", "n1"), "csi-98a3cbdcc6b478dd3b86a0ecc735abc3b2a05b9cf98993919e7b7ff50d372d85"; got != want {
-		t.Errorf("AttachmentName = %q, want %q", got, want)
-	}
-}
-
 func attachment(node string, attached bool, meta map[string]string) *storagev1.VolumeAttachment {
 	return &storagev1.VolumeAttachment{
-		ObjectMeta: metav1.ObjectMeta{Name: AttachmentName("bkt/pv-a", testDriver, node)},
+		ObjectMeta: metav1.ObjectMeta{Name: csiclient.AttachmentName("bkt/pv-a", testDriver, node)},
 		Spec: storagev1.VolumeAttachmentSpec{Attacher: testDriver, NodeName: node,
 			Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: ptr.To("pv-a")}},
 		Status: storagev1.VolumeAttachmentStatus{Attached: attached, AttachmentMetadata: meta},
@@ -56,7 +49,7 @@ func TestReplayPublishContext(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			w, target := replayWorld(t, true, c.objs...)
-			stagingPath := KubeletStagingPath(testKubelet, testDriver, "bkt/pv-a")
+			stagingPath := csiclient.KubeletStagingPath(testKubelet, testDriver, "bkt/pv-a")
 			w.node.AddMount(stagingPath, "fuse.s3fs", "s3fs")
 			w.node.KillMount(stagingPath)
 			w.node.KillMount(target)

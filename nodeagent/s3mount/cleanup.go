@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/go-logr/logr"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
@@ -22,7 +23,7 @@ func (r *Restorer) cleanupTargets(ctx context.Context, table stack.Table, live m
 		if done[m.MountPoint] {
 			continue
 		}
-		uid, _, ok := ParseTargetPath(r.cfg.KubeletDir, m.MountPoint)
+		uid, _, ok := csiclient.ParseTargetPath(r.cfg.KubeletDir, m.MountPoint)
 		if !ok || live[uid] {
 			continue
 		}
@@ -54,7 +55,7 @@ func (r *Restorer) finishTeardown(ctx context.Context, path string) {
 		return
 	}
 	volDir := filepath.Dir(path)
-	for _, p := range []string{path, filepath.Join(volDir, VolDataFile), volDir} {
+	for _, p := range []string{path, filepath.Join(volDir, csiclient.VolDataFile), volDir} {
 		if err := r.os.FS.Remove(p); err != nil {
 			log.Error(err, "finishing kubelet's teardown of a gone pod's volume", "path", p)
 			return
@@ -72,11 +73,11 @@ func (r *Restorer) deadDriverMount(ctx context.Context, path string, top stack.M
 	if top.FSType != "fuse" && !strings.HasPrefix(top.FSType, "fuse.") {
 		return false
 	}
-	data, err := r.os.FS.ReadFile(filepath.Join(filepath.Dir(path), VolDataFile))
+	data, err := r.os.FS.ReadFile(filepath.Join(filepath.Dir(path), csiclient.VolDataFile))
 	if err != nil {
 		return false
 	}
-	vd, err := ParseVolData(data)
+	vd, err := csiclient.ParseVolData(data)
 	if err != nil || !r.cfg.IsS3Driver(vd.DriverName) {
 		return false
 	}
@@ -120,7 +121,7 @@ func (r *Restorer) retireUnusedBridges(ctx context.Context, table stack.Table, l
 	// driver's mount (after a retire) does not hold the bridge.
 	used := map[string]bool{}
 	for _, m := range fresh {
-		uid, _, ok := ParseTargetPath(r.cfg.KubeletDir, m.MountPoint)
+		uid, _, ok := csiclient.ParseTargetPath(r.cfg.KubeletDir, m.MountPoint)
 		if !ok || !live[uid] {
 			continue
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/pvrescue/pvrescue/internal/config"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -58,15 +59,15 @@ func (r *Restorer) discover(ctx context.Context) ([]target, map[string]bool) {
 			if _, ok := S3Driver(r.cfg, pv, pvc); !ok {
 				continue
 			}
-			path := TargetPath(r.cfg.KubeletDir, string(pod.UID), pv.Name)
-			data, err := r.os.FS.ReadFile(filepath.Join(filepath.Dir(path), VolDataFile))
+			path := csiclient.TargetPath(r.cfg.KubeletDir, string(pod.UID), pv.Name)
+			data, err := r.os.FS.ReadFile(filepath.Join(filepath.Dir(path), csiclient.VolDataFile))
 			if err != nil {
 				if !errors.Is(err, fs.ErrNotExist) {
 					log.V(1).Info("cannot read vol_data.json", "path", path, "err", err.Error())
 				}
 				continue
 			}
-			vd, err := ParseVolData(data)
+			vd, err := csiclient.ParseVolData(data)
 			if err == nil {
 				err = vd.Check(pv.Name, pv.Spec.CSI.Driver, pv.Spec.CSI.VolumeHandle)
 			}
@@ -77,7 +78,7 @@ func (r *Restorer) discover(ctx context.Context) ([]target, map[string]bool) {
 			ro := src.ReadOnly || pv.Spec.CSI.ReadOnly || slices.Contains(pv.Spec.MountOptions, "ro")
 			// A terminating pod keeps its mounts while its containers run, but gets no new restores.
 			out = append(out, target{pod: pod, pv: pv.Name, driver: pv.Spec.CSI.Driver, path: path, readOnly: ro, terminating: pod.DeletionTimestamp != nil,
-				staging: KubeletStagingPath(r.cfg.KubeletDir, pv.Spec.CSI.Driver, pv.Spec.CSI.VolumeHandle)})
+				staging: csiclient.KubeletStagingPath(r.cfg.KubeletDir, pv.Spec.CSI.Driver, pv.Spec.CSI.VolumeHandle)})
 		}
 	}
 	return out, live

@@ -25,6 +25,7 @@ import (
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/internal/testenv"
 	"github.com/pvrescue/pvrescue/nodeagent"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
@@ -60,12 +61,12 @@ func newHungNode(t *testing.T, abortAfter time.Duration) *hungNode {
 		t.Fatal(err)
 	}
 	testenv.Sweep(t, dir)
-	target := TargetPath(kubelet, "uid-1", "pv-a")
-	vd, _ := json.Marshal(VolData{SpecVolID: "pv-a", VolumeHandle: "bkt/pv-a", DriverName: testDriver, NodeName: testNode})
+	target := csiclient.TargetPath(kubelet, "uid-1", "pv-a")
+	vd, _ := json.Marshal(csiclient.VolData{SpecVolID: "pv-a", VolumeHandle: "bkt/pv-a", DriverName: testDriver, NodeName: testNode})
 	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(filepath.Dir(target), VolDataFile), vd, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(filepath.Dir(target), csiclient.VolDataFile), vd, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)

@@ -21,20 +21,21 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csitest"
 )
 
 // publishViaPlugin does what kubelet does: vol_data.json, then NodePublishVolume on the plugin.
 func (e *nodeEnv) publishViaPlugin(podUID, pv string) string {
 	e.t.Helper()
-	target := s3mount.TargetPath(e.kubelet, podUID, pv)
+	target := csiclient.TargetPath(e.kubelet, podUID, pv)
 	must(e.t, os.MkdirAll(target, 0o750))
 	vd, _ := json.Marshal(map[string]string{"specVolID": pv, "volumeHandle": bucket + "/" + pv,
 		"driverName": driver, "nodeName": nodeName})
-	must(e.t, os.WriteFile(filepath.Join(filepath.Dir(target), s3mount.VolDataFile), vd, 0o644))
+	must(e.t, os.WriteFile(filepath.Join(filepath.Dir(target), csiclient.VolDataFile), vd, 0o644))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	node, err := s3mount.GRPCDialer{}.Dial(ctx, s3mount.PluginSocket(e.kubelet, driver))
+	node, err := csiclient.GRPCDialer{}.Dial(ctx, csiclient.PluginSocket(e.kubelet, driver))
 	must(e.t, err)
 	defer node.Close()
 	must(e.t, node.NodePublish(ctx, &csi.NodePublishVolumeRequest{VolumeId: bucket + "/" + pv, TargetPath: target,
@@ -50,7 +51,7 @@ func (e *nodeEnv) publishViaPlugin(podUID, pv string) string {
 // outlives the agent.
 func TestNodeReplayThroughDriver(t *testing.T) {
 	e := newNodeEnv(t)
-	plugin, err := csitest.Start(csitest.Options{Socket: s3mount.PluginSocket(e.kubelet, driver), StateDir: filepath.Join(e.dir, "plugin")})
+	plugin, err := csitest.Start(csitest.Options{Socket: csiclient.PluginSocket(e.kubelet, driver), StateDir: filepath.Join(e.dir, "plugin")})
 	must(t, err)
 	t.Cleanup(func() { plugin.KillMounts(); plugin.Stop() })
 	e.volume("pv-r", nil, false)
@@ -117,7 +118,7 @@ func TestNodeReplayThroughDriver(t *testing.T) {
 	// kubelet retries a failed NodeUnpublishVolume; so does this test.
 	var lastErr error
 	waitFor(t, 10*time.Second, "NodeUnpublishVolume succeeds", func() bool {
-		lastErr = unpublish(ctx, s3mount.PluginSocket(e.kubelet, driver), target)
+		lastErr = unpublish(ctx, csiclient.PluginSocket(e.kubelet, driver), target)
 		if lastErr != nil {
 			t.Logf("NodeUnpublishVolume: %v (retrying)", lastErr)
 		}

@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csitest"
 )
 
@@ -34,22 +35,22 @@ func TestNodeStagingReplay(t *testing.T) {
 	e := newNodeEnv(t)
 	endpoint := filepath.Join(e.dir, "elsewhere", "csi.sock")
 	plugin, err := csitest.Start(csitest.Options{Socket: endpoint, StateDir: filepath.Join(e.dir, "plugin"), Stage: true,
-		RegistrationSocket: filepath.Join(s3mount.RegistrationDir(e.kubelet), driver+"-reg.sock"), Driver: driver})
+		RegistrationSocket: filepath.Join(csiclient.RegistrationDir(e.kubelet), driver+"-reg.sock"), Driver: driver})
 	must(t, err)
 	t.Cleanup(func() { plugin.KillMounts(); plugin.Stop() })
 	e.stagedVolume("pv-st")
 	pod := e.pod("app-st", "pv-st")
-	staging := s3mount.KubeletStagingPath(e.kubelet, driver, bucket+"/pv-st")
-	target := s3mount.TargetPath(e.kubelet, string(pod.UID), "pv-st")
+	staging := csiclient.KubeletStagingPath(e.kubelet, driver, bucket+"/pv-st")
+	target := csiclient.TargetPath(e.kubelet, string(pod.UID), "pv-st")
 
 	// What kubelet does: vol_data.json, NodeStageVolume at globalmount, NodePublishVolume.
 	must(t, os.MkdirAll(target, 0o750))
 	must(t, os.MkdirAll(staging, 0o750))
 	vd, _ := json.Marshal(map[string]string{"specVolID": "pv-st", "volumeHandle": bucket + "/pv-st", "driverName": driver, "nodeName": nodeName})
-	must(t, os.WriteFile(filepath.Join(filepath.Dir(target), s3mount.VolDataFile), vd, 0o644))
+	must(t, os.WriteFile(filepath.Join(filepath.Dir(target), csiclient.VolDataFile), vd, 0o644))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	node, err := s3mount.GRPCDialer{}.Dial(ctx, endpoint)
+	node, err := csiclient.GRPCDialer{}.Dial(ctx, endpoint)
 	must(t, err)
 	defer node.Close()
 	capability := &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},

@@ -35,6 +35,7 @@ import (
 	"github.com/pvrescue/pvrescue/internal/testenv"
 	"github.com/pvrescue/pvrescue/nodeagent"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
@@ -185,11 +186,11 @@ func (e *nodeEnv) pod(name, claim string) *corev1.Pod {
 // It returns the target and the driver's s3fs process.
 func (e *nodeEnv) publish(pod *corev1.Pod, pv string) (string, *os.Process) {
 	e.t.Helper()
-	target := s3mount.TargetPath(e.kubelet, string(pod.UID), pv)
+	target := csiclient.TargetPath(e.kubelet, string(pod.UID), pv)
 	must(e.t, os.MkdirAll(target, 0o750))
 	vd, _ := json.Marshal(map[string]string{"specVolID": pv, "volumeHandle": bucket + "/" + pv,
 		"driverName": driver, "nodeName": nodeName, "attachmentID": "", "volumeLifecycleMode": "Persistent"})
-	must(e.t, os.WriteFile(filepath.Join(filepath.Dir(target), s3mount.VolDataFile), vd, 0o644))
+	must(e.t, os.WriteFile(filepath.Join(filepath.Dir(target), csiclient.VolDataFile), vd, 0o644))
 	pw := filepath.Join(e.dir, "driver", string(pod.UID)+".passwd") // a PV name may be too long for a file name
 	must(e.t, os.WriteFile(pw, []byte(ak+":"+sk+"\n"), 0o600))
 	cmd := exec.Command("s3fs", bucket+":/"+pv, target, "-f", "-o", "passwd_file="+pw, "-o", "url="+e.endpoint,

@@ -1,6 +1,7 @@
 package s3mount
 
 import (
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
@@ -15,12 +16,12 @@ type OS struct {
 	Statfs  stack.StatfsChecker
 	FS      stack.FS
 	// CSI dials node plugins for replay; nil turns replay off.
-	CSI CSIDialer
+	CSI csiclient.Dialer
 	// Plugins wakes the check when a node plugin's socket appears; nil: periodic checks only.
-	Plugins PluginWatcher
+	Plugins csiclient.Watcher
 	// Registry finds node plugins through kubelet's plugin registration; nil: the usual
 	// <kubelet>/plugins/<driver>/csi.sock only.
-	Registry PluginRegistry
+	Registry csiclient.Registry
 	// FUSE aborts hung FUSE connections (s3.abortHungAfter); nil: never aborted.
 	FUSE stack.FUSEConnections
 }

@@ -3,12 +3,10 @@ package s3mount
 import (
 	"errors"
 
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
-
-// ErrReplay is wrapped when the driver refuses a replayed call.
-var ErrReplay = errors.New("the driver refused the replayed call")
 
 // Reason is the Event reason detail for an error of the restorer.
 func Reason(err error) string {
@@ -29,9 +27,9 @@ func Reason(err error) string {
 		{s3fs.ErrBadOptions, "BadVolumeAttributes"},
 		{s3fs.ErrS3fs, "S3fsFailed"},
 		{s3fs.ErrCannotReproduce, "CannotReproduce"},
-		{ErrNotAttached, "NotAttached"},
-		{ErrReplay, "ReplayFailed"},
-		{ErrDriverDown, "DriverDown"},
+		{csiclient.ErrNotAttached, "NotAttached"},
+		{csiclient.ErrReplay, "ReplayFailed"},
+		{csiclient.ErrDriverDown, "DriverDown"},
 		{stack.ErrMount, "MountFailed"},
 	} {
 		if errors.Is(err, r.err) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/google/go-cmp/cmp"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 	corev1 "k8s.io/api/core/v1"
@@ -48,7 +49,7 @@ func TestReplayThroughTheDriver(t *testing.T) {
 		t.Fatalf("NodePublishVolume calls: %d, want 1", len(w.csi.Publish))
 	}
 	req := w.csi.Publish[0]
-	fresh := FreshPublishPath(testKubelet, "uid-1", "pv-a")
+	fresh := csiclient.FreshPublishPath(testKubelet, "uid-1", "pv-a")
 	if want := testKubelet + "/pods/uid-1/pvrescue~s3/pv-a"; fresh != want {
 		t.Fatalf("fresh publish path %q, want %q (inside what the plugin's upstream manifest mounts)", fresh, want)
 	}
@@ -58,8 +59,8 @@ func TestReplayThroughTheDriver(t *testing.T) {
 			AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{MountFlags: []string{"allow_other"}}},
 			AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER}},
 		Secrets: goodSecret,
-		VolumeContext: map[string]string{"mounter": "s3fs", ctxPodName: "app", ctxPodNamespace: "default", ctxPodUID: "uid-1",
-			ctxServiceAccount: "", ctxEphemeral: "false"},
+		VolumeContext: map[string]string{"mounter": "s3fs", csiclient.CtxPodName: "app", csiclient.CtxPodNamespace: "default", csiclient.CtxPodUID: "uid-1",
+			csiclient.CtxServiceAccount: "", csiclient.CtxEphemeral: "false"},
 	}
 	if d := cmp.Diff(want.String(), req.String()); d != "" {
 		t.Errorf("NodePublishVolume request (-want +got):\n%s", d)
@@ -98,7 +99,7 @@ func TestReplayThroughTheDriver(t *testing.T) {
 // is moved over kubelet's dead staging path; NodePublishVolume then uses kubelet's staging path.
 func TestReplayStagesFirst(t *testing.T) {
 	w, target := replayWorld(t, true)
-	stagingPath := KubeletStagingPath(testKubelet, testDriver, "bkt/pv-a")
+	stagingPath := csiclient.KubeletStagingPath(testKubelet, testDriver, "bkt/pv-a")
 	w.node.AddMount(stagingPath, "fuse.s3fs", "s3fs")
 	w.node.KillMount(stagingPath)
 	w.node.KillMount(target)
@@ -149,7 +150,7 @@ func TestBridgeOnlyWhileTheDriverStaysDown(t *testing.T) {
 // A dead mount that is not fuse.s3fs is reported, never bridged.
 func TestNoBridgeForAMountWeCannotReproduce(t *testing.T) {
 	w := newWorld(t, standard(false)...)
-	target := TargetPath(testKubelet, "uid-1", "pv-a")
+	target := csiclient.TargetPath(testKubelet, "uid-1", "pv-a")
 	w.publish("uid-1", "pv-a")
 	_ = w.node.OS().Mounter.Unmount(target, false)
 	w.node.AddMount(target, "fuse.geesefs", "geesefs")
@@ -322,11 +323,11 @@ func TestRebridgeWithoutWaitingAgain(t *testing.T) {
 func TestReplayDialsTheRegisteredEndpoint(t *testing.T) {
 	for _, c := range []struct {
 		name     string
-		registry PluginRegistry
+		registry csiclient.Registry
 		want     string
 	}{
 		{"registered", FakeRegistry{testDriver: "/csi/elsewhere.sock"}, "/csi/elsewhere.sock"},
-		{"not registered", FakeRegistry{}, PluginSocket(testKubelet, testDriver)},
+		{"not registered", FakeRegistry{}, csiclient.PluginSocket(testKubelet, testDriver)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			w, target := replayWorld(t, false)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/nodeagent"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
@@ -135,6 +136,8 @@ type Restorer struct {
 	rules *stack.Rules
 	// bridges are our own s3fs processes and their mounts.
 	bridges *s3fs.Supervisor
+	// csi talks to the node plugins (nil Dialer: replay off).
+	csi *csiclient.Client
 }
 
 type healthKey struct{ pv, namespace, pod string }
@@ -176,6 +179,8 @@ func New(deps nodeagent.Deps, os OS, opts Options) (*Restorer, error) {
 	// The record of the mounts put at kubelet paths keeps the name earlier agents gave it.
 	r.rules = &stack.Rules{Mounter: os.Mounter, Statfs: os.Statfs, Placed: stack.NewPlaced(os.FS, filepath.Join(r.layout.Root(), "handed.json")),
 		StatfsTimeout: func() time.Duration { return r.cfg.S3.StatfsTimeout.Duration }, Checks: m.ResultChecks}
+	r.csi = &csiclient.Client{Dialer: os.CSI, Registry: os.Registry, View: deps.View, NodeName: deps.NodeName, Config: deps.Config,
+		Timeout: opts.MountTimeout, Mounter: os.Mounter, Statfs: os.Statfs, FS: os.FS, Rules: r.rules}
 	deps.View.OnPodChange(r.poke)
 	return r, nil
 }
@@ -210,7 +215,7 @@ func (r *Restorer) Run(ctx context.Context) error {
 	}
 	log.Info("watching S3 volume mounts", "node", r.d.NodeName, "interval", r.cfg.S3.CheckInterval.Duration)
 	if r.os.Plugins != nil && r.os.CSI != nil && len(r.cfg.S3.ReplayDrivers) > 0 {
-		dirs := PluginDirs(r.cfg.KubeletDir, r.cfg.S3.ReplayDrivers)
+		dirs := csiclient.PluginDirs(r.cfg.KubeletDir, r.cfg.S3.ReplayDrivers)
 		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()
@@ -245,7 +250,7 @@ func (r *Restorer) Prepare(ctx context.Context) error {
 	if err := r.rules.Placed.Load(); err != nil {
 		logr.FromContextOrDiscard(ctx).Error(err, "reading the record of replayed mounts; starting empty")
 	}
-	r.sweepFresh(ctx)
+	r.csi.SweepFresh(ctx)
 	if err := r.bridges.Adopt(ctx); err != nil {
 		logr.FromContextOrDiscard(ctx).Error(err, "re-adopting bridges")
 	}

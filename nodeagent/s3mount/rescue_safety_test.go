@@ -17,6 +17,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/pvrescue/pvrescue/internal/config"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
@@ -260,9 +261,9 @@ func TestTeardownTouchesOnlyWhatItMay(t *testing.T) {
 	})
 	t.Run("gone pod, dead mount of a driver that is not S3", func(t *testing.T) {
 		w := newWorld(t)
-		target := TargetPath(testKubelet, "uid-9", "pv-x")
-		vd, _ := json.Marshal(VolData{SpecVolID: "pv-x", DriverName: "ebs.csi.aws.com"})
-		w.node.SetFile(filepath.Join(filepath.Dir(target), VolDataFile), vd)
+		target := csiclient.TargetPath(testKubelet, "uid-9", "pv-x")
+		vd, _ := json.Marshal(csiclient.VolData{SpecVolID: "pv-x", DriverName: "ebs.csi.aws.com"})
+		w.node.SetFile(filepath.Join(filepath.Dir(target), csiclient.VolDataFile), vd)
 		w.node.AddMount(target, "fuse.other", "other")
 		w.node.KillMount(target)
 		w.start()
@@ -273,9 +274,9 @@ func TestTeardownTouchesOnlyWhatItMay(t *testing.T) {
 	})
 	t.Run("gone pod whose target only has the dead driver mount (driver unmounted our bind)", func(t *testing.T) {
 		w := newWorld(t)
-		target := TargetPath(testKubelet, "uid-9", "pv-x")
-		vd, _ := json.Marshal(VolData{SpecVolID: "pv-x", DriverName: testDriver})
-		w.node.SetFile(filepath.Join(filepath.Dir(target), VolDataFile), vd)
+		target := csiclient.TargetPath(testKubelet, "uid-9", "pv-x")
+		vd, _ := json.Marshal(csiclient.VolData{SpecVolID: "pv-x", DriverName: testDriver})
+		w.node.SetFile(filepath.Join(filepath.Dir(target), csiclient.VolDataFile), vd)
 		w.node.AddMount(target, "fuse.s3fs", "s3fs")
 		w.node.KillMount(target)
 		w.start()

@@ -24,6 +24,7 @@ import (
 
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/nodeagent"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
@@ -51,7 +52,7 @@ type world struct {
 	bridgeCgroup string
 	// bridgeNetNS is Options.BridgeNetNS.
 	bridgeNetNS string
-	registry    PluginRegistry
+	registry    csiclient.Registry
 	// configure, when set, changes the configuration before the restorer starts.
 	configure func(*config.Config)
 	client    *fake.Clientset
@@ -141,9 +142,9 @@ func (w *world) waitFor(what string, cond func() bool) {
 
 // publish mounts the driver's s3fs at the pod's target and writes vol_data.json, as kubelet does.
 func (w *world) publish(podUID, pv string) string {
-	target := TargetPath(testKubelet, podUID, pv)
-	vd, _ := json.Marshal(VolData{SpecVolID: pv, VolumeHandle: "bkt/" + pv, DriverName: testDriver, NodeName: testNode})
-	w.node.SetFile(filepath.Join(filepath.Dir(target), VolDataFile), vd)
+	target := csiclient.TargetPath(testKubelet, podUID, pv)
+	vd, _ := json.Marshal(csiclient.VolData{SpecVolID: pv, VolumeHandle: "bkt/" + pv, DriverName: testDriver, NodeName: testNode})
+	w.node.SetFile(filepath.Join(filepath.Dir(target), csiclient.VolDataFile), vd)
 	w.node.AddMount(target, "fuse.s3fs", "s3fs")
 	return target
 }
@@ -315,7 +316,7 @@ func TestRestorerReadOnly(t *testing.T) {
 	}
 	t.Run("dead mount was read-only", func(t *testing.T) {
 		w := newWorld(t, standard(false)...)
-		target := TargetPath(testKubelet, "uid-1", "pv-a")
+		target := csiclient.TargetPath(testKubelet, "uid-1", "pv-a")
 		w.publish("uid-1", "pv-a")
 		// Replace the driver mount by a read-only one.
 		_ = w.node.OS().Mounter.Unmount(target, false)
@@ -377,9 +378,9 @@ func TestRestorerBadInput(t *testing.T) {
 func TestRestorerSkipsWhatIsNotItsBusiness(t *testing.T) {
 	t.Run("not published yet", func(t *testing.T) {
 		w := newWorld(t, standard(false)...)
-		target := TargetPath(testKubelet, "uid-1", "pv-a")
-		vd, _ := json.Marshal(VolData{SpecVolID: "pv-a"})
-		w.node.SetFile(filepath.Join(filepath.Dir(target), VolDataFile), vd)
+		target := csiclient.TargetPath(testKubelet, "uid-1", "pv-a")
+		vd, _ := json.Marshal(csiclient.VolData{SpecVolID: "pv-a"})
+		w.node.SetFile(filepath.Join(filepath.Dir(target), csiclient.VolDataFile), vd)
 		w.start()
 		w.settle()
 		if w.node.Table().IsMountPoint(target) || len(w.node.Started()) != 0 {
@@ -389,8 +390,8 @@ func TestRestorerSkipsWhatIsNotItsBusiness(t *testing.T) {
 	t.Run("vol_data.json names another volume", func(t *testing.T) {
 		w := newWorld(t, standard(false)...)
 		target := w.publish("uid-1", "pv-a")
-		vd, _ := json.Marshal(VolData{SpecVolID: "pv-other"})
-		w.node.SetFile(filepath.Join(filepath.Dir(target), VolDataFile), vd)
+		vd, _ := json.Marshal(csiclient.VolData{SpecVolID: "pv-other"})
+		w.node.SetFile(filepath.Join(filepath.Dir(target), csiclient.VolDataFile), vd)
 		w.node.KillMount(target)
 		w.start()
 		w.settle()
@@ -519,7 +520,7 @@ func TestRestorerKeepsStagingWhileALivePodHasItsBind(t *testing.T) {
 	w.start()
 	w.waitFor("bind", func() bool { return len(w.node.Table().Stack(target)) == 2 })
 	// Discovery loses the volume (vol_data.json gone); the pod still runs on our bind.
-	w.node.OS().FS.Remove(filepath.Join(filepath.Dir(target), VolDataFile))
+	w.node.OS().FS.Remove(filepath.Join(filepath.Dir(target), csiclient.VolDataFile))
 	w.settle()
 	if w.node.Processes()[0].Exited() {
 		t.Fatal("stopped the s3fs a live pod's bind depends on")

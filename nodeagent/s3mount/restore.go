@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/pvrescue/pvrescue/nodeagent"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
@@ -40,7 +41,7 @@ func (r *Restorer) restore(ctx context.Context, pvName string, ts []target) {
 			return
 		}
 		r.metrics.Restores.WithLabelValues(MethodReplay, "failure").Inc()
-		if !errors.Is(rerr, ErrDriverDown) {
+		if !errors.Is(rerr, csiclient.ErrDriverDown) {
 			log.Error(rerr, "replay through the driver failed", "reason", Reason(rerr))
 			r.failed(ts, rerr)
 		} else {
@@ -48,7 +49,7 @@ func (r *Restorer) restore(ctx context.Context, pvName string, ts []target) {
 		}
 		if wait := r.bridgeWait(ts); wait > 0 {
 			log.V(1).Info("waiting for the driver before bridging", "wait", wait)
-			if !errors.Is(rerr, ErrDriverDown) {
+			if !errors.Is(rerr, csiclient.ErrDriverDown) {
 				r.backoff(pvName)
 			}
 			return

@@ -7,8 +7,8 @@ import (
 	"slices"
 
 	"github.com/go-logr/logr"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
-	corev1 "k8s.io/api/core/v1"
 )
 
 // bridgedTargets returns, by PV, the live targets whose top mount is our bridge, for PVs whose
@@ -73,35 +73,25 @@ func (r *Restorer) retire(ctx context.Context, pvName string, ts []target) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, r.opts.MountTimeout)
 	defer cancel()
-	node, err := r.os.CSI.Dial(cctx, r.pluginSocket(cctx, pv.Spec.CSI.Driver))
-	if err != nil {
-		return
-	}
-	defer node.Close()
-	stages, err := node.StageUnstage(cctx)
-	if err != nil {
+	session, err := r.csi.Open(cctx, pv)
+	if errors.Is(err, csiclient.ErrDriverDown) {
 		return // still down: the bridge stays
 	}
-	capability := VolumeCapability(pv)
-	pubCtx, err := r.publishContext(cctx, pv)
 	if err != nil {
 		log.Error(err, "driver answers, but the volume is not attached; the bridge stays", "reason", Reason(err))
 		return
 	}
-	stagingPath := ""
-	if stages {
-		stagingPath = KubeletStagingPath(r.cfg.KubeletDir, pv.Spec.CSI.Driver, pv.Spec.CSI.VolumeHandle)
-		if err := r.restage(cctx, node, pv, capability, pubCtx, stagingPath, FreshStagePath(r.cfg.KubeletDir, pvName)); err != nil {
-			log.Error(err, "driver answers, but staging again failed; the bridge stays")
-			if errors.Is(err, stack.ErrResultRefused) {
-				r.refused(ts, err)
-				r.backoff(pvName)
-			}
-			return
+	defer func() { _ = session.Close() }()
+	if err := session.Restage(cctx); err != nil {
+		log.Error(err, "driver answers, but staging again failed; the bridge stays")
+		if errors.Is(err, stack.ErrResultRefused) {
+			r.refused(ts, err)
+			r.backoff(pvName)
 		}
+		return
 	}
 	for _, t := range ts {
-		if err := r.swap(cctx, node, pv, pubCtx, stagingPath, t); err != nil {
+		if err := r.swap(cctx, session, t); err != nil {
 			log.Error(err, "moving a bridged target to the driver's mount; the bridge stays", "path", t.path)
 			r.metrics.Restores.WithLabelValues(MethodReplay, "failure").Inc()
 			if errors.Is(err, stack.ErrResultRefused) {
@@ -113,12 +103,10 @@ func (r *Restorer) retire(ctx context.Context, pvName string, ts []target) {
 }
 
 // swap publishes at a fresh directory and replaces our bridge bind at t by the driver's mount.
-func (r *Restorer) swap(ctx context.Context, node CSINode, pv *corev1.PersistentVolume, pubCtx map[string]string, stagingPath string, t target) error {
-	secrets, err := r.secretData(ctx, pv.Spec.CSI.NodePublishSecretRef)
-	if err != nil {
-		return err
-	}
-	volCtx, err := r.volumeContext(ctx, pv, t.pod)
+func (r *Restorer) swap(ctx context.Context, session *csiclient.Session, t target) error {
+	pv := session.PV
+	fresh := csiclient.FreshPublishPath(r.cfg.KubeletDir, string(t.pod.UID), pv.Name)
+	req, err := session.Request(ctx, t.pod, fresh, t.readOnly)
 	if err != nil {
 		return err
 	}
@@ -126,13 +114,8 @@ func (r *Restorer) swap(ctx context.Context, node CSINode, pv *corev1.Persistent
 	if err != nil {
 		return err
 	}
-	fresh := FreshPublishPath(r.cfg.KubeletDir, string(t.pod.UID), pv.Name)
-	if err := r.freshDir(fresh, table); err != nil {
+	if err := session.Publish(ctx, req, table); err != nil {
 		return err
-	}
-	if err := node.NodePublish(ctx, publishRequest(pv, VolumeCapability(pv), pubCtx, stagingPath, fresh, t.readOnly, secrets, volCtx)); err != nil {
-		r.undoFresh(ctx, node, pv.Spec.CSI.VolumeHandle, fresh, false)
-		return fmt.Errorf("%w: NodePublishVolume: %w", ErrReplay, err)
 	}
 	if table, err = r.os.Mounter.MountTable(); err != nil {
 		return err
@@ -140,10 +123,10 @@ func (r *Restorer) swap(ctx context.Context, node CSINode, pv *corev1.Persistent
 	// Our bridge (live) and the driver's dead mount are both in the target's stack: the
 	// driver's result must be neither.
 	if _, err := r.rules.Check(ctx, fresh, stack.CheckFor(table, t.path, r.cfg.S3.Profile(pv.Spec.CSI.Driver).FUSEType)); err != nil {
-		r.undoFresh(ctx, node, pv.Spec.CSI.VolumeHandle, fresh, false)
+		session.Undo(ctx, fresh)
 		return err
 	}
-	defer r.dropFresh(ctx, fresh)
+	defer session.DropFresh(ctx, fresh)
 	mounts := table.Stack(t.path)
 	if len(mounts) == 0 {
 		return errors.New("target no longer holds our bridge")

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
@@ -16,7 +17,7 @@ import (
 // stays at the driver's dead mount plus one live mount.
 func TestRestageRepeatedlyKeepsStagingBounded(t *testing.T) {
 	w, target := replayWorld(t, true)
-	stagingPath := KubeletStagingPath(testKubelet, testDriver, "bkt/pv-a")
+	stagingPath := csiclient.KubeletStagingPath(testKubelet, testDriver, "bkt/pv-a")
 	w.node.AddMount(stagingPath, "fuse.s3fs", "s3fs")
 	w.start()
 	for i := 0; i < 3; i++ {
@@ -49,7 +50,7 @@ func TestRestageRepeatedlyKeepsStagingBounded(t *testing.T) {
 // of F2: publishing from a staging path still served by our bridge, forever).
 func TestRetireWithStagingDriverHappensOnce(t *testing.T) {
 	w, target := replayWorld(t, true)
-	stagingPath := KubeletStagingPath(testKubelet, testDriver, "bkt/pv-a")
+	stagingPath := csiclient.KubeletStagingPath(testKubelet, testDriver, "bkt/pv-a")
 	w.node.AddMount(stagingPath, "fuse.s3fs", "s3fs")
 	w.node.KillMount(stagingPath)
 	w.node.KillMount(target)

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 )
 
 // F4: a driver whose NodeUnpublish unmounts only the top mount. The pod of a replayed target is
@@ -30,11 +32,11 @@ func TestTeardownFinishedAfterTopOnlyUnpublish(t *testing.T) {
 	if n := len(w.node.Table().Stack(target)); n != 0 {
 		t.Errorf("target stack %d after cleanup, want 0", n)
 	}
-	want := []string{target, filepath.Join(volDir, VolDataFile), volDir}
+	want := []string{target, filepath.Join(volDir, csiclient.VolDataFile), volDir}
 	if got := w.node.Removed(); !containsInOrder(got, want) {
 		t.Errorf("removed %q, want %q in this order", got, want)
 	}
-	if _, _, ok := w.node.File(filepath.Join(volDir, VolDataFile)); ok {
+	if _, _, ok := w.node.File(filepath.Join(volDir, csiclient.VolDataFile)); ok {
 		t.Error("vol_data.json left")
 	}
 }
@@ -79,7 +81,7 @@ func TestTeardownLeftToKubeletWhenWeEmptiedFirst(t *testing.T) {
 		t.Errorf("target stack %d, want 0", n)
 	}
 	volDir := filepath.Dir(target)
-	if got := w.node.Removed(); slices.Contains(got, volDir) || slices.Contains(got, filepath.Join(volDir, VolDataFile)) {
+	if got := w.node.Removed(); slices.Contains(got, volDir) || slices.Contains(got, filepath.Join(volDir, csiclient.VolDataFile)) {
 		t.Errorf("removed kubelet's files although kubelet's teardown is still to come: %q", got)
 	}
 }

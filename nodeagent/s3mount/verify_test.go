@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 	corev1 "k8s.io/api/core/v1"
@@ -48,7 +49,7 @@ func refusals(target string) []struct {
 // the dead mount stays as it is, an Event names what the driver did, the metric counts it, and
 // the driver is asked to unpublish at our fresh path, which is then removed.
 func TestReplayResultRefused(t *testing.T) {
-	for _, tc := range refusals(TargetPath(testKubelet, "uid-1", "pv-a")) {
+	for _, tc := range refusals(csiclient.TargetPath(testKubelet, "uid-1", "pv-a")) {
 		t.Run(tc.name, func(t *testing.T) {
 			w, target := replayWorld(t, false)
 			w.csi.Result = tc.result
@@ -67,7 +68,7 @@ func TestReplayResultRefused(t *testing.T) {
 			if got := value(t, w.r.Metrics().ResultChecks.WithLabelValues(tc.reason)); got != 1 {
 				t.Errorf("result_checks{%s} = %v, want 1", tc.reason, got)
 			}
-			fresh := FreshPublishPath(testKubelet, "uid-1", "pv-a")
+			fresh := csiclient.FreshPublishPath(testKubelet, "uid-1", "pv-a")
 			if _, unpub := w.csi.Calls(); !slices.Equal(unpub, []string{fresh}) {
 				t.Errorf("NodeUnpublishVolume at %v, want [%s]", unpub, fresh)
 			}
@@ -84,7 +85,7 @@ func TestReplayResultRefused(t *testing.T) {
 
 // The same check guards a restaged globalmount.
 func TestRestageResultRefused(t *testing.T) {
-	stagingPath := KubeletStagingPath(testKubelet, testDriver, "bkt/pv-a")
+	stagingPath := csiclient.KubeletStagingPath(testKubelet, testDriver, "bkt/pv-a")
 	for _, tc := range refusals(stagingPath) {
 		t.Run(tc.name, func(t *testing.T) {
 			w, target := replayWorld(t, true)
@@ -103,7 +104,7 @@ func TestRestageResultRefused(t *testing.T) {
 			if n := w.events.Count("app", corev1.EventTypeWarning, tc.reason, ""); n != 1 {
 				t.Errorf("%d %s Events, want 1", n, tc.reason)
 			}
-			fresh := FreshStagePath(testKubelet, "pv-a")
+			fresh := csiclient.FreshStagePath(testKubelet, "pv-a")
 			if unst, _ := w.csi.Calls(); !slices.Equal(unst, []string{fresh}) {
 				t.Errorf("NodeUnstageVolume at %v, want [%s]", unst, fresh)
 			}
@@ -117,7 +118,7 @@ func TestRestageResultRefused(t *testing.T) {
 // The hand-back from our bridge to the driver is checked too: a refused result leaves the
 // bridge serving the target.
 func TestHandBackResultRefused(t *testing.T) {
-	for _, tc := range refusals(TargetPath(testKubelet, "uid-1", "pv-a")) {
+	for _, tc := range refusals(csiclient.TargetPath(testKubelet, "uid-1", "pv-a")) {
 		if tc.name == "same device" {
 			continue // the bridge's own device: covered by TestCheckMountRefusesOurBridgeDevice
 		}

@@ -1,4 +1,4 @@
-package s3mount
+package csiclient
 
 import (
 	"context"

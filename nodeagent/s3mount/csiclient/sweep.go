@@ -1,4 +1,4 @@
-package s3mount
+package csiclient
 
 import (
 	"context"
@@ -9,77 +9,77 @@ import (
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
-// sweepFresh cleans what an earlier agent left at its fresh paths when it died in the middle of
+// SweepFresh cleans what an earlier agent left at its fresh paths when it died in the middle of
 // a replay or a hand-back (Prepare runs it before any restore). A mount at a fresh path whose
 // device is in the stack at its kubelet path was handed over: the agent detaches it itself
 // (the driver's process now serves kubelet's path; see the package doc). Any other mount there
 // was never handed over: the driver is asked to undo its call (NodeUnpublishVolume or
 // NodeUnstageVolume at that path), then whatever is left is detached. The fresh directories
 // are then removed.
-func (r *Restorer) sweepFresh(ctx context.Context) {
+func (c *Client) SweepFresh(ctx context.Context) {
 	log := logr.FromContextOrDiscard(ctx)
-	table, err := r.os.Mounter.MountTable()
+	table, err := c.Mounter.MountTable()
 	if err != nil {
 		log.Error(err, "reading the mount table to clean fresh paths")
 		return
 	}
 	seen := map[string]bool{}
 	for _, m := range table {
-		if seen[m.MountPoint] || !isFreshPath(r.cfg.KubeletDir, m.MountPoint) {
+		if seen[m.MountPoint] || !isFreshPath(c.Config.KubeletDir, m.MountPoint) {
 			continue
 		}
 		seen[m.MountPoint] = true
-		r.sweepOne(ctx, m.MountPoint, table)
+		c.sweepOne(ctx, m.MountPoint, table)
 	}
 	// Directories without a mount (a crash after the detach, or before the driver mounted).
-	pods := filepath.Join(r.cfg.KubeletDir, "pods")
-	uids, _ := r.os.FS.ReadDir(pods)
+	pods := filepath.Join(c.Config.KubeletDir, "pods")
+	uids, _ := c.FS.ReadDir(pods)
 	for _, uid := range uids {
-		r.removeFreshDirs(ctx, filepath.Join(pods, uid, freshDirName), false)
+		c.removeFreshDirs(ctx, filepath.Join(pods, uid, freshDirName), false)
 	}
-	r.removeFreshDirs(ctx, freshStageRoot(r.cfg.KubeletDir), true)
+	c.removeFreshDirs(ctx, freshStageRoot(c.Config.KubeletDir), true)
 }
 
 // sweepOne handles one fresh path holding a mount.
-func (r *Restorer) sweepOne(ctx context.Context, fresh string, table stack.Table) {
+func (c *Client) sweepOne(ctx context.Context, fresh string, table stack.Table) {
 	log := logr.FromContextOrDiscard(ctx).WithValues("path", fresh)
 	var pvName, kubeletPath string
 	stage := false
-	if uid, pvEsc, ok := ParseFreshPublishPath(r.cfg.KubeletDir, fresh); ok {
+	if uid, pvEsc, ok := ParseFreshPublishPath(c.Config.KubeletDir, fresh); ok {
 		pvName = pvEsc
-		kubeletPath = filepath.Join(r.cfg.KubeletDir, "pods", uid, "volumes", csiPluginDir, pvEsc, "mount")
-	} else if pvEsc, ok := ParseFreshStagePath(r.cfg.KubeletDir, fresh); ok {
+		kubeletPath = filepath.Join(c.Config.KubeletDir, "pods", uid, "volumes", csiPluginDir, pvEsc, "mount")
+	} else if pvEsc, ok := ParseFreshStagePath(c.Config.KubeletDir, fresh); ok {
 		pvName, stage = pvEsc, true
 	}
-	pv, perr := r.d.View.PersistentVolume(ctx, pvName)
+	pv, perr := c.View.PersistentVolume(ctx, pvName)
 	if perr == nil && pv.Spec.CSI == nil {
 		pv = nil
 	}
 	if stage && pv != nil {
-		kubeletPath = KubeletStagingPath(r.cfg.KubeletDir, pv.Spec.CSI.Driver, pv.Spec.CSI.VolumeHandle)
+		kubeletPath = KubeletStagingPath(c.Config.KubeletDir, pv.Spec.CSI.Driver, pv.Spec.CSI.VolumeHandle)
 	}
 	top, _ := table.Top(fresh)
 	handed := kubeletPath != "" && slices.ContainsFunc(table.Stack(kubeletPath), func(m stack.Mount) bool { return m.Dev == top.Dev })
-	if !handed && pv != nil && r.os.CSI != nil {
-		cctx, cancel := context.WithTimeout(ctx, r.opts.MountTimeout)
-		if node, err := r.os.CSI.Dial(cctx, r.pluginSocket(cctx, pv.Spec.CSI.Driver)); err == nil {
-			r.undoCall(cctx, node, pv.Spec.CSI.VolumeHandle, fresh, stage)
+	if !handed && pv != nil && c.Dialer != nil {
+		cctx, cancel := context.WithTimeout(ctx, c.Timeout)
+		if node, err := c.Dialer.Dial(cctx, c.pluginSocket(cctx, pv.Spec.CSI.Driver)); err == nil {
+			c.undoCall(cctx, node, pv.Spec.CSI.VolumeHandle, fresh, stage)
 			_ = node.Close()
 		}
 		cancel()
 	}
 	log.Info("cleaning a fresh path left by an earlier agent", "handedOver", handed, "pvKnown", pv != nil)
-	r.dropFresh(ctx, fresh)
+	c.DropFresh(ctx, fresh)
 }
 
 // removeFreshDirs removes the (empty, unmounted) directories under one of our fresh roots and
 // the root itself; stage roots hold <pv>/stage.
-func (r *Restorer) removeFreshDirs(ctx context.Context, root string, stage bool) {
-	names, err := r.os.FS.ReadDir(root)
+func (c *Client) removeFreshDirs(ctx context.Context, root string, stage bool) {
+	names, err := c.FS.ReadDir(root)
 	if err != nil || len(names) == 0 {
 		return
 	}
-	table, err := r.os.Mounter.MountTable()
+	table, err := c.Mounter.MountTable()
 	if err != nil {
 		return
 	}
@@ -89,20 +89,20 @@ func (r *Restorer) removeFreshDirs(ctx context.Context, root string, stage bool)
 			if table.IsMountPoint(filepath.Join(dir, "stage")) {
 				continue
 			}
-			_ = r.os.FS.Remove(filepath.Join(dir, "stage"))
+			_ = c.FS.Remove(filepath.Join(dir, "stage"))
 		}
 		if table.IsMountPoint(dir) {
 			continue
 		}
-		if err := r.os.FS.Remove(dir); err != nil {
+		if err := c.FS.Remove(dir); err != nil {
 			logr.FromContextOrDiscard(ctx).V(1).Info("fresh directory not removed", "path", dir, "err", err.Error())
 		}
 	}
-	_ = r.os.FS.Remove(root)
+	_ = c.FS.Remove(root)
 }
 
 // undoCall asks the driver to undo its call at one of our fresh paths.
-func (r *Restorer) undoCall(ctx context.Context, node CSINode, volumeID, fresh string, stage bool) {
+func (c *Client) undoCall(ctx context.Context, node Node, volumeID, fresh string, stage bool) {
 	var err error
 	if stage {
 		err = node.NodeUnstage(ctx, volumeID, fresh)

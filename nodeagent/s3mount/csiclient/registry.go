@@ -1,4 +1,4 @@
-package s3mount
+package csiclient
 
 import (
 	"context"
@@ -14,10 +14,10 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
 
-// PluginRegistry finds a CSI driver's node plugin endpoint as kubelet does: every socket in
+// Registry finds a CSI driver's node plugin endpoint as kubelet does: every socket in
 // <kubelet>/plugins_registry is a registration socket (node-driver-registrar's), whose
 // Registration.GetInfo names the plugin's type, name and endpoint.
-type PluginRegistry interface {
+type Registry interface {
 	// Endpoint returns the endpoint the driver registered with kubelet; ok=false when no
 	// registration socket names it (then the agent uses <kubelet>/plugins/<driver>/csi.sock).
 	Endpoint(ctx context.Context, kubeletDir, driver string) (endpoint string, ok bool)
@@ -25,17 +25,6 @@ type PluginRegistry interface {
 
 // RegistrationDir is kubelet's plugin-registration directory.
 func RegistrationDir(kubeletDir string) string { return filepath.Join(kubeletDir, "plugins_registry") }
-
-// pluginSocket is the socket of driver's node plugin: the registered endpoint, else the usual
-// path.
-func (r *Restorer) pluginSocket(ctx context.Context, driver string) string {
-	if r.os.Registry != nil {
-		if ep, ok := r.os.Registry.Endpoint(ctx, r.cfg.KubeletDir, driver); ok {
-			return ep
-		}
-	}
-	return PluginSocket(r.cfg.KubeletDir, driver)
-}
 
 // EndpointPath turns a registered endpoint ("/path", "unix:///path", "unix:/path") into a
 // socket path; ok=false for anything else.
@@ -52,7 +41,7 @@ func EndpointPath(ep string) (string, bool) {
 	return filepath.Clean(ep), true
 }
 
-// GRPCRegistry is the real PluginRegistry.
+// GRPCRegistry is the real Registry.
 type GRPCRegistry struct {
 	// Timeout bounds the GetInfo call on each registration socket (default 2s).
 	Timeout time.Duration
@@ -99,12 +88,4 @@ func getInfo(ctx context.Context, socket string, timeout time.Duration) (*regist
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	return registerapi.NewRegistrationClient(conn).GetInfo(cctx, &registerapi.InfoRequest{})
-}
-
-// FakeRegistry is a PluginRegistry for unit tests: endpoints by driver.
-type FakeRegistry map[string]string
-
-func (f FakeRegistry) Endpoint(_ context.Context, _ string, driver string) (string, bool) {
-	ep, ok := f[driver]
-	return ep, ok
 }

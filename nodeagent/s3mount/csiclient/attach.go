@@ -1,4 +1,4 @@
-package s3mount
+package csiclient
 
 import (
 	"context"
@@ -28,9 +28,9 @@ func AttachmentName(handle, driver, nodeName string) string {
 // without a CSIDriver object as requiring attach; the replay then uses its VolumeAttachment when
 // there is one, and none when there is none (the volume was published without one, so none was
 // needed: kubelet publishes an attach-requiring volume only after the attach).
-func (r *Restorer) publishContext(ctx context.Context, pv *corev1.PersistentVolume) (map[string]string, error) {
+func (c *Client) publishContext(ctx context.Context, pv *corev1.PersistentVolume) (map[string]string, error) {
 	driver, handle := pv.Spec.CSI.Driver, pv.Spec.CSI.VolumeHandle
-	drv, err := r.d.View.CSIDriver(ctx, driver)
+	drv, err := c.View.CSIDriver(ctx, driver)
 	noDriverObject := apierrors.IsNotFound(err)
 	switch {
 	case noDriverObject:
@@ -39,16 +39,16 @@ func (r *Restorer) publishContext(ctx context.Context, pv *corev1.PersistentVolu
 	case drv.Spec.AttachRequired != nil && !*drv.Spec.AttachRequired:
 		return nil, nil
 	}
-	name := AttachmentName(handle, driver, r.d.NodeName)
-	va, err := r.d.View.VolumeAttachment(ctx, name)
+	name := AttachmentName(handle, driver, c.NodeName)
+	va, err := c.View.VolumeAttachment(ctx, name)
 	switch {
 	case apierrors.IsNotFound(err) && noDriverObject:
 		logr.FromContextOrDiscard(ctx).V(1).Info("no CSIDriver object and no VolumeAttachment: replaying without publish context", "pv", pv.Name, "volumeAttachment", name)
 		return nil, nil
 	case err != nil:
 		return nil, fmt.Errorf("%w: VolumeAttachment %s: %w", ErrNotAttached, name, err)
-	case va.Spec.NodeName != r.d.NodeName || !va.Status.Attached:
-		r.d.View.Forget("VolumeAttachment", "", name)
+	case va.Spec.NodeName != c.NodeName || !va.Status.Attached:
+		c.View.Forget("VolumeAttachment", "", name)
 		return nil, fmt.Errorf("%w: VolumeAttachment %s (node %q, attached %v)", ErrNotAttached, name, va.Spec.NodeName, va.Status.Attached)
 	}
 	return va.Status.AttachmentMetadata, nil

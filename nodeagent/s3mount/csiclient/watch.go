@@ -1,4 +1,4 @@
-package s3mount
+package csiclient
 
 import (
 	"context"
@@ -9,9 +9,9 @@ import (
 	"github.com/go-logr/logr"
 )
 
-// PluginWatcher reports when a node plugin's socket (re)appears, so a restarted driver is
+// Watcher reports when a node plugin's socket (re)appears, so a restarted driver is
 // replayed through at once instead of at the next periodic check.
-type PluginWatcher interface {
+type Watcher interface {
 	// Watch calls changed whenever a socket is created in one of dirs, or in a directory created
 	// in one of them later, until ctx ends. Missing dirs are skipped.
 	Watch(ctx context.Context, dirs []string, changed func()) error
@@ -28,7 +28,7 @@ func PluginDirs(kubeletDir string, drivers []string) []string {
 	return dirs
 }
 
-// FSNotifyWatcher is the real PluginWatcher (inotify on Linux).
+// FSNotifyWatcher is the real Watcher (inotify on Linux).
 type FSNotifyWatcher struct{}
 
 func (FSNotifyWatcher) Watch(ctx context.Context, dirs []string, changed func()) error {

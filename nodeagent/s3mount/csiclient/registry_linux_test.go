@@ -1,13 +1,13 @@
 //go:build linux
 
-package s3mount_test
+package csiclient_test
 
 import (
 	"context"
 	"path/filepath"
 	"testing"
 
-	"github.com/pvrescue/pvrescue/nodeagent/s3mount"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csitest"
 )
 
@@ -17,23 +17,23 @@ import (
 func TestGRPCRegistryFindsTheRegisteredEndpoint(t *testing.T) {
 	kubelet := t.TempDir()
 	other, err := csitest.Start(csitest.Options{Socket: filepath.Join(kubelet, "elsewhere", "other.sock"), StateDir: t.TempDir(),
-		RegistrationSocket: filepath.Join(s3mount.RegistrationDir(kubelet), "aaa-other-reg.sock"), Driver: "other.csi"})
+		RegistrationSocket: filepath.Join(csiclient.RegistrationDir(kubelet), "aaa-other-reg.sock"), Driver: "other.csi"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer other.Stop()
 	sock := filepath.Join(kubelet, "elsewhere", "csi.sock")
 	p, err := csitest.Start(csitest.Options{Socket: sock, StateDir: t.TempDir(),
-		RegistrationSocket: filepath.Join(s3mount.RegistrationDir(kubelet), "ru.yandex.s3.csi-reg.sock"), Driver: "ru.yandex.s3.csi"})
+		RegistrationSocket: filepath.Join(csiclient.RegistrationDir(kubelet), "ru.yandex.s3.csi-reg.sock"), Driver: "ru.yandex.s3.csi"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Stop()
 	ctx := context.Background()
-	if ep, ok := (s3mount.GRPCRegistry{}).Endpoint(ctx, kubelet, "ru.yandex.s3.csi"); !ok || ep != sock {
+	if ep, ok := (csiclient.GRPCRegistry{}).Endpoint(ctx, kubelet, "ru.yandex.s3.csi"); !ok || ep != sock {
 		t.Errorf("Endpoint = %q, %v; want %q", ep, ok, sock)
 	}
-	if ep, ok := (s3mount.GRPCRegistry{}).Endpoint(ctx, kubelet, "csi-s3"); ok {
+	if ep, ok := (csiclient.GRPCRegistry{}).Endpoint(ctx, kubelet, "csi-s3"); ok {
 		t.Errorf("unregistered driver found at %q", ep)
 	}
 }
@@ -46,7 +46,7 @@ func TestEndpointPath(t *testing.T) {
 		"tcp://127.0.0.1:10000":                      "",
 		"csi.sock":                                   "",
 	} {
-		got, ok := s3mount.EndpointPath(in)
+		got, ok := csiclient.EndpointPath(in)
 		if got != want || ok != (want != "") {
 			t.Errorf("EndpointPath(%q) = %q, %v; want %q", in, got, ok, want)
 		}

@@ -78,6 +78,7 @@ type APIContact struct {
 	last        Outage    // the last ended outage
 	started     time.Time
 	changed     chan struct{}
+	returned    chan struct{}
 
 	reachable         prometheus.Gauge
 	lastContactMetric prometheus.Gauge
@@ -93,7 +94,8 @@ func NewAPIContact(clk clock.WithTicker, os APIContactOS, reg prometheus.Registe
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	c := &APIContact{clock: clk, opts: opts, os: os, started: clk.Now(), changed: make(chan struct{}, 1)}
+	c := &APIContact{clock: clk, opts: opts, os: os, started: clk.Now(), changed: make(chan struct{}, 1),
+		returned: make(chan struct{}, 1)}
 	r := metrics.NewRegistration(reg)
 	c.reachable = metrics.Add(r, prometheus.NewGauge(prometheus.GaugeOpts{Name: "pvrescue_agent_apiserver_reachable",
 		Help: "1 while the API server answers the agent's requests, 0 while it is away (the rescues keep running on what they hold)."}))
@@ -151,8 +153,17 @@ func (c *APIContact) Answered() {
 		c.outages.Inc()
 		c.lastOutage.Set(o.Duration().Seconds())
 		c.signal()
+		select {
+		case c.returned <- struct{}{}:
+		default:
+		}
 	}
 }
+
+// Returned receives after the API server answers again following a transport failure, so work
+// that waited on it (a replay's Secret, a PV) is retried at once, not after its back-off. One
+// consumer (nodeagent.Deps.APIReturned).
+func (c *APIContact) Returned() <-chan struct{} { return c.returned }
 
 // Failed records a transport failure now.
 func (c *APIContact) Failed() {

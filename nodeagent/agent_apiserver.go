@@ -15,13 +15,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 
+	"github.com/pvrescue/pvrescue/internal/contract"
 	"github.com/pvrescue/pvrescue/internal/metrics"
 )
 
 // ConditionAPIServerUnreachable is the Node condition the agent writes once the API server is
 // reachable again after an outage: Status False, its message saying how long it was away.
 // (While it is away the agent cannot write anything, so the condition is never True.)
-const ConditionAPIServerUnreachable corev1.NodeConditionType = "PVRescueAPIServerUnreachable"
+const ConditionAPIServerUnreachable corev1.NodeConditionType = contract.ConditionAPIServerUnreachable
 
 // APIContactOptions tune the API server contact tracking.
 type APIContactOptions struct {
@@ -280,7 +281,7 @@ func (c *APIContact) report(ctx context.Context, log logr.Logger) {
 // OutageCondition is the Node condition written for an ended outage.
 func OutageCondition(o Outage) corev1.NodeCondition {
 	return corev1.NodeCondition{
-		Type: ConditionAPIServerUnreachable, Status: corev1.ConditionFalse, Reason: "Reconnected",
+		Type: ConditionAPIServerUnreachable, Status: corev1.ConditionFalse, Reason: contract.ReasonReconnected,
 		Message: fmt.Sprintf("pvrescue-agent could not reach the API server for %s (from %s to %s); its rescues kept running on what they held",
 			o.Duration().Round(time.Second), o.From.UTC().Format(time.RFC3339), o.To.UTC().Format(time.RFC3339)),
 		LastHeartbeatTime:  metav1.NewTime(o.To),

@@ -19,6 +19,12 @@ import (
 func (r *Restorer) cleanupTargets(ctx context.Context, table stack.Table, live map[string]bool) {
 	log := logr.FromContextOrDiscard(ctx)
 	done := map[string]bool{}
+	left := 0
+	defer func() {
+		r.mu.Lock()
+		r.goneTargetsMounted = left
+		r.mu.Unlock()
+	}()
 	for _, m := range table {
 		if done[m.MountPoint] {
 			continue
@@ -41,6 +47,9 @@ func (r *Restorer) cleanupTargets(ctx context.Context, table stack.Table, live m
 		}
 		if ours+driver == len(mounts) && tornDown && driver > 0 {
 			r.finishTeardown(ctx, m.MountPoint)
+		}
+		if ours+driver < len(mounts) {
+			left++ // kubelet's teardown is under way: look again soon (nextCheckIn)
 		}
 	}
 }

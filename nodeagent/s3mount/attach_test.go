@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/pvrescue/pvrescue/internal/contract"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -58,7 +59,7 @@ func TestReplayPublishContext(t *testing.T) {
 				if n, m := len(w.csi.Staged), len(w.csi.Publish); n+m != 0 {
 					t.Errorf("stage %d, publish %d calls for a volume not attached here", n, m)
 				}
-				if n := w.events.Count("app", corev1.EventTypeWarning, EventMountRestoreFailed, "NotAttached:"); n == 0 {
+				if n := w.events.Count("app", corev1.EventTypeWarning, contract.ReasonMountRestoreFailed, "NotAttached:"); n == 0 {
 					t.Errorf("no NotAttached Event: %+v", w.events.Events())
 				}
 				return

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/pvrescue/pvrescue/internal/contract"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 	corev1 "k8s.io/api/core/v1"
@@ -21,7 +22,7 @@ func (r *Restorer) bindTarget(ctx context.Context, stagingPath string, t target)
 	// Recorded like a replayed mount: when it vanishes from a gone pod's target without us
 	// removing it, kubelet's teardown (the driver's NodeUnpublish) took it (cleanup.go).
 	r.rules.RecordTop(ctx, t.path, "the bridge bind")
-	r.restored(ctx, t, MethodBridge, EventMountBridged, ro, dead, "fresh s3fs bound over the dead mount")
+	r.restored(ctx, t, MethodBridge, contract.ReasonMountBridged, ro, dead, "fresh s3fs bound over the dead mount")
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/pvrescue/pvrescue/internal/contract"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,17 +23,6 @@ import (
 // S3MountHung after s3.hungConditionAfter), and with s3.abortHungAfter set its connection is
 // aborted through fusectl after that long; the mount is then dead and restored as such.
 
-const (
-	// EventMountHung: a target does not answer, its daemon still holds the connection.
-	EventMountHung = "MountHung"
-	// EventMountHungAborted: the agent aborted a hung mount's FUSE connection (s3.abortHungAfter).
-	EventMountHungAborted = "MountHungAborted"
-
-	// ConditionS3MountHung is the Node condition set while a mount has been hung for
-	// s3.hungConditionAfter.
-	ConditionS3MountHung corev1.NodeConditionType = "S3MountHung"
-)
-
 // onHung handles one pass's view of a hung target: the first time an Event, then — with
 // s3.abortHungAfter — the abort once it has been hung that long.
 func (r *Restorer) onHung(ctx context.Context, t target, since time.Time, first bool) {
@@ -40,7 +30,7 @@ func (r *Restorer) onHung(ctx context.Context, t target, since time.Time, first 
 	if first {
 		r.metrics.HungFound.Inc()
 		log.Info("S3 mount hung: its daemon holds the connection but does not answer; waiting", "pod", klogRef(t.pod), "pv", t.pv, "path", t.path)
-		r.d.Recorder.Eventf(t.pod, corev1.EventTypeWarning, EventMountHung,
+		r.d.Recorder.Eventf(t.pod, corev1.EventTypeWarning, contract.ReasonMountHung,
 			"S3 volume %s does not answer (statfs timed out) while its FUSE daemon still runs: nothing is replaced or stacked; reads and writes wait until it answers%s",
 			t.pv, r.abortNote())
 	}
@@ -66,7 +56,7 @@ func (r *Restorer) onHung(ctx context.Context, t target, since time.Time, first 
 	}
 	r.metrics.HungAborts.WithLabelValues("success").Inc()
 	log.Info("aborted the hung FUSE connection; the mount is dead now and gets restored", "path", t.path, "dev", top.Dev, "hungFor", r.clk.Since(since))
-	r.d.Recorder.Eventf(t.pod, corev1.EventTypeWarning, EventMountHungAborted,
+	r.d.Recorder.Eventf(t.pod, corev1.EventTypeWarning, contract.ReasonMountHungAborted,
 		"S3 volume %s: hung for %s, its FUSE connection (device %s) aborted so its daemon cannot write late; restoring it",
 		t.pv, r.clk.Since(since).Round(time.Second), top.Dev)
 	r.poke()
@@ -95,7 +85,7 @@ func (r *Restorer) reportHung(ctx context.Context) {
 	r.mu.Unlock()
 	r.metrics.MountsHung.Set(float64(n))
 	sort.Strings(long)
-	cond := corev1.NodeCondition{Type: ConditionS3MountHung, Status: corev1.ConditionFalse,
+	cond := corev1.NodeCondition{Type: contract.ConditionS3MountHung, Status: corev1.ConditionFalse,
 		Reason: "S3MountsAnswer", Message: "no S3 volume mount on this node is hung"}
 	if len(long) > 0 {
 		cond.Status, cond.Reason = corev1.ConditionTrue, "S3MountHung"
@@ -108,7 +98,7 @@ func (r *Restorer) reportHung(ctx context.Context) {
 	var existing *corev1.NodeCondition
 	if node, err := r.d.View.Node(); err == nil {
 		for i := range node.Status.Conditions {
-			if node.Status.Conditions[i].Type == ConditionS3MountHung {
+			if node.Status.Conditions[i].Type == contract.ConditionS3MountHung {
 				existing = &node.Status.Conditions[i]
 			}
 		}
@@ -124,7 +114,7 @@ func (r *Restorer) reportHung(ctx context.Context) {
 	}
 	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{cond}}})
 	if _, err := r.d.Client.CoreV1().Nodes().PatchStatus(ctx, r.d.NodeName, patch); err != nil {
-		logr.FromContextOrDiscard(ctx).Error(err, "patch node condition", "condition", ConditionS3MountHung)
+		logr.FromContextOrDiscard(ctx).Error(err, "patch node condition", "condition", contract.ConditionS3MountHung)
 		return
 	}
 	r.lastHungCondition = key

@@ -23,8 +23,10 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/pvrescue/pvrescue/internal/config"
+	"github.com/pvrescue/pvrescue/internal/contract"
 	"github.com/pvrescue/pvrescue/internal/testenv"
 	"github.com/pvrescue/pvrescue/nodeagent"
+	"github.com/pvrescue/pvrescue/nodeagent/nodeagenttest"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
@@ -78,7 +80,7 @@ func newHungNode(t *testing.T, abortAfter time.Duration) *hungNode {
 	}
 	t.Cleanup(func() { drv.Kill(); _ = testenv.LazyUnmount(target) })
 
-	view := NewFakeView()
+	view := nodeagenttest.NewFakeView()
 	view.Set(secretObj("creds", map[string]string{"accessKeyID": srv.AccessKey, "secretAccessKey": srv.SecretKey, "endpoint": srv.Endpoint()}),
 		pvObj("pv-a", testDriver, false), pvcObj("data", "pv-a"), podObj("app", "uid-1", "data", false))
 	cfg := config.Default()
@@ -141,7 +143,7 @@ func TestNodeHungS3fsIsNotReplaced(t *testing.T) {
 	if after := mountTableNow(t).Stack(h.target); !cmp.Equal(after, before) {
 		t.Errorf("target stack changed under a hung mount:\n before %v\n after  %v", before, after)
 	}
-	if n := h.events.Count("app", corev1.EventTypeWarning, EventMountHung, ""); n != 1 {
+	if n := h.events.Count("app", corev1.EventTypeWarning, contract.ReasonMountHung, ""); n != 1 {
 		t.Errorf("%d MountHung Events, want 1", n)
 	}
 	if got := value(t, h.r.metrics.MountsHung); got != 1 {
@@ -187,7 +189,7 @@ func TestNodeAbortHungAfter(t *testing.T) {
 		t.Fatalf("restored before abortHungAfter: %v", pids)
 	}
 	h.passes(4 * time.Second)
-	if n := h.events.Count("app", corev1.EventTypeWarning, EventMountHungAborted, ""); n != 1 {
+	if n := h.events.Count("app", corev1.EventTypeWarning, contract.ReasonMountHungAborted, ""); n != 1 {
 		t.Errorf("%d MountHungAborted Events, want 1", n)
 	}
 	if got := value(t, h.r.metrics.HungAborts.WithLabelValues("success")); got != 1 {
@@ -208,7 +210,7 @@ func TestNodeAbortHungAfter(t *testing.T) {
 	if len(mounts) != 2 || mounts[0].Dev != hung.Dev {
 		t.Errorf("target stack %v, want the aborted driver mount + our bridge", mounts)
 	}
-	if n := h.events.Count("app", corev1.EventTypeNormal, EventMountBridged, ""); n != 1 {
+	if n := h.events.Count("app", corev1.EventTypeNormal, contract.ReasonMountBridged, ""); n != 1 {
 		t.Errorf("%d MountBridged Events, want 1", n)
 	}
 	if !slices.ContainsFunc(mountTableNow(t), func(m stack.Mount) bool { return m.FSType == "fusectl" }) {

@@ -33,6 +33,7 @@ import (
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/internal/testenv"
 	"github.com/pvrescue/pvrescue/nodeagent"
+	"github.com/pvrescue/pvrescue/nodeagent/nodeagenttest"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 )
@@ -65,8 +66,8 @@ type agentSpec struct {
 	StorageClass                         *storagev1.StorageClass
 }
 
-func (s agentSpec) view() *s3mount.FakeView {
-	v := s3mount.NewFakeView()
+func (s agentSpec) view() *nodeagenttest.FakeView {
+	v := nodeagenttest.NewFakeView()
 	v.Set(s.PV, s.PVC, s.Pod, s.Secret, s.StorageClass)
 	return v
 }

@@ -32,6 +32,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/pvrescue/pvrescue/internal/config"
+	"github.com/pvrescue/pvrescue/internal/contract"
 	"github.com/pvrescue/pvrescue/internal/testenv"
 	"github.com/pvrescue/pvrescue/nodeagent"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount"
@@ -338,7 +339,7 @@ func TestNodeRestoreAfterS3fsDeath(t *testing.T) {
 	if s := topFSType(filepath.Join(e.state, "s3", "creds")); s != "tmpfs" {
 		t.Errorf("creds dir is on %q, want tmpfs", s)
 	}
-	if got := e.rec.count(corev1.EventTypeNormal, s3mount.EventMountBridged); got < 5 {
+	if got := e.rec.count(corev1.EventTypeNormal, contract.ReasonMountBridged); got < 5 {
 		t.Errorf("MountBridged events: %d, want >= 5", got)
 	}
 	if got := counterValue(t, r.Metrics().Restores.WithLabelValues(s3mount.MethodBridge, "success")); got < 5 {
@@ -471,7 +472,7 @@ func TestNodeBadInputLeavesTargetAlone(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.pv, func(t *testing.T) {
 			waitFor(t, 40*time.Second, "two MountRestoreFailed events with reason "+c.reason, func() bool {
-				return e.rec.countFor(fx[c.pv].pod.Name, corev1.EventTypeWarning, s3mount.EventMountRestoreFailed, c.reason) >= 2
+				return e.rec.countFor(fx[c.pv].pod.Name, corev1.EventTypeWarning, contract.ReasonMountRestoreFailed, c.reason) >= 2
 			})
 			s := stackAt(fx[c.pv].target)
 			if len(s) != 1 || s[0].ID != fx[c.pv].dead.ID {

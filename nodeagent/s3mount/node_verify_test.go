@@ -17,8 +17,10 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/pvrescue/pvrescue/internal/config"
+	"github.com/pvrescue/pvrescue/internal/contract"
 	"github.com/pvrescue/pvrescue/internal/testenv"
 	"github.com/pvrescue/pvrescue/nodeagent"
+	"github.com/pvrescue/pvrescue/nodeagent/nodeagenttest"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
@@ -34,7 +36,7 @@ func TestNodeCheckMountRefusals(t *testing.T) {
 
 	cfg := config.Default()
 	cfg.KubeletDir, cfg.StateDir = filepath.Join(dir, "kubelet"), filepath.Join(dir, "state")
-	r, err := New(nodeagent.Deps{NodeName: "n1", Config: cfg, Client: fake.NewClientset(), View: NewFakeView(),
+	r, err := New(nodeagent.Deps{NodeName: "n1", Config: cfg, Client: fake.NewClientset(), View: nodeagenttest.NewFakeView(),
 		Recorder: &EventLog{}, Registerer: prometheus.NewRegistry(), Clock: clock.RealClock{}}, NewOS(), Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -65,25 +67,25 @@ func TestNodeCheckMountRefusals(t *testing.T) {
 		source func() string
 		want   string
 	}{
-		{"not a mount", func() string { return mkdir("plain") }, stack.EventReplayResultNotVisible},
+		{"not a mount", func() string { return mkdir("plain") }, contract.ReasonReplayResultNotVisible},
 		{"plain dir of the node bound", func() string {
 			p := mkdir("boundplain")
 			bind(p, p)
 			return p
-		}, stack.EventReplayResultNotVisible},
+		}, contract.ReasonReplayResultNotVisible},
 		{"wrong fstype (tmpfs)", func() string {
 			p := mkdir("tmpfs")
 			if err := unix.Mount("tmpfs", p, "tmpfs", 0, "size=1m"); err != nil {
 				t.Fatal(err)
 			}
 			return p
-		}, stack.EventReplayResultWrongFilesystem},
+		}, contract.ReasonReplayResultWrongFilesystem},
 		{"same device (a bind of the dead mount)", func() string {
 			p := mkdir("samedev")
 			bind(dead.MountPoint, p)
 			return p
-		}, stack.EventReplayResultSameDevice},
-		{"not answering (another dead s3fs)", func() string { return dead.MountPoint }, stack.EventReplayResultNotAnswering},
+		}, contract.ReasonReplayResultSameDevice},
+		{"not answering (another dead s3fs)", func() string { return dead.MountPoint }, contract.ReasonReplayResultNotAnswering},
 		{"live s3fs", func() string {
 			p := mkdir("live")
 			bind(live.MountPoint, p)
@@ -93,7 +95,7 @@ func TestNodeCheckMountRefusals(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			src := tc.source()
 			c := check
-			if tc.want == stack.EventReplayResultNotAnswering {
+			if tc.want == contract.ReasonReplayResultNotAnswering {
 				c.Dead = nil // a dead mount that is not the one replaced
 			}
 			m, err := r.rules.Check(ctx, src, c)
@@ -110,9 +112,9 @@ func TestNodeCheckMountRefusals(t *testing.T) {
 			}
 		})
 	}
-	for _, reason := range []string{stack.EventReplayResultNotVisible, stack.EventReplayResultWrongFilesystem, stack.EventReplayResultSameDevice, stack.EventReplayResultNotAnswering, stack.ResultOK} {
+	for _, reason := range []string{contract.ReasonReplayResultNotVisible, contract.ReasonReplayResultWrongFilesystem, contract.ReasonReplayResultSameDevice, contract.ReasonReplayResultNotAnswering, stack.ResultOK} {
 		want := 1.0
-		if reason == stack.EventReplayResultNotVisible {
+		if reason == contract.ReasonReplayResultNotVisible {
 			want = 2
 		}
 		if got := testCounter(t, r.metrics.ResultChecks.WithLabelValues(reason)); got != want {

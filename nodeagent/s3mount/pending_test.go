@@ -1,14 +1,16 @@
 package s3mount
 
 import (
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/pvrescue/pvrescue/internal/config"
+	"github.com/pvrescue/pvrescue/internal/contract"
 )
 
 // The periodic pass is a safety net while the node is healthy, and fast only while a
@@ -76,7 +78,7 @@ func TestRetryNowEndsTheBackOff(t *testing.T) {
 	w.node.KillMount(target)
 	w.start()
 	failed := func() int {
-		return w.events.Count("app", corev1.EventTypeWarning, EventMountRestoreFailed, "SecretNotFound:")
+		return w.events.Count("app", corev1.EventTypeWarning, contract.ReasonMountRestoreFailed, "SecretNotFound:")
 	}
 	if failed() != 1 {
 		t.Fatalf("first restore without the Secret: %d failure events, want 1", failed())

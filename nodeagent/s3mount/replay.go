@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/go-logr/logr"
+	"github.com/pvrescue/pvrescue/internal/contract"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 	corev1 "k8s.io/api/core/v1"
@@ -88,7 +89,7 @@ func (r *Restorer) republish(ctx context.Context, session *csiclient.Session, t 
 			dead = withPrior(dead, prior, top)
 		}
 	}
-	r.restored(ctx, t, MethodReplay, EventMountReplayed, ro, dead, "driver "+pv.Spec.CSI.Driver+" replayed, its own mount moved over the dead one")
+	r.restored(ctx, t, MethodReplay, contract.ReasonMountReplayed, ro, dead, "driver "+pv.Spec.CSI.Driver+" replayed, its own mount moved over the dead one")
 	return nil
 }
 
@@ -103,7 +104,7 @@ func (r *Restorer) revivedByStaging(ctx context.Context, pv *corev1.PersistentVo
 	if err := r.rules.Placed.Put(t.path, top.Dev); err != nil {
 		logr.FromContextOrDiscard(ctx).Error(err, "recording the replayed mount", "path", t.path)
 	}
-	r.restored(ctx, t, MethodReplay, EventMountReplayed, t.readOnly || top.ReadOnly(), withPrior(mounts[:len(mounts)-1], prior, top),
+	r.restored(ctx, t, MethodReplay, contract.ReasonMountReplayed, t.readOnly || top.ReadOnly(), withPrior(mounts[:len(mounts)-1], prior, top),
 		"driver "+pv.Spec.CSI.Driver+" staged again; its mount reached the target through kubelet's shared staging path")
 }
 

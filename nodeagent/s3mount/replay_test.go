@@ -9,6 +9,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/google/go-cmp/cmp"
+	"github.com/pvrescue/pvrescue/internal/contract"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
@@ -92,7 +93,7 @@ func TestReplayThroughTheDriver(t *testing.T) {
 	if n := len(w.csi.Publish); n != 1 {
 		t.Errorf("republished a live target: %d calls", n)
 	}
-	assertReasons(t, w.events, map[string]int{EventMountReplayed: 1, EventMountBridged: 0, EventBridgeRetired: 0})
+	assertReasons(t, w.events, map[string]int{contract.ReasonMountReplayed: 1, contract.ReasonMountBridged: 0, contract.ReasonBridgeRetired: 0})
 }
 
 // A staging driver: NodeStageVolume is replayed (stage secrets) at a fresh directory whose mount
@@ -160,7 +161,7 @@ func TestNoBridgeForAMountWeCannotReproduce(t *testing.T) {
 	if n := len(w.node.Started()); n != 0 {
 		t.Errorf("bridged a geesefs mount with s3fs")
 	}
-	if n := w.events.Count("app", corev1.EventTypeWarning, EventMountRestoreFailed, "CannotReproduce:"); n == 0 {
+	if n := w.events.Count("app", corev1.EventTypeWarning, contract.ReasonMountRestoreFailed, "CannotReproduce:"); n == 0 {
 		t.Errorf("not reported; events %+v", w.events.Events())
 	}
 }
@@ -228,7 +229,7 @@ func TestBridgeRetiredWhenTheDriverAnswersAgain(t *testing.T) {
 	if w.node.Table().IsMountPoint(s3fs.Layout{StateDir: testState}.MountPoint("pv-a")) {
 		t.Error("bridge staging mount left")
 	}
-	assertReasons(t, w.events, map[string]int{EventMountBridged: 1, EventBridgeRetired: 1, EventMountReplayed: 0})
+	assertReasons(t, w.events, map[string]int{contract.ReasonMountBridged: 1, contract.ReasonBridgeRetired: 1, contract.ReasonMountReplayed: 0})
 }
 
 // F9: an app holds a file open on our bridge bind when the driver answers again. A plain
@@ -256,7 +257,7 @@ func TestBridgeRetiredWhileAFileIsOpenOnIt(t *testing.T) {
 	if err := w.node.OS().Statfs.Statfs(context.Background(), target, time.Second); err != nil {
 		t.Errorf("target after the swap: %v", err)
 	}
-	assertReasons(t, w.events, map[string]int{EventMountBridged: 1, EventBridgeRetired: 1})
+	assertReasons(t, w.events, map[string]int{contract.ReasonMountBridged: 1, contract.ReasonBridgeRetired: 1})
 	// The bridge retired, but its s3fs is never stopped while the file is open on it: it exits
 	// by itself once the file is closed, and only then are its record and cgroup removed. The
 	// retiring record survives an agent restart, and the new agent watches it.

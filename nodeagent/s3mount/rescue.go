@@ -21,25 +21,6 @@ import (
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
-// Event reasons on the pod. Tools tell the restore methods apart by reason, never by message.
-const (
-	// EventMountReplayed: the driver's own mount is back at the target (kubelet's calls replayed).
-	EventMountReplayed = "MountReplayed"
-	// EventMountBridged: our own s3fs is bound over the dead target while the driver is down.
-	EventMountBridged = "MountBridged"
-	// EventBridgeRetired: the driver answers again; the target moved from our bridge to the
-	// driver's own mount.
-	EventBridgeRetired      = "BridgeRetired"
-	EventMountRestoreFailed = "MountRestoreFailed"
-	EventContainersRemount  = "ContainersRemounted"
-
-	// EventMountRestored was the one reason of every restore before the methods got their own.
-	//
-	// Deprecated: no longer emitted; read EventMountReplayed, EventMountBridged and
-	// EventBridgeRetired.
-	EventMountRestored = "MountRestored"
-)
-
 // Options tune the rescue; NewOptions gives the defaults.
 type Options struct {
 	// BackoffInitial and BackoffMax bound the wait between failed restores of one PV.

@@ -17,6 +17,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/pvrescue/pvrescue/internal/config"
+	"github.com/pvrescue/pvrescue/internal/contract"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
@@ -48,7 +49,7 @@ func TestInjectionRefusedWithEventNothingStarted(t *testing.T) {
 			w.node.KillMount(target)
 			w.start()
 			w.settle()
-			if n := w.events.Count("app", corev1.EventTypeWarning, EventMountRestoreFailed, "UnsafeVolumeAttributes:"); n == 0 {
+			if n := w.events.Count("app", corev1.EventTypeWarning, contract.ReasonMountRestoreFailed, "UnsafeVolumeAttributes:"); n == 0 {
 				t.Errorf("no UnsafeVolumeAttributes event; events: %+v", w.events.Events())
 			}
 			if n := len(w.node.Started()); n != 0 {
@@ -74,7 +75,7 @@ func TestCredentialsOnlyFromThePV(t *testing.T) {
 	w.node.KillMount(target)
 	w.start()
 	w.settle()
-	if n := w.events.Count("app", corev1.EventTypeWarning, EventMountRestoreFailed, "NoSecretRef:"); n == 0 {
+	if n := w.events.Count("app", corev1.EventTypeWarning, contract.ReasonMountRestoreFailed, "NoSecretRef:"); n == 0 {
 		t.Errorf("PV without a secret reference not reported; events: %+v", w.events.Events())
 	}
 	if n := w.view.Reads("StorageClass") + w.view.Reads("Secret"); n != 0 {
@@ -150,15 +151,15 @@ func TestHungIsNotDead(t *testing.T) {
 	if got := value(t, w.r.Metrics().MountsHung); got != 1 {
 		t.Errorf("mounts_hung = %v, want 1", got)
 	}
-	if n := w.events.Count("app", corev1.EventTypeWarning, EventMountHung, ""); n != 1 {
+	if n := w.events.Count("app", corev1.EventTypeWarning, contract.ReasonMountHung, ""); n != 1 {
 		t.Errorf("%d MountHung Events, want 1", n)
 	}
 	if len(w.node.Aborted()) != 0 {
 		t.Errorf("aborted %v with s3.abortHungAfter off", w.node.Aborted())
 	}
-	assertReasons(t, w.events, map[string]int{EventMountReplayed: 0, EventMountBridged: 0, EventMountRestoreFailed: 0})
+	assertReasons(t, w.events, map[string]int{contract.ReasonMountReplayed: 0, contract.ReasonMountBridged: 0, contract.ReasonMountRestoreFailed: 0})
 	if st := hungCondition(t, w); st != corev1.ConditionTrue {
-		t.Errorf("Node condition %s = %q after 5 minutes hung, want True", ConditionS3MountHung, st)
+		t.Errorf("Node condition %s = %q after 5 minutes hung, want True", contract.ConditionS3MountHung, st)
 	}
 	w.node.Resume(target)
 	w.sync()
@@ -166,7 +167,7 @@ func TestHungIsNotDead(t *testing.T) {
 		t.Errorf("mounts_hung = %v after the daemon answers again", got)
 	}
 	if st := hungCondition(t, w); st != corev1.ConditionFalse {
-		t.Errorf("Node condition %s = %q after the daemon answers again, want False", ConditionS3MountHung, st)
+		t.Errorf("Node condition %s = %q after the daemon answers again, want False", contract.ConditionS3MountHung, st)
 	}
 	if after := w.node.Table().Stack(target); !cmp.Equal(after, before) {
 		t.Errorf("target stack changed after the daemon answered again: %v", after)
@@ -194,7 +195,7 @@ func TestAbortHungAfter(t *testing.T) {
 	if got := w.node.Aborted(); !slices.Equal(got, []string{hung.Dev}) {
 		t.Errorf("aborted %v, want [%s]", got, hung.Dev)
 	}
-	if n := w.events.Count("app", corev1.EventTypeWarning, EventMountHungAborted, ""); n != 1 {
+	if n := w.events.Count("app", corev1.EventTypeWarning, contract.ReasonMountHungAborted, ""); n != 1 {
 		t.Errorf("%d MountHungAborted Events, want 1", n)
 	}
 	if len(w.csi.Publish) != 1 {
@@ -224,7 +225,7 @@ func hungCondition(t *testing.T, w *world) corev1.ConditionStatus {
 			t.Fatal(err)
 		}
 		for _, c := range p.Status.Conditions {
-			if c.Type == ConditionS3MountHung {
+			if c.Type == contract.ConditionS3MountHung {
 				st = c.Status
 			}
 		}
@@ -301,7 +302,7 @@ func TestRemounterAndHealthSeries(t *testing.T) {
 	if len(reqs) != 1 || reqs[0].DeadDevice != dead.Dev || reqs[0].DeadRoot != "/" || reqs[0].LivePath != target || reqs[0].Pod.Name != "app" {
 		t.Fatalf("remount requests %+v, want one for dev %s at %s", reqs, dead.Dev, target)
 	}
-	if n := w.events.Count("app", corev1.EventTypeNormal, EventContainersRemount, ""); n != 1 {
+	if n := w.events.Count("app", corev1.EventTypeNormal, contract.ReasonContainersRemounted, ""); n != 1 {
 		t.Errorf("ContainersRemounted events: %d", n)
 	}
 	w.sync()

@@ -23,7 +23,9 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/pvrescue/pvrescue/internal/config"
+	"github.com/pvrescue/pvrescue/internal/contract"
 	"github.com/pvrescue/pvrescue/nodeagent"
+	"github.com/pvrescue/pvrescue/nodeagent/nodeagenttest"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
@@ -41,7 +43,7 @@ const (
 type world struct {
 	t       *testing.T
 	node    *FakeNode
-	view    *FakeView
+	view    *nodeagenttest.FakeView
 	clock   *clocktesting.FakeClock
 	events  *EventLog
 	remount *fakeRemounter
@@ -60,7 +62,7 @@ type world struct {
 
 func newWorld(t *testing.T, objs ...runtime.Object) *world {
 	t.Helper()
-	w := &world{t: t, node: NewFakeNode(), view: NewFakeView(), events: &EventLog{},
+	w := &world{t: t, node: NewFakeNode(), view: nodeagenttest.NewFakeView(), events: &EventLog{},
 		clock: clocktesting.NewFakeClock(time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC))}
 	for _, o := range objs {
 		w.view.Set(o)
@@ -267,7 +269,9 @@ func TestRestorerRestoresDeadTarget(t *testing.T) {
 	if len(started) != 1 || !slices.Contains(started[0], "url=http://s3.local:9000") || started[0][1] != "bkt:/pv-a" || started[0][2] != staging {
 		t.Errorf("s3fs command lines: %v", started)
 	}
-	w.waitFor("MountBridged event", func() bool { return w.events.Count("app", corev1.EventTypeNormal, EventMountBridged, "") == 1 })
+	w.waitFor("MountBridged event", func() bool {
+		return w.events.Count("app", corev1.EventTypeNormal, contract.ReasonMountBridged, "") == 1
+	})
 	if got := counter(t, w.r.Metrics().DeadFound); got != 1 {
 		t.Errorf("dead mounts found = %v, want 1", got)
 	}
@@ -356,7 +360,7 @@ func TestRestorerBadInput(t *testing.T) {
 			w.node.KillMount(target)
 			w.start()
 			w.waitFor("retried failure events", func() bool {
-				return w.events.Count("app", corev1.EventTypeWarning, EventMountRestoreFailed, tt.reason+":") >= 3
+				return w.events.Count("app", corev1.EventTypeWarning, contract.ReasonMountRestoreFailed, tt.reason+":") >= 3
 			})
 			if mounts := w.node.Table().Stack(target); len(mounts) != 1 || mounts[0].ID != dead.ID {
 				t.Errorf("target touched: %+v", mounts)

@@ -9,6 +9,7 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/pvrescue/pvrescue/internal/contract"
 	"github.com/pvrescue/pvrescue/nodeagent"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
@@ -148,7 +149,7 @@ func (r *Restorer) failed(ts []target, err error) {
 	reason := Reason(err)
 	r.metrics.Failures.WithLabelValues(reason).Inc()
 	for _, t := range ts {
-		r.d.Recorder.Eventf(t.pod, corev1.EventTypeWarning, EventMountRestoreFailed,
+		r.d.Recorder.Eventf(t.pod, corev1.EventTypeWarning, contract.ReasonMountRestoreFailed,
 			"%s: restoring S3 volume %s: %v", reason, t.pv, err)
 	}
 }
@@ -183,7 +184,7 @@ func (r *Restorer) remount(ctx context.Context, t target, dead []stack.Mount) {
 		})
 		if err != nil {
 			log.Error(err, "remounting in containers", "pod", klogRef(t.pod), "pv", t.pv, "deadDevice", m.Dev)
-			r.d.Recorder.Eventf(t.pod, corev1.EventTypeWarning, EventContainersRemount,
+			r.d.Recorder.Eventf(t.pod, corev1.EventTypeWarning, contract.ReasonContainersRemounted,
 				"S3 volume %s: could not put the restored mount into running containers: %v", t.pv, err)
 			continue
 		}
@@ -194,7 +195,7 @@ func (r *Restorer) remount(ctx context.Context, t target, dead []stack.Mount) {
 			if len(res.Failed) > 0 {
 				typ = corev1.EventTypeWarning
 			}
-			r.d.Recorder.Eventf(t.pod, typ, EventContainersRemount,
+			r.d.Recorder.Eventf(t.pod, typ, contract.ReasonContainersRemounted,
 				"S3 volume %s: restored mount put into %d container(s), %d failed", t.pv, len(res.Fixed), len(res.Failed))
 		}
 	}

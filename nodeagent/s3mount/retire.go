@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/go-logr/logr"
+	"github.com/pvrescue/pvrescue/internal/contract"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
@@ -169,6 +170,6 @@ func (r *Restorer) swap(ctx context.Context, session *csiclient.Session, t targe
 	if len(mounts) >= 2 {
 		dead = append(dead, mounts[len(mounts)-2])
 	}
-	r.restored(ctx, t, MethodReplay, EventBridgeRetired, ro, dead, "driver "+pv.Spec.CSI.Driver+" answers again: moved to its own mount, bridge retired")
+	r.restored(ctx, t, MethodReplay, contract.ReasonBridgeRetired, ro, dead, "driver "+pv.Spec.CSI.Driver+" answers again: moved to its own mount, bridge retired")
 	return nil
 }

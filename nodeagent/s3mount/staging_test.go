@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pvrescue/pvrescue/internal/contract"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
@@ -73,7 +74,7 @@ func TestRetireWithStagingDriverHappensOnce(t *testing.T) {
 	if p := w.node.Processes(); len(p) != 1 || !p[0].Exited() {
 		t.Error("bridge not stopped after the retire")
 	}
-	assertReasons(t, w.events, map[string]int{EventMountBridged: 1, EventBridgeRetired: 1})
+	assertReasons(t, w.events, map[string]int{contract.ReasonMountBridged: 1, contract.ReasonBridgeRetired: 1})
 }
 
 // A target whose only mount is a bind of our bridge: the retire puts the driver's mount on top

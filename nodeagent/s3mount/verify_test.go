@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/pvrescue/pvrescue/internal/contract"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
@@ -30,14 +31,14 @@ func refusals(target string) []struct {
 		name, reason string
 		result       func(n *FakeNode, path string) bool
 	}{
-		{"not a mount", stack.EventReplayResultNotVisible, func(*FakeNode, string) bool { return true }},
-		{"plain dir of the node", stack.EventReplayResultNotVisible, func(n *FakeNode, p string) bool { n.bindNodeDir(p); return true }},
-		{"wrong fstype", stack.EventReplayResultWrongFilesystem, func(n *FakeNode, p string) bool { n.AddMount(p, "tmpfs", "tmpfs"); return true }},
-		{"same device", stack.EventReplayResultSameDevice, func(n *FakeNode, p string) bool {
+		{"not a mount", contract.ReasonReplayResultNotVisible, func(*FakeNode, string) bool { return true }},
+		{"plain dir of the node", contract.ReasonReplayResultNotVisible, func(n *FakeNode, p string) bool { n.bindNodeDir(p); return true }},
+		{"wrong fstype", contract.ReasonReplayResultWrongFilesystem, func(n *FakeNode, p string) bool { n.AddMount(p, "tmpfs", "tmpfs"); return true }},
+		{"same device", contract.ReasonReplayResultSameDevice, func(n *FakeNode, p string) bool {
 			_ = fakeMounter{n}.Bind(target, p, false)
 			return true
 		}},
-		{"not answering", stack.EventReplayResultNotAnswering, func(n *FakeNode, p string) bool {
+		{"not answering", contract.ReasonReplayResultNotAnswering, func(n *FakeNode, p string) bool {
 			n.AddMount(p, "fuse.s3fs", "s3fs")
 			n.KillMount(p)
 			return true
@@ -78,7 +79,7 @@ func TestReplayResultRefused(t *testing.T) {
 			if !slices.Contains(w.node.Removed(), fresh) {
 				t.Errorf("fresh directory %s not removed", fresh)
 			}
-			assertReasons(t, w.events, map[string]int{EventMountReplayed: 0})
+			assertReasons(t, w.events, map[string]int{contract.ReasonMountReplayed: 0})
 		})
 	}
 }
@@ -147,7 +148,7 @@ func TestHandBackResultRefused(t *testing.T) {
 			if p := w.node.Processes(); len(p) != 1 || p[0].Exited() {
 				t.Errorf("bridge s3fs stopped although the hand-back was refused")
 			}
-			assertReasons(t, w.events, map[string]int{EventBridgeRetired: 0})
+			assertReasons(t, w.events, map[string]int{contract.ReasonBridgeRetired: 0})
 		})
 	}
 }
@@ -167,8 +168,8 @@ func TestCheckMountRefusesOurBridgeDevice(t *testing.T) {
 	}
 	w.clock.Step(2 * time.Second)
 	w.sync()
-	if n := w.events.Count("app", corev1.EventTypeWarning, stack.EventReplayResultSameDevice, ""); n == 0 {
-		t.Errorf("no %s Event", stack.EventReplayResultSameDevice)
+	if n := w.events.Count("app", corev1.EventTypeWarning, contract.ReasonReplayResultSameDevice, ""); n == 0 {
+		t.Errorf("no %s Event", contract.ReasonReplayResultSameDevice)
 	}
-	assertReasons(t, w.events, map[string]int{EventBridgeRetired: 0})
+	assertReasons(t, w.events, map[string]int{contract.ReasonBridgeRetired: 0})
 }

@@ -8,31 +8,18 @@ import (
 	"strings"
 
 	"github.com/go-logr/logr"
+	"github.com/pvrescue/pvrescue/internal/contract"
 )
 
-// Event reasons (on the pod) when a mount is refused before anything is bound over a kubelet
-// path; they say what the driver (or our bridge) produced. Each is also the result label of
-// pvrescue_s3_result_checks_total (ResultOK when the mount passed).
-const (
-	// EventReplayResultNotVisible: nothing is mounted at the path, or only a directory of the
-	// node's own filesystem: the driver mounted where the node does not see it (a path outside
-	// what its container mounts), or not at all.
-	EventReplayResultNotVisible = "ReplayResultNotVisible"
-	// EventReplayResultWrongFilesystem: the mount is not of the dead mount's FUSE type (nor the
-	// driver profile's).
-	EventReplayResultWrongFilesystem = "ReplayResultWrongFilesystem"
-	// EventReplayResultSameDevice: the mount is the dead filesystem again (same device).
-	EventReplayResultSameDevice = "ReplayResultSameDevice"
-	// EventReplayResultNotAnswering: the mount does not answer statfs.
-	EventReplayResultNotAnswering = "ReplayResultNotAnswering"
-
-	ResultOK = "OK"
-)
+// ResultOK is the result label of pvrescue_s3_result_checks_total for a mount that passed the
+// check; a refusal's label is its Event reason (contract.ReasonReplayResult*), which says what
+// the driver (or our bridge) produced.
+const ResultOK = "OK"
 
 // ErrResultRefused is wrapped by every refusal of Rules.Check (a *ResultError).
 var ErrResultRefused = errors.New("mount refused before binding it over a kubelet path")
 
-// ResultError is a refusal of Rules.Check: Reason is one of the EventReplayResult* reasons.
+// ResultError is a refusal of Rules.Check: Reason is one of contract.ReasonReplayResult*.
 type ResultError struct {
 	Reason string
 	Path   string
@@ -104,20 +91,20 @@ func (r *Rules) inspect(ctx context.Context, source string, c Check) (Mount, err
 	}
 	stack := table.Stack(source)
 	if len(stack) == 0 {
-		return refuse(EventReplayResultNotVisible, "nothing is mounted there (the driver mounted where the node does not see it, or not at all)")
+		return refuse(contract.ReasonReplayResultNotVisible, "nothing is mounted there (the driver mounted where the node does not see it, or not at all)")
 	}
 	top := stack[len(stack)-1]
 	if parent, ok := table.ByID(stack[0].ParentID); ok && parent.Dev == top.Dev {
-		return refuse(EventReplayResultNotVisible, "a directory of the node's own filesystem (%s, device %s, as the mount it sits on)", top.FSType, top.Dev)
+		return refuse(contract.ReasonReplayResultNotVisible, "a directory of the node's own filesystem (%s, device %s, as the mount it sits on)", top.FSType, top.Dev)
 	}
 	if slices.ContainsFunc(c.Dead, func(d Mount) bool { return d.Dev == top.Dev }) {
-		return refuse(EventReplayResultSameDevice, "device %s is already at the kubelet path (the dead mount's, or ours)", top.Dev)
+		return refuse(contract.ReasonReplayResultSameDevice, "device %s is already at the kubelet path (the dead mount's, or ours)", top.Dev)
 	}
 	if !IsFUSE(top.FSType) || !slices.Contains(c.FUSETypes, top.FSType) {
-		return refuse(EventReplayResultWrongFilesystem, "filesystem %q (source %q), want %s", top.FSType, top.Source, strings.Join(nonEmpty(c.FUSETypes), " or "))
+		return refuse(contract.ReasonReplayResultWrongFilesystem, "filesystem %q (source %q), want %s", top.FSType, top.Source, strings.Join(nonEmpty(c.FUSETypes), " or "))
 	}
 	if err := r.statfs(ctx, source); err != nil {
-		return refuse(EventReplayResultNotAnswering, "statfs: %v", err)
+		return refuse(contract.ReasonReplayResultNotAnswering, "statfs: %v", err)
 	}
 	return top, nil
 }

@@ -31,7 +31,6 @@ type FakeCSI struct {
 	Unstaged    []string // staging paths
 	Unpublished []string // target paths
 	Sockets     []string
-	nextDevs    int
 }
 
 // Dial implements csiclient.Dialer.

@@ -463,9 +463,11 @@ func (p *FakeProcess) Exited() bool {
 	}
 }
 
-func (p *FakeProcess) Pid() int        { return p.pid }
-func (p *FakeProcess) ID() s3fs.ProcID { return s3fs.ProcID{Pid: p.pid, StartTime: uint64(p.pid) * 10} }
-func (p *FakeProcess) Output() string  { return p.output }
+func (p *FakeProcess) Pid() int { return p.pid }
+func (p *FakeProcess) ID() s3fs.ProcID {
+	return s3fs.ProcID{Pid: p.pid, StartTime: uint64(p.pid) * 10} //nolint:gosec // fake pids are small and positive
+}
+func (p *FakeProcess) Output() string { return p.output }
 func (p *FakeProcess) Wait() error {
 	<-p.done
 	return fmt.Errorf("exit status 1")

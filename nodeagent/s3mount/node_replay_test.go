@@ -37,7 +37,7 @@ func (e *nodeEnv) publishViaPlugin(podUID, pv string) string {
 	defer cancel()
 	node, err := csiclient.GRPCDialer{}.Dial(ctx, csiclient.PluginSocket(e.kubelet, driver))
 	must(e.t, err)
-	defer node.Close()
+	defer func() { _ = node.Close() }() // a test client: nothing to report on close
 	must(e.t, node.NodePublish(ctx, &csi.NodePublishVolumeRequest{VolumeId: bucket + "/" + pv, TargetPath: target,
 		VolumeCapability: &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
 			AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER}},
@@ -139,7 +139,7 @@ func unpublish(ctx context.Context, socket, target string) error {
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }() // a test client: nothing to report on close
 	_, err = csi.NewNodeClient(conn).NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: bucket + "/pv-r", TargetPath: target})
 	return err
 }

@@ -53,7 +53,7 @@ func TestNodeStagingReplay(t *testing.T) {
 	defer cancel()
 	node, err := csiclient.GRPCDialer{}.Dial(ctx, endpoint)
 	must(t, err)
-	defer node.Close()
+	defer func() { _ = node.Close() }() // a test client: nothing to report on close
 	capability := &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
 		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER}}
 	secrets := map[string]string{"accessKeyID": ak, "secretAccessKey": sk, "endpoint": e.endpoint}

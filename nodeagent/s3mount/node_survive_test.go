@@ -235,7 +235,12 @@ func TestNodeBridgeSurvivesAgentContainer(t *testing.T) {
 	actx, cancel := context.WithCancel(logr.NewContext(context.Background(), testr.New(t)))
 	done := make(chan error, 1)
 	go func() { done <- r.Run(actx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Logf("agent: %v", err)
+		}
+	})
 	time.Sleep(time.Second) // five check intervals: it must not re-bridge or stack
 	if n := len(stackAt(target)); n != 2 {
 		t.Errorf("target stack after adoption: %d, want 2", n)

@@ -198,7 +198,7 @@ func (e *nodeEnv) publish(pod *corev1.Pod, pv string) (string, *os.Process) {
 		"-o", "use_path_request_style", "-o", "allow_other")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	must(e.t, cmd.Start())
-	go cmd.Wait() // reap it whenever it dies
+	go func() { _ = cmd.Wait() }() // reap it whenever it dies; the test kills it on purpose
 	waitFor(e.t, 20*time.Second, "driver s3fs mounted at "+target, func() bool {
 		var st unix.Statfs_t
 		return topSource(target) == "s3fs" && unix.Statfs(target, &st) == nil

@@ -524,7 +524,9 @@ func TestRestorerKeepsStagingWhileALivePodHasItsBind(t *testing.T) {
 	w.start()
 	w.waitFor("bind", func() bool { return len(w.node.Table().Stack(target)) == 2 })
 	// Discovery loses the volume (vol_data.json gone); the pod still runs on our bind.
-	w.node.OS().FS.Remove(filepath.Join(filepath.Dir(target), csiclient.VolDataFile))
+	if err := w.node.OS().FS.Remove(filepath.Join(filepath.Dir(target), csiclient.VolDataFile)); err != nil {
+		t.Fatal(err)
+	}
 	w.settle()
 	if w.node.Processes()[0].Exited() {
 		t.Fatal("stopped the s3fs a live pod's bind depends on")

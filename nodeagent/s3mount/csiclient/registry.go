@@ -84,7 +84,7 @@ func getInfo(ctx context.Context, socket string, timeout time.Duration) (*regist
 	if err != nil {
 		return nil, fmt.Errorf("registration socket %s: %w", socket, err)
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }() // a client connection: closing it reports nothing we could act on
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	return registerapi.NewRegistrationClient(conn).GetInfo(cctx, &registerapi.InfoRequest{})

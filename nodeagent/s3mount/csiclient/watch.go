@@ -37,7 +37,7 @@ func (FSNotifyWatcher) Watch(ctx context.Context, dirs []string, changed func())
 	if err != nil {
 		return err
 	}
-	defer w.Close()
+	defer func() { _ = w.Close() }() // the watch ends here; a close error changes nothing
 	for _, d := range dirs {
 		if err := w.Add(d); err != nil {
 			log.V(1).Info("not watching plugin directory", "dir", d, "err", err.Error())

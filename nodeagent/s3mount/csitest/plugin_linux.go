@@ -59,7 +59,7 @@ func Start(opts Options) (*Plugin, error) {
 	if opts.S3fs == "" {
 		opts.S3fs = "s3fs"
 	}
-	if err := os.MkdirAll(filepath.Dir(opts.Socket), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(opts.Socket), 0o755); err != nil { //nolint:gosec // test support: a plugin socket directory like kubelet's
 		return nil, err
 	}
 	if err := os.MkdirAll(opts.StateDir, 0o700); err != nil {
@@ -74,7 +74,7 @@ func Start(opts Options) (*Plugin, error) {
 	csi.RegisterNodeServer(p.srv, p)
 	go func() { _ = p.srv.Serve(ln) }()
 	if opts.RegistrationSocket != "" {
-		if err := os.MkdirAll(filepath.Dir(opts.RegistrationSocket), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Dir(opts.RegistrationSocket), 0o755); err != nil { //nolint:gosec // test support: kubelet's plugins_registry is 0755 too
 			p.srv.Stop()
 			return nil, err
 		}
@@ -238,7 +238,7 @@ func (p *Plugin) mount(ctx context.Context, volumeID, path string, secrets, volC
 	if err := os.WriteFile(pw, []byte(secrets["accessKeyID"]+":"+secrets["secretAccessKey"]+"\n"), 0o600); err != nil {
 		return status.Error(codes.Internal, err.Error())
 	}
-	cmd := exec.Command(p.opts.S3fs, source, path, "-f", "-o", "passwd_file="+pw, "-o", "url="+endpoint,
+	cmd := exec.Command(p.opts.S3fs, source, path, "-f", "-o", "passwd_file="+pw, "-o", "url="+endpoint, //nolint:gosec // test support: the test's s3fs at the path kubelet gives
 		"-o", "use_path_request_style", "-o", "allow_other")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {

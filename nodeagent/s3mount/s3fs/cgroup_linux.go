@@ -151,7 +151,7 @@ func makeGroup(root, group string) (string, error) {
 	for _, part := range strings.Split(group, "/") {
 		parent := dir
 		dir = filepath.Join(dir, part)
-		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) { //nolint:gosec // a cgroup directory, 0755 as runc and systemd make them
 			return "", err
 		}
 		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
@@ -163,7 +163,7 @@ func makeGroup(root, group string) (string, error) {
 			if err != nil {
 				return "", err
 			}
-			if err := os.WriteFile(filepath.Join(dir, f), val, 0); err != nil {
+			if err := os.WriteFile(filepath.Join(dir, f), val, 0); err != nil { //nolint:gosec // dir is a hierarchy root joined with the validated Options.BridgeCgroup and PVComponent
 				return "", err
 			}
 		}

@@ -40,8 +40,8 @@ func (realProcs) Start(spec ProcSpec) (Process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: open log %s: %w", ErrS3fs, spec.LogFile, err)
 	}
-	defer logf.Close() // the child keeps its own copy
-	cmd := exec.Command(spec.Path, spec.Args...)
+	defer func() { _ = logf.Close() }()          // the child keeps its own copy; ours is only closed
+	cmd := exec.Command(spec.Path, spec.Args...) //nolint:gosec // the configured s3fs, its arguments built by s3fs.Args through the allowlists
 	cmd.Dir, cmd.Env = spec.Dir, spec.Env
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -96,7 +96,7 @@ func (realProcs) Adopt(id ProcID, mention string) (Process, error) {
 		return nil, fmt.Errorf("%w: pid %d: %w", ErrProcessGone, id.Pid, err)
 	}
 	fail := func(why string) (Process, error) {
-		unix.Close(fd)
+		_ = unix.Close(fd) // a pidfd we only opened: closing it cannot fail in a way that matters
 		return nil, fmt.Errorf("%w: pid %d: %s", ErrProcessGone, id.Pid, why)
 	}
 	st, state, err := procStat(id.Pid)
@@ -149,7 +149,7 @@ func tail(path string) string {
 	if err != nil {
 		return ""
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read only
 	if st, err := f.Stat(); err == nil && st.Size() > tailMax {
 		_, _ = f.Seek(-tailMax, io.SeekEnd)
 	}
@@ -169,7 +169,7 @@ type adoptedProcess struct {
 }
 
 func (p *adoptedProcess) watch() {
-	fds := []unix.PollFd{{Fd: int32(p.fd), Events: unix.POLLIN}}
+	fds := []unix.PollFd{{Fd: int32(p.fd), Events: unix.POLLIN}} //nolint:gosec // the kernel keeps file descriptors below 2^31
 	for {
 		_, err := unix.Poll(fds, -1)
 		if err == nil || !errors.Is(err, unix.EINTR) {
@@ -178,7 +178,7 @@ func (p *adoptedProcess) watch() {
 	}
 	p.mu.Lock()
 	p.closed = true
-	unix.Close(p.fd)
+	_ = unix.Close(p.fd) // the process has exited; the pidfd is only released
 	p.mu.Unlock()
 	close(p.done)
 }

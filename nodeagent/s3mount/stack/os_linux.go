@@ -55,7 +55,7 @@ func bindReadOnly(source, target string) error {
 	if err != nil {
 		return fmt.Errorf("%w: clone %s: %w", ErrMount, source, err)
 	}
-	defer unix.Close(fd)
+	defer func() { _ = unix.Close(fd) }() // the detached clone: attached by then, or dropped with the fd
 	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
 		return fmt.Errorf("%w: make clone of %s read-only: %w", ErrMount, source, err)
 	}
@@ -145,17 +145,19 @@ func (realFS) WriteFile(path string, data []byte, perm fs.FileMode) error {
 	if err != nil {
 		return err
 	}
+	// On a failure below, the temporary file is removed as far as possible; the failure itself
+	// is what the caller needs to know.
 	if _, err := f.Write(data); err != nil {
-		f.Close()
-		os.Remove(tmp)
+		_ = f.Close()
+		_ = os.Remove(tmp)
 		return err
 	}
 	if err := f.Close(); err != nil {
-		os.Remove(tmp)
+		_ = os.Remove(tmp)
 		return err
 	}
 	if err := os.Chmod(tmp, perm); err != nil { // umask may have narrowed it
-		os.Remove(tmp)
+		_ = os.Remove(tmp)
 		return err
 	}
 	return os.Rename(tmp, path)

@@ -60,7 +60,7 @@ func (r *Rules) DropOurTops(ctx context.Context, path string) error {
 		}
 		top := stack[len(stack)-1]
 		_, ours := PVFromFSName(top.Source)
-		if !ours && !(r.Placed.Is(path, top) && IsDead(r.statfs(ctx, path))) {
+		if !ours && (!r.Placed.Is(path, top) || !IsDead(r.statfs(ctx, path))) {
 			return nil
 		}
 		if err := r.Mounter.Unmount(path, true); err != nil {

@@ -34,7 +34,7 @@ func (r *Restorer) cleanupTargets(ctx context.Context, table stack.Table, live m
 			continue
 		}
 		done[m.MountPoint] = true
-		// The mount we put at this target (a replayed hand-back or a bridge bind) is gone
+		// The mount we put at this target (a replayed driver mount or a bridge bind) is gone
 		// although we did not remove it: kubelet's teardown took it (the driver's NodeUnpublish
 		// unmounts the top only) and found the dead driver mount below, so kubelet left its
 		// mount directory and vol_data.json behind and will not come back for them.

@@ -5,7 +5,7 @@
 // agent) checks the targets of this node's pods (read through the node-scoped ClusterView: pods
 // from the shared informer, PVs/PVCs on demand) at once when a FUSE daemon exits (fusewatch), on
 // every pod change, and when a node plugin's socket appears in <kubelet>/plugins_registry,
-// <kubelet>/plugins or <kubelet>/plugins/<driver> (inotify, watch.go: a restarted driver is
+// <kubelet>/plugins or <kubelet>/plugins/<driver> (inotify, csiclient.FSNotifyWatcher: a restarted driver is
 // replayed through as soon as it is back). A periodic pass is the safety net: every
 // s3.checkInterval (1 min; it bounds how late a hung daemon, which wakes nothing, is noticed), and
 // every s3.pendingCheckInterval (1 s) while a step only time moves on may be due (nextCheckIn). A
@@ -13,7 +13,7 @@
 //
 //  1. Replay through the driver (primary), for drivers in s3.replayDrivers. The node plugin's
 //     socket is found as kubelet finds it: Registration.GetInfo on each registration socket in
-//     <kubelet>/plugins_registry names the driver's endpoint (registry.go); without one, the
+//     <kubelet>/plugins_registry names the driver's endpoint (csiclient.GRPCRegistry); without one, the
 //     usual <kubelet>/plugins/<driver>/csi.sock. Kubelet's calls are then replayed: NodeStageVolume when the plugin has STAGE_UNSTAGE_VOLUME,
 //     then NodePublishVolume for each dead target — same volume ID, capability (access mode,
 //     fsType, the PV's mount options), volume context (the PV's attributes, plus pod info when the
@@ -29,7 +29,7 @@
 //     bucket:/<prefix>/csi-fs unless usePrefix). Anything else is
 //     reported (Event reason CannotReproduce), not guessed.
 //
-// # The hand-back
+// # Covering the dead mount
 //
 // Drivers refuse a target whose mount check fails with ENOTCONN, and unmounting the dead mount
 // first would expose the bare directory to running containers (they would write into the node's
@@ -68,11 +68,12 @@
 //     vol_data.json: kubelet never parses it. "~" is valid neither in a CSI driver name nor in
 //     the directories kubelet makes, so the name collides with nothing of kubelet's.
 //
-// A restarted agent finds what a crash at any step left at these paths (sweep.go, on start): a
+// A restarted agent finds what a crash at any step left at these paths (csiclient.SweepFresh, on
+// start): a
 // mount whose device is at the kubelet path was handed over and is detached by the agent; any
 // other is undone through the driver, then detached; the directories are removed.
 //
-// After the hand-back the agent detaches the driver's mount at the fresh directory itself
+// Once the driver's mount is at kubelet's path the agent detaches the driver's mount at the fresh directory itself
 // (MNT_DETACH) and removes the directory; it does not call NodeUnpublishVolume or
 // NodeUnstageVolume there. Field drivers unmount and then wait for the FUSE process whose
 // command line names the path to exit (k8s-csi-s3's FuseUnmount waits up to 20 s and fails):
@@ -87,8 +88,9 @@
 //
 // # Verify before binding
 //
-// Nothing is bound over a kubelet path (a replayed publish, a restaged globalmount, a bridge, a
-// hand-back from the bridge, putting the bridge back) before one check (checkMount, verify.go):
+// Nothing is bound over a kubelet path (a replayed publish, a restaged globalmount, a bridge, the
+// hand-back from the bridge to the driver, putting the bridge back) before one check
+// (stack.Rules.Check):
 // the source is a mount point whose device differs from the mount it sits on (not a directory of
 // the node's filesystem), its device is none of those at the kubelet path (the dead one, or
 // ours), its type is the dead driver mount's FUSE type or the profile's (our own bridge: fuse or
@@ -124,7 +126,7 @@
 // FUSE mount of a configured S3 driver below them (kubelet keeps the pod until its target holds no
 // mount, and a driver whose NodeUnpublish unmounts only the top leaves that dead mount behind).
 // Live mounts that are not ours are never touched. The mount we put at a target (a replayed
-// hand-back, a bridge bind) is recorded by device (handed.json); when it vanishes from a gone
+// driver mount, a bridge bind) is recorded by device (stack.Placed, in handed.json); when it vanishes from a gone
 // pod's target without us removing it, kubelet's teardown took it (the driver's NodeUnpublish
 // unmounts the top only), found the dead mount below and left its directory; once the agent has
 // removed that dead mount it finishes kubelet's removeMountDir: the empty mount directory,
@@ -139,14 +141,14 @@
 // host's PID namespace, as the agent does with hostPID; it reads the pids from the devices
 // hierarchy on cgroup v1) and then removes that cgroup. So every bridge is:
 //
-//   - started detached (detach.go, procs_linux.go): its own session (setsid), stdin /dev/null,
+//   - started detached (s3fs.Supervisor, s3fs/procs_linux.go): its own session (setsid), stdin /dev/null,
 //     stdout and stderr to <state>/s3/log/<pv>.log (truncated at each start; a pipe to the agent
 //     would break with the agent and SIGPIPE would kill s3fs), working directory <state>/s3,
 //     TMPDIR and s3fs's tmpdir= in <state>/s3/tmp/<pv>, no other inherited descriptor;
 //   - started in the node's network namespace, <Options.BridgeNetNS> (default /proc/1/ns/net,
 //     joined by the forking thread only): the agent pod has its own, which keeps only lo once
 //     the pod is deleted — a bridge s3fs in it survived the agent but every S3 request (and so
-//     every read through the bridge) hung (F8, seen on the demo cluster: the surviving s3fs's
+//     every read through the bridge) hung (seen on the demo cluster: the surviving s3fs's
 //     /proc/<pid>/net/dev listed only lo). When init's namespace cannot be opened (the demo
 //     node: EACCES even for root), the agent's parent's is used (with hostPID the container's
 //     shim, which runs on the node's network), and failing that the agent's own (logged);
@@ -168,19 +170,19 @@
 // While the agent lives, the bridge is its child and it reaps it. When the agent dies the bridge
 // is reparented to the container's shim (a child subreaper) and, when the shim ends with the pod,
 // to init; both reap. A restarted agent (Prepare → adopt) recognises a bridge as live and its
-// own when the staging mount at <state>/s3/staging/<pv> answers and the recorded pid still has
-// the recorded start time and our staging path on its command line; it then watches it through
+// own when its mount at <state>/s3/staging/<pv> answers and the recorded pid still has
+// the recorded start time and that mount point on its command line; it then watches it through
 // a pidfd (it is no longer its child) and neither starts a second s3fs nor binds again. A
-// recorded s3fs whose staging mount is dead or gone is stopped (through the pidfd, so a reused
+// recorded s3fs whose mount is dead or gone is stopped (through the pidfd, so a reused
 // pid is never signalled), and its mount, record and cgroup removed. Retiring a bridge (its
 // targets moved back to the driver, or its pods gone) never signals s3fs: our bind at a bridged
 // target is detached lazily (MNT_DETACH) when the driver's mount replaces it (files an app holds
 // open on the bridge make a plain unmount fail with EBUSY, and they keep working through the
-// detached bind), then the staging mount is detached lazily too. Once the last file open on it
+// detached bind), then the bridge's own mount is detached lazily too. Once the last file open on it
 // is closed, the kernel releases the filesystem and s3fs exits by itself, having uploaded what
 // was written; the agent watches it (as its child, or through a pidfd), and removes its record
 // and cgroup after it exited. Until then the record is <state>/s3/bridges/<pv>.<pid>.retiring,
-// which a restarted agent watches again (retiring.go). A bind of the bridge left under the
+// which a restarted agent watches again (s3fs/retiring.go). A bind of the bridge left under the
 // driver's mount keeps s3fs alive until kubelet's teardown of that pod.
 //
 // The bridge's mount namespace and root stay the agent container's: s3fs and its libraries
@@ -199,11 +201,23 @@
 // kernel kills every process of it when the container ends: bridges then cannot survive (the
 // agent logs it; the shipped manifests set hostPID).
 //
-// Files: rescue.go (options, loop), discovery.go (targets, health), restore.go (the order above),
-// replay.go, csi.go, registry.go (plugin registration), attach.go (publish context) and watch.go
-// (plugin sockets) for the driver path, retire.go (back to the driver), bridge.go and allowlist.go
-// (our s3fs and what may reach its command line), detach.go, procs_linux.go and cgroup_linux.go
-// (bridges that outlive the agent), retiring.go (bridges exiting by themselves), fresh.go and
-// sweep.go (fresh paths, crash left-overs), verify.go (the check before a bind), hung.go,
-// handed.go and cleanup.go (records, teardown).
+// # Rooms
+//
+// One dead target goes forward through four packages, never back:
+//
+//   - s3mount, the orchestrator: Run and Sync (rescue.go), discovery and health (discovery.go),
+//     the order above (restore.go), replay and retire of a PV's targets (replay.go, retire.go),
+//     the bridge's binds and the record of a restore (bridge.go), gone pods (cleanup.go), hung
+//     mounts (hung.go), backoff, metrics and Events (reasons in internal/contract);
+//   - s3mount/csiclient, talking to a node plugin: registration, socket watch, kubelet's CSI
+//     paths, the fresh directories, and one Session (dial, capability, publish context, staging
+//     path) through which replay and retire restage and publish;
+//   - s3mount/s3fs, our own s3fs that outlives the agent: volume attributes and credentials
+//     through the allowlists, the command line, the process, cgroup and network namespace, the
+//     records, adoption and retiring (Supervisor);
+//   - s3mount/stack, the rules at one kubelet path on internal/mountinfo: the mount table, health,
+//     which mounts are ours (our fsname, stack.Placed), the check before a bind, and covering a
+//     dead mount without ever leaving the path bare (Rules.Cover).
+//
+// The subpackages never import s3mount; csiclient and s3fs use stack.
 package s3mount

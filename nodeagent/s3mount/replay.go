@@ -16,7 +16,7 @@ import (
 // called: NodeStageVolume (when the plugin stages) and NodePublishVolume per target, with the
 // PV's volume ID, capability, volume context (plus pod info when the CSIDriver asks for it) and
 // exactly the secrets kubelet passes. Each call goes to a fresh directory of ours, and the result
-// is handed over to kubelet's path (see the package doc). ErrDriverDown when the plugin does not
+// is put over the dead mount at kubelet's path (see the package doc). ErrDriverDown when the plugin does not
 // answer.
 func (r *Restorer) replay(ctx context.Context, pv *corev1.PersistentVolume, ts []target) error {
 	log := logr.FromContextOrDiscard(ctx).WithValues("pv", pv.Name, "method", MethodReplay)
@@ -94,7 +94,7 @@ func (r *Restorer) republish(ctx context.Context, session *csiclient.Session, t 
 }
 
 // revivedByStaging records a target that the replayed staging mount revived through mount
-// propagation: the mount on top is recorded as handed back (bounded stacks), the ones below are
+// propagation: the mount on top is recorded as one we put there (bounded stacks), the ones below are
 // the dead mounts running containers may still hold.
 // prior, the target's stack before the restage, adds the dead mount the restage removed (with
 // the dead staging mount it propagated from): running containers hold that one.

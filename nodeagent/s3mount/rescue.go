@@ -169,7 +169,7 @@ func New(deps nodeagent.Deps, os OS, opts Options) (*Restorer, error) {
 	return r, nil
 }
 
-// Metrics returns the rescue's metrics (for tests and the agent's status page).
+// Metrics returns the rescue's metrics (for tests).
 func (r *Restorer) Metrics() *Metrics { return r.metrics }
 
 // bridgeExited handles the unexpected exit of a bridge's s3fs: a check at once, so the dead binds
@@ -234,7 +234,7 @@ func (r *Restorer) Run(ctx context.Context) error {
 // the loop at once, so the periodic pass is only a safety net (s3.checkInterval, minutes) — except
 // while something is under way that only time moves on (a dead target counting towards
 // s3.bridgeAfter, a hung mount, a restore in flight or backing off, a bridge waiting to be handed
-// back, a gone pod's target kubelet is still tearing down): then every s3.pendingCheckInterval.
+// back to the driver, a gone pod's target kubelet is still tearing down): then every s3.pendingCheckInterval.
 func (r *Restorer) nextCheckIn() time.Duration {
 	every := r.cfg.S3.CheckInterval.Duration
 	if p := r.cfg.S3.PendingCheckInterval.Duration; p > 0 && p < every && r.pending() {

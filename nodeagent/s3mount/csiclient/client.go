@@ -156,7 +156,7 @@ const (
 // restage stages the volume again when kubelet's staging path is not the driver's live mount
 // (dead, or our bridge): the plugin stages at a fresh directory, whose mount is then bound over
 // kubelet's staging path (on top of the dead one; no container uses that path) and the fresh
-// directory unmounted. Our own mounts on top there (a bridge, a dead earlier hand-back) go first,
+// directory unmounted. Our own mounts on top there (a bridge, a dead mount we put there earlier) go first,
 // so the stack stays the driver's dead mount plus one live mount.
 func (c *Client) restage(ctx context.Context, node Node, pv *corev1.PersistentVolume, capability *csi.VolumeCapability, pubCtx map[string]string, stagingPath, fresh string) error {
 	table, err := c.Mounter.MountTable()
@@ -205,7 +205,7 @@ func (c *Client) restage(ctx context.Context, node Node, pv *corev1.PersistentVo
 	return nil
 }
 
-// dropFresh removes a fresh directory of ours after a hand-back: the mounts there (the driver's,
+// DropFresh removes a fresh directory of ours once its mount is at kubelet's path: the mounts there (the driver's,
 // whose FUSE connection now lives on in the bind at kubelet's path) are detached by the agent
 // itself, never through the driver's NodeUnpublishVolume/NodeUnstageVolume — see the package
 // doc — and the directory, with its parent of ours when empty, removed.
@@ -226,8 +226,8 @@ func (c *Client) DropFresh(ctx context.Context, fresh string) {
 	}
 }
 
-// undoFresh removes the driver's mount at a fresh path of ours whose result was not handed
-// over (refused, or the call failed half-way): through the driver first — that mount serves
+// undoFresh removes the driver's mount at a fresh path of ours whose result was not put
+// over the dead mount (refused, or the call failed half-way): through the driver first — that mount serves
 // nothing else, so its NodeUnpublishVolume/NodeUnstageVolume may wait for or stop the daemon
 // behind it, and it is the only way to reach a mount the node does not see — then whatever is
 // still visible there is detached by the agent and the directory removed.

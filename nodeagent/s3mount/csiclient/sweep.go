@@ -10,10 +10,10 @@ import (
 )
 
 // SweepFresh cleans what an earlier agent left at its fresh paths when it died in the middle of
-// a replay or a hand-back (Prepare runs it before any restore). A mount at a fresh path whose
-// device is in the stack at its kubelet path was handed over: the agent detaches it itself
+// a replay or a retire (the rescue's Prepare runs it before any restore). A mount at a fresh path
+// whose device is in the stack at its kubelet path was put there: the agent detaches it itself
 // (the driver's process now serves kubelet's path; see the package doc). Any other mount there
-// was never handed over: the driver is asked to undo its call (NodeUnpublishVolume or
+// was never put there: the driver is asked to undo its call (NodeUnpublishVolume or
 // NodeUnstageVolume at that path), then whatever is left is detached. The fresh directories
 // are then removed.
 func (c *Client) SweepFresh(ctx context.Context) {
@@ -59,8 +59,8 @@ func (c *Client) sweepOne(ctx context.Context, fresh string, table stack.Table) 
 		kubeletPath = KubeletStagingPath(c.Config.KubeletDir, pv.Spec.CSI.Driver, pv.Spec.CSI.VolumeHandle)
 	}
 	top, _ := table.Top(fresh)
-	handed := kubeletPath != "" && slices.ContainsFunc(table.Stack(kubeletPath), func(m stack.Mount) bool { return m.Dev == top.Dev })
-	if !handed && pv != nil && c.Dialer != nil {
+	placed := kubeletPath != "" && slices.ContainsFunc(table.Stack(kubeletPath), func(m stack.Mount) bool { return m.Dev == top.Dev })
+	if !placed && pv != nil && c.Dialer != nil {
 		cctx, cancel := context.WithTimeout(ctx, c.Timeout)
 		if node, err := c.Dialer.Dial(cctx, c.pluginSocket(cctx, pv.Spec.CSI.Driver)); err == nil {
 			c.undoCall(cctx, node, pv.Spec.CSI.VolumeHandle, fresh, stage)
@@ -68,7 +68,7 @@ func (c *Client) sweepOne(ctx context.Context, fresh string, table stack.Table) 
 		}
 		cancel()
 	}
-	log.Info("cleaning a fresh path left by an earlier agent", "handedOver", handed, "pvKnown", pv != nil)
+	log.Info("cleaning a fresh path left by an earlier agent", "placedAtKubeletPath", placed, "pvKnown", pv != nil)
 	c.DropFresh(ctx, fresh)
 }
 

@@ -14,7 +14,7 @@ import (
 
 // A bridge retires when no live pod's target holds its bind any more. Its s3fs is never
 // stopped then: an application may still hold a file open through a bind we detached lazily
-// (the hand-back to the driver), and stopping s3fs would fail its next write with ENOTCONN
+// (the hand-back to the driver, when the bridge retires), and stopping s3fs would fail its next write with ENOTCONN
 // and lose what s3fs had not uploaded yet. Instead the staging mount is detached lazily too;
 // once the last file open on it is closed the kernel releases the filesystem, s3fs's session
 // ends and it exits by itself, flushing as usual. The agent keeps watching it (its child, or

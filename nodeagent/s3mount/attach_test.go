@@ -73,7 +73,7 @@ func TestReplayPublishContext(t *testing.T) {
 			if d := cmp.Diff(c.want, w.csi.Publish[0].GetPublishContext()); d != "" {
 				t.Errorf("NodePublishVolume publish context (-want +got):\n%s", d)
 			}
-			if err := w.node.OS().Statfs.Statfs(context.Background(), target, time.Second); err != nil {
+			if err := fakeOS(w.node).Statfs.Statfs(context.Background(), target, time.Second); err != nil {
 				t.Errorf("target: %v", err)
 			}
 		})

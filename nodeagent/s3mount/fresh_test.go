@@ -18,7 +18,7 @@ func TestSweepFreshOnStart(t *testing.T) {
 	staleStage := csiclient.FreshStagePath(testKubelet, "pv-a")
 	// Handed over: the driver's mount at the fresh publish path is bound at the target.
 	live := w.node.AddMount(handedFresh, "fuse.s3fs", "s3fs")
-	_ = fakeMounter{w.node}.Bind(handedFresh, target, false)
+	_ = w.node.Mounter().Bind(handedFresh, target, false)
 	// Never handed over: a staging mount at the fresh stage path, none at kubelet's.
 	w.node.AddMount(stagingPath, "fuse.s3fs", "s3fs")
 	w.node.AddMount(staleStage, "fuse.s3fs", "s3fs")

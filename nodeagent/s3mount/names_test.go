@@ -85,7 +85,7 @@ func TestLongPVBridgeAdoptedAcrossAgentRestart(t *testing.T) {
 	if n := len(w.node.Table().Stack(target)); n != 2 {
 		t.Errorf("target stack %d, want 2", n)
 	}
-	if err := w.node.OS().Statfs.Statfs(context.Background(), target, time.Second); err != nil {
+	if err := fakeOS(w.node).Statfs.Statfs(context.Background(), target, time.Second); err != nil {
 		t.Errorf("target after restart: %v", err)
 	}
 

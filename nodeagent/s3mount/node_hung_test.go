@@ -28,6 +28,7 @@ import (
 	"github.com/pvrescue/pvrescue/nodeagent"
 	"github.com/pvrescue/pvrescue/nodeagent/nodeagenttest"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3mounttest"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
@@ -37,7 +38,7 @@ type hungNode struct {
 	t      *testing.T
 	r      *Restorer
 	ctx    context.Context
-	events *EventLog
+	events *s3mounttest.EventLog
 	client *fake.Clientset
 	target string
 	driver *testenv.S3fsMount
@@ -89,7 +90,7 @@ func newHungNode(t *testing.T, abortAfter time.Duration) *hungNode {
 	cfg.S3.HungConditionAfter.Duration = time.Second
 	cfg.S3.BridgeAfter.Duration = 0
 	cfg.S3.AbortHungAfter.Duration = abortAfter
-	h := &hungNode{t: t, events: &EventLog{}, target: target, driver: drv, dir: dir,
+	h := &hungNode{t: t, events: &s3mounttest.EventLog{}, target: target, driver: drv, dir: dir,
 		client: fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode}})}
 	r, err := New(nodeagent.Deps{NodeName: testNode, Config: cfg, Client: h.client, View: view, Recorder: h.events,
 		Registerer: prometheus.NewRegistry(), Clock: clock.RealClock{}}, NewOS(), Options{BridgeCgroup: "", BridgeNetNS: "", KillGrace: time.Second})

@@ -37,6 +37,7 @@ import (
 	"github.com/pvrescue/pvrescue/nodeagent"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3mounttest"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
@@ -569,7 +570,7 @@ func counterValue(t testing.TB, c prometheus.Collector) float64 {
 }
 
 // recorder is the package's EventLog with the checks these tests need.
-type recorder struct{ s3mount.EventLog }
+type recorder struct{ s3mounttest.EventLog }
 
 func (r *recorder) count(typ, reason string) int { return r.Count("", typ, reason, "") }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/pvrescue/pvrescue/internal/testenv"
 	"github.com/pvrescue/pvrescue/nodeagent"
 	"github.com/pvrescue/pvrescue/nodeagent/nodeagenttest"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3mounttest"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
@@ -37,7 +38,7 @@ func TestNodeCheckMountRefusals(t *testing.T) {
 	cfg := config.Default()
 	cfg.KubeletDir, cfg.StateDir = filepath.Join(dir, "kubelet"), filepath.Join(dir, "state")
 	r, err := New(nodeagent.Deps{NodeName: "n1", Config: cfg, Client: fake.NewClientset(), View: nodeagenttest.NewFakeView(),
-		Recorder: &EventLog{}, Registerer: prometheus.NewRegistry(), Clock: clock.RealClock{}}, NewOS(), Options{})
+		Recorder: &s3mounttest.EventLog{}, Registerer: prometheus.NewRegistry(), Clock: clock.RealClock{}}, NewOS(), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

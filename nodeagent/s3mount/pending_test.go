@@ -60,7 +60,7 @@ func TestNextCheckInWhileAGonePodIsTornDown(t *testing.T) {
 	if got := w.r.nextCheckIn(); got != time.Second {
 		t.Fatalf("gone pod's target still mounted: next check in %s, want 1s", got)
 	}
-	if err := w.node.OS().Mounter.Unmount(target, false); err != nil {
+	if err := fakeOS(w.node).Mounter.Unmount(target, false); err != nil {
 		t.Fatal(err)
 	}
 	w.sync()

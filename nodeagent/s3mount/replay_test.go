@@ -12,6 +12,7 @@ import (
 	"github.com/pvrescue/pvrescue/internal/contract"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3mounttest"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -28,7 +29,7 @@ func replayWorld(t *testing.T, stages bool, extra ...runtime.Object) (*world, st
 	objs := append([]runtime.Object{secretObj("creds", goodSecret), secretObj("stage-creds", stageSecret),
 		pv, pvcObj("data", "pv-a"), podObj("app", "uid-1", "data", false)}, extra...)
 	w := newWorld(t, objs...)
-	w.csi = &FakeCSI{Node: w.node, Stages: stages}
+	w.csi = &s3mounttest.FakeCSI{Node: w.node, Stages: stages}
 	target := w.publish("uid-1", "pv-a")
 	return w, target
 }
@@ -79,7 +80,7 @@ func TestReplayThroughTheDriver(t *testing.T) {
 	if rm := w.node.Removed(); !slices.Contains(rm, fresh) || !slices.Contains(rm, filepath.Dir(fresh)) {
 		t.Errorf("removed %v, want the fresh directory %s and its parent", rm, fresh)
 	}
-	if err := w.node.OS().Statfs.Statfs(context.Background(), target, time.Second); err != nil {
+	if err := fakeOS(w.node).Statfs.Statfs(context.Background(), target, time.Second); err != nil {
 		t.Errorf("target after replay: %v", err)
 	}
 	if got := value(t, w.r.Metrics().Restores.WithLabelValues(MethodReplay, "success")); got != 1 {
@@ -116,10 +117,10 @@ func TestReplayStagesFirst(t *testing.T) {
 	if got := w.csi.Publish[0].GetStagingTargetPath(); got != stagingPath {
 		t.Errorf("NodePublishVolume staging path %q, want kubelet's %q", got, stagingPath)
 	}
-	if err := w.node.OS().Statfs.Statfs(context.Background(), stagingPath, time.Second); err != nil {
+	if err := fakeOS(w.node).Statfs.Statfs(context.Background(), stagingPath, time.Second); err != nil {
 		t.Errorf("kubelet's staging path after replay: %v", err)
 	}
-	if err := w.node.OS().Statfs.Statfs(context.Background(), target, time.Second); err != nil {
+	if err := fakeOS(w.node).Statfs.Statfs(context.Background(), target, time.Second); err != nil {
 		t.Errorf("target after replay: %v", err)
 	}
 }
@@ -140,7 +141,7 @@ func TestBridgeOnlyWhileTheDriverStaysDown(t *testing.T) {
 	if n := len(w.node.Started()); n != 1 {
 		t.Fatalf("after BridgeAfter: %d s3fs started, want 1", n)
 	}
-	if err := w.node.OS().Statfs.Statfs(context.Background(), target, time.Second); err != nil {
+	if err := fakeOS(w.node).Statfs.Statfs(context.Background(), target, time.Second); err != nil {
 		t.Errorf("target after the bridge: %v", err)
 	}
 	if got := value(t, w.r.Metrics().Restores.WithLabelValues(MethodReplay, "failure")); got < 2 {
@@ -153,7 +154,7 @@ func TestNoBridgeForAMountWeCannotReproduce(t *testing.T) {
 	w := newWorld(t, standard(false)...)
 	target := csiclient.TargetPath(testKubelet, "uid-1", "pv-a")
 	w.publish("uid-1", "pv-a")
-	_ = w.node.OS().Mounter.Unmount(target, false)
+	_ = fakeOS(w.node).Mounter.Unmount(target, false)
 	w.node.AddMount(target, "fuse.geesefs", "geesefs")
 	w.node.KillMount(target)
 	w.start()
@@ -182,7 +183,7 @@ func TestReplayStackStaysBounded(t *testing.T) {
 		w.node.KillMount(target)
 		w.clock.Step(time.Second)
 		w.sync()
-		if err := w.node.OS().Statfs.Statfs(context.Background(), target, time.Second); err != nil {
+		if err := fakeOS(w.node).Statfs.Statfs(context.Background(), target, time.Second); err != nil {
 			t.Fatalf("after death %d: target %v", i+1, err)
 		}
 		if n := len(w.node.Table().Stack(target)); n != 2 {
@@ -217,7 +218,7 @@ func TestBridgeRetiredWhenTheDriverAnswersAgain(t *testing.T) {
 	if got := sources(mounts); !slices.Equal(got, []string{"s3fs", "s3fs"}) {
 		t.Errorf("target stack %v, want the dead driver mount + the driver's new mount", got)
 	}
-	if err := w.node.OS().Statfs.Statfs(context.Background(), target, time.Second); err != nil {
+	if err := fakeOS(w.node).Statfs.Statfs(context.Background(), target, time.Second); err != nil {
 		t.Errorf("target after the swap: %v", err)
 	}
 	if p := w.node.Processes(); len(p) != 1 || !p[0].Exited() {
@@ -254,7 +255,7 @@ func TestBridgeRetiredWhileAFileIsOpenOnIt(t *testing.T) {
 	if got := sources(mounts); !slices.Equal(got, []string{"s3fs", "s3fs"}) {
 		t.Fatalf("target stack %v, want the dead driver mount + the driver's new mount", got)
 	}
-	if err := w.node.OS().Statfs.Statfs(context.Background(), target, time.Second); err != nil {
+	if err := fakeOS(w.node).Statfs.Statfs(context.Background(), target, time.Second); err != nil {
 		t.Errorf("target after the swap: %v", err)
 	}
 	assertReasons(t, w.events, map[string]int{contract.ReasonMountBridged: 1, contract.ReasonBridgeRetired: 1})
@@ -274,7 +275,7 @@ func TestBridgeRetiredWhileAFileIsOpenOnIt(t *testing.T) {
 	if proc.Exited() {
 		t.Fatal("bridge s3fs stopped after an agent restart while a file is open on it")
 	}
-	w.node.CloseFiles(proc.dev)
+	w.node.CloseFiles(proc.Dev())
 	w.waitFor("retired bridge exited and forgotten after the last file closed", func() bool {
 		_, _, rec := w.node.File(l.RetiringRecordFile("pv-a", proc.Pid()))
 		return proc.Exited() && !rec
@@ -283,7 +284,7 @@ func TestBridgeRetiredWhileAFileIsOpenOnIt(t *testing.T) {
 
 // assertReasons checks the number of Normal Events on the pod by reason: tools tell the restore
 // methods apart by reason alone.
-func assertReasons(t *testing.T, l *EventLog, want map[string]int) {
+func assertReasons(t *testing.T, l *s3mounttest.EventLog, want map[string]int) {
 	t.Helper()
 	for reason, n := range want {
 		if got := l.Count("app", corev1.EventTypeNormal, reason, ""); got != n {
@@ -311,7 +312,7 @@ func TestRebridgeWithoutWaitingAgain(t *testing.T) {
 	if n := len(w.node.Started()); n != 2 {
 		t.Fatalf("after our bridge died: %d s3fs started, want 2 (no second wait)", n)
 	}
-	if err := w.node.OS().Statfs.Statfs(context.Background(), target, time.Second); err != nil {
+	if err := fakeOS(w.node).Statfs.Statfs(context.Background(), target, time.Second); err != nil {
 		t.Errorf("target: %v", err)
 	}
 	if n := len(w.node.Table().Stack(target)); n != 2 {
@@ -327,8 +328,8 @@ func TestReplayDialsTheRegisteredEndpoint(t *testing.T) {
 		registry csiclient.Registry
 		want     string
 	}{
-		{"registered", FakeRegistry{testDriver: "/csi/elsewhere.sock"}, "/csi/elsewhere.sock"},
-		{"not registered", FakeRegistry{}, csiclient.PluginSocket(testKubelet, testDriver)},
+		{"registered", s3mounttest.FakeRegistry{testDriver: "/csi/elsewhere.sock"}, "/csi/elsewhere.sock"},
+		{"not registered", s3mounttest.FakeRegistry{}, csiclient.PluginSocket(testKubelet, testDriver)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			w, target := replayWorld(t, false)
@@ -338,7 +339,7 @@ func TestReplayDialsTheRegisteredEndpoint(t *testing.T) {
 			if len(w.csi.Sockets) == 0 || w.csi.Sockets[0] != c.want {
 				t.Errorf("dialled %q, want %q", w.csi.Sockets, c.want)
 			}
-			if err := w.node.OS().Statfs.Statfs(context.Background(), target, time.Second); err != nil {
+			if err := fakeOS(w.node).Statfs.Statfs(context.Background(), target, time.Second); err != nil {
 				t.Errorf("target: %v", err)
 			}
 		})

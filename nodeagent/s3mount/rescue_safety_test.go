@@ -98,7 +98,7 @@ func TestBoundedStackAcrossRepeatedDeaths(t *testing.T) {
 		procs := w.node.Processes()
 		procs[len(procs)-1].Crash()
 		w.waitFor("restored after death", func() bool {
-			return len(w.node.Processes()) == len(procs)+1 && w.node.OS().Statfs.Statfs(context.Background(), target, time.Second) == nil
+			return len(w.node.Processes()) == len(procs)+1 && fakeOS(w.node).Statfs.Statfs(context.Background(), target, time.Second) == nil
 		})
 		if got := sources(w.node.Table().Stack(target)); !slices.Equal(got, []string{"s3fs", stack.FSName("pv-a")}) {
 			t.Errorf("after death %d: stack %v, want the driver's dead mount + one bind", i+1, got)
@@ -201,7 +201,7 @@ func TestAbortHungAfter(t *testing.T) {
 	if len(w.csi.Publish) != 1 {
 		t.Fatalf("publish calls after the abort: %d, want 1", len(w.csi.Publish))
 	}
-	if err := w.node.OS().Statfs.Statfs(context.Background(), target, time.Second); err != nil {
+	if err := fakeOS(w.node).Statfs.Statfs(context.Background(), target, time.Second); err != nil {
 		t.Errorf("target after the abort and replay: %v", err)
 	}
 	if got := value(t, w.r.Metrics().HungAborts.WithLabelValues("success")); got != 1 {

@@ -28,6 +28,7 @@ import (
 	"github.com/pvrescue/pvrescue/nodeagent/nodeagenttest"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3mounttest"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
@@ -42,12 +43,12 @@ const (
 // restorer driven one Sync at a time (no sleeping, no background loop).
 type world struct {
 	t       *testing.T
-	node    *FakeNode
+	node    *s3mounttest.FakeNode
 	view    *nodeagenttest.FakeView
 	clock   *clocktesting.FakeClock
-	events  *EventLog
+	events  *s3mounttest.EventLog
 	remount *fakeRemounter
-	csi     *FakeCSI
+	csi     *s3mounttest.FakeCSI
 	r       *Restorer
 	ctx     context.Context
 	// bridgeCgroup is Options.BridgeCgroup of the restorers start makes.
@@ -62,7 +63,7 @@ type world struct {
 
 func newWorld(t *testing.T, objs ...runtime.Object) *world {
 	t.Helper()
-	w := &world{t: t, node: NewFakeNode(), view: nodeagenttest.NewFakeView(), events: &EventLog{},
+	w := &world{t: t, node: s3mounttest.NewFakeNode(), view: nodeagenttest.NewFakeView(), events: &s3mounttest.EventLog{},
 		clock: clocktesting.NewFakeClock(time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC))}
 	for _, o := range objs {
 		w.view.Set(o)
@@ -89,7 +90,7 @@ func (w *world) deps() nodeagent.Deps {
 
 func (w *world) start() {
 	w.t.Helper()
-	os := w.node.OS()
+	os := fakeOS(w.node)
 	if w.csi != nil {
 		os.CSI = w.csi
 	}
@@ -282,12 +283,12 @@ func TestRestorerRestoresDeadTarget(t *testing.T) {
 	// The staging s3fs dies: supervision notices, mounts again, binds again on top.
 	w.node.Processes()[0].Crash()
 	w.waitFor("second bind after staging death", func() bool {
-		return len(w.node.Started()) == 2 && len(w.node.Table().Stack(target)) == 2 && w.node.OS().Statfs.Statfs(context.Background(), target, time.Second) == nil
+		return len(w.node.Started()) == 2 && len(w.node.Table().Stack(target)) == 2 && fakeOS(w.node).Statfs.Statfs(context.Background(), target, time.Second) == nil
 	})
 	if n := len(w.node.Table().Stack(staging)); n != 1 {
 		t.Errorf("staging mounts = %d, want 1 (dead one removed)", n)
 	}
-	if err := w.node.OS().Statfs.Statfs(context.Background(), target, time.Second); err != nil {
+	if err := fakeOS(w.node).Statfs.Statfs(context.Background(), target, time.Second); err != nil {
 		t.Errorf("target after second restore: %v", err)
 	}
 	w.settle()
@@ -323,7 +324,7 @@ func TestRestorerReadOnly(t *testing.T) {
 		target := csiclient.TargetPath(testKubelet, "uid-1", "pv-a")
 		w.publish("uid-1", "pv-a")
 		// Replace the driver mount by a read-only one.
-		_ = w.node.OS().Mounter.Unmount(target, false)
+		_ = fakeOS(w.node).Mounter.Unmount(target, false)
 		w.node.AddMount(target, "fuse.s3fs", "s3fs", "ro")
 		w.node.KillMount(target)
 		w.start()
@@ -464,7 +465,7 @@ func TestRestorerAdoptsOnStart(t *testing.T) {
 	w.node.KillMount(target)
 	// An earlier agent left a healthy staging mount bound onto the target.
 	w.node.AddMount(l.MountPoint("pv-a"), "fuse", stack.FSName("pv-a"))
-	if err := w.node.OS().Mounter.Bind(l.MountPoint("pv-a"), target, false); err != nil {
+	if err := fakeOS(w.node).Mounter.Bind(l.MountPoint("pv-a"), target, false); err != nil {
 		t.Fatal(err)
 	}
 	// ... and a dead staging mount of a volume that no longer has pods.
@@ -487,7 +488,7 @@ func TestRestorerAdoptsOnStart(t *testing.T) {
 	// The adopted mount dies: found by the periodic check (no process to supervise) and restored.
 	w.node.KillMount(l.MountPoint("pv-a"))
 	w.waitFor("restore after adopted staging died", func() bool {
-		return len(w.node.Started()) == 1 && w.node.OS().Statfs.Statfs(context.Background(), target, time.Second) == nil
+		return len(w.node.Started()) == 1 && fakeOS(w.node).Statfs.Statfs(context.Background(), target, time.Second) == nil
 	})
 	if n := len(w.node.Table().Stack(target)); n != 2 {
 		t.Errorf("target stack after re-restore %d, want 2 (our dead bind removed first)", n)
@@ -496,7 +497,7 @@ func TestRestorerAdoptsOnStart(t *testing.T) {
 
 func TestNewValidatesDeps(t *testing.T) {
 	w := newWorld(t)
-	if _, err := New(w.deps(), NewFakeNode().OS(), Options{}); err != nil {
+	if _, err := New(w.deps(), fakeOS(s3mounttest.NewFakeNode()), Options{}); err != nil {
 		t.Fatalf("New(good) = %v", err)
 	}
 	for name, mutate := range map[string]func(*nodeagent.Deps, *OS, *Options){
@@ -509,7 +510,7 @@ func TestNewValidatesDeps(t *testing.T) {
 		"negative":        func(_ *nodeagent.Deps, _ *OS, o *Options) { o.QuickExit = -time.Second },
 		"backoff reverse": func(_ *nodeagent.Deps, _ *OS, o *Options) { o.BackoffInitial, o.BackoffMax = time.Hour, time.Second },
 	} {
-		d, o, opts := w.deps(), NewFakeNode().OS(), Options{}
+		d, o, opts := w.deps(), fakeOS(s3mounttest.NewFakeNode()), Options{}
 		mutate(&d, &o, &opts)
 		if _, err := New(d, o, opts); err == nil {
 			t.Errorf("%s: New accepted it", name)
@@ -524,14 +525,14 @@ func TestRestorerKeepsStagingWhileALivePodHasItsBind(t *testing.T) {
 	w.start()
 	w.waitFor("bind", func() bool { return len(w.node.Table().Stack(target)) == 2 })
 	// Discovery loses the volume (vol_data.json gone); the pod still runs on our bind.
-	if err := w.node.OS().FS.Remove(filepath.Join(filepath.Dir(target), csiclient.VolDataFile)); err != nil {
+	if err := fakeOS(w.node).FS.Remove(filepath.Join(filepath.Dir(target), csiclient.VolDataFile)); err != nil {
 		t.Fatal(err)
 	}
 	w.settle()
 	if w.node.Processes()[0].Exited() {
 		t.Fatal("stopped the s3fs a live pod's bind depends on")
 	}
-	if err := w.node.OS().Statfs.Statfs(context.Background(), target, time.Second); err != nil {
+	if err := fakeOS(w.node).Statfs.Statfs(context.Background(), target, time.Second); err != nil {
 		t.Errorf("target: %v", err)
 	}
 }

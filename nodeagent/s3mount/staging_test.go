@@ -30,7 +30,7 @@ func TestRestageRepeatedlyKeepsStagingBounded(t *testing.T) {
 		w.clock.Step(time.Second)
 		w.sync()
 		for _, p := range []string{stagingPath, target} {
-			if err := w.node.OS().Statfs.Statfs(context.Background(), p, time.Second); err != nil {
+			if err := fakeOS(w.node).Statfs.Statfs(context.Background(), p, time.Second); err != nil {
 				t.Fatalf("after death %d: %s: %v", i+1, p, err)
 			}
 			if n := len(w.node.Table().Stack(p)); n != 2 {
@@ -95,15 +95,13 @@ func TestRetireOfATargetHoldingOnlyOurBridge(t *testing.T) {
 	if len(mounts) != 2 {
 		t.Fatalf("bridged stack %d, want 2", len(mounts))
 	}
-	w.node.mu.Lock()
-	w.node.mounts = slices.DeleteFunc(w.node.mounts, func(m stack.Mount) bool { return m.ID == mounts[0].ID })
-	w.node.mu.Unlock()
+	w.node.Forget(mounts[0].ID)
 	w.csi.Down = false
 	w.settle()
 	if got := sources(w.node.Table().Stack(target)); !slices.Equal(got, []string{stack.FSName("pv-a"), "s3fs"}) {
 		t.Errorf("target stack %v, want our bind + the driver's mount on top", got)
 	}
-	if err := w.node.OS().Statfs.Statfs(context.Background(), target, time.Second); err != nil {
+	if err := fakeOS(w.node).Statfs.Statfs(context.Background(), target, time.Second); err != nil {
 		t.Errorf("target: %v", err)
 	}
 	p := w.node.Processes()
@@ -118,7 +116,7 @@ func TestRetireOfATargetHoldingOnlyOurBridge(t *testing.T) {
 	}
 	// Kubelet tears the pod down: the driver's mount goes, then our bind (a gone pod's target):
 	// the bridge's filesystem is mounted nowhere any more and its s3fs exits.
-	_ = fakeMounter{w.node}.Unmount(target, false)
+	_ = w.node.Mounter().Unmount(target, false)
 	w.view.DeletePod("default", "app")
 	w.waitFor("retired bridge exited after the pod's target was emptied", func() bool {
 		_, _, rec := w.node.File(s3fs.Layout{StateDir: testState}.RetiringRecordFile("pv-a", p[0].Pid()))

@@ -25,7 +25,7 @@ func TestTeardownFinishedAfterTopOnlyUnpublish(t *testing.T) {
 	// The pod is being deleted; its containers still stop: the agent must not touch anything yet.
 	w.view.DeletePod("default", "app")
 	// ... kubelet's teardown: the driver unmounts the top (the replayed mount) only.
-	if err := w.node.OS().Mounter.Unmount(target, false); err != nil {
+	if err := fakeOS(w.node).Mounter.Unmount(target, false); err != nil {
 		t.Fatal(err)
 	}
 	w.sync()
@@ -57,7 +57,7 @@ func TestTeardownWaitsForKubelet(t *testing.T) {
 	if slices.Contains(w.node.Removed(), volDir) {
 		t.Fatal("removed kubelet's volume directory before kubelet's teardown")
 	}
-	if err := w.node.OS().Mounter.Unmount(target, false); err != nil {
+	if err := fakeOS(w.node).Mounter.Unmount(target, false); err != nil {
 		t.Fatal(err)
 	}
 	w.sync()

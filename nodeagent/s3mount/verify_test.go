@@ -9,36 +9,28 @@ import (
 	"github.com/pvrescue/pvrescue/internal/contract"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3mounttest"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 	corev1 "k8s.io/api/core/v1"
 )
 
-// bindNodeDir mounts, at path, a bind of a directory of the node's own root filesystem (what
-// the node's side shows when a driver mounted a path it does not share with the node and the
-// directory was then bound: the same device as the mount it sits on).
-func (f *FakeNode) bindNodeDir(path string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.addLocked(path, "8:1", "ext4", "/dev/vda", nil)
-}
-
 // refusals is every way a driver's (or bridge's) result is refused, as a FakeCSI.Result.
 func refusals(target string) []struct {
 	name, reason string
-	result       func(n *FakeNode, path string) bool
+	result       func(n *s3mounttest.FakeNode, path string) bool
 } {
 	return []struct {
 		name, reason string
-		result       func(n *FakeNode, path string) bool
+		result       func(n *s3mounttest.FakeNode, path string) bool
 	}{
-		{"not a mount", contract.ReasonReplayResultNotVisible, func(*FakeNode, string) bool { return true }},
-		{"plain dir of the node", contract.ReasonReplayResultNotVisible, func(n *FakeNode, p string) bool { n.bindNodeDir(p); return true }},
-		{"wrong fstype", contract.ReasonReplayResultWrongFilesystem, func(n *FakeNode, p string) bool { n.AddMount(p, "tmpfs", "tmpfs"); return true }},
-		{"same device", contract.ReasonReplayResultSameDevice, func(n *FakeNode, p string) bool {
-			_ = fakeMounter{n}.Bind(target, p, false)
+		{"not a mount", contract.ReasonReplayResultNotVisible, func(*s3mounttest.FakeNode, string) bool { return true }},
+		{"plain dir of the node", contract.ReasonReplayResultNotVisible, func(n *s3mounttest.FakeNode, p string) bool { n.BindNodeDir(p); return true }},
+		{"wrong fstype", contract.ReasonReplayResultWrongFilesystem, func(n *s3mounttest.FakeNode, p string) bool { n.AddMount(p, "tmpfs", "tmpfs"); return true }},
+		{"same device", contract.ReasonReplayResultSameDevice, func(n *s3mounttest.FakeNode, p string) bool {
+			_ = n.Mounter().Bind(target, p, false)
 			return true
 		}},
-		{"not answering", contract.ReasonReplayResultNotAnswering, func(n *FakeNode, p string) bool {
+		{"not answering", contract.ReasonReplayResultNotAnswering, func(n *s3mounttest.FakeNode, p string) bool {
 			n.AddMount(p, "fuse.s3fs", "s3fs")
 			n.KillMount(p)
 			return true
@@ -162,8 +154,8 @@ func TestCheckMountRefusesOurBridgeDevice(t *testing.T) {
 	w.clock.Step(11 * time.Second)
 	w.sync()
 	w.csi.Down = false
-	w.csi.Result = func(n *FakeNode, p string) bool {
-		_ = fakeMounter{n}.Bind(s3fs.Layout{StateDir: testState}.MountPoint("pv-a"), p, false)
+	w.csi.Result = func(n *s3mounttest.FakeNode, p string) bool {
+		_ = n.Mounter().Bind(s3fs.Layout{StateDir: testState}.MountPoint("pv-a"), p, false)
 		return true
 	}
 	w.clock.Step(2 * time.Second)

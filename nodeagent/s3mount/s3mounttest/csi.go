@@ -1,4 +1,4 @@
-package s3mount
+package s3mounttest
 
 import (
 	"context"

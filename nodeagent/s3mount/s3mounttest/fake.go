@@ -1,4 +1,4 @@
-package s3mount
+package s3mounttest
 
 import (
 	"context"
@@ -53,10 +53,13 @@ func NewFakeNode() *FakeNode {
 	return f
 }
 
-// OS returns the node's OS bundle.
-func (f *FakeNode) OS() OS {
-	return OS{Mounter: fakeMounter{f}, Procs: fakeProcs{f}, Cgroups: fakeCgroups{f}, Statfs: fakeStatfs{f}, FS: fakeFS{f}, FUSE: fakeFUSE{f}}
-}
+// Mounter, Procs, Cgroups, Statfs, FS and FUSE are the node's effects, for the rescue's OS.
+func (f *FakeNode) Mounter() stack.Mounter      { return fakeMounter{f} }
+func (f *FakeNode) Procs() s3fs.ProcessStarter  { return fakeProcs{f} }
+func (f *FakeNode) Cgroups() s3fs.Cgroups       { return fakeCgroups{f} }
+func (f *FakeNode) Statfs() stack.StatfsChecker { return fakeStatfs{f} }
+func (f *FakeNode) FS() stack.FS                { return fakeFS{f} }
+func (f *FakeNode) FUSE() stack.FUSEConnections { return fakeFUSE{f} }
 
 type fakeFUSE struct{ f *FakeNode }
 
@@ -110,6 +113,23 @@ func (f *FakeNode) addLocked(mountPoint, dev, fsType, source string, options []s
 		Options: options, FSType: fsType, Source: source}
 	f.mounts = append(f.mounts, m)
 	return m
+}
+
+// BindNodeDir mounts, at path, a bind of a directory of the node's own root filesystem (what the
+// node's side shows when a driver mounted a path it does not share with the node and the
+// directory was then bound: the same device as the mount it sits on).
+func (f *FakeNode) BindNodeDir(path string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.addLocked(path, "8:1", "ext4", "/dev/vda", nil)
+}
+
+// Forget removes the mount with ID id from the table as if it had never been there (a stack
+// the test builds by hand).
+func (f *FakeNode) Forget(id int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.mounts = slices.DeleteFunc(f.mounts, func(m stack.Mount) bool { return m.ID == id })
 }
 
 // KillMount makes the filesystem of the top mount at mountPoint dead (as kill -9 of s3fs does).
@@ -462,6 +482,9 @@ func (p *FakeProcess) Exited() bool {
 		return false
 	}
 }
+
+// Dev is the device of the filesystem it mounted ("" before).
+func (p *FakeProcess) Dev() string { return p.dev }
 
 func (p *FakeProcess) Pid() int { return p.pid }
 func (p *FakeProcess) ID() s3fs.ProcID {

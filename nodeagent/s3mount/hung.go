@@ -9,10 +9,11 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/pvrescue/pvrescue/internal/contract"
-	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/pvrescue/pvrescue/internal/contract"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
 // Hung mounts: statfs times out while the FUSE daemon still holds the connection (a killed

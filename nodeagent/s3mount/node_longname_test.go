@@ -10,8 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 	"golang.org/x/sys/unix"
+
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 )
 
 // A PV name of the API's maximum length (253) goes through the S3 rescue on a real node: the

@@ -6,10 +6,11 @@ import (
 	"slices"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/pvrescue/pvrescue/internal/contract"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
-	corev1 "k8s.io/api/core/v1"
 )
 
 // replay restores the dead targets of one PV through its own node plugin, calling what kubelet

@@ -9,16 +9,17 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/google/go-cmp/cmp"
-	"github.com/pvrescue/pvrescue/internal/contract"
-	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
-	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
-	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3mounttest"
-	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
+
+	"github.com/pvrescue/pvrescue/internal/contract"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3mounttest"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
 func replayWorld(t *testing.T, stages bool, extra ...runtime.Object) (*world, string) {

@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/pvrescue/pvrescue/internal/contract"
-	"github.com/pvrescue/pvrescue/nodeagent"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
@@ -169,34 +168,4 @@ func (r *Restorer) backoff(pv string) {
 	}
 	wait = min(wait, r.opts.BackoffMax)
 	rs.next = r.clk.Now().Add(wait)
-}
-
-// remount asks the container remounter (when configured) to move the pod's running containers
-// from each dead mount onto the live one at the target, and reports the result.
-func (r *Restorer) remount(ctx context.Context, t target, dead []stack.Mount) {
-	if r.d.Remounter == nil {
-		return
-	}
-	log := logr.FromContextOrDiscard(ctx)
-	for _, m := range dead {
-		res, err := r.d.Remounter.RemountInContainers(ctx, nodeagent.RemountRequest{
-			Pod: t.pod, DeadDevice: m.Dev, DeadRoot: m.Root, LivePath: t.path,
-		})
-		if err != nil {
-			log.Error(err, "remounting in containers", "pod", klogRef(t.pod), "pv", t.pv, "deadDevice", m.Dev)
-			r.d.Recorder.Eventf(t.pod, corev1.EventTypeWarning, contract.ReasonContainersRemounted,
-				"S3 volume %s: could not put the restored mount into running containers: %v", t.pv, err)
-			continue
-		}
-		log.Info("remounted in containers", "pod", klogRef(t.pod), "pv", t.pv, "deadDevice", m.Dev,
-			"fixed", res.Fixed, "failed", len(res.Failed), "untouched", res.Untouched)
-		if len(res.Fixed) > 0 || len(res.Failed) > 0 {
-			typ := corev1.EventTypeNormal
-			if len(res.Failed) > 0 {
-				typ = corev1.EventTypeWarning
-			}
-			r.d.Recorder.Eventf(t.pod, typ, contract.ReasonContainersRemounted,
-				"S3 volume %s: restored mount put into %d container(s), %d failed", t.pv, len(res.Fixed), len(res.Failed))
-		}
-	}
 }

@@ -1,9 +1,6 @@
 package csiclient
 
 import (
-	corev1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
-
 	"context"
 	"fmt"
 	"path/filepath"
@@ -11,10 +8,13 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
 // View is what the client reads of the cluster (nodeagent.ClusterView has it).

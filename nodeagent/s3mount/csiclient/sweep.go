@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/go-logr/logr"
+
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 

@@ -15,14 +15,14 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/pvrescue/pvrescue/internal/mountinfo"
-
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+
+	"github.com/pvrescue/pvrescue/internal/mountinfo"
 )
 
 // Options of the plugin.

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/go-logr/logr"
+
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 

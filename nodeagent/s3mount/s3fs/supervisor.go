@@ -12,9 +12,10 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/utils/clock"
+
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
-	"k8s.io/utils/clock"
 )
 
 // Supervisor runs our own s3fs bridges: it starts them detached from the agent (their own

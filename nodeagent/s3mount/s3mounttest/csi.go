@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 )
 

@@ -11,10 +11,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
-	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
 // FakeNode is an in-memory node for unit tests: a mount table where mounts can die, files with

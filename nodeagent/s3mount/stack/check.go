@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/go-logr/logr"
+
 	"github.com/pvrescue/pvrescue/internal/contract"
 )
 

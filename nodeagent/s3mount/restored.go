@@ -1,0 +1,83 @@
+package s3mount
+
+import (
+	"context"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/pvrescue/pvrescue/internal/contract"
+	"github.com/pvrescue/pvrescue/nodeagent"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
+)
+
+// What every way of restoring a target ends with: our mount goes over the dead one (stack), then
+// the record of the restore (timers, metrics, log, Event) and the container remount.
+
+// cover puts the live mount at source (the driver's at a fresh path, or our bridge) on top of
+// the dead target t (stack.Rules.Cover), checked against the driver's dead mount there and its
+// profile's FUSE type (and our own bridge's types when source is the bridge).
+func (r *Restorer) cover(ctx context.Context, source string, t target) (dead []stack.Mount, ro, ok bool, err error) {
+	bridge := source == r.layout.MountPoint(t.pv)
+	return r.rules.Cover(ctx, source, t.path, t.readOnly, func(table stack.Table) stack.Check {
+		c := stack.CheckFor(table, t.path, r.cfg.S3.Profile(t.driver).FUSEType)
+		if bridge {
+			c.FUSETypes = append(c.FUSETypes, stack.OurFUSETypes...)
+		}
+		return c
+	})
+}
+
+// restored records a restored target: timers, metrics, log, Event, and the container remount.
+func (r *Restorer) restored(ctx context.Context, t target, method, reason string, ro bool, dead []stack.Mount, how string) {
+	r.mu.Lock()
+	since, ok := r.deadSince[t.path]
+	delete(r.deadSince, t.path)
+	delete(r.hungSince, t.path)
+	r.mu.Unlock()
+	// A target restored without having been seen dead by this agent (a retire, a pod that got a
+	// bind of our bridge from kubelet's staging path) has no detection time.
+	var elapsed time.Duration
+	if ok {
+		elapsed = r.clk.Since(since)
+		r.metrics.TimeToRestore.Observe(elapsed.Seconds())
+	}
+	r.metrics.Restores.WithLabelValues(method, "success").Inc()
+	r.metrics.MountHealthy.WithLabelValues(t.pv, t.pod.Namespace, t.pod.Name).Set(1)
+	logr.FromContextOrDiscard(ctx).Info("restored S3 mount", "method", method, "reason", reason, "pod", klogRef(t.pod), "pv", t.pv, "path", t.path,
+		"readOnly", ro, "afterDetection", map[bool]any{true: elapsed, false: "unknown"}[ok])
+	r.d.Recorder.Eventf(t.pod, corev1.EventTypeNormal, reason,
+		"S3 volume %s mounted again (%s%s)", t.pv, how, map[bool]string{true: ", read-only", false: ""}[ro])
+	r.remount(ctx, t, dead)
+}
+
+// remount asks the container remounter (when configured) to move the pod's running containers
+// from each dead mount onto the live one at the target, and reports the result.
+func (r *Restorer) remount(ctx context.Context, t target, dead []stack.Mount) {
+	if r.d.Remounter == nil {
+		return
+	}
+	log := logr.FromContextOrDiscard(ctx)
+	for _, m := range dead {
+		res, err := r.d.Remounter.RemountInContainers(ctx, nodeagent.RemountRequest{
+			Pod: t.pod, DeadDevice: m.Dev, DeadRoot: m.Root, LivePath: t.path,
+		})
+		if err != nil {
+			log.Error(err, "remounting in containers", "pod", klogRef(t.pod), "pv", t.pv, "deadDevice", m.Dev)
+			r.d.Recorder.Eventf(t.pod, corev1.EventTypeWarning, contract.ReasonContainersRemounted,
+				"S3 volume %s: could not put the restored mount into running containers: %v", t.pv, err)
+			continue
+		}
+		log.Info("remounted in containers", "pod", klogRef(t.pod), "pv", t.pv, "deadDevice", m.Dev,
+			"fixed", res.Fixed, "failed", len(res.Failed), "untouched", res.Untouched)
+		if len(res.Fixed) > 0 || len(res.Failed) > 0 {
+			typ := corev1.EventTypeNormal
+			if len(res.Failed) > 0 {
+				typ = corev1.EventTypeWarning
+			}
+			r.d.Recorder.Eventf(t.pod, typ, contract.ReasonContainersRemounted,
+				"S3 volume %s: restored mount put into %d container(s), %d failed", t.pv, len(res.Fixed), len(res.Failed))
+		}
+	}
+}

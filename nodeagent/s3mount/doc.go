@@ -207,8 +207,9 @@
 //
 //   - s3mount, the orchestrator: Run and Sync (rescue.go), discovery and health (discovery.go),
 //     the order above (restore.go), replay and retire of a PV's targets (replay.go, retire.go),
-//     the bridge's binds and the record of a restore (bridge.go), gone pods (cleanup.go), hung
-//     mounts (hung.go), backoff, metrics and Events (reasons in internal/contract);
+//     the bridge's binds (bridge.go), what every restore ends with — the cover, its record, the
+//     container remount (restored.go) —, gone pods (cleanup.go), hung mounts (hung.go), backoff,
+//     metrics and Events (reasons in internal/contract);
 //   - s3mount/csiclient, talking to a node plugin: registration, socket watch, kubelet's CSI
 //     paths, the fresh directories, and one Session (dial, capability, publish context, staging
 //     path) through which replay and retire restage and publish;

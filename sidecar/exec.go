@@ -36,7 +36,7 @@ func (o *ExecOptions) AddFlags(fs *flag.FlagSet) {
 // Validate checks the options.
 func (o *ExecOptions) Validate() error {
 	if len(o.Command) == 0 || o.Command[0] == "" {
-		return errors.New("no command: use exec [flags] -- CMD ARGS...")
+		return errors.New("no command: use exec [flags] -- CMD [ARG]")
 	}
 	return nil
 }

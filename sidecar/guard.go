@@ -147,7 +147,8 @@ func Inspect(sizer DeviceSizer, o *GuardOptions) Report {
 // real device, named by the device's base name. Links from an earlier run are removed first, so
 // a restarted init container never leaves a stale link to a device that has become fake.
 func WriteReport(dir string, r Report) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	// The pod's app containers read the report and the device view, under any uid.
+	if err := os.MkdirAll(dir, 0o755); err != nil { //nolint:gosec // G301: read by the app containers
 		return fmt.Errorf("create %s: %w", dir, err)
 	}
 	data, err := json.MarshalIndent(r, "", "  ")
@@ -161,7 +162,7 @@ func WriteReport(dir string, r Report) error {
 	if err := os.RemoveAll(view); err != nil {
 		return fmt.Errorf("clear %s: %w", view, err)
 	}
-	if err := os.Mkdir(view, 0o755); err != nil {
+	if err := os.Mkdir(view, 0o755); err != nil { //nolint:gosec // G301: read by the app containers
 		return fmt.Errorf("create %s: %w", view, err)
 	}
 	for _, d := range r.Devices {
@@ -239,7 +240,7 @@ func RunGuard(o *GuardOptions, env *Env) int {
 	msg := r.Summary()
 	if o.TerminationLog != "" {
 		// Best effort: outside Kubernetes the file may not exist, which must not fail the guard.
-		if err := os.WriteFile(o.TerminationLog, []byte(msg), 0o644); err != nil {
+		if err := os.WriteFile(o.TerminationLog, []byte(msg), 0o644); err != nil { //nolint:gosec // G306: kubelet's termination message, read by the cluster anyway
 			fmt.Fprintf(env.Stderr, "pvrescue: write termination message: %v\n", err)
 		}
 	}

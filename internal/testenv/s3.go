@@ -89,7 +89,7 @@ func (s *S3Server) Exited() error {
 	case <-s.done:
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		return fmt.Errorf("versitygw: %w (%v)", ErrExited, s.err)
+		return fmt.Errorf("versitygw: %w (%w)", ErrExited, s.err)
 	default:
 		return nil
 	}

@@ -117,7 +117,7 @@ func TestPollAbortEndsAtOnce(t *testing.T) {
 		calls++
 		return false, Abort(gone)
 	})
-	if err != gone || calls != 1 {
+	if !errors.Is(err, gone) || calls != 1 {
 		t.Fatalf("Poll = %v after %d calls, want the aborting error after 1", err, calls)
 	}
 }

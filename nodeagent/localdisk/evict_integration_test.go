@@ -121,7 +121,7 @@ func TestEvictionOnReturnRespectsPDB(t *testing.T) {
 	mustCreate("pod status", err)
 
 	// maxUnavailable 0: no voluntary disruption of the one healthy pod.
-	pdb, err := client.PolicyV1().PodDisruptionBudgets("app").Create(ctx, &policyv1.PodDisruptionBudget{
+	_, err = client.PolicyV1().PodDisruptionBudgets("app").Create(ctx, &policyv1.PodDisruptionBudget{
 		ObjectMeta: metav1.ObjectMeta{Name: "db"},
 		Spec: policyv1.PodDisruptionBudgetSpec{MaxUnavailable: ptrTo(intstr.FromInt32(0)),
 			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}},
@@ -212,7 +212,7 @@ func TestEvictionOnReturnRespectsPDB(t *testing.T) {
 	}
 
 	// The budget is relaxed (maxUnavailable 1) and the disruption controller allows one.
-	pdb, err = client.PolicyV1().PodDisruptionBudgets("app").Get(ctx, "db", metav1.GetOptions{})
+	pdb, err := client.PolicyV1().PodDisruptionBudgets("app").Get(ctx, "db", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

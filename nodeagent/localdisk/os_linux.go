@@ -104,7 +104,7 @@ func (h *RealOS) ensureLoopNode(minor int) (string, error) {
 	var st unix.Stat_t
 	err = unix.Stat(node, &st)
 	if errors.Is(err, unix.ENOENT) {
-		err = unix.Mknod(node, unix.S_IFBLK|0o660, int(unix.Mkdev(LoopMajor, uint32(minor))))
+		err = unix.Mknod(node, unix.S_IFBLK|0o660, int(unix.Mkdev(LoopMajor, minor32(minor))))
 		if err != nil && !errors.Is(err, unix.EEXIST) {
 			return "", fmt.Errorf("mknod %s: %w", node, err)
 		}
@@ -113,7 +113,7 @@ func (h *RealOS) ensureLoopNode(minor int) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("stat %s: %w", node, err)
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFBLK || unix.Major(st.Rdev) != LoopMajor || unix.Minor(st.Rdev) != uint32(minor) {
+	if st.Mode&unix.S_IFMT != unix.S_IFBLK || unix.Major(st.Rdev) != LoopMajor || unix.Minor(st.Rdev) != minor32(minor) {
 		return "", fmt.Errorf("%s is not block device %d:%d: %w", node, LoopMajor, minor, ErrNotLoop)
 	}
 	return node, nil
@@ -159,8 +159,12 @@ func (h *RealOS) Attach(image string, minor int) error {
 		}
 		return fmt.Errorf("LOOP_SET_FD %s: %w", node, err)
 	}
-	if p, _, err := h.backing(minor); err != nil || p != image {
-		return fmt.Errorf("loop%d backing file is %q after attach (%v)", minor, p, err)
+	p, _, err := h.backing(minor)
+	if err != nil {
+		return fmt.Errorf("loop%d backing file after attach: %w", minor, err)
+	}
+	if p != image {
+		return fmt.Errorf("loop%d backing file is %q after attach, want %q", minor, p, image)
 	}
 	return nil
 }
@@ -366,4 +370,9 @@ func (h *RealOS) RemoveSymlink(path, target string) error {
 		return fmt.Errorf("%s: %w", path, ErrNotOurs)
 	}
 	return os.Remove(path)
+}
+
+// minor32 is a loop minor as the device number functions take it.
+func minor32(minor int) uint32 {
+	return uint32(minor) //nolint:gosec // G115: minors start at localBlock.firstLoopMinor (validated 8..2^20) or are parsed from loopN names: never negative
 }

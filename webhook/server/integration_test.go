@@ -458,7 +458,7 @@ func checkTLS(t *testing.T, port int, caPEM []byte) {
 	if st.Version < tls.VersionTLS12 {
 		t.Errorf("TLS version %x", st.Version)
 	}
-	old, err := tls.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port), &tls.Config{RootCAs: pool, MaxVersion: tls.VersionTLS11})
+	old, err := tls.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port), &tls.Config{RootCAs: pool, MaxVersion: tls.VersionTLS11}) //nolint:gosec // G402: the test checks the server refuses TLS 1.1
 	if err == nil {
 		old.Close()
 		t.Error("server accepted TLS 1.1")

@@ -82,7 +82,9 @@ func TestNodeFakeIsReadOnly(t *testing.T) {
 	f, err := os.OpenFile(p, os.O_WRONLY, 0)
 	if err == nil {
 		_, err = f.Write(make([]byte, 512))
-		f.Close()
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
 	}
 	if err == nil {
 		t.Fatal("a write to the fake succeeded")

@@ -205,11 +205,11 @@ func writeFileAtomic(path string, data []byte, mode fs.FileMode) error {
 		}
 	}()
 	if _, err := f.Write(data); err != nil {
-		f.Close()
+		_ = f.Close() // the write already failed: that error is returned
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	if err := f.Chmod(mode); err != nil {
-		f.Close()
+		_ = f.Close() // the write already failed: that error is returned
 		return fmt.Errorf("chmod %s: %w", path, err)
 	}
 	if err := f.Close(); err != nil {
@@ -231,24 +231,24 @@ func flagName(f string) string { return strings.TrimLeft(f, "-") }
 func RunGuard(o *GuardOptions, env *Env) int {
 	r := Inspect(env.Deps.Devices, o)
 	for _, d := range r.Devices {
-		fmt.Fprintln(env.Stdout, DescribeDevice(d))
+		say(env.Stdout, "%v\n", DescribeDevice(d))
 	}
 	if err := WriteReport(o.Out, r); err != nil {
-		fmt.Fprintf(env.Stderr, "pvrescue: %v\n", err)
+		say(env.Stderr, "pvrescue: %v\n", err)
 		return ExitError
 	}
 	msg := r.Summary()
 	if o.TerminationLog != "" {
 		// Best effort: outside Kubernetes the file may not exist, which must not fail the guard.
 		if err := os.WriteFile(o.TerminationLog, []byte(msg), 0o644); err != nil { //nolint:gosec // G306: kubelet's termination message, read by the cluster anyway
-			fmt.Fprintf(env.Stderr, "pvrescue: write termination message: %v\n", err)
+			say(env.Stderr, "pvrescue: write termination message: %v\n", err)
 		}
 	}
 	if r.Refused() {
-		fmt.Fprintln(env.Stderr, msg)
+		say(env.Stderr, "%v\n", msg)
 		return ExitRefused
 	}
-	fmt.Fprintln(env.Stdout, msg)
+	say(env.Stdout, "%v\n", msg)
 	return 0
 }
 

@@ -29,7 +29,7 @@ var (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if helperDir != "" {
-		os.RemoveAll(helperDir)
+		_ = os.RemoveAll(helperDir) // a temporary directory: a leftover is harmless
 	}
 	os.Exit(code)
 }

@@ -141,7 +141,7 @@ func DescribeError(err error) string {
 // otherwise — a hung mount included (see Healthy).
 func RunProbe(ctx context.Context, o *ProbeOptions, env *Env) int {
 	rs := Probe(ctx, env.Deps.Mounts, o.Paths, o.Timeout)
-	fmt.Fprint(env.Stdout, FormatProbe(rs))
+	say(env.Stdout, "%s", FormatProbe(rs))
 	if Healthy(rs) {
 		return 0
 	}

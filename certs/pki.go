@@ -115,11 +115,11 @@ func newServing(r io.Reader, now time.Time, ca *keyPair, dnsNames []string, vali
 func parsePair(certPEM, keyPEM []byte) (*keyPair, error) {
 	pair, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBadCertificate, err)
+		return nil, fmt.Errorf("%w: %w", ErrBadCertificate, err)
 	}
 	cert, err := x509.ParseCertificate(pair.Certificate[0])
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBadCertificate, err)
+		return nil, fmt.Errorf("%w: %w", ErrBadCertificate, err)
 	}
 	signer, ok := pair.PrivateKey.(crypto.Signer)
 	if !ok {
@@ -150,7 +150,7 @@ func checkServing(p *keyPair, caPEM, storedCA []byte, ca *keyPair, now time.Time
 	roots.AddCert(ca.cert)
 	for _, name := range dnsNames {
 		if _, err := p.cert.Verify(x509.VerifyOptions{Roots: roots, DNSName: name, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
-			return fmt.Errorf("%w: %v", ErrBadCertificate, err)
+			return fmt.Errorf("%w: %w", ErrBadCertificate, err)
 		}
 	}
 	if p.cert.NotAfter.Sub(now) < renewBefore {

@@ -210,7 +210,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			<-ctx.Done()
-			sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
+			// ctx is done: the shutdown gets its own deadline, keeping ctx's values.
+			sctx, c := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer c()
 			_ = srv.Shutdown(sctx)
 		}()

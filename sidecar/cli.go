@@ -58,7 +58,7 @@ var ErrUsage = errors.New("usage")
 // printed to out by the flag package; -h gives flag.ErrHelp.
 func Parse(args []string, out io.Writer) (Invocation, error) {
 	if len(args) == 0 {
-		fmt.Fprint(out, usage)
+		say(out, "%s", usage)
 		return Invocation{}, fmt.Errorf("%w: no command", ErrUsage)
 	}
 	var (
@@ -80,10 +80,10 @@ func Parse(args []string, out io.Writer) (Invocation, error) {
 		o := NewProbeOptions()
 		opts, setArgs = o, func(a []string) { o.Paths = a }
 	case "-h", "-help", "--help", "help":
-		fmt.Fprint(out, usage)
+		say(out, "%s", usage)
 		return Invocation{}, flag.ErrHelp
 	default:
-		fmt.Fprint(out, usage)
+		say(out, "%s", usage)
 		return Invocation{}, fmt.Errorf("%w: unknown command %q", ErrUsage, name)
 	}
 	fs := flag.NewFlagSet("pvrescue-sidecar "+args[0], flag.ContinueOnError)
@@ -118,7 +118,7 @@ func Run(ctx context.Context, inv Invocation, env *Env) int {
 	case *ProbeOptions:
 		return RunProbe(ctx, o, env)
 	default:
-		fmt.Fprintf(env.Stderr, "pvrescue: nothing to run for %q\n", inv.Command)
+		say(env.Stderr, "pvrescue: nothing to run for %q\n", inv.Command)
 		return ExitError
 	}
 }
@@ -130,8 +130,14 @@ func Main(ctx context.Context, args []string, env *Env) int {
 		return ExitOK
 	}
 	if err != nil {
-		fmt.Fprintf(env.Stderr, "pvrescue-sidecar: %v\n", err)
+		say(env.Stderr, "pvrescue-sidecar: %v\n", err)
 		return ExitError
 	}
 	return Run(ctx, inv, env)
+}
+
+// say writes a message to the container's log (stdout or stderr). The helper has nowhere else
+// to report that its own output failed, so that one error is dropped here.
+func say(w io.Writer, format string, a ...any) {
+	_, _ = fmt.Fprintf(w, format, a...)
 }

@@ -3,7 +3,6 @@ package sidecar
 import (
 	"errors"
 	"flag"
-	"fmt"
 	"io"
 	"io/fs"
 	"path/filepath"
@@ -36,7 +35,7 @@ func (o *ExecOptions) AddFlags(fs *flag.FlagSet) {
 // Validate checks the options.
 func (o *ExecOptions) Validate() error {
 	if len(o.Command) == 0 || o.Command[0] == "" {
-		return errors.New("no command: use exec [flags] -- CMD ARGS...")
+		return errors.New("no command: use exec [flags] -- CMD [ARG]")
 	}
 	return nil
 }
@@ -56,19 +55,19 @@ func RemoveFakes(r Report, deps Deps, stderr io.Writer) (removed []string, faile
 		case errors.Is(err, ErrNoDeviceNode):
 			continue // already gone (a restarted container)
 		case err != nil:
-			fmt.Fprintf(stderr, "pvrescue: not removing fake device %s (claim %s): %v\n", d.Path, d.Claim, err)
+			say(stderr, "pvrescue: not removing fake device %s (claim %s): %v\n", d.Path, d.Claim, err)
 			failed = true
 			continue
 		case size != r.FakeSize:
-			fmt.Fprintf(stderr, "pvrescue: not removing %s (claim %s): its size is now %d bytes, not the fake size %d\n", d.Path, d.Claim, size, r.FakeSize)
+			say(stderr, "pvrescue: not removing %s (claim %s): its size is now %d bytes, not the fake size %d\n", d.Path, d.Claim, size, r.FakeSize)
 			continue
 		}
 		if err := deps.Files.Remove(d.Path); err != nil {
-			fmt.Fprintf(stderr, "pvrescue: cannot remove fake device %s (claim %s): %v; the application still sees it\n", d.Path, d.Claim, err)
+			say(stderr, "pvrescue: cannot remove fake device %s (claim %s): %v; the application still sees it\n", d.Path, d.Claim, err)
 			failed = true
 			continue
 		}
-		fmt.Fprintf(stderr, "pvrescue: removed fake device %s (claim %s)\n", d.Path, d.Claim)
+		say(stderr, "pvrescue: removed fake device %s (claim %s)\n", d.Path, d.Claim)
 		removed = append(removed, d.Path)
 	}
 	return removed, failed
@@ -82,19 +81,19 @@ func RunExec(o *ExecOptions, env *Env) int {
 	case errors.Is(err, fs.ErrNotExist):
 		// No guard ran for this pod: nothing to filter.
 	case err != nil:
-		fmt.Fprintf(env.Stderr, "pvrescue: %v; starting the command without filtering devices\n", err)
+		say(env.Stderr, "pvrescue: %v; starting the command without filtering devices\n", err)
 	default:
 		if _, failed := RemoveFakes(r, env.Deps, env.Stderr); failed {
-			fmt.Fprintf(env.Stderr, "pvrescue: %s lists the real devices only\n", filepath.Join(filepath.Dir(o.DevicesFile), contract.FilteredDevDir))
+			say(env.Stderr, "pvrescue: %s lists the real devices only\n", filepath.Join(filepath.Dir(o.DevicesFile), contract.FilteredDevDir))
 		}
 	}
 	path, err := env.Deps.Process.LookPath(o.Command[0])
 	if err != nil {
-		fmt.Fprintf(env.Stderr, "pvrescue: %v\n", err)
+		say(env.Stderr, "pvrescue: %v\n", err)
 		return ExitCommandNotFound
 	}
 	if err := env.Deps.Process.Exec(path, o.Command, env.Environ); err != nil {
-		fmt.Fprintf(env.Stderr, "pvrescue: exec %s: %v\n", path, err)
+		say(env.Stderr, "pvrescue: exec %s: %v\n", path, err)
 		return ExitCannotExecute
 	}
 	return 0

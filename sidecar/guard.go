@@ -147,7 +147,8 @@ func Inspect(sizer DeviceSizer, o *GuardOptions) Report {
 // real device, named by the device's base name. Links from an earlier run are removed first, so
 // a restarted init container never leaves a stale link to a device that has become fake.
 func WriteReport(dir string, r Report) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	// The pod's app containers read the report and the device view, under any uid.
+	if err := os.MkdirAll(dir, 0o755); err != nil { //nolint:gosec // G301: read by the app containers
 		return fmt.Errorf("create %s: %w", dir, err)
 	}
 	data, err := json.MarshalIndent(r, "", "  ")
@@ -161,7 +162,7 @@ func WriteReport(dir string, r Report) error {
 	if err := os.RemoveAll(view); err != nil {
 		return fmt.Errorf("clear %s: %w", view, err)
 	}
-	if err := os.Mkdir(view, 0o755); err != nil {
+	if err := os.Mkdir(view, 0o755); err != nil { //nolint:gosec // G301: read by the app containers
 		return fmt.Errorf("create %s: %w", view, err)
 	}
 	for _, d := range r.Devices {
@@ -204,11 +205,11 @@ func writeFileAtomic(path string, data []byte, mode fs.FileMode) error {
 		}
 	}()
 	if _, err := f.Write(data); err != nil {
-		f.Close()
+		_ = f.Close() // the write already failed: that error is returned
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	if err := f.Chmod(mode); err != nil {
-		f.Close()
+		_ = f.Close() // the write already failed: that error is returned
 		return fmt.Errorf("chmod %s: %w", path, err)
 	}
 	if err := f.Close(); err != nil {
@@ -230,24 +231,24 @@ func flagName(f string) string { return strings.TrimLeft(f, "-") }
 func RunGuard(o *GuardOptions, env *Env) int {
 	r := Inspect(env.Deps.Devices, o)
 	for _, d := range r.Devices {
-		fmt.Fprintln(env.Stdout, DescribeDevice(d))
+		say(env.Stdout, "%v\n", DescribeDevice(d))
 	}
 	if err := WriteReport(o.Out, r); err != nil {
-		fmt.Fprintf(env.Stderr, "pvrescue: %v\n", err)
+		say(env.Stderr, "pvrescue: %v\n", err)
 		return ExitError
 	}
 	msg := r.Summary()
 	if o.TerminationLog != "" {
 		// Best effort: outside Kubernetes the file may not exist, which must not fail the guard.
-		if err := os.WriteFile(o.TerminationLog, []byte(msg), 0o644); err != nil {
-			fmt.Fprintf(env.Stderr, "pvrescue: write termination message: %v\n", err)
+		if err := os.WriteFile(o.TerminationLog, []byte(msg), 0o644); err != nil { //nolint:gosec // G306: kubelet's termination message, read by the cluster anyway
+			say(env.Stderr, "pvrescue: write termination message: %v\n", err)
 		}
 	}
 	if r.Refused() {
-		fmt.Fprintln(env.Stderr, msg)
+		say(env.Stderr, "%v\n", msg)
 		return ExitRefused
 	}
-	fmt.Fprintln(env.Stdout, msg)
+	say(env.Stdout, "%v\n", msg)
 	return 0
 }
 

@@ -38,14 +38,14 @@ func (o *InstallOptions) Validate() error {
 // file and a rename so that a container never runs a half-copied binary (no fsync, as for
 // devices.json: the emptyDir does not survive the pod). It returns the new path.
 func Install(src, dir string) (string, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o755); err != nil { //nolint:gosec // G301: the app containers run the helper from here, under any uid
 		return "", fmt.Errorf("create %s: %w", dir, err)
 	}
 	in, err := os.Open(src)
 	if err != nil {
 		return "", fmt.Errorf("open own executable: %w", err)
 	}
-	defer in.Close()
+	defer func() { _ = in.Close() }() // opened read-only: nothing to lose on close
 	dst := filepath.Join(dir, contract.HelperBinaryName)
 	out, err := os.CreateTemp(dir, "."+contract.HelperBinaryName+".*")
 	if err != nil {
@@ -79,14 +79,14 @@ func removeIfExists(path string) error {
 func RunInstall(o *InstallOptions, env *Env) int {
 	self, err := env.Executable()
 	if err != nil {
-		fmt.Fprintf(env.Stderr, "pvrescue: find own executable: %v\n", err)
+		say(env.Stderr, "pvrescue: find own executable: %v\n", err)
 		return ExitError
 	}
 	dst, err := Install(self, o.To)
 	if err != nil {
-		fmt.Fprintf(env.Stderr, "pvrescue: %v\n", err)
+		say(env.Stderr, "pvrescue: %v\n", err)
 		return ExitError
 	}
-	fmt.Fprintf(env.Stdout, "installed %s\n", dst)
+	say(env.Stdout, "installed %s\n", dst)
 	return 0
 }

@@ -29,7 +29,7 @@ var (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if helperDir != "" {
-		os.RemoveAll(helperDir)
+		_ = os.RemoveAll(helperDir) // a temporary directory: a leftover is harmless
 	}
 	os.Exit(code)
 }
@@ -48,7 +48,7 @@ func buildHelper(t *testing.T) string {
 		cmd.Dir = testenv.RepoRoot()
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
-			helperErr = fmt.Errorf("go build: %v\n%s", err, out)
+			helperErr = fmt.Errorf("go build: %w\n%s", err, out)
 		}
 	})
 	if helperErr != nil {

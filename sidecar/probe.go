@@ -39,7 +39,7 @@ func (o *ProbeOptions) Validate() error {
 		errs = append(errs, fmt.Errorf("%s must be positive, got %s", contract.FlagTimeout, o.Timeout))
 	}
 	if len(o.Paths) == 0 {
-		errs = append(errs, errors.New("no path to probe: use probe [flags] PATH..."))
+		errs = append(errs, errors.New("no path to probe: use probe [flags] PATH [PATH]"))
 	}
 	for _, p := range o.Paths {
 		if p == "" || strings.HasPrefix(p, "-") {
@@ -141,7 +141,7 @@ func DescribeError(err error) string {
 // otherwise — a hung mount included (see Healthy).
 func RunProbe(ctx context.Context, o *ProbeOptions, env *Env) int {
 	rs := Probe(ctx, env.Deps.Mounts, o.Paths, o.Timeout)
-	fmt.Fprint(env.Stdout, FormatProbe(rs))
+	say(env.Stdout, "%s", FormatProbe(rs))
 	if Healthy(rs) {
 		return 0
 	}

@@ -425,7 +425,7 @@ func (in *injector) propagation(u *userContainer, s3Mounts []int) bool {
 			set = true
 		case *m.MountPropagation == corev1.MountPropagationNone:
 			in.skip(Skip{Container: c.Name, What: InjectedPropagation, Reason: fmt.Sprintf("volume %q is mounted with mountPropagation None", m.Name)},
-				"%s %q mounts S3 volume %q with mountPropagation None; a restored mount reaches it only after a restart", kindOf(u.init), c.Name, m.Name)
+				"%s %q mounts S3 volume %q with mountPropagation None; a restored mount reaches it when the agent remounts it in the container, not by propagation", kindOf(u.init), c.Name, m.Name)
 		}
 	}
 	return set

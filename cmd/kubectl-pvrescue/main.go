@@ -8,14 +8,14 @@ import (
 
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
+	"github.com/pvrescue/pvrescue/cmd/kubectl-pvrescue/app"
 	"github.com/pvrescue/pvrescue/internal/cmdutil"
-	"github.com/pvrescue/pvrescue/internal/kubectlplugin"
 )
 
 func main() {
 	os.Exit(cmdutil.Run(func(ctx context.Context) int {
 		streams := genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}
-		if err := kubectlplugin.NewCommand(kubectlplugin.NewOptions(streams)).ExecuteContext(ctx); err != nil {
+		if err := app.NewCommand(app.NewOptions(streams)).ExecuteContext(ctx); err != nil {
 			fmt.Fprintln(os.Stderr, "error:", err)
 			return 1
 		}

@@ -18,10 +18,10 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/pvrescue/pvrescue/cmd/kubectl-pvrescue/app"
 	"github.com/pvrescue/pvrescue/e2e/framework"
 	"github.com/pvrescue/pvrescue/e2e/stack"
 	"github.com/pvrescue/pvrescue/internal/contract"
-	"github.com/pvrescue/pvrescue/internal/kubectlplugin"
 	"github.com/pvrescue/pvrescue/internal/testenv"
 	"github.com/pvrescue/pvrescue/monitoring"
 )
@@ -175,13 +175,13 @@ func TestHelm(t *testing.T) {
 	// kubectl pvrescue against this cluster: the config and webhook configuration the chart
 	// installed are found, the node is listed, and no pod is unprotected.
 	var out, errOut bytes.Buffer
-	o := kubectlplugin.NewOptions(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
-	cmd := kubectlplugin.NewCommand(o)
+	o := app.NewOptions(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
+	cmd := app.NewCommand(o)
 	cmd.SetArgs([]string{"--kubeconfig", c.Kubeconfig, "status", "-o", "json"})
 	if err := cmd.ExecuteContext(ctx); err != nil {
 		t.Fatalf("kubectl pvrescue status: %v\n%s", err, errOut.String())
 	}
-	var r kubectlplugin.StatusReport
+	var r app.StatusReport
 	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
 		t.Fatal(err)
 	}

@@ -352,7 +352,7 @@ func Parse(data []byte) (*Config, error) {
 	// The version must be stated by the file itself, not inherited from the defaults.
 	cfg.APIVersion, cfg.Kind = "", ""
 	if err := yaml.UnmarshalStrict(data, cfg); err != nil {
-		return nil, fmt.Errorf("%w: decode: %v", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: decode: %w", ErrInvalid, err)
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err

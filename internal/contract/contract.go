@@ -93,7 +93,8 @@ const (
 	// WebhookConfiguration is the MutatingWebhookConfiguration's name.
 	WebhookConfiguration = "pvrescue-webhook"
 	// ServingSecret holds the serving certificate (and, from cert-manager, the CA in ca.crt).
-	ServingSecret = "pvrescue-webhook-tls"
+	ServingSecret = "pvrescue-webhook-tls" //nolint:gosec // G101: the name of a Secret, not a credential
+
 	// AnnotationInjectCAFrom is cert-manager's cainjector annotation ("namespace/certificate").
 	AnnotationInjectCAFrom = "cert-manager.io/inject-ca-from"
 )

@@ -68,8 +68,11 @@ func TestNodeEnterLeavesTheProcessAlone(t *testing.T) {
 			want, _ := os.Readlink(path)
 			err := Enter(path, ns.typ, func() error {
 				got, err := os.Readlink("/proc/thread-self/ns/" + ns.name)
-				if err != nil || got != want {
-					return fmt.Errorf("the thread is in %s (%v), want %s", got, err, want)
+				if err != nil {
+					return fmt.Errorf("read the thread's namespace: %w", err)
+				}
+				if got != want {
+					return fmt.Errorf("the thread is in %s, want %s", got, want)
 				}
 				return nil
 			})

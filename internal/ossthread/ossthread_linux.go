@@ -41,7 +41,7 @@ func enter(nsPath string, nstype int, f func() error) error {
 			err = fmt.Errorf("open %s: %w", nsPath, oerr)
 			return
 		}
-		defer unix.Close(fd)
+		defer func() { _ = unix.Close(fd) }() // a namespace fd: nothing to lose on close
 		if serr := unix.Setns(fd, nstype); serr != nil {
 			err = fmt.Errorf("setns %s: %w", nsPath, serr)
 			return

@@ -54,7 +54,7 @@ func LoopDevice(t testing.TB, dir string, size int64) *Loop {
 		t.Fatal(err)
 	}
 	if err := f.Truncate(size); err != nil {
-		f.Close()
+		_ = f.Close() // the truncate's error is the one reported
 		t.Fatal(err)
 	}
 	if err := f.Close(); err != nil {

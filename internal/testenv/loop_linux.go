@@ -29,7 +29,7 @@ func AttachLoop(image string, r LoopRange) (*Loop, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open image: %w", err)
 	}
-	defer img.Close()
+	defer func() { _ = img.Close() }() // an attached loop holds its own reference
 	for n := r.First; n <= r.Last; n++ {
 		if loopBacking(n) != "" {
 			continue
@@ -39,12 +39,14 @@ func AttachLoop(image string, r LoopRange) (*Loop, error) {
 			return nil, err
 		}
 		err := l.setFD(img)
+		// A loop taken meanwhile (EBUSY) is skipped, a failed one returned; either way the node
+		// this call made is removed as best it can be (a leftover node is inert).
 		if errors.Is(err, unix.EBUSY) {
-			l.removeMade()
+			_ = l.removeMade()
 			continue
 		}
 		if err != nil {
-			l.removeMade()
+			_ = l.removeMade()
 			return nil, err
 		}
 		return l, nil
@@ -64,7 +66,7 @@ func (l *Loop) Detach() error {
 		return fmt.Errorf("open %s: %w", l.Dev, err)
 	}
 	err = unix.IoctlSetInt(int(dev.Fd()), unix.LOOP_CLR_FD, 0)
-	dev.Close()
+	_ = dev.Close() // used for the ioctl only
 	if err != nil && !errors.Is(err, unix.ENXIO) {
 		return fmt.Errorf("LOOP_CLR_FD %s: %w", l.Dev, err)
 	}
@@ -106,7 +108,7 @@ func (l *Loop) setFD(img *os.File) error {
 	if err != nil {
 		return fmt.Errorf("open %s: %w", l.Dev, err)
 	}
-	defer dev.Close()
+	defer func() { _ = dev.Close() }() // used for the ioctl only
 	if err := unix.IoctlSetInt(int(dev.Fd()), unix.LOOP_SET_FD, int(img.Fd())); err != nil {
 		return fmt.Errorf("LOOP_SET_FD %s: %w", l.Dev, err)
 	}
@@ -138,7 +140,7 @@ func loopControl(req uint, minor int) error {
 	if err != nil {
 		return fmt.Errorf("open /dev/loop-control (modprobe loop): %w", err)
 	}
-	defer ctl.Close()
+	defer func() { _ = ctl.Close() }() // a control fd: nothing to lose on close
 	return unix.IoctlSetInt(int(ctl.Fd()), req, minor)
 }
 

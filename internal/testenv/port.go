@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strconv"
 	"testing"
@@ -17,8 +18,11 @@ func PickPort(host string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	port := l.Addr().(*net.TCPAddr).Port
+	if err := l.Close(); err != nil {
+		return 0, fmt.Errorf("free port %d: %w", port, err)
+	}
+	return port, nil
 }
 
 // FreePort is PickPort on 127.0.0.1 for a test; it fails the test when no port can be had.
@@ -41,6 +45,6 @@ func Listening(ctx context.Context, addr string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	c.Close()
+	_ = c.Close() // the connection was only to see that something accepts
 	return true, nil
 }

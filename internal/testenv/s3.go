@@ -89,7 +89,7 @@ func (s *S3Server) Exited() error {
 	case <-s.done:
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		return fmt.Errorf("versitygw: %w (%v)", ErrExited, s.err)
+		return fmt.Errorf("versitygw: %w (%w)", ErrExited, s.err)
 	default:
 		return nil
 	}
@@ -136,9 +136,14 @@ func S3(t testing.TB, buckets ...string) *S3Server {
 	s, err := StartS3Server(ctx, bin, c, log)
 	if err != nil {
 		b, _ := os.ReadFile(log.Name())
-		log.Close()
+		_ = log.Close() // the start's error is the one reported
 		t.Fatalf("%v\n%s", err, b)
 	}
-	t.Cleanup(func() { _ = s.Stop(); log.Close() })
+	t.Cleanup(func() {
+		_ = s.Stop() // Stop reports how the server ended; the test is over
+		if err := log.Close(); err != nil {
+			t.Errorf("close the S3 server's log: %v", err)
+		}
+	})
 	return s
 }

@@ -91,7 +91,7 @@ func TestPickPortAndListening(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the port PickPort returned cannot be listened on: %v", err)
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }() // the test only needs it open
 	if ok, err := Listening(t.Context(), addr); !ok || err != nil {
 		t.Fatalf("Listening(%s) = %v, %v with a listener there", addr, ok, err)
 	}
@@ -117,7 +117,7 @@ func TestPollAbortEndsAtOnce(t *testing.T) {
 		calls++
 		return false, Abort(gone)
 	})
-	if err != gone || calls != 1 {
+	if !errors.Is(err, gone) || calls != 1 {
 		t.Fatalf("Poll = %v after %d calls, want the aborting error after 1", err, calls)
 	}
 }

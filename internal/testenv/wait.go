@@ -34,7 +34,7 @@ func Poll(ctx context.Context, interval time.Duration, cond func(context.Context
 		return err
 	}
 	if err != nil && last != nil {
-		return fmt.Errorf("%w (last: %v)", err, last)
+		return fmt.Errorf("%w (last: %w)", err, last)
 	}
 	return err
 }

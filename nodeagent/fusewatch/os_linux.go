@@ -102,7 +102,7 @@ func (r realOS) Events() (Events, error) {
 	}
 	ev.mi = mi
 	// The mount table signals a change as POLLERR|POLLPRI; each poll consumes it.
-	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, mi, &unix.EpollEvent{Events: unix.EPOLLPRI, Fd: int32(mi)}); err != nil {
+	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, mi, &unix.EpollEvent{Events: unix.EPOLLPRI, Fd: fd32(mi)}); err != nil {
 		return fail(fmt.Errorf("fusewatch: watch %s: %w", r.opts.Mountinfo, err))
 	}
 	stop, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
@@ -110,7 +110,7 @@ func (r realOS) Events() (Events, error) {
 		return fail(fmt.Errorf("fusewatch: eventfd: %w", err))
 	}
 	ev.stop = stop
-	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, stop, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(stop)}); err != nil {
+	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, stop, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: fd32(stop)}); err != nil {
 		return fail(fmt.Errorf("fusewatch: eventfd: %w", err))
 	}
 	return ev, nil
@@ -138,7 +138,7 @@ func (e *epollEvents) Add(pid int) error {
 	if err != nil {
 		return fmt.Errorf("fusewatch: pidfd_open %d: %w", pid, err)
 	}
-	if err := unix.EpollCtl(e.ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}); err != nil {
+	if err := unix.EpollCtl(e.ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: fd32(fd)}); err != nil {
 		_ = unix.Close(fd)
 		return fmt.Errorf("fusewatch: watch pid %d: %w", pid, err)
 	}
@@ -153,7 +153,7 @@ func (e *epollEvents) Remove(pid int) bool {
 	if !ok {
 		return true // Wait reported its exit and dropped it
 	}
-	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	pfd := []unix.PollFd{{Fd: fd32(fd), Events: unix.POLLIN}}
 	if n, err := unix.Poll(pfd, 0); err == nil && n > 0 {
 		return true // exited: Wait reports it
 	}
@@ -228,4 +228,9 @@ func (e *epollEvents) Close() error {
 		}
 	}
 	return nil
+}
+
+// fd32 is a file descriptor as epoll and poll take it.
+func fd32(fd int) int32 {
+	return int32(fd) //nolint:gosec // G115: descriptors are below RLIMIT_NOFILE, far under 2^31
 }

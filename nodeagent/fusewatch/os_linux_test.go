@@ -16,7 +16,11 @@ func TestEventsReportExitOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ev.Close()
+	t.Cleanup(func() {
+		if err := ev.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
 	cmd := exec.Command("sleep", "60")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

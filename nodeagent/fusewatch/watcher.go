@@ -102,7 +102,6 @@ type Watcher struct {
 	exits   prometheus.Counter
 	daemons prometheus.Gauge
 	walks   prometheus.Counter
-	err     error
 }
 
 // New returns a Watcher over os.

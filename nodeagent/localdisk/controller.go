@@ -101,7 +101,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("fsnotify: %w", err)
 	}
-	defer watcher.Close()
+	defer func() { _ = watcher.Close() }() // the loop is over; a close error changes nothing it did
 	watched := map[string]bool{}
 	resync := c.deps.Clock.NewTicker(c.deps.Config.LocalBlock.ResyncPeriod.Duration)
 	defer resync.Stop()

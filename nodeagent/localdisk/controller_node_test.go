@@ -1,6 +1,6 @@
 //go:build node
 
-package localdisk
+package localdisk_test
 
 import (
 	"context"
@@ -28,6 +28,8 @@ import (
 	"github.com/pvrescue/pvrescue/internal/contract"
 	"github.com/pvrescue/pvrescue/internal/testenv"
 	"github.com/pvrescue/pvrescue/nodeagent"
+
+	"github.com/pvrescue/pvrescue/nodeagent/localdisk"
 )
 
 type clusterEnv struct {
@@ -125,9 +127,9 @@ func (e *clusterEnv) startAgent(t *testing.T) (stop func()) {
 	if err := view.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	c, err := New(nodeagent.Deps{NodeName: "node-1", Config: e.cfg, Client: e.client, View: view, Recorder: recorder,
-		Registerer: prometheus.NewRegistry(), Clock: clock.RealClock{}}, NewRealOS(e.state),
-		Options{PathRoots: []string{e.byID}, LinkRoots: []string{e.byID}, LoopSearchLimit: 20})
+	c, err := localdisk.New(nodeagent.Deps{NodeName: "node-1", Config: e.cfg, Client: e.client, View: view, Recorder: recorder,
+		Registerer: prometheus.NewRegistry(), Clock: clock.RealClock{}}, localdisk.NewRealOS(e.state),
+		localdisk.Options{PathRoots: []string{e.byID}, LinkRoots: []string{e.byID}, LoopSearchLimit: 20})
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -193,7 +195,7 @@ func ourLinkTarget(path string) string {
 	if err != nil {
 		return ""
 	}
-	if _, err := ParseLoopLinkTarget("/dev", t); err != nil {
+	if _, err := localdisk.ParseLoopLinkTarget("/dev", t); err != nil {
 		return ""
 	}
 	return t
@@ -326,7 +328,7 @@ func TestNodeAgentWithAPIServer(t *testing.T) {
 			t.Fatalf("%s annotated %q", pv, a)
 		}
 	}
-	if ents, _ := os.ReadDir(filepath.Join(e.state, SubDir)); len(ents) != 0 {
+	if ents, _ := os.ReadDir(filepath.Join(e.state, localdisk.SubDir)); len(ents) != 0 {
 		t.Fatalf("state files left: %v", ents)
 	}
 }
@@ -367,7 +369,7 @@ func TestNodeAgentBadInputAndGate(t *testing.T) {
 	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
 		t.Fatalf("directory touched: %v", err)
 	}
-	if ents, _ := os.ReadDir(filepath.Join(e.state, SubDir)); len(ents) != 2 { // pv1.json, pv1.img
+	if ents, _ := os.ReadDir(filepath.Join(e.state, localdisk.SubDir)); len(ents) != 2 { // pv1.json, pv1.img
 		t.Fatalf("state files: %v", ents)
 	}
 }

@@ -1,4 +1,4 @@
-package localdisk
+package localdisk_test
 
 import (
 	"context"
@@ -23,21 +23,24 @@ import (
 	"github.com/pvrescue/pvrescue/internal/contract"
 	"github.com/pvrescue/pvrescue/nodeagent"
 	"github.com/pvrescue/pvrescue/nodeagent/nodeagenttest"
+
+	"github.com/pvrescue/pvrescue/nodeagent/localdisk"
+	"github.com/pvrescue/pvrescue/nodeagent/localdisk/localdisktest"
 )
 
-// ctrlEnv drives the controller pass by pass (SyncOnce) on a fake OS, a fake clientset (the one
+// ctrlEnv drives the controller pass by pass (SyncOnce) on a fake localdisk.OS, a fake clientset (the one
 // truth: the rescue writes through it) copied into a fake view before each pass, and a fake
 // clock: no goroutines, no sleeping.
 type ctrlEnv struct {
 	t        *testing.T
 	ctx      context.Context
-	os       *FakeOS
+	os       *localdisktest.FakeOS
 	client   *fake.Clientset
 	view     *nodeagenttest.FakeView
 	clock    *clocktesting.FakeClock
 	recorder *kuberecord.FakeRecorder
 	reg      *prometheus.Registry
-	c        *Controller
+	c        *localdisk.Controller
 	events   []string
 	evicted  []string
 }
@@ -53,7 +56,7 @@ func newCtrlEnvWith(t *testing.T, labelled bool, tweak func(*config.Config), obj
 	if labelled {
 		node.Labels[contract.LabelFakeDevicesDefault] = contract.LabelFakeDevicesEnabled
 	}
-	e := &ctrlEnv{t: t, os: NewFakeOS(testState, "/dev"), client: fake.NewClientset(append(objs, node)...),
+	e := &ctrlEnv{t: t, os: localdisktest.NewFakeOS(testState, "/dev"), client: fake.NewClientset(append(objs, node)...),
 		clock:    clocktesting.NewFakeClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)),
 		recorder: kuberecord.NewFakeRecorder(100), reg: prometheus.NewRegistry()}
 	e.client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
@@ -72,8 +75,8 @@ func newCtrlEnvWith(t *testing.T, labelled bool, tweak func(*config.Config), obj
 	ctx, cancel := context.WithCancel(logr.NewContext(context.Background(), testr.New(t)))
 	t.Cleanup(cancel)
 	e.ctx, e.view = ctx, view
-	c, err := New(nodeagent.Deps{NodeName: "n1", Config: cfg, Client: e.client, View: view, Recorder: e.recorder,
-		Registerer: e.reg, Clock: e.clock}, e.os, Options{LoopSearchLimit: 4})
+	c, err := localdisk.New(nodeagent.Deps{NodeName: "n1", Config: cfg, Client: e.client, View: view, Recorder: e.recorder,
+		Registerer: e.reg, Clock: e.clock}, e.os, localdisk.Options{LoopSearchLimit: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +228,7 @@ func TestControllerFakeLifecycle(t *testing.T) {
 
 	// The real disk returns while kubelet still holds the fake.
 	e.os.Locked(func() {
-		e.os.Loops[0] = &Loop{Minor: 0, BackingFile: "/var/lib/kubelet/x", BackingIsDev: true, BackingMajor: LoopMajor, BackingMinor: 101}
+		e.os.Loops[0] = &localdisk.Loop{Minor: 0, BackingFile: "/var/lib/kubelet/x", BackingIsDev: true, BackingMajor: localdisk.LoopMajor, BackingMinor: 101}
 		delete(e.os.Links, testDisk)
 		e.os.Devices[testDisk] = true
 	})
@@ -361,8 +364,8 @@ func TestControllerUnguardedPodGetsNoFake(t *testing.T) {
 	}
 	e.pass()
 	e.wantEvent(contract.ReasonFakeDeviceCreated)
-	if len(e.c.podsWarned) != 0 {
-		t.Errorf("memory of a deleted pod kept: %v", e.c.podsWarned)
+	if len(e.c.PodsWarned()) != 0 {
+		t.Errorf("memory of a deleted pod kept: %v", e.c.PodsWarned())
 	}
 }
 
@@ -415,7 +418,7 @@ func TestControllerLoopsExhaustedWarns(t *testing.T) {
 	e := newCtrlEnv(t, true, boundPV(), boundPVC(), podOn("p", guard, time.Now()))
 	e.os.Locked(func() {
 		for n := 101; n < 105; n++ {
-			e.os.Loops[n] = &Loop{Minor: n, BackingFile: "/srv/x"}
+			e.os.Loops[n] = &localdisk.Loop{Minor: n, BackingFile: "/srv/x"}
 		}
 	})
 	e.pass()
@@ -439,14 +442,14 @@ func TestControllerWarnsWhenMissingTooLong(t *testing.T) {
 }
 
 func TestOptionsValidate(t *testing.T) {
-	if err := NewOptions().withDefaults().Validate(); err != nil {
+	if err := localdisk.NewOptions().WithDefaults().Validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
-	for name, o := range map[string]Options{
-		"relative root": {PathRoots: []string{"mnt"}, LinkRoots: DefaultLinkRoots, DevDir: "/dev", LoopSearchLimit: 1},
-		"slash":         {PathRoots: []string{"/"}, LinkRoots: DefaultLinkRoots, DevDir: "/dev", LoopSearchLimit: 1},
-		"no link roots": {PathRoots: DefaultPathRoots, DevDir: "/dev", LoopSearchLimit: 1},
-		"no loops":      {PathRoots: DefaultPathRoots, LinkRoots: DefaultLinkRoots, DevDir: "/dev"},
+	for name, o := range map[string]localdisk.Options{
+		"relative root": {PathRoots: []string{"mnt"}, LinkRoots: localdisk.DefaultLinkRoots, DevDir: "/dev", LoopSearchLimit: 1},
+		"slash":         {PathRoots: []string{"/"}, LinkRoots: localdisk.DefaultLinkRoots, DevDir: "/dev", LoopSearchLimit: 1},
+		"no link roots": {PathRoots: localdisk.DefaultPathRoots, DevDir: "/dev", LoopSearchLimit: 1},
+		"no loops":      {PathRoots: localdisk.DefaultPathRoots, LinkRoots: localdisk.DefaultLinkRoots, DevDir: "/dev"},
 	} {
 		if o.Validate() == nil {
 			t.Errorf("%s: accepted %+v", name, o)

@@ -1,6 +1,6 @@
 //go:build integration
 
-package localdisk
+package localdisk_test
 
 import (
 	"context"
@@ -22,6 +22,9 @@ import (
 	"github.com/pvrescue/pvrescue/internal/contract"
 	"github.com/pvrescue/pvrescue/internal/testenv"
 	"github.com/pvrescue/pvrescue/nodeagent"
+
+	"github.com/pvrescue/pvrescue/nodeagent/localdisk"
+	"github.com/pvrescue/pvrescue/nodeagent/localdisk/localdisktest"
 )
 
 // A deleted PV's fake is retired on the next pass (one resync period), although the view keeps
@@ -68,15 +71,15 @@ func TestDeletedPVFakeRetiredWithinOneResync(t *testing.T) {
 
 	cfg := config.Default()
 	cfg.StateDir = testState
-	fos := NewFakeOS(testState, "/dev")
+	fos := localdisktest.NewFakeOS(testState, "/dev")
 	view, err := nodeagent.NewKubeView(client, "n1", clock, nodeagent.ViewOptions{}) // shipped TTLs
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(view.Shutdown)
 	must("view", view.Start(ctx))
-	c, err := New(nodeagent.Deps{NodeName: "n1", Config: cfg, Client: client, View: view, Recorder: kuberecord.NewFakeRecorder(100),
-		Registerer: prometheus.NewRegistry(), Clock: clock}, fos, Options{LoopSearchLimit: 4})
+	c, err := localdisk.New(nodeagent.Deps{NodeName: "n1", Config: cfg, Client: client, View: view, Recorder: kuberecord.NewFakeRecorder(100),
+		Registerer: prometheus.NewRegistry(), Clock: clock}, fos, localdisk.Options{LoopSearchLimit: 4})
 	if err != nil {
 		t.Fatal(err)
 	}

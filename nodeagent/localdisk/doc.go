@@ -4,7 +4,7 @@
 // back and nothing holds the fake.
 //
 // Split: Reconciler (one idempotent pass over the OS, no memory between passes), OS (every OS
-// effect; RealOS on Linux, FakeOS for tests, which records safety violations), Controller
+// effect; RealOS on Linux, localdisktest.FakeOS for tests, which records safety violations), Controller
 // (New(deps, os, opts); volumes.go reads this node's pods from deps.View and
 // their PVC/PV on demand plus the PVs of the records — never all PVs; report.go Events, PV
 // annotation and metrics; nodestatus.go the Node condition; evict.go evictions).

@@ -1,6 +1,6 @@
 //go:build integration
 
-package localdisk
+package localdisk_test
 
 import (
 	"context"
@@ -29,6 +29,9 @@ import (
 	"github.com/pvrescue/pvrescue/internal/contract"
 	"github.com/pvrescue/pvrescue/internal/testenv"
 	"github.com/pvrescue/pvrescue/nodeagent"
+
+	"github.com/pvrescue/pvrescue/nodeagent/localdisk"
+	"github.com/pvrescue/pvrescue/nodeagent/localdisk/localdisktest"
 )
 
 // evictionLog records the status code of every eviction the apiserver answered.
@@ -118,7 +121,7 @@ func TestEvictionOnReturnRespectsPDB(t *testing.T) {
 	mustCreate("pod status", err)
 
 	// maxUnavailable 0: no voluntary disruption of the one healthy pod.
-	pdb, err := client.PolicyV1().PodDisruptionBudgets("app").Create(ctx, &policyv1.PodDisruptionBudget{
+	_, err = client.PolicyV1().PodDisruptionBudgets("app").Create(ctx, &policyv1.PodDisruptionBudget{
 		ObjectMeta: metav1.ObjectMeta{Name: "db"},
 		Spec: policyv1.PodDisruptionBudgetSpec{MaxUnavailable: ptrTo(intstr.FromInt32(0)),
 			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}},
@@ -140,7 +143,7 @@ func TestEvictionOnReturnRespectsPDB(t *testing.T) {
 
 	cfg := config.Default()
 	cfg.StateDir = testState
-	fos := NewFakeOS(testState, "/dev")
+	fos := localdisktest.NewFakeOS(testState, "/dev")
 	view, err := nodeagent.NewKubeView(client, "n1", clock, nodeagent.ViewOptions{TTL: time.Nanosecond, NotFoundTTL: time.Nanosecond})
 	if err != nil {
 		t.Fatal(err)
@@ -150,8 +153,8 @@ func TestEvictionOnReturnRespectsPDB(t *testing.T) {
 		t.Fatal(err)
 	}
 	recorder := kuberecord.NewFakeRecorder(100)
-	c, err := New(nodeagent.Deps{NodeName: "n1", Config: cfg, Client: client, View: view, Recorder: recorder,
-		Registerer: prometheus.NewRegistry(), Clock: clock}, fos, Options{LoopSearchLimit: 4})
+	c, err := localdisk.New(nodeagent.Deps{NodeName: "n1", Config: cfg, Client: client, View: view, Recorder: recorder,
+		Registerer: prometheus.NewRegistry(), Clock: clock}, fos, localdisk.Options{LoopSearchLimit: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +190,7 @@ func TestEvictionOnReturnRespectsPDB(t *testing.T) {
 	}
 	// The real disk returns while kubelet still holds the fake for the pod.
 	fos.Locked(func() {
-		fos.Loops[0] = &Loop{Minor: 0, BackingFile: "/var/lib/kubelet/x", BackingIsDev: true, BackingMajor: LoopMajor, BackingMinor: 101}
+		fos.Loops[0] = &localdisk.Loop{Minor: 0, BackingFile: "/var/lib/kubelet/x", BackingIsDev: true, BackingMajor: localdisk.LoopMajor, BackingMinor: 101}
 		delete(fos.Links, testDisk)
 		fos.Devices[testDisk] = true
 	})
@@ -209,7 +212,7 @@ func TestEvictionOnReturnRespectsPDB(t *testing.T) {
 	}
 
 	// The budget is relaxed (maxUnavailable 1) and the disruption controller allows one.
-	pdb, err = client.PolicyV1().PodDisruptionBudgets("app").Get(ctx, "db", metav1.GetOptions{})
+	pdb, err := client.PolicyV1().PodDisruptionBudgets("app").Get(ctx, "db", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

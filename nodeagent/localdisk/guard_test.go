@@ -1,4 +1,4 @@
-package localdisk
+package localdisk_test
 
 import (
 	"testing"
@@ -7,6 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/pvrescue/pvrescue/internal/contract"
+
+	"github.com/pvrescue/pvrescue/nodeagent/localdisk"
 )
 
 func TestGuarded(t *testing.T) {
@@ -57,7 +59,7 @@ func TestGuarded(t *testing.T) {
 		{"--device without a value", with(func(p *corev1.Pod) { p.Spec.InitContainers[0].Args = []string{contract.CmdGuard, contract.FlagDevice} }), "d", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := Guarded(tc.pod, tc.volume); got != tc.want {
+			if got := localdisk.Guarded(tc.pod, tc.volume); got != tc.want {
 				t.Errorf("Guarded(%s) = %v, want %v", tc.volume, got, tc.want)
 			}
 		})

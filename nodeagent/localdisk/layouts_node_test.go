@@ -1,6 +1,6 @@
 //go:build node
 
-package localdisk
+package localdisk_test
 
 import (
 	"errors"
@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pvrescue/pvrescue/nodeagent/localdisk"
 )
 
 // layoutEnv: a discovery directory (as local-static-provisioner's) and a by-id directory, the
@@ -23,7 +25,7 @@ type layoutEnv struct {
 func setupLayout(t *testing.T) *layoutEnv {
 	t.Helper()
 	e := &layoutEnv{nodeEnv: setupNode(t), disc: t.TempDir()}
-	r, err := NewReconciler(e.host, ReconcilerOptions{
+	r, err := localdisk.NewReconciler(e.host, localdisk.ReconcilerOptions{
 		StateDir: e.state, DevDir: "/dev", PathRoots: []string{e.disc, e.byID}, LinkRoots: []string{e.byID},
 		FakeSize: 512, FirstLoopMinor: nodeFirstLoop, LoopSearchLimit: 20,
 	}, nil)
@@ -47,8 +49,8 @@ func TestNodeProvisionerChainFakedAtByID(t *testing.T) {
 	if err := unix.Lstat(admin, &before); err != nil {
 		t.Fatal(err)
 	}
-	st := one(t, e.r.Sync(logrCtx(t), []Volume{{PV: "pv1", Path: admin, MayFake: true}}, true))
-	if st.State != StateFaked || st.Link != byid {
+	st := one(t, e.r.Sync(logrCtx(t), []localdisk.Volume{{PV: "pv1", Path: admin, MayFake: true}}, true))
+	if st.State != localdisk.StateFaked || st.Link != byid {
 		t.Fatalf("status %+v", st)
 	}
 	if got := ourLinkTarget(byid); got != fmt.Sprintf("/dev/loop%d", st.Loop) {
@@ -70,8 +72,8 @@ func TestNodeProvisionerChainFakedAtByID(t *testing.T) {
 func TestNodeFakeIsReadOnly(t *testing.T) {
 	e := setupLayout(t)
 	p := filepath.Join(e.byID, "nvme-ro")
-	st := one(t, e.r.Sync(logrCtx(t), []Volume{{PV: "pv1", Path: p, MayFake: true}}, true))
-	if st.State != StateFaked {
+	st := one(t, e.r.Sync(logrCtx(t), []localdisk.Volume{{PV: "pv1", Path: p, MayFake: true}}, true))
+	if st.State != localdisk.StateFaked {
 		t.Fatalf("status %+v", st)
 	}
 	if ro, _ := os.ReadFile(fmt.Sprintf("/sys/block/loop%d/ro", st.Loop)); string(ro) != "1\n" {
@@ -80,7 +82,9 @@ func TestNodeFakeIsReadOnly(t *testing.T) {
 	f, err := os.OpenFile(p, os.O_WRONLY, 0)
 	if err == nil {
 		_, err = f.Write(make([]byte, 512))
-		f.Close()
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
 	}
 	if err == nil {
 		t.Fatal("a write to the fake succeeded")
@@ -93,8 +97,8 @@ func TestNodeFakeIsReadOnly(t *testing.T) {
 func TestNodeStaleLinkAfterDetach(t *testing.T) {
 	e := setupLayout(t)
 	p1, p2 := filepath.Join(e.byID, "nvme-1"), filepath.Join(e.byID, "nvme-2")
-	st := one(t, e.r.Sync(logrCtx(t), []Volume{{PV: "pv1", Path: p1, MayFake: true}}, true))
-	if st.State != StateFaked {
+	st := one(t, e.r.Sync(logrCtx(t), []localdisk.Volume{{PV: "pv1", Path: p1, MayFake: true}}, true))
+	if st.State != localdisk.StateFaked {
 		t.Fatalf("status %+v", st)
 	}
 	minor := st.Loop
@@ -102,13 +106,13 @@ func TestNodeStaleLinkAfterDetach(t *testing.T) {
 		t.Fatalf("losetup -d: %v %s", err, out)
 	}
 	// pv2 goes first in the pass (sorted), while pv1's stale link still points at the minor.
-	res := e.r.Sync(logrCtx(t), []Volume{{PV: "pv1", Path: p1}, {PV: "pv0", Path: p2, MayFake: true}}, true)
+	res := e.r.Sync(logrCtx(t), []localdisk.Volume{{PV: "pv1", Path: p1}, {PV: "pv0", Path: p2, MayFake: true}}, true)
 	for _, rt := range res.Retired {
 		if rt.DiskReturned {
 			t.Fatalf("stale link counted as a returned disk: %+v", rt)
 		}
 	}
-	var s0, s1 VolumeStatus
+	var s0, s1 localdisk.VolumeStatus
 	for _, v := range res.Volumes {
 		if v.PV == "pv0" {
 			s0 = v
@@ -116,10 +120,10 @@ func TestNodeStaleLinkAfterDetach(t *testing.T) {
 			s1 = v
 		}
 	}
-	if s0.State != StateFaked || s0.Loop == minor {
+	if s0.State != localdisk.StateFaked || s0.Loop == minor {
 		t.Fatalf("pv0 %+v reused minor %d", s0, minor)
 	}
-	if s1.State != StateMissing {
+	if s1.State != localdisk.StateMissing {
 		t.Fatalf("pv1 %+v, want Missing (link removed, no new fake: MayFake off)", s1)
 	}
 	if _, err := os.Lstat(p1); !errors.Is(err, os.ErrNotExist) {
@@ -131,8 +135,8 @@ func TestNodeStaleLinkAfterDetach(t *testing.T) {
 func TestNodeKernelNameReportedOnly(t *testing.T) {
 	e := setupLayout(t)
 	p := "/dev/sdpvrescuetest"
-	st := one(t, e.r.Sync(logrCtx(t), []Volume{{PV: "pv1", Path: p, MayFake: true}}, true))
-	if st.State != StateMissing || !errors.Is(st.Err, ErrKernelName) {
+	st := one(t, e.r.Sync(logrCtx(t), []localdisk.Volume{{PV: "pv1", Path: p, MayFake: true}}, true))
+	if st.State != localdisk.StateMissing || !errors.Is(st.Err, localdisk.ErrKernelName) {
 		t.Fatalf("status %+v", st)
 	}
 	if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
@@ -144,11 +148,11 @@ func TestNodeKernelNameReportedOnly(t *testing.T) {
 func TestNodePathChangeRemovesOldLink(t *testing.T) {
 	e := setupLayout(t)
 	oldP, newP := filepath.Join(e.byID, "nvme-old"), filepath.Join(e.byID, "nvme-new")
-	if st := one(t, e.r.Sync(logrCtx(t), []Volume{{PV: "pv1", Path: oldP, MayFake: true}}, true)); st.State != StateFaked {
+	if st := one(t, e.r.Sync(logrCtx(t), []localdisk.Volume{{PV: "pv1", Path: oldP, MayFake: true}}, true)); st.State != localdisk.StateFaked {
 		t.Fatalf("status %+v", st)
 	}
-	st := one(t, e.r.Sync(logrCtx(t), []Volume{{PV: "pv1", Path: newP, MayFake: true}}, true))
-	if st.State != StateFaked || ourLinkTarget(newP) == "" {
+	st := one(t, e.r.Sync(logrCtx(t), []localdisk.Volume{{PV: "pv1", Path: newP, MayFake: true}}, true))
+	if st.State != localdisk.StateFaked || ourLinkTarget(newP) == "" {
 		t.Fatalf("status %+v", st)
 	}
 	if _, err := os.Lstat(oldP); !errors.Is(err, os.ErrNotExist) {

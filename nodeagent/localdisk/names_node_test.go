@@ -1,6 +1,6 @@
 //go:build node
 
-package localdisk
+package localdisk_test
 
 import (
 	"fmt"
@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/pvrescue/pvrescue/internal/statename"
+
+	"github.com/pvrescue/pvrescue/nodeagent/localdisk"
 )
 
 // A PV name of the API's maximum length (253 characters) through the rescue on real loops: the
@@ -19,14 +21,14 @@ func TestNodeLongPVName(t *testing.T) {
 	e := setupLayout(t)
 	long := strings.Repeat("l", 200) + "." + strings.Repeat("m", 52)
 	p := filepath.Join(e.byID, "nvme-long")
-	st := one(t, e.r.Sync(logrCtx(t), []Volume{{PV: long, Path: p, MayFake: true}}, true))
-	if st.State != StateFaked || st.Err != nil {
+	st := one(t, e.r.Sync(logrCtx(t), []localdisk.Volume{{PV: long, Path: p, MayFake: true}}, true))
+	if st.State != localdisk.StateFaked || st.Err != nil {
 		t.Fatalf("status %+v", st)
 	}
 	if got := ourLinkTarget(p); got != fmt.Sprintf("/dev/loop%d", st.Loop) {
 		t.Fatalf("link -> %q", got)
 	}
-	names, err := os.ReadDir(filepath.Join(e.state, SubDir))
+	names, err := os.ReadDir(filepath.Join(e.state, localdisk.SubDir))
 	if err != nil || len(names) != 2 {
 		t.Fatalf("state dir: %v %v, want a record and an image", names, err)
 	}
@@ -36,7 +38,7 @@ func TestNodeLongPVName(t *testing.T) {
 		}
 	}
 	// An agent restart: a new reconciler finds the record under the full PV name.
-	r2, err := NewReconciler(e.host, e.r.opts, nil)
+	r2, err := localdisk.NewReconciler(e.host, e.r.Options(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +49,7 @@ func TestNodeLongPVName(t *testing.T) {
 	if len(res.Retired) != 1 || !res.Retired[0].Done {
 		t.Fatalf("retire %+v", res)
 	}
-	if names, _ := os.ReadDir(filepath.Join(e.state, SubDir)); len(names) != 0 {
+	if names, _ := os.ReadDir(filepath.Join(e.state, localdisk.SubDir)); len(names) != 0 {
 		t.Errorf("left in the state dir: %v", names)
 	}
 	if _, err := os.Lstat(p); !os.IsNotExist(err) {

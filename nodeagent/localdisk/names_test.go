@@ -1,4 +1,4 @@
-package localdisk
+package localdisk_test
 
 import (
 	"path/filepath"
@@ -6,6 +6,9 @@ import (
 	"testing"
 
 	"github.com/pvrescue/pvrescue/internal/statename"
+
+	"github.com/pvrescue/pvrescue/nodeagent/localdisk"
+	"github.com/pvrescue/pvrescue/nodeagent/localdisk/localdisktest"
 )
 
 // A PV name of 253 characters (the API's limit) gets a fake, its record is found again by a new
@@ -16,15 +19,15 @@ func TestLongPVNameThroughTheRescue(t *testing.T) {
 	if len(long) != 253 {
 		t.Fatalf("name of %d characters", len(long))
 	}
-	h := NewFakeOS(testState, "/dev")
+	h := localdisktest.NewFakeOS(testState, "/dev")
 	r := newTestReconciler(t, h)
-	vol := Volume{PV: long, Path: testDisk, MayFake: true}
-	if st := one(t, r.Sync(ctxFor(t), []Volume{vol}, true)); st.State != StateFaked || st.Err != nil {
+	vol := localdisk.Volume{PV: long, Path: testDisk, MayFake: true}
+	if st := one(t, r.Sync(ctxFor(t), []localdisk.Volume{vol}, true)); st.State != localdisk.StateFaked || st.Err != nil {
 		t.Fatalf("status %+v", st)
 	}
 	var names []string
 	for p := range h.Files {
-		if InDir(testState, p) {
+		if localdisk.InDir(testState, p) {
 			names = append(names, filepath.Base(p))
 			if n := len("." + filepath.Base(p) + ".tmp"); n > statename.NameMax {
 				t.Errorf("state file %q: its temporary name is %d bytes", filepath.Base(p), n)
@@ -43,7 +46,7 @@ func TestLongPVNameThroughTheRescue(t *testing.T) {
 		t.Fatalf("records after restart = %v, %v; want the long PV with its path", recs, err)
 	}
 	// The image is the record's, not an orphan: a pass keeps it.
-	if st := one(t, r2.Sync(ctxFor(t), []Volume{vol}, true)); st.State != StateFaked || st.Created {
+	if st := one(t, r2.Sync(ctxFor(t), []localdisk.Volume{vol}, true)); st.State != localdisk.StateFaked || st.Created {
 		t.Fatalf("status after restart %+v", st)
 	}
 	// The PV goes: its fake is retired and nothing is left.
@@ -55,7 +58,7 @@ func TestLongPVNameThroughTheRescue(t *testing.T) {
 	noViolations(t, h)
 
 	// Short names are unchanged: "pv1.json" and "pv1.img" as before.
-	if got := filepath.Base(r.recordPath("pv1")) + " " + filepath.Base(r.ImagePath("pv1")); got != "pv1.json pv1.img" {
+	if got := filepath.Base(r.RecordPath("pv1")) + " " + filepath.Base(r.ImagePath("pv1")); got != "pv1.json pv1.img" {
 		t.Errorf("short name files %s", got)
 	}
 }

@@ -96,7 +96,7 @@ func (h *RealOS) ensureLoopNode(minor int) (string, error) {
 		return "", fmt.Errorf("open loop-control: %w", err)
 	}
 	err = unix.IoctlSetInt(int(ctl.Fd()), unix.LOOP_CTL_ADD, minor)
-	ctl.Close()
+	_ = ctl.Close() // a control fd: nothing written through it can be lost on close
 	if err != nil && !errors.Is(err, unix.EEXIST) {
 		return "", fmt.Errorf("LOOP_CTL_ADD %d: %w", minor, err)
 	}
@@ -104,7 +104,7 @@ func (h *RealOS) ensureLoopNode(minor int) (string, error) {
 	var st unix.Stat_t
 	err = unix.Stat(node, &st)
 	if errors.Is(err, unix.ENOENT) {
-		err = unix.Mknod(node, unix.S_IFBLK|0o660, int(unix.Mkdev(LoopMajor, uint32(minor))))
+		err = unix.Mknod(node, unix.S_IFBLK|0o660, int(unix.Mkdev(LoopMajor, minor32(minor)))) //nolint:gosec // G115: major 7, minor < 2^20: fits an int
 		if err != nil && !errors.Is(err, unix.EEXIST) {
 			return "", fmt.Errorf("mknod %s: %w", node, err)
 		}
@@ -113,7 +113,7 @@ func (h *RealOS) ensureLoopNode(minor int) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("stat %s: %w", node, err)
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFBLK || unix.Major(st.Rdev) != LoopMajor || unix.Minor(st.Rdev) != uint32(minor) {
+	if st.Mode&unix.S_IFMT != unix.S_IFBLK || unix.Major(st.Rdev) != LoopMajor || unix.Minor(st.Rdev) != minor32(minor) {
 		return "", fmt.Errorf("%s is not block device %d:%d: %w", node, LoopMajor, minor, ErrNotLoop)
 	}
 	return node, nil
@@ -147,20 +147,24 @@ func (h *RealOS) Attach(image string, minor int) error {
 	if err != nil {
 		return fmt.Errorf("open image: %w", err)
 	}
-	defer img.Close()
+	defer func() { _ = img.Close() }() // opened read-only: nothing to lose on close
 	dev, err := os.OpenFile(node, os.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", node, err)
 	}
-	defer dev.Close()
+	defer func() { _ = dev.Close() }() // used for ioctls only: nothing to lose on close
 	if err := unix.IoctlSetInt(int(dev.Fd()), unix.LOOP_SET_FD, int(img.Fd())); err != nil {
 		if errors.Is(err, unix.EBUSY) {
 			return fmt.Errorf("%s: %w", node, ErrLoopBusy)
 		}
 		return fmt.Errorf("LOOP_SET_FD %s: %w", node, err)
 	}
-	if p, _, err := h.backing(minor); err != nil || p != image {
-		return fmt.Errorf("loop%d backing file is %q after attach (%v)", minor, p, err)
+	p, _, err := h.backing(minor)
+	if err != nil {
+		return fmt.Errorf("loop%d backing file after attach: %w", minor, err)
+	}
+	if p != image {
+		return fmt.Errorf("loop%d backing file is %q after attach, want %q", minor, p, image)
 	}
 	return nil
 }
@@ -186,7 +190,7 @@ func (h *RealOS) Detach(minor int) error {
 	if err != nil {
 		return fmt.Errorf("open %s: %w", node, err)
 	}
-	defer dev.Close()
+	defer func() { _ = dev.Close() }() // used for ioctls only: nothing to lose on close
 	if err := unix.IoctlSetInt(int(dev.Fd()), unix.LOOP_CLR_FD, 0); err != nil && !errors.Is(err, unix.ENXIO) {
 		return fmt.Errorf("LOOP_CLR_FD %s: %w", node, err)
 	}
@@ -216,7 +220,9 @@ func (h *RealOS) MkdirAll(dir string) error {
 	if err != nil {
 		return fmt.Errorf("state dir not writable: %w", err)
 	}
-	f.Close()
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("state dir not writable: %w", err)
+	}
 	return os.Remove(probe)
 }
 
@@ -253,27 +259,31 @@ func (h *RealOS) writeAtomic(path string, fill func(*os.File) error) error {
 	if err != nil {
 		return err
 	}
+	// On failure the temporary file is closed and removed as best it can be: the write's own
+	// error is the one returned, and a leftover temporary name is removed by the next write.
 	if err := fill(f); err != nil {
-		f.Close()
-		os.Remove(tmp)
+		_ = f.Close()
+		_ = os.Remove(tmp)
 		return err
 	}
 	if err := f.Sync(); err != nil {
-		f.Close()
-		os.Remove(tmp)
+		_ = f.Close()
+		_ = os.Remove(tmp)
 		return err
 	}
 	if err := f.Close(); err != nil {
-		os.Remove(tmp)
+		_ = os.Remove(tmp)
 		return err
 	}
 	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
+		_ = os.Remove(tmp)
 		return err
 	}
+	// The directory's fsync makes the rename durable where the filesystem supports it; a
+	// failure leaves the file in place, only its durability across a crash unproven.
 	if d, err := os.Open(filepath.Dir(path)); err == nil {
 		_ = d.Sync()
-		d.Close()
+		_ = d.Close()
 	}
 	return nil
 }
@@ -366,4 +376,9 @@ func (h *RealOS) RemoveSymlink(path, target string) error {
 		return fmt.Errorf("%s: %w", path, ErrNotOurs)
 	}
 	return os.Remove(path)
+}
+
+// minor32 is a loop minor as the device number functions take it.
+func minor32(minor int) uint32 {
+	return uint32(minor) //nolint:gosec // G115: minors start at localBlock.firstLoopMinor (validated 8..2^20) or are parsed from loopN names: never negative
 }

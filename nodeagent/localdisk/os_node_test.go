@@ -1,6 +1,6 @@
 //go:build node
 
-package localdisk
+package localdisk_test
 
 import (
 	"errors"
@@ -15,6 +15,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pvrescue/pvrescue/internal/testenv"
+
+	"github.com/pvrescue/pvrescue/nodeagent/localdisk"
 )
 
 // The node tests use loops 150..169 (the sidecar tests use 200+), check they are free first and
@@ -23,8 +25,8 @@ const nodeFirstLoop = 150
 
 type nodeEnv struct {
 	state, byID, devPath string
-	host                 *RealOS
-	r                    *Reconciler
+	host                 *localdisk.RealOS
+	r                    *localdisk.Reconciler
 }
 
 func setupNode(t *testing.T) *nodeEnv {
@@ -43,7 +45,7 @@ func setupNode(t *testing.T) *nodeEnv {
 	if err := unix.Mknod(filepath.Join(e.byID, "real-nvme0n1"), unix.S_IFBLK|0o600, int(unix.Mkdev(7, 0))); err != nil {
 		t.Fatal(err)
 	}
-	e.host = NewRealOS(e.state)
+	e.host = localdisk.NewRealOS(e.state)
 	e.r = e.reconciler(t)
 	// Runs after detachUnder: removes the loop nodes the reconciler made for its fakes.
 	testenv.LoopNodesT(t, testenv.LoopRange{First: nodeFirstLoop, Last: nodeFirstLoop + 19})
@@ -51,9 +53,9 @@ func setupNode(t *testing.T) *nodeEnv {
 	return e
 }
 
-func (e *nodeEnv) reconciler(t *testing.T) *Reconciler {
+func (e *nodeEnv) reconciler(t *testing.T) *localdisk.Reconciler {
 	t.Helper()
-	r, err := NewReconciler(e.host, ReconcilerOptions{
+	r, err := localdisk.NewReconciler(e.host, localdisk.ReconcilerOptions{
 		StateDir: e.state, DevDir: "/dev", PathRoots: []string{e.byID}, LinkRoots: []string{e.byID}, FakeSize: 512,
 		FirstLoopMinor: nodeFirstLoop, LoopSearchLimit: 20,
 	}, nil)
@@ -68,8 +70,8 @@ func (e *nodeEnv) reconciler(t *testing.T) *Reconciler {
 func detachUnder(t *testing.T, dir string) {
 	for n := nodeFirstLoop; n < nodeFirstLoop+20; n++ {
 		b, _ := os.ReadFile(fmt.Sprintf("/sys/block/loop%d/loop/backing_file", n))
-		p, _ := ParseBackingFile(string(b))
-		if p != "" && InDir(dir, p) {
+		p, _ := localdisk.ParseBackingFile(string(b))
+		if p != "" && localdisk.InDir(dir, p) {
 			if out, err := exec.Command("losetup", "-d", fmt.Sprintf("/dev/loop%d", n)).CombinedOutput(); err != nil {
 				t.Errorf("cleanup: losetup -d loop%d: %v %s", n, err, out)
 			}
@@ -104,7 +106,7 @@ func deviceSize(t *testing.T, path string) int64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // opened to read its size only
 	var size uint64
 	if _, _, e := unix.Syscall(unix.SYS_IOCTL, f.Fd(), unix.BLKGETSIZE64, uintptrOf(&size)); e != 0 {
 		t.Fatalf("BLKGETSIZE64 %s: %v", path, e)
@@ -114,13 +116,13 @@ func deviceSize(t *testing.T, path string) int64 {
 
 func sysBacking(n int) string {
 	b, _ := os.ReadFile(fmt.Sprintf("/sys/block/loop%d/loop/backing_file", n))
-	p, _ := ParseBackingFile(string(b))
+	p, _ := localdisk.ParseBackingFile(string(b))
 	return p
 }
 
-func (e *nodeEnv) sync(t *testing.T, present bool) VolumeStatus {
+func (e *nodeEnv) sync(t *testing.T, present bool) localdisk.VolumeStatus {
 	t.Helper()
-	vols := []Volume{{PV: "pv1", Path: e.devPath, MayFake: true}}
+	vols := []localdisk.Volume{{PV: "pv1", Path: e.devPath, MayFake: true}}
 	if !present {
 		vols = nil
 	}
@@ -129,7 +131,7 @@ func (e *nodeEnv) sync(t *testing.T, present bool) VolumeStatus {
 		t.Errorf("sync error: %v", err)
 	}
 	if len(res.Volumes) == 0 {
-		return VolumeStatus{}
+		return localdisk.VolumeStatus{}
 	}
 	return res.Volumes[0]
 }
@@ -137,7 +139,7 @@ func (e *nodeEnv) sync(t *testing.T, present bool) VolumeStatus {
 func TestNodeMissingPathGetsFake(t *testing.T) {
 	e := setupNode(t)
 	st := e.sync(t, true)
-	if st.State != StateFaked || st.Loop != nodeFirstLoop || st.Err != nil {
+	if st.State != localdisk.StateFaked || st.Loop != nodeFirstLoop || st.Err != nil {
 		t.Fatalf("status %+v", st)
 	}
 	target, err := os.Readlink(e.devPath)
@@ -151,9 +153,9 @@ func TestNodeMissingPathGetsFake(t *testing.T) {
 		t.Fatalf("backing file %q", got)
 	}
 	// Restart: a new host and reconciler re-adopt the fake without changing anything.
-	e.host = NewRealOS(e.state)
+	e.host = localdisk.NewRealOS(e.state)
 	e.r = e.reconciler(t)
-	if st := e.sync(t, true); st.State != StateFaked || st.Created || st.Loop != nodeFirstLoop {
+	if st := e.sync(t, true); st.State != localdisk.StateFaked || st.Created || st.Loop != nodeFirstLoop {
 		t.Fatalf("after restart: %+v", st)
 	}
 	// The PV goes away: link, loop and files are removed.
@@ -164,7 +166,7 @@ func TestNodeMissingPathGetsFake(t *testing.T) {
 	if got := sysBacking(nodeFirstLoop); got != "" {
 		t.Fatalf("loop still bound to %q", got)
 	}
-	if ents, _ := os.ReadDir(filepath.Join(e.state, SubDir)); len(ents) != 0 {
+	if ents, _ := os.ReadDir(filepath.Join(e.state, localdisk.SubDir)); len(ents) != 0 {
 		t.Fatalf("state files left: %v", ents)
 	}
 }
@@ -174,7 +176,7 @@ func TestNodeForeignLoopSkipped(t *testing.T) {
 	foreign := filepath.Join(t.TempDir(), "foreign.img")
 	foreignLoop(t, nodeFirstLoop, foreign)
 	st := e.sync(t, true)
-	if st.State != StateFaked || st.Loop != nodeFirstLoop+1 {
+	if st.State != localdisk.StateFaked || st.Loop != nodeFirstLoop+1 {
 		t.Fatalf("status %+v", st)
 	}
 	e.sync(t, false)
@@ -211,7 +213,7 @@ func TestNodeExistingPathNeverTouched(t *testing.T) {
 			before, _ := os.Lstat(e.devPath)
 			beforeLink, _ := os.Readlink(e.devPath)
 			st := e.sync(t, true)
-			if st.State != StatePresent {
+			if st.State != localdisk.StatePresent {
 				t.Fatalf("status %+v", st)
 			}
 			after, err := os.Lstat(e.devPath)
@@ -220,7 +222,7 @@ func TestNodeExistingPathNeverTouched(t *testing.T) {
 				after.Sys().(*syscall.Stat_t).Ino != before.Sys().(*syscall.Stat_t).Ino {
 				t.Fatalf("path changed: %v %v -> %v %v (%v)", before.Mode(), beforeLink, after.Mode(), afterLink, err)
 			}
-			if ents, _ := os.ReadDir(filepath.Join(e.state, SubDir)); len(ents) != 0 {
+			if ents, _ := os.ReadDir(filepath.Join(e.state, localdisk.SubDir)); len(ents) != 0 {
 				t.Fatalf("state files made: %v", ents)
 			}
 		})
@@ -231,7 +233,7 @@ func TestNodeExistingPathNeverTouched(t *testing.T) {
 // the fake stays attached until that lock is gone.
 func TestNodeDiskReturnsRetiredOnceUnheld(t *testing.T) {
 	e := setupNode(t)
-	if st := e.sync(t, true); st.State != StateFaked {
+	if st := e.sync(t, true); st.State != localdisk.StateFaked {
 		t.Fatalf("status %+v", st)
 	}
 	lockDir := t.TempDir()
@@ -247,7 +249,7 @@ func TestNodeDiskReturnsRetiredOnceUnheld(t *testing.T) {
 	if err := os.Symlink("real-nvme0n1", e.devPath); err != nil {
 		t.Fatal(err)
 	}
-	res := e.r.Sync(logrCtx(t), []Volume{{PV: "pv1", Path: e.devPath, MayFake: true}}, true)
+	res := e.r.Sync(logrCtx(t), []localdisk.Volume{{PV: "pv1", Path: e.devPath, MayFake: true}}, true)
 	if len(res.Retired) != 1 || !res.Retired[0].Held || res.Retired[0].Done || !res.Retired[0].DiskReturned {
 		t.Fatalf("retired %+v", res.Retired)
 	}
@@ -255,7 +257,7 @@ func TestNodeDiskReturnsRetiredOnceUnheld(t *testing.T) {
 		t.Fatal("held fake detached")
 	}
 	detachUnder(t, lockDir) // the pod is gone, kubelet releases its lock
-	res = e.r.Sync(logrCtx(t), []Volume{{PV: "pv1", Path: e.devPath, MayFake: true}}, true)
+	res = e.r.Sync(logrCtx(t), []localdisk.Volume{{PV: "pv1", Path: e.devPath, MayFake: true}}, true)
 	if len(res.Retired) != 1 || !res.Retired[0].Done {
 		t.Fatalf("retired %+v", res.Retired)
 	}
@@ -269,7 +271,7 @@ func TestNodeDiskReturnsRetiredOnceUnheld(t *testing.T) {
 
 // crashHost fails one operation once, like a crash between two steps.
 type crashHost struct {
-	OS
+	localdisk.OS
 	op    string
 	fired bool
 }
@@ -335,9 +337,9 @@ func TestNodeCrashInjection(t *testing.T) {
 	for _, op := range []string{"writefile", "image", "attach", "symlink", "unlink", "detach", "rm"} {
 		t.Run(op, func(t *testing.T) {
 			e := setupNode(t)
-			vols := []Volume{{PV: "pv1", Path: e.devPath, MayFake: true}}
+			vols := []localdisk.Volume{{PV: "pv1", Path: e.devPath, MayFake: true}}
 			crash := &crashHost{OS: e.host, op: op}
-			r, _ := NewReconciler(crash, e.r.opts, nil)
+			r, _ := localdisk.NewReconciler(crash, e.r.Options(), nil)
 			r.Sync(logrCtx(t), vols, true)
 			r.Sync(logrCtx(t), nil, true) // and retire, crashing there when op is a retire step
 			if !crash.fired {
@@ -345,19 +347,19 @@ func TestNodeCrashInjection(t *testing.T) {
 			}
 			// A fresh reconciler (restart) converges: fake made, then fully retired.
 			e.r = e.reconciler(t)
-			if st := e.sync(t, true); st.State != StateFaked || st.Loop != nodeFirstLoop {
+			if st := e.sync(t, true); st.State != localdisk.StateFaked || st.Loop != nodeFirstLoop {
 				t.Fatalf("did not converge to a fake: %+v", st)
 			}
 			e.sync(t, false)
 			for n := nodeFirstLoop; n < nodeFirstLoop+20; n++ {
-				if p := sysBacking(n); p != "" && InDir(e.state, p) {
+				if p := sysBacking(n); p != "" && localdisk.InDir(e.state, p) {
 					t.Errorf("leaked loop%d -> %s", n, p)
 				}
 			}
 			if _, err := os.Lstat(e.devPath); !errors.Is(err, os.ErrNotExist) {
 				t.Errorf("leaked link: %v", err)
 			}
-			ents, _ := os.ReadDir(filepath.Join(e.state, SubDir))
+			ents, _ := os.ReadDir(filepath.Join(e.state, localdisk.SubDir))
 			if len(ents) != 0 {
 				t.Errorf("leaked state files: %v", ents)
 			}

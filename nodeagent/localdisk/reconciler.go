@@ -149,6 +149,16 @@ func (rec record) link() string {
 	return rec.Path
 }
 
+// RecordedLink returns the link a record file (<stateDir>/localdisk/<pv>.json) names: a fake
+// host tells the links a record vouches for the same way the reconciler does.
+func RecordedLink(data []byte) (string, error) {
+	var rec record
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return "", fmt.Errorf("parse record: %w", err)
+	}
+	return rec.link(), nil
+}
+
 // Reconciler makes the host match the wanted volumes in one idempotent pass. It keeps no state
 // between passes: the state directory, the loops' backing files and the links are the truth, so
 // a fresh Reconciler after a crash or restart converges the same way.

@@ -1,4 +1,4 @@
-package localdisk
+package localdisk_test
 
 import (
 	"context"
@@ -8,7 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
+
+	"github.com/pvrescue/pvrescue/nodeagent/localdisk"
+	"github.com/pvrescue/pvrescue/nodeagent/localdisk/localdisktest"
 )
 
 const (
@@ -16,11 +20,11 @@ const (
 	testDisk  = "/dev/disk/by-id/nvme-disk1"
 )
 
-var testVol = Volume{PV: "pv1", Path: testDisk, MayFake: true}
+var testVol = localdisk.Volume{PV: "pv1", Path: testDisk, MayFake: true}
 
-func newTestReconciler(t *testing.T, h *FakeOS) *Reconciler {
+func newTestReconciler(t *testing.T, h *localdisktest.FakeOS) *localdisk.Reconciler {
 	t.Helper()
-	r, err := NewReconciler(h, ReconcilerOptions{
+	r, err := localdisk.NewReconciler(h, localdisk.ReconcilerOptions{
 		StateDir: testState, DevDir: "/dev", FakeSize: 512, FirstLoopMinor: 101, LoopSearchLimit: 4,
 	}, func() time.Time { return time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC) })
 	if err != nil {
@@ -34,17 +38,17 @@ func ctxFor(t *testing.T) context.Context {
 }
 
 func logrCtx(t *testing.T) context.Context {
-	return logrIntoContext(context.Background(), testr.New(t))
+	return logr.NewContext(context.Background(), testr.New(t))
 }
 
-func noViolations(t *testing.T, h *FakeOS) {
+func noViolations(t *testing.T, h *localdisktest.FakeOS) {
 	t.Helper()
 	if len(h.Violations) > 0 {
 		t.Fatalf("invariant violations: %v", h.Violations)
 	}
 }
 
-func one(t *testing.T, res Result) VolumeStatus {
+func one(t *testing.T, res localdisk.Result) localdisk.VolumeStatus {
 	t.Helper()
 	if len(res.Volumes) != 1 {
 		t.Fatalf("want 1 volume status, got %+v", res)
@@ -53,7 +57,7 @@ func one(t *testing.T, res Result) VolumeStatus {
 }
 
 // fakeActive asserts the complete set of artefacts of an active fake on loop n.
-func fakeActive(t *testing.T, h *FakeOS, r *Reconciler, n int) {
+func fakeActive(t *testing.T, h *localdisktest.FakeOS, r *localdisk.Reconciler, n int) {
 	t.Helper()
 	img := r.ImagePath("pv1")
 	if got := h.Links[testDisk]; got != fmt.Sprintf("/dev/loop%d", n) {
@@ -65,12 +69,12 @@ func fakeActive(t *testing.T, h *FakeOS, r *Reconciler, n int) {
 	if len(h.Files[img]) != 512 {
 		t.Fatalf("image size %d, want 512", len(h.Files[img]))
 	}
-	if _, ok := h.Files[r.recordPath("pv1")]; !ok {
+	if _, ok := h.Files[r.RecordPath("pv1")]; !ok {
 		t.Fatalf("record missing")
 	}
 	bound := 0
 	for _, l := range h.Loops {
-		if InDir(testState, l.BackingFile) {
+		if localdisk.InDir(testState, l.BackingFile) {
 			bound++
 		}
 	}
@@ -80,30 +84,30 @@ func fakeActive(t *testing.T, h *FakeOS, r *Reconciler, n int) {
 }
 
 // nothingLeft asserts no trace of a fake: no file in the state dir, no loop of ours, no link.
-func nothingLeft(t *testing.T, h *FakeOS) {
+func nothingLeft(t *testing.T, h *localdisktest.FakeOS) {
 	t.Helper()
 	for p := range h.Files {
-		if InDir(testState, p) {
+		if localdisk.InDir(testState, p) {
 			t.Errorf("leaked state file %s", p)
 		}
 	}
 	for _, l := range h.Loops {
-		if InDir(testState, l.BackingFile) {
+		if localdisk.InDir(testState, l.BackingFile) {
 			t.Errorf("leaked loop%d -> %s", l.Minor, l.BackingFile)
 		}
 	}
 	for p, target := range h.Links {
-		if _, err := ParseLoopLinkTarget("/dev", target); err == nil {
+		if _, err := localdisk.ParseLoopLinkTarget("/dev", target); err == nil {
 			t.Errorf("leaked link %s -> %s", p, target)
 		}
 	}
 }
 
 func TestCreateFakeForMissingPath(t *testing.T) {
-	h := NewFakeOS(testState, "/dev")
+	h := localdisktest.NewFakeOS(testState, "/dev")
 	r := newTestReconciler(t, h)
-	st := one(t, r.Sync(ctxFor(t), []Volume{testVol}, true))
-	if st.State != StateFaked || st.Loop != 101 || !st.Created || st.Err != nil {
+	st := one(t, r.Sync(ctxFor(t), []localdisk.Volume{testVol}, true))
+	if st.State != localdisk.StateFaked || st.Loop != 101 || !st.Created || st.Err != nil {
 		t.Fatalf("status %+v", st)
 	}
 	fakeActive(t, h, r, 101)
@@ -111,28 +115,28 @@ func TestCreateFakeForMissingPath(t *testing.T) {
 
 	// A second pass changes nothing.
 	calls := len(h.Calls)
-	st = one(t, r.Sync(ctxFor(t), []Volume{testVol}, true))
-	if st.State != StateFaked || st.Created || len(h.Calls) != calls {
+	st = one(t, r.Sync(ctxFor(t), []localdisk.Volume{testVol}, true))
+	if st.State != localdisk.StateFaked || st.Created || len(h.Calls) != calls {
 		t.Fatalf("second pass not idempotent: %+v, calls %v", st, h.Calls[calls:])
 	}
 }
 
 func TestGateOffOnlyReports(t *testing.T) {
-	h := NewFakeOS(testState, "/dev")
+	h := localdisktest.NewFakeOS(testState, "/dev")
 	r := newTestReconciler(t, h)
-	st := one(t, r.Sync(ctxFor(t), []Volume{testVol}, false))
-	if st.State != StateMissing || len(h.Calls) != 0 {
+	st := one(t, r.Sync(ctxFor(t), []localdisk.Volume{testVol}, false))
+	if st.State != localdisk.StateMissing || len(h.Calls) != 0 {
 		t.Fatalf("status %+v, calls %v", st, h.Calls)
 	}
 }
 
 func TestForeignLoopSkipped(t *testing.T) {
-	h := NewFakeOS(testState, "/dev")
+	h := localdisktest.NewFakeOS(testState, "/dev")
 	h.Files["/srv/other.img"] = make([]byte, 4096)
-	h.Loops[101] = &Loop{Minor: 101, BackingFile: "/srv/other.img"}
+	h.Loops[101] = &localdisk.Loop{Minor: 101, BackingFile: "/srv/other.img"}
 	r := newTestReconciler(t, h)
-	st := one(t, r.Sync(ctxFor(t), []Volume{testVol}, true))
-	if st.State != StateFaked || st.Loop != 102 {
+	st := one(t, r.Sync(ctxFor(t), []localdisk.Volume{testVol}, true))
+	if st.State != localdisk.StateFaked || st.Loop != 102 {
 		t.Fatalf("status %+v", st)
 	}
 	if h.Loops[101].BackingFile != "/srv/other.img" {
@@ -142,30 +146,30 @@ func TestForeignLoopSkipped(t *testing.T) {
 }
 
 func TestLoopBoundMeanwhileIsSkipped(t *testing.T) {
-	h := NewFakeOS(testState, "/dev")
+	h := localdisktest.NewFakeOS(testState, "/dev")
 	r := newTestReconciler(t, h)
 	// Someone binds loop101 between our listing and our attach: the kernel says EBUSY.
 	h.Fail = func(op, arg string) error {
 		if op == "attach" && h.Loops[101] == nil {
-			h.Loops[101] = &Loop{Minor: 101, BackingFile: "/srv/raced.img"}
-			return fmt.Errorf("loop101: %w", ErrLoopBusy)
+			h.Loops[101] = &localdisk.Loop{Minor: 101, BackingFile: "/srv/raced.img"}
+			return fmt.Errorf("loop101: %w", localdisk.ErrLoopBusy)
 		}
 		return nil
 	}
-	st := one(t, r.Sync(ctxFor(t), []Volume{testVol}, true))
-	if st.State != StateFaked || st.Loop != 102 || h.Loops[101].BackingFile != "/srv/raced.img" {
+	st := one(t, r.Sync(ctxFor(t), []localdisk.Volume{testVol}, true))
+	if st.State != localdisk.StateFaked || st.Loop != 102 || h.Loops[101].BackingFile != "/srv/raced.img" {
 		t.Fatalf("status %+v loops %+v", st, h.Loops)
 	}
 }
 
 func TestLoopsExhausted(t *testing.T) {
-	h := NewFakeOS(testState, "/dev")
+	h := localdisktest.NewFakeOS(testState, "/dev")
 	for n := 101; n < 105; n++ {
-		h.Loops[n] = &Loop{Minor: n, BackingFile: fmt.Sprintf("/srv/%d.img", n)}
+		h.Loops[n] = &localdisk.Loop{Minor: n, BackingFile: fmt.Sprintf("/srv/%d.img", n)}
 	}
 	r := newTestReconciler(t, h)
-	st := one(t, r.Sync(ctxFor(t), []Volume{testVol}, true))
-	if st.State != StateMissing || !errors.Is(st.Err, ErrNoFreeLoop) {
+	st := one(t, r.Sync(ctxFor(t), []localdisk.Volume{testVol}, true))
+	if st.State != localdisk.StateMissing || !errors.Is(st.Err, localdisk.ErrNoFreeLoop) {
 		t.Fatalf("status %+v", st)
 	}
 	if _, ok := h.Links[testDisk]; ok {
@@ -175,11 +179,11 @@ func TestLoopsExhausted(t *testing.T) {
 }
 
 func TestStateDirNotWritable(t *testing.T) {
-	h := NewFakeOS(testState, "/dev")
+	h := localdisktest.NewFakeOS(testState, "/dev")
 	h.ReadOnly = true
 	r := newTestReconciler(t, h)
-	st := one(t, r.Sync(ctxFor(t), []Volume{testVol}, true))
-	if st.State != StateMissing || !errors.Is(st.Err, fs.ErrPermission) {
+	st := one(t, r.Sync(ctxFor(t), []localdisk.Volume{testVol}, true))
+	if st.State != localdisk.StateMissing || !errors.Is(st.Err, fs.ErrPermission) {
 		t.Fatalf("status %+v", st)
 	}
 	if len(h.Calls) != 0 {
@@ -189,27 +193,27 @@ func TestStateDirNotWritable(t *testing.T) {
 
 // Invariant: a fake only where the path is absent — never over a link, file, device or dir.
 func TestNeverOverExistingPath(t *testing.T) {
-	for name, setup := range map[string]func(h *FakeOS){
-		"real device":  func(h *FakeOS) { h.Devices[testDisk] = true },
-		"foreign link": func(h *FakeOS) { h.Links[testDisk] = "../../nvme0n1" },
-		"link to loop3": func(h *FakeOS) {
+	for name, setup := range map[string]func(h *localdisktest.FakeOS){
+		"real device":  func(h *localdisktest.FakeOS) { h.Devices[testDisk] = true },
+		"foreign link": func(h *localdisktest.FakeOS) { h.Links[testDisk] = "../../nvme0n1" },
+		"link to loop3": func(h *localdisktest.FakeOS) {
 			h.Links[testDisk] = "/dev/loop3"
-			h.Loops[3] = &Loop{Minor: 3, BackingFile: "/srv/x"}
+			h.Loops[3] = &localdisk.Loop{Minor: 3, BackingFile: "/srv/x"}
 		},
-		"dangling link":  func(h *FakeOS) { h.Links[testDisk] = "/dev/nvme9n1" },
-		"regular file":   func(h *FakeOS) { h.Files[testDisk] = []byte("x") },
-		"directory":      func(h *FakeOS) { h.Dirs[testDisk] = true },
-		"link to a dir":  func(h *FakeOS) { h.Links[testDisk] = "/dev/disk"; h.Dirs["/dev/disk"] = true },
-		"unbound loop N": func(h *FakeOS) { h.Links[testDisk] = "/dev/loop101" },
+		"dangling link":  func(h *localdisktest.FakeOS) { h.Links[testDisk] = "/dev/nvme9n1" },
+		"regular file":   func(h *localdisktest.FakeOS) { h.Files[testDisk] = []byte("x") },
+		"directory":      func(h *localdisktest.FakeOS) { h.Dirs[testDisk] = true },
+		"link to a dir":  func(h *localdisktest.FakeOS) { h.Links[testDisk] = "/dev/disk"; h.Dirs["/dev/disk"] = true },
+		"unbound loop N": func(h *localdisktest.FakeOS) { h.Links[testDisk] = "/dev/loop101" },
 	} {
 		t.Run(name, func(t *testing.T) {
-			h := NewFakeOS(testState, "/dev")
+			h := localdisktest.NewFakeOS(testState, "/dev")
 			setup(h)
 			r := newTestReconciler(t, h)
-			st := one(t, r.Sync(ctxFor(t), []Volume{testVol}, true))
+			st := one(t, r.Sync(ctxFor(t), []localdisk.Volume{testVol}, true))
 			// A dangling chain is Missing now, but its missing end (/dev/nvme9n1, /dev/loop101)
 			// is a kernel name: reported, never faked.
-			if st.State == StateFaked {
+			if st.State == localdisk.StateFaked {
 				t.Fatalf("status %+v", st)
 			}
 			if len(h.Calls) != 0 {
@@ -225,27 +229,27 @@ func TestBadInput(t *testing.T) {
 		path string
 		want error
 	}{
-		{"disk/by-id/x", ErrRelativePath},
-		{"/srv/disks/x", ErrNotUnderDev},
-		{"/dev/disk/../../etc/x", ErrRelativePath},
+		{"disk/by-id/x", localdisk.ErrRelativePath},
+		{"/srv/disks/x", localdisk.ErrNotUnderDev},
+		{"/dev/disk/../../etc/x", localdisk.ErrRelativePath},
 	} {
-		h := NewFakeOS(testState, "/dev")
+		h := localdisktest.NewFakeOS(testState, "/dev")
 		r := newTestReconciler(t, h)
-		st := one(t, r.Sync(ctxFor(t), []Volume{{PV: "pv1", Path: tc.path}}, true))
-		if st.State != StateInvalid || !errors.Is(st.Err, tc.want) || len(h.Calls) != 0 {
+		st := one(t, r.Sync(ctxFor(t), []localdisk.Volume{{PV: "pv1", Path: tc.path}}, true))
+		if st.State != localdisk.StateInvalid || !errors.Is(st.Err, tc.want) || len(h.Calls) != 0 {
 			t.Errorf("%s: status %+v calls %v", tc.path, st, h.Calls)
 		}
 	}
-	h := NewFakeOS(testState, "/dev")
+	h := localdisktest.NewFakeOS(testState, "/dev")
 	h.Dirs[testDisk] = true
-	st := one(t, newTestReconciler(t, h).Sync(ctxFor(t), []Volume{testVol}, true))
-	if !errors.Is(st.Err, ErrPathIsDir) {
+	st := one(t, newTestReconciler(t, h).Sync(ctxFor(t), []localdisk.Volume{testVol}, true))
+	if !errors.Is(st.Err, localdisk.ErrPathIsDir) {
 		t.Errorf("directory: %+v", st)
 	}
 }
 
 func TestPathAppearsWhileLinking(t *testing.T) {
-	h := NewFakeOS(testState, "/dev")
+	h := localdisktest.NewFakeOS(testState, "/dev")
 	h.Fail = func(op, arg string) error {
 		if op == "symlink" {
 			h.Devices[testDisk] = true // udev wins the race
@@ -253,14 +257,14 @@ func TestPathAppearsWhileLinking(t *testing.T) {
 		return nil
 	}
 	r := newTestReconciler(t, h)
-	st := one(t, r.Sync(ctxFor(t), []Volume{testVol}, true))
-	if !errors.Is(st.Err, ErrPathAppeared) || !h.Devices[testDisk] {
+	st := one(t, r.Sync(ctxFor(t), []localdisk.Volume{testVol}, true))
+	if !errors.Is(st.Err, localdisk.ErrPathAppeared) || !h.Devices[testDisk] {
 		t.Fatalf("status %+v", st)
 	}
 	// Next pass: the disk is present, the half-made fake is retired.
 	h.Fail = nil
-	res := r.Sync(ctxFor(t), []Volume{testVol}, true)
-	if one(t, res).State != StatePresent || len(res.Retired) != 1 || !res.Retired[0].Done {
+	res := r.Sync(ctxFor(t), []localdisk.Volume{testVol}, true)
+	if one(t, res).State != localdisk.StatePresent || len(res.Retired) != 1 || !res.Retired[0].Done {
 		t.Fatalf("result %+v", res)
 	}
 	nothingLeft(t, h)
@@ -268,23 +272,23 @@ func TestPathAppearsWhileLinking(t *testing.T) {
 }
 
 func TestDiskReturnsRetiredOnceUnheld(t *testing.T) {
-	h := NewFakeOS(testState, "/dev")
+	h := localdisktest.NewFakeOS(testState, "/dev")
 	r := newTestReconciler(t, h)
-	one(t, r.Sync(ctxFor(t), []Volume{testVol}, true))
+	one(t, r.Sync(ctxFor(t), []localdisk.Volume{testVol}, true))
 	// The real disk returns: udev replaces the link.
 	h.Links[testDisk] = "../../nvme0n1"
 	h.Devices["/dev/nvme0n1"] = true
-	kubeletLock := &Loop{Minor: 0, BackingFile: "/var/lib/kubelet/plugins/kubernetes.io~local-volume/volumeDevices/pv1/uid",
-		BackingIsDev: true, BackingMajor: LoopMajor, BackingMinor: 101}
-	byPath := &Loop{Minor: 1, BackingFile: "/dev/loop101"}
+	kubeletLock := &localdisk.Loop{Minor: 0, BackingFile: "/var/lib/kubelet/plugins/kubernetes.io~local-volume/volumeDevices/pv1/uid",
+		BackingIsDev: true, BackingMajor: localdisk.LoopMajor, BackingMinor: 101}
+	byPath := &localdisk.Loop{Minor: 1, BackingFile: "/dev/loop101"}
 	for i, hold := range []func(){
 		func() { h.Loops[101].Holders = []string{"dm-0"} },
 		func() { h.Loops[101].Holders = nil; h.Loops[0] = kubeletLock },
 		func() { delete(h.Loops, 0); h.Loops[1] = byPath },
 	} {
 		hold()
-		res := r.Sync(ctxFor(t), []Volume{testVol}, true)
-		if one(t, res).State != StatePresent || len(res.Retired) != 1 {
+		res := r.Sync(ctxFor(t), []localdisk.Volume{testVol}, true)
+		if one(t, res).State != localdisk.StatePresent || len(res.Retired) != 1 {
 			t.Fatalf("holder %d: result %+v", i, res)
 		}
 		if rt := res.Retired[0]; !rt.DiskReturned || !rt.Held || rt.Done || rt.Loop != 101 {
@@ -295,7 +299,7 @@ func TestDiskReturnsRetiredOnceUnheld(t *testing.T) {
 		}
 	}
 	delete(h.Loops, 1)
-	res := r.Sync(ctxFor(t), []Volume{testVol}, true)
+	res := r.Sync(ctxFor(t), []localdisk.Volume{testVol}, true)
 	if rt := res.Retired[0]; !rt.Done || rt.Held {
 		t.Fatalf("retire %+v", rt)
 	}
@@ -305,15 +309,15 @@ func TestDiskReturnsRetiredOnceUnheld(t *testing.T) {
 	nothingLeft(t, h)
 	noViolations(t, h)
 	// And nothing more to do.
-	if res := r.Sync(ctxFor(t), []Volume{testVol}, true); len(res.Retired) != 0 {
+	if res := r.Sync(ctxFor(t), []localdisk.Volume{testVol}, true); len(res.Retired) != 0 {
 		t.Fatalf("retired again: %+v", res.Retired)
 	}
 }
 
 func TestPVGoneRemovesOurLinkOnly(t *testing.T) {
-	h := NewFakeOS(testState, "/dev")
+	h := localdisktest.NewFakeOS(testState, "/dev")
 	r := newTestReconciler(t, h)
-	one(t, r.Sync(ctxFor(t), []Volume{testVol}, true))
+	one(t, r.Sync(ctxFor(t), []localdisk.Volume{testVol}, true))
 	res := r.Sync(ctxFor(t), nil, true)
 	if len(res.Retired) != 1 || !res.Retired[0].Done || res.Retired[0].DiskReturned {
 		t.Fatalf("result %+v", res)
@@ -325,11 +329,11 @@ func TestPVGoneRemovesOurLinkOnly(t *testing.T) {
 	noViolations(t, h)
 
 	// Same, but the path was replaced by a foreign link meanwhile: it stays.
-	h = NewFakeOS(testState, "/dev")
+	h = localdisktest.NewFakeOS(testState, "/dev")
 	r = newTestReconciler(t, h)
-	one(t, r.Sync(ctxFor(t), []Volume{testVol}, true))
+	one(t, r.Sync(ctxFor(t), []localdisk.Volume{testVol}, true))
 	h.Links[testDisk] = "/dev/loop3"
-	h.Loops[3] = &Loop{Minor: 3, BackingFile: "/srv/foreign.img"}
+	h.Loops[3] = &localdisk.Loop{Minor: 3, BackingFile: "/srv/foreign.img"}
 	res = r.Sync(ctxFor(t), nil, true)
 	if !res.Retired[0].Done || h.Links[testDisk] != "/dev/loop3" || h.Loops[3].BackingFile != "/srv/foreign.img" {
 		t.Fatalf("result %+v links %v", res, h.Links)
@@ -338,29 +342,29 @@ func TestPVGoneRemovesOurLinkOnly(t *testing.T) {
 }
 
 func TestRestartReadopts(t *testing.T) {
-	h := NewFakeOS(testState, "/dev")
-	one(t, newTestReconciler(t, h).Sync(ctxFor(t), []Volume{testVol}, true))
+	h := localdisktest.NewFakeOS(testState, "/dev")
+	one(t, newTestReconciler(t, h).Sync(ctxFor(t), []localdisk.Volume{testVol}, true))
 	calls := len(h.Calls)
-	st := one(t, newTestReconciler(t, h).Sync(ctxFor(t), []Volume{testVol}, true))
-	if st.State != StateFaked || st.Created || st.Loop != 101 || len(h.Calls) != calls {
+	st := one(t, newTestReconciler(t, h).Sync(ctxFor(t), []localdisk.Volume{testVol}, true))
+	if st.State != localdisk.StateFaked || st.Created || st.Loop != 101 || len(h.Calls) != calls {
 		t.Fatalf("status %+v, new calls %v", st, h.Calls[calls:])
 	}
 	// Re-adopted even with creation gated off.
-	st = one(t, newTestReconciler(t, h).Sync(ctxFor(t), []Volume{testVol}, false))
-	if st.State != StateFaked {
+	st = one(t, newTestReconciler(t, h).Sync(ctxFor(t), []localdisk.Volume{testVol}, false))
+	if st.State != localdisk.StateFaked {
 		t.Fatalf("status %+v", st)
 	}
 }
 
 func TestOrphans(t *testing.T) {
-	h := NewFakeOS(testState, "/dev")
+	h := localdisktest.NewFakeOS(testState, "/dev")
 	r := newTestReconciler(t, h)
 	// An image without record, attached; an image without record or loop; a loop of ours whose
 	// image was deleted.
 	h.Files[r.ImagePath("a")] = make([]byte, 512)
-	h.Loops[101] = &Loop{Minor: 101, BackingFile: r.ImagePath("a")}
+	h.Loops[101] = &localdisk.Loop{Minor: 101, BackingFile: r.ImagePath("a")}
 	h.Files[r.ImagePath("b")] = make([]byte, 512)
-	h.Loops[102] = &Loop{Minor: 102, BackingFile: r.ImagePath("c"), Deleted: true}
+	h.Loops[102] = &localdisk.Loop{Minor: 102, BackingFile: r.ImagePath("c"), Deleted: true}
 	// Torn writes from a crash.
 	h.Files[testState+"/localdisk/.d.img.tmp"] = make([]byte, 100)
 	h.Files[testState+"/localdisk/.d.json.tmp"] = []byte("{")
@@ -377,21 +381,21 @@ func TestOrphans(t *testing.T) {
 func TestCrashInjectionCreate(t *testing.T) {
 	for _, op := range []string{"mkdir", "writefile", "image", "attach", "symlink", "listloops", "readdir", "lstat"} {
 		t.Run(op, func(t *testing.T) {
-			h := NewFakeOS(testState, "/dev")
+			h := localdisktest.NewFakeOS(testState, "/dev")
 			h.Fail = func(o, _ string) error {
 				if o == op {
 					return errors.New("injected crash at " + op)
 				}
 				return nil
 			}
-			res := newTestReconciler(t, h).Sync(ctxFor(t), []Volume{testVol}, true)
+			res := newTestReconciler(t, h).Sync(ctxFor(t), []localdisk.Volume{testVol}, true)
 			if len(res.Errors) == 0 && (len(res.Volumes) != 1 || res.Volumes[0].Err == nil) {
 				t.Fatalf("injected failure not reported: %+v", res)
 			}
 			h.Fail = nil
 			r := newTestReconciler(t, h)
-			st := one(t, r.Sync(ctxFor(t), []Volume{testVol}, true))
-			if st.State != StateFaked {
+			st := one(t, r.Sync(ctxFor(t), []localdisk.Volume{testVol}, true))
+			if st.State != localdisk.StateFaked {
 				t.Fatalf("did not converge: %+v", st)
 			}
 			fakeActive(t, h, r, 101)
@@ -404,13 +408,13 @@ func TestCrashInjectionRetire(t *testing.T) {
 	for _, op := range []string{"lstat", "unlink", "detach", "rm"} {
 		for _, returned := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/returned=%v", op, returned), func(t *testing.T) {
-				h := NewFakeOS(testState, "/dev")
-				one(t, newTestReconciler(t, h).Sync(ctxFor(t), []Volume{testVol}, true))
-				vols := []Volume(nil)
+				h := localdisktest.NewFakeOS(testState, "/dev")
+				one(t, newTestReconciler(t, h).Sync(ctxFor(t), []localdisk.Volume{testVol}, true))
+				vols := []localdisk.Volume(nil)
 				if returned {
 					h.Links[testDisk] = "../../nvme0n1"
 					h.Devices["/dev/nvme0n1"] = true
-					vols = []Volume{testVol}
+					vols = []localdisk.Volume{testVol}
 				}
 				n := 0
 				h.Fail = func(o, _ string) error {

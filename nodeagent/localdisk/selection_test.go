@@ -1,10 +1,12 @@
-package localdisk
+package localdisk_test
 
 import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/pvrescue/pvrescue/nodeagent/localdisk"
 )
 
 func req(key string, op corev1.NodeSelectorOperator, vals ...string) corev1.NodeSelectorRequirement {
@@ -43,7 +45,7 @@ func TestNodeSelectorMatches(t *testing.T) {
 		{"field unsupported", terms(corev1.NodeSelectorTerm{MatchFields: []corev1.NodeSelectorRequirement{req("spec.x", corev1.NodeSelectorOpIn, "n1")}}), false},
 		{"unknown op", terms(expr(req("zone", "Near", "a"))), false},
 	} {
-		if got := NodeSelectorMatches(tc.sel, node); got != tc.want {
+		if got := localdisk.NodeSelectorMatches(tc.sel, node); got != tc.want {
 			t.Errorf("%s: got %v want %v", tc.name, got, tc.want)
 		}
 	}
@@ -90,12 +92,12 @@ func TestSelectVolume(t *testing.T) {
 		{"no affinity", noAff, false},
 		{"other class", otherClass, false},
 	} {
-		v, ok := SelectVolume(tc.pv, node, []string{"local-ssd"})
+		v, ok := localdisk.SelectVolume(tc.pv, node, []string{"local-ssd"})
 		if ok != tc.want || (ok && (v.PV != "p" || v.Path != "/dev/x")) {
 			t.Errorf("%s: got %+v %v, want %v", tc.name, v, ok, tc.want)
 		}
 	}
-	if _, ok := SelectVolume(otherClass, node, nil); ok {
+	if _, ok := localdisk.SelectVolume(otherClass, node, nil); ok {
 		t.Errorf("an empty class list must select nothing (config rejects it)")
 	}
 }

@@ -1,6 +1,6 @@
 //go:build node
 
-package localdisk
+package localdisk_test
 
 import (
 	"unsafe"

@@ -39,7 +39,7 @@ func TestCommandFlags(t *testing.T) {
 			cmd.SetArgs(tc.args)
 			err := cmd.ExecuteContext(context.Background())
 			if tc.wantErr != nil {
-				if err == nil || (tc.wantErr != errAny && !errors.Is(err, tc.wantErr)) {
+				if err == nil || (!errors.Is(tc.wantErr, errAny) && !errors.Is(err, tc.wantErr)) {
 					t.Fatalf("err = %v, want %v", err, tc.wantErr)
 				}
 				if got != nil {

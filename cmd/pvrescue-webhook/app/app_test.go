@@ -42,7 +42,7 @@ func TestServeFlags(t *testing.T) {
 			cmd.SetArgs(append([]string{"serve"}, tt.args...))
 			err := cmd.ExecuteContext(context.Background())
 			if tt.wantErr != nil {
-				if err == nil || (tt.wantErr != errAny && !errors.Is(err, tt.wantErr)) {
+				if err == nil || (!errors.Is(tt.wantErr, errAny) && !errors.Is(err, tt.wantErr)) {
 					t.Fatalf("err = %v, want %v", err, tt.wantErr)
 				}
 				if got != nil {

@@ -1,7 +1,7 @@
-// Package kubectlplugin is `kubectl pvrescue`: what pvrescue is doing in a cluster, read from the
+// Package app is `kubectl pvrescue`: what pvrescue is doing in a cluster, read from the
 // objects its components write (PV annotations, the Node condition, Events, the webhook's pod
 // annotation). It changes nothing.
-package kubectlplugin
+package app
 
 import (
 	"context"

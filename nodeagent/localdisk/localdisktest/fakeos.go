@@ -1,16 +1,19 @@
-package localdisk
+// Package localdisktest holds test support for nodeagent/localdisk: an in-memory host (FakeOS).
+// It is imported by tests only, never by shipped code.
+package localdisktest
 
 import (
-	"encoding/json"
 	"fmt"
 	"io/fs"
 	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/pvrescue/pvrescue/nodeagent/localdisk"
 )
 
-// FakeOS is an in-memory OS for tests. It enforces the same refusals as the real host and
+// FakeOS is an in-memory localdisk.OS for tests. It enforces the same refusals as the real host and
 // also records every call that would break a safety invariant in Violations, so a test can assert
 // the reconciler never even tried.
 type FakeOS struct {
@@ -26,7 +29,7 @@ type FakeOS struct {
 	// Dirs are directories (for "path resolves to a directory" cases).
 	Dirs map[string]bool
 	// Loops by minor; an unbound loop has an empty BackingFile.
-	Loops map[int]*Loop
+	Loops map[int]*localdisk.Loop
 	// MaxMinor: Attach beyond it fails like a kernel without that many minors.
 	MaxMinor int
 	// Fail, when set, is asked before each operation; a non-nil error is returned instead of
@@ -45,11 +48,11 @@ func NewFakeOS(stateDir, devDir string) *FakeOS {
 	return &FakeOS{
 		StateDir: stateDir, DevDir: devDir,
 		Files: map[string][]byte{}, Links: map[string]string{}, Devices: map[string]bool{},
-		Dirs: map[string]bool{}, Loops: map[int]*Loop{}, MaxMinor: 1 << 20,
+		Dirs: map[string]bool{}, Loops: map[int]*localdisk.Loop{}, MaxMinor: 1 << 20,
 	}
 }
 
-var _ OS = (*FakeOS)(nil)
+var _ localdisk.OS = (*FakeOS)(nil)
 
 func (f *FakeOS) fail(op, arg string) error {
 	if f.Fail != nil {
@@ -63,9 +66,9 @@ func (f *FakeOS) violate(format string, args ...any) {
 }
 
 func (f *FakeOS) checkState(path string) error {
-	if !InDir(f.StateDir, path) {
+	if !localdisk.InDir(f.StateDir, path) {
 		f.violate("file op outside state dir: %s", path)
-		return fmt.Errorf("%s: %w", path, ErrOutsideStateDir)
+		return fmt.Errorf("%s: %w", path, localdisk.ErrOutsideStateDir)
 	}
 	if f.ReadOnly {
 		return fmt.Errorf("%s: %w", path, fs.ErrPermission)
@@ -73,46 +76,46 @@ func (f *FakeOS) checkState(path string) error {
 	return nil
 }
 
-// Lstat implements OS.
-func (f *FakeOS) Lstat(path string) (PathState, error) {
+// Lstat implements localdisk.OS.
+func (f *FakeOS) Lstat(path string) (localdisk.PathState, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.fail("lstat", path); err != nil {
-		return PathState{}, err
+		return localdisk.PathState{}, err
 	}
 	if t, ok := f.Links[path]; ok {
-		st := PathState{Kind: PathSymlink, LinkTarget: t}
+		st := localdisk.PathState{Kind: localdisk.PathSymlink, LinkTarget: t}
 		if !filepath.IsAbs(t) {
 			t = filepath.Join(filepath.Dir(path), t)
 		}
 		st.ResolvesToDir = f.Dirs[t]
 		return st, nil
 	}
-	if n, err := ParseLoopLinkTarget(f.DevDir, path); err == nil {
+	if n, err := localdisk.ParseLoopLinkTarget(f.DevDir, path); err == nil {
 		if _, ok := f.Loops[n]; ok {
-			return PathState{Kind: PathBlockDevice}, nil // devtmpfs has a node for every loop
+			return localdisk.PathState{Kind: localdisk.PathBlockDevice}, nil // devtmpfs has a node for every loop
 		}
 	}
 	switch {
 	case f.Devices[path]:
-		return PathState{Kind: PathBlockDevice}, nil
+		return localdisk.PathState{Kind: localdisk.PathBlockDevice}, nil
 	case f.Dirs[path]:
-		return PathState{Kind: PathDir}, nil
+		return localdisk.PathState{Kind: localdisk.PathDir}, nil
 	}
 	if _, ok := f.Files[path]; ok {
-		return PathState{Kind: PathOther}, nil
+		return localdisk.PathState{Kind: localdisk.PathOther}, nil
 	}
-	return PathState{Kind: PathAbsent}, nil
+	return localdisk.PathState{Kind: localdisk.PathAbsent}, nil
 }
 
-// ListLoops implements OS.
-func (f *FakeOS) ListLoops() ([]Loop, error) {
+// ListLoops implements localdisk.OS.
+func (f *FakeOS) ListLoops() ([]localdisk.Loop, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.fail("listloops", ""); err != nil {
 		return nil, err
 	}
-	var out []Loop
+	var out []localdisk.Loop
 	for _, l := range f.Loops {
 		c := *l
 		c.Holders = append([]string(nil), l.Holders...)
@@ -122,7 +125,7 @@ func (f *FakeOS) ListLoops() ([]Loop, error) {
 	return out, nil
 }
 
-// Attach implements OS.
+// Attach implements localdisk.OS.
 func (f *FakeOS) Attach(image string, minor int) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -133,17 +136,17 @@ func (f *FakeOS) Attach(image string, minor int) error {
 		return fmt.Errorf("loop%d: no such device", minor)
 	}
 	if l, ok := f.Loops[minor]; ok && l.Bound() {
-		return fmt.Errorf("loop%d: %w", minor, ErrLoopBusy)
+		return fmt.Errorf("loop%d: %w", minor, localdisk.ErrLoopBusy)
 	}
 	if _, ok := f.Files[image]; !ok {
 		return fmt.Errorf("attach %s: %w", image, fs.ErrNotExist)
 	}
-	f.Loops[minor] = &Loop{Minor: minor, BackingFile: image, ReadOnly: true}
+	f.Loops[minor] = &localdisk.Loop{Minor: minor, BackingFile: image, ReadOnly: true}
 	f.Calls = append(f.Calls, fmt.Sprintf("attach %s %d", image, minor))
 	return nil
 }
 
-// Detach implements OS.
+// Detach implements localdisk.OS.
 func (f *FakeOS) Detach(minor int) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -154,15 +157,15 @@ func (f *FakeOS) Detach(minor int) error {
 	if !ok || !l.Bound() {
 		return nil
 	}
-	if !InDir(f.StateDir, l.BackingFile) {
+	if !localdisk.InDir(f.StateDir, l.BackingFile) {
 		f.violate("detach of foreign loop%d (%s)", minor, l.BackingFile)
-		return fmt.Errorf("loop%d: %w", minor, ErrNotOurs)
+		return fmt.Errorf("loop%d: %w", minor, localdisk.ErrNotOurs)
 	}
 	if len(l.Holders) > 0 {
 		f.violate("detach of held loop%d (%v)", minor, l.Holders)
 	}
 	for _, o := range f.Loops {
-		if o.BackingIsDev && o.BackingMajor == LoopMajor && int(o.BackingMinor) == minor {
+		if o.BackingIsDev && o.BackingMajor == localdisk.LoopMajor && int(o.BackingMinor) == minor {
 			f.violate("detach of loop%d while loop%d is backed by it", minor, o.Minor)
 		}
 	}
@@ -171,7 +174,7 @@ func (f *FakeOS) Detach(minor int) error {
 	return nil
 }
 
-// MkdirAll implements OS.
+// MkdirAll implements localdisk.OS.
 func (f *FakeOS) MkdirAll(dir string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -189,7 +192,7 @@ func (f *FakeOS) MkdirAll(dir string) error {
 	return nil
 }
 
-// ReadDir implements OS.
+// ReadDir implements localdisk.OS.
 func (f *FakeOS) ReadDir(dir string) ([]string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -206,7 +209,7 @@ func (f *FakeOS) ReadDir(dir string) ([]string, error) {
 	return out, nil
 }
 
-// ReadFile implements OS.
+// ReadFile implements localdisk.OS.
 func (f *FakeOS) ReadFile(path string) ([]byte, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -217,7 +220,7 @@ func (f *FakeOS) ReadFile(path string) ([]byte, error) {
 	return append([]byte(nil), b...), nil
 }
 
-// WriteFileAtomic implements OS.
+// WriteFileAtomic implements localdisk.OS.
 func (f *FakeOS) WriteFileAtomic(path string, data []byte) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -232,7 +235,7 @@ func (f *FakeOS) WriteFileAtomic(path string, data []byte) error {
 	return nil
 }
 
-// FileSize implements OS.
+// FileSize implements localdisk.OS.
 func (f *FakeOS) FileSize(path string) (int64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -243,7 +246,7 @@ func (f *FakeOS) FileSize(path string) (int64, error) {
 	return int64(len(b)), nil
 }
 
-// CreateImage implements OS.
+// CreateImage implements localdisk.OS.
 func (f *FakeOS) CreateImage(path string, size int64) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -258,7 +261,7 @@ func (f *FakeOS) CreateImage(path string, size int64) error {
 	return nil
 }
 
-// RemoveFile implements OS.
+// RemoveFile implements localdisk.OS.
 func (f *FakeOS) RemoveFile(path string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -273,7 +276,7 @@ func (f *FakeOS) RemoveFile(path string) error {
 	return nil
 }
 
-// Symlink implements OS.
+// Symlink implements localdisk.OS.
 func (f *FakeOS) Symlink(target, path string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -293,7 +296,7 @@ func (f *FakeOS) Symlink(target, path string) error {
 	return nil
 }
 
-// RemoveSymlink implements OS.
+// RemoveSymlink implements localdisk.OS.
 func (f *FakeOS) RemoveSymlink(path, target string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -304,16 +307,16 @@ func (f *FakeOS) RemoveSymlink(path, target string) error {
 	if !ok {
 		if f.Devices[path] || f.Dirs[path] || f.Files[path] != nil {
 			f.violate("unlink of non-link %s", path)
-			return fmt.Errorf("%s: %w", path, ErrNotOurs)
+			return fmt.Errorf("%s: %w", path, localdisk.ErrNotOurs)
 		}
 		return nil
 	}
 	if cur != target {
 		f.violate("unlink of foreign link %s -> %s", path, cur)
-		return fmt.Errorf("%s: %w", path, ErrNotOurs)
+		return fmt.Errorf("%s: %w", path, localdisk.ErrNotOurs)
 	}
-	n, err := ParseLoopLinkTarget(f.DevDir, cur)
-	if l, ok := f.Loops[n]; err != nil || ((!ok || !InDir(f.StateDir, l.BackingFile)) && !f.recordedLink(path)) {
+	n, err := localdisk.ParseLoopLinkTarget(f.DevDir, cur)
+	if l, ok := f.Loops[n]; err != nil || ((!ok || !localdisk.InDir(f.StateDir, l.BackingFile)) && !f.recordedLink(path)) {
 		// Ours: a link to a loop backed from the state dir, or a loop link a record names (a
 		// stale fake whose loop someone detached or rebound).
 		f.violate("unlink of link %s to a loop that is not ours (%s)", path, cur)
@@ -333,13 +336,12 @@ func (f *FakeOS) Locked(fn func()) {
 
 // recordedLink reports whether a record in the state directory names path as its link.
 func (f *FakeOS) recordedLink(path string) bool {
-	dir := filepath.Join(f.StateDir, SubDir)
+	dir := filepath.Join(f.StateDir, localdisk.SubDir)
 	for name, b := range f.Files {
 		if filepath.Dir(name) != dir || !strings.HasSuffix(name, ".json") {
 			continue
 		}
-		var rec record
-		if json.Unmarshal(b, &rec) == nil && rec.link() == path {
+		if link, err := localdisk.RecordedLink(b); err == nil && link == path {
 			return true
 		}
 	}

@@ -1,6 +1,6 @@
 //go:build integration
 
-package kubectlplugin_test
+package app_test
 
 import (
 	"bytes"
@@ -24,8 +24,8 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/pvrescue/pvrescue/cmd/kubectl-pvrescue/app"
 	"github.com/pvrescue/pvrescue/internal/contract"
-	"github.com/pvrescue/pvrescue/internal/kubectlplugin"
 	"github.com/pvrescue/pvrescue/internal/testenv"
 	"github.com/pvrescue/pvrescue/manifests"
 	"github.com/pvrescue/pvrescue/webhook"
@@ -46,9 +46,9 @@ func TestPluginAgainstAPIServer(t *testing.T) {
 	run := func(args ...string) string {
 		t.Helper()
 		var out, errOut bytes.Buffer
-		o := kubectlplugin.NewOptions(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
+		o := app.NewOptions(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
 		o.Clock = clocktesting.NewFakePassiveClock(now.Add(10 * time.Minute))
-		cmd := kubectlplugin.NewCommand(o)
+		cmd := app.NewCommand(o)
 		cmd.SetArgs(append([]string{"--kubeconfig", kubeconfig}, args...))
 		if err := cmd.ExecuteContext(ctx); err != nil {
 			t.Fatalf("kubectl pvrescue %s: %v\n%s", strings.Join(args, " "), err, errOut.String())
@@ -57,7 +57,7 @@ func TestPluginAgainstAPIServer(t *testing.T) {
 	}
 
 	t.Run("status json", func(t *testing.T) {
-		var r kubectlplugin.StatusReport
+		var r app.StatusReport
 		if err := json.Unmarshal([]byte(run("status", "-o", "json")), &r); err != nil {
 			t.Fatal(err)
 		}
@@ -73,17 +73,17 @@ func TestPluginAgainstAPIServer(t *testing.T) {
 			}
 		}
 		want := []row{
-			{kubectlplugin.RowDiskMissing, "pv-data1", "", "/dev/disk/by-id/wwn-data1", ""},
-			{kubectlplugin.RowDiskMissing, "pv-data2", "", "/dev/disk/by-id/wwn-data2", ""},
-			{kubectlplugin.RowFakeDevice, "pv-data1", "", "/dev/disk/by-id/wwn-data1", "/dev/loop101"},
-			{kubectlplugin.RowMountBridged, "pv-s3", "app/reader-0", "", ""},
-			{kubectlplugin.RowMountFailed, "pv-s3", "app/reader-0", "", ""},
+			{app.RowDiskMissing, "pv-data1", "", "/dev/disk/by-id/wwn-data1", ""},
+			{app.RowDiskMissing, "pv-data2", "", "/dev/disk/by-id/wwn-data2", ""},
+			{app.RowFakeDevice, "pv-data1", "", "/dev/disk/by-id/wwn-data1", "/dev/loop101"},
+			{app.RowMountBridged, "pv-s3", "app/reader-0", "", ""},
+			{app.RowMountFailed, "pv-s3", "app/reader-0", "", ""},
 		}
 		if d := cmp.Diff(want, got); d != "" {
 			t.Errorf("node-a items (-want +got):\n%s", d)
 		}
 		for _, it := range r.Nodes[0].Items {
-			if it.Kind == kubectlplugin.RowFakeDevice && !it.Since.Equal(now.Add(-5*time.Minute)) {
+			if it.Kind == app.RowFakeDevice && !it.Since.Equal(now.Add(-5*time.Minute)) {
 				t.Errorf("fake since %v, want the FakeDeviceCreated Event's time %v", it.Since, now.Add(-5*time.Minute))
 			}
 		}
@@ -126,7 +126,7 @@ func TestPluginAgainstAPIServer(t *testing.T) {
 	})
 
 	t.Run("explain mutated pod", func(t *testing.T) {
-		var e kubectlplugin.Explanation
+		var e app.Explanation
 		if err := json.Unmarshal([]byte(run("explain", "pod", "reader-0", "-n", "app", "-o", "json")), &e); err != nil {
 			t.Fatal(err)
 		}
@@ -153,7 +153,7 @@ func TestPluginAgainstAPIServer(t *testing.T) {
 	})
 
 	t.Run("explain unprotected pod", func(t *testing.T) {
-		var e kubectlplugin.Explanation
+		var e app.Explanation
 		if err := json.Unmarshal([]byte(run("explain", "pod", "unprotected-0", "-n", "app", "-o", "json")), &e); err != nil {
 			t.Fatal(err)
 		}
@@ -173,7 +173,7 @@ func TestPluginAgainstAPIServer(t *testing.T) {
 	})
 
 	t.Run("explain pod in a namespace not opted in", func(t *testing.T) {
-		var e kubectlplugin.Explanation
+		var e app.Explanation
 		if err := json.Unmarshal([]byte(run("explain", "pod", "plain", "-n", "other", "-o", "json")), &e); err != nil {
 			t.Fatal(err)
 		}
@@ -183,8 +183,8 @@ func TestPluginAgainstAPIServer(t *testing.T) {
 	})
 
 	t.Run("errors", func(t *testing.T) {
-		o := kubectlplugin.NewOptions(genericiooptions.NewTestIOStreamsDiscard())
-		cmd := kubectlplugin.NewCommand(o)
+		o := app.NewOptions(genericiooptions.NewTestIOStreamsDiscard())
+		cmd := app.NewCommand(o)
 		cmd.SetArgs([]string{"--kubeconfig", kubeconfig, "explain", "pod", "nope", "-n", "app"})
 		if err := cmd.ExecuteContext(ctx); err == nil || !strings.Contains(err.Error(), "pod not found: app/nope") {
 			t.Errorf("missing pod: %v", err)

@@ -45,8 +45,12 @@ type Cluster struct {
 	ContainerdSocket string
 
 	etcdURL string
+	apiPort int
 	procs   map[string]*Process
 	order   []string
+	// stopped are components stopped on purpose (StopAPIServer): Wait does not take their end
+	// for a crash.
+	stopped map[string]bool
 }
 
 // Sub-paths of the work dir.
@@ -231,9 +235,37 @@ func (c *Cluster) start(name, bin string, args []string, env []string) (*Process
 	if err != nil {
 		return nil, err
 	}
+	// A restarted component keeps its place in the order (Down stops in reverse).
+	if _, again := c.procs[name]; !again {
+		c.order = append(c.order, name)
+	}
 	c.procs[name] = p
-	c.order = append(c.order, name)
+	delete(c.stopped, name)
 	return p, nil
+}
+
+// StopAPIServer stops kube-apiserver (SIGTERM, then SIGKILL after 10 s), as a control-plane
+// outage would; everything else keeps running. StartAPIServer brings it back on the same
+// address, so every kubeconfig and in-cluster client finds it again.
+func (c *Cluster) StopAPIServer() error {
+	p := c.procs["kube-apiserver"]
+	if p == nil {
+		return errors.New("kube-apiserver was never started")
+	}
+	if c.stopped == nil {
+		c.stopped = map[string]bool{}
+	}
+	c.stopped["kube-apiserver"] = true
+	c.Opts.logf("stopping kube-apiserver (pid %d)", p.Pid())
+	return p.Stop(10 * time.Second)
+}
+
+// StartAPIServer starts kube-apiserver again after StopAPIServer and waits for /readyz.
+func (c *Cluster) StartAPIServer(ctx context.Context) error {
+	if !c.stopped["kube-apiserver"] {
+		return errors.New("kube-apiserver is not stopped")
+	}
+	return c.startAPIServer(ctx)
 }
 
 // Process returns a started component by name (etcd, kube-apiserver, …).
@@ -246,6 +278,9 @@ func (c *Cluster) Wait(ctx context.Context, timeout time.Duration, what string, 
 	defer cancel()
 	err := testenv.Poll(ctx, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
 		for _, n := range c.order {
+			if c.stopped[n] {
+				continue
+			}
 			if err := c.procs[n].Exited(); err != nil {
 				return false, testenv.Abort(fmt.Errorf("waiting for %s: %w", what, err))
 			}
@@ -300,10 +335,14 @@ func httpOK(ctx context.Context, hc *http.Client, url string) (bool, error) {
 }
 
 func (c *Cluster) startAPIServer(ctx context.Context) error {
-	port, err := testenv.PickPort("")
-	if err != nil {
-		return err
+	if c.apiPort == 0 {
+		port, err := testenv.PickPort("")
+		if err != nil {
+			return err
+		}
+		c.apiPort = port
 	}
+	port := c.apiPort
 	p := c.PKI.Path
 	if _, err := c.start("kube-apiserver", filepath.Join(c.Opts.KubeBinDir, "kube-apiserver"), []string{
 		"--etcd-servers", c.etcdURL,

@@ -172,7 +172,11 @@ func run(ctx context.Context, o *Options) error {
 			if err := writeRaw(o, s.name, sec.Raw); err != nil {
 				return err
 			}
-			sec.Notes = append(sec.Notes, fmt.Sprintf("Raw samples (milliseconds): `%s`.", filepath.Join(o.RawDir, s.name+".txt")))
+			what := "Raw samples (milliseconds)"
+			if s.name == "scale" {
+				what = "The idle agent's CPU profile (go tool pprof -top, flat and cumulative)"
+			}
+			sec.Notes = append(sec.Notes, fmt.Sprintf("%s: `%s`.", what, filepath.Join(o.RawDir, s.name+".txt")))
 		}
 		r.Sections = append(r.Sections, sec)
 		// Write after every section so an interrupted run keeps what it measured.

@@ -1,6 +1,8 @@
 package s3mount
 
 import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"testing"
 	"time"
 
@@ -62,5 +64,31 @@ func TestNextCheckInWhileAGonePodIsTornDown(t *testing.T) {
 	w.sync()
 	if got := w.r.nextCheckIn(); got != time.Minute {
 		t.Fatalf("gone pod's target torn down: next check in %s, want 1m", got)
+	}
+}
+
+// A restore that failed while the API server was away (its Secret unreadable) is retried as
+// soon as it answers again, not after the back-off.
+func TestRetryNowEndsTheBackOff(t *testing.T) {
+	objs := []runtime.Object{storageClass(), pvObj("pv-a", testDriver, false), pvcObj("data", "pv-a"), podObj("app", "uid-1", "data", false)}
+	w := newWorld(t, objs...)
+	target := w.publish("uid-1", "pv-a")
+	w.node.KillMount(target)
+	w.start()
+	failed := func() int {
+		return w.events.Count("app", corev1.EventTypeWarning, EventMountRestoreFailed, "SecretNotFound:")
+	}
+	if failed() != 1 {
+		t.Fatalf("first restore without the Secret: %d failure events, want 1", failed())
+	}
+	w.sync()
+	if failed() != 1 {
+		t.Fatalf("a pass within the back-off retried: %d failure events, want 1", failed())
+	}
+	w.view.Set(secretObj("creds", goodSecret))
+	w.r.retryNow(w.ctx)
+	w.sync() // no clock step: the back-off (2 s) has not run out
+	if got := len(w.node.Table().Stack(target)); got != 2 {
+		t.Fatalf("after retryNow the restore did not run: target depth %d, want 2 (bridge over the dead mount)", got)
 	}
 }

@@ -249,6 +249,8 @@ func (r *Restorer) Run(ctx context.Context) error {
 		case <-timer.C():
 		case <-r.kick:
 		case <-r.d.FUSEExits: // a FUSE daemon exited (fusewatch): check now, not at the next tick
+		case <-r.d.APIReturned:
+			r.retryNow(ctx)
 		}
 		timer.Stop()
 	}
@@ -265,6 +267,18 @@ func (r *Restorer) nextCheckIn() time.Duration {
 		return p
 	}
 	return every
+}
+
+// retryNow ends every restore back-off: called when the API server answers again, since restores
+// that failed while it was away (a replay's Secret, CSIDriver or PV unreadable) can succeed now.
+func (r *Restorer) retryNow(ctx context.Context) {
+	r.mu.Lock()
+	n := len(r.retry)
+	clear(r.retry)
+	r.mu.Unlock()
+	if n > 0 {
+		logr.FromContextOrDiscard(ctx).Info("the API server answers again: retrying restores now", "backingOff", n)
+	}
 }
 
 // pending reports whether a time-driven step may be due: see nextCheckIn.

@@ -148,7 +148,8 @@ func Run(ctx context.Context, o *Options) error {
 		return err
 	}
 	deps := nodeagent.Deps{NodeName: o.NodeName, Config: cfg, Client: client, View: view, Recorder: recorder,
-		Registerer: reg, Clock: clock.RealClock{}, FUSEExits: fuse.Wake()}
+		Registerer: reg, Clock: clock.RealClock{}, FUSEExits: fuse.Wake(),
+		APIReturned: contact.Returned()}
 	if o.ContainerRemount {
 		rm, err := containermount.New(deps, containermount.NewOS("/proc"), containermount.NewOptions())
 		if err != nil {

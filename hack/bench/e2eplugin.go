@@ -51,7 +51,7 @@ func e2ePlugin(ctx context.Context, o *Options, s *Section) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
+	defer func() { _ = os.RemoveAll(tmp) }() // best effort: a temporary directory
 	out := filepath.Join(tmp, "result.json")
 	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-tags", "e2e", "-run", "^$",
 		"-bench", "^BenchmarkPluginPodDeleted$", "-benchtime", "1x", "-timeout", "20m", "./scenarios/")

@@ -209,7 +209,7 @@ func writeReport(path string, r *Report) error {
 		return err
 	}
 	if err := r.Write(f); err != nil {
-		f.Close()
+		_ = f.Close() // the write error is the one to report
 		return err
 	}
 	if err := f.Close(); err != nil {

@@ -132,9 +132,11 @@ func lostMount(ctx context.Context, o *Options, s *Section) error {
 
 	// Phase 2, baseline in the same run: the same replay with the periodic check alone (the
 	// agent before fusewatch).
-	rp, err := newS3Rig(ctx, o, func() s3RigOptions { ro := rigOpts("bench-s3poll")
+	rp, err := newS3Rig(ctx, o, func() s3RigOptions {
+		ro := rigOpts("bench-s3poll")
 		ro.pollOnly, ro.checkInterval = true, pollBaselineInterval
-		return ro }())
+		return ro
+	}())
 	if err != nil {
 		return fmt.Errorf("poll-only rig: %w", err)
 	}
@@ -193,7 +195,7 @@ func lostMount(ctx context.Context, o *Options, s *Section) error {
 			"p99 < 50 ms (node test's bound): "+Verdict(Percentile(seenLat, 99).Seconds(), detectTarget.Seconds(), "s")),
 		row(fmt.Sprintf("detection: daemon killed → file readable again (periodic check %s: woken by the exit alone)", detectCheckInterval), detReadLat, pollBase, pollLat, "—"),
 		row("bridge: plugin restarted but kept down → our s3fs bound, file readable", lat, fmt.Sprintf("bridgeAfter %s", cfg.S3.BridgeAfter.Duration), nil,
-			fmt.Sprintf("p50 < bridgeAfter %s + 3 s: %s", cfg.S3.BridgeAfter.Duration, Verdict(Percentile(lat, 50).Seconds(), cfg.S3.BridgeAfter.Duration.Seconds()+3, "s"))),
+			fmt.Sprintf("p50 < bridgeAfter %s + 3 s: %s", cfg.S3.BridgeAfter.Duration, Verdict(Percentile(lat, 50).Seconds(), cfg.S3.BridgeAfter.Seconds()+3, "s"))),
 		row("hand-back: plugin back → driver's mount in place, bridge retired, file readable (shipped defaults)", handBack,
 			fmt.Sprintf("s3.pendingCheckInterval %s (nothing wakes the agent at a hand-back)", pending), nil,
 			"p99 < 300 ms: "+Verdict(Percentile(handBack, 99).Seconds(), restoreTarget.Seconds(), "s")),

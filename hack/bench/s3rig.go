@@ -266,15 +266,21 @@ func (r *s3Rig) startAgent(ctx context.Context, ro s3RigOptions) error {
 	rs, err := s3mount.New(r.deps, s3mount.NewOS(), s3mount.NewOptions())
 	if err != nil {
 		cancel()
-		<-fuseDone
+		if ferr := <-fuseDone; ferr != nil {
+			fmt.Fprintf(os.Stderr, "bench: fusewatch: %v\n", ferr)
+		}
 		return err
 	}
 	done := make(chan error, 1)
 	go func() { done <- rs.Run(cctx) }()
 	r.undo = append(r.undo, func() {
 		cancel()
-		<-done
-		<-fuseDone
+		if err := <-done; err != nil {
+			fmt.Fprintf(os.Stderr, "bench: s3 rescue: %v\n", err)
+		}
+		if err := <-fuseDone; err != nil {
+			fmt.Fprintf(os.Stderr, "bench: fusewatch: %v\n", err)
+		}
 		// The plugin goes after the agent (it replays through it until the end).
 		r.plugin.KillMounts()
 		r.plugin.Stop()

@@ -100,7 +100,7 @@ func scale(ctx context.Context, o *Options, s *Section) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(devDir)
+	defer func() { _ = os.RemoveAll(devDir) }() // best effort: the bench's own directory of links
 
 	cfg := config.Default()
 	const busy = "bench-scale-node"

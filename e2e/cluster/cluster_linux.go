@@ -74,7 +74,7 @@ func Up(ctx context.Context, o *Options) (c *Cluster, err error) {
 	defer func() {
 		if err != nil {
 			if derr := c.Down(); derr != nil {
-				err = fmt.Errorf("%w (teardown after failure: %v)", err, derr)
+				err = fmt.Errorf("%w (teardown after failure: %w)", err, derr)
 			}
 			c = nil
 		}
@@ -172,12 +172,12 @@ func (c *Cluster) preflight() error {
 		return fmt.Errorf("CNI plugins missing in %s: run `make e2e-deps` (apt-get install containernetworking-plugins)", o.CNIBinDir)
 	}
 	// A kubelet that is not ours would fight over /var/lib/kubelet and port 10250.
-	if ln, err := net.Listen("tcp", ":10250"); err != nil {
+	if ln, err := net.Listen("tcp", ":10250"); err != nil { //nolint:gosec // checks that kubelet's port is free on every interface, as kubelet binds it
 		if !c.ownsPort() {
-			return fmt.Errorf("port 10250 is in use: another kubelet runs on this machine (%v); stop it first", err)
+			return fmt.Errorf("port 10250 is in use: another kubelet runs on this machine (%w); stop it first", err)
 		}
 	} else {
-		ln.Close()
+		_ = ln.Close() // only a check that the port was free
 	}
 	return nil
 }
@@ -327,7 +327,7 @@ func httpOK(ctx context.Context, hc *http.Client, url string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	resp.Body.Close()
+	_ = resp.Body.Close() // only the status matters
 	if resp.StatusCode != http.StatusOK {
 		return false, fmt.Errorf("%s: %s", url, resp.Status)
 	}
@@ -440,7 +440,7 @@ func (c *Cluster) routeServiceIP(svcIP net.IP) error {
 	}
 	for _, a := range cmds {
 		if out, err := exec.Command("iptables", a...).CombinedOutput(); err != nil {
-			return fmt.Errorf("iptables %s: %v: %s", strings.Join(a, " "), err, out)
+			return fmt.Errorf("iptables %s: %w: %s", strings.Join(a, " "), err, out)
 		}
 	}
 	return nil
@@ -473,7 +473,7 @@ func (c *Cluster) startContainerd(ctx context.Context) error {
 		if err != nil {
 			return false, err
 		}
-		conn.Close()
+		_ = conn.Close() // only a check that the socket answers
 		return true, nil
 	})
 }
@@ -503,7 +503,7 @@ func (c *Cluster) startKubelet(ctx context.Context) error {
 				if cond.Status == corev1.ConditionTrue {
 					return true, nil
 				}
-				return false, fmt.Errorf("Ready=%s: %s", cond.Status, cond.Message)
+				return false, fmt.Errorf("condition Ready=%s: %s", cond.Status, cond.Message)
 			}
 		}
 		return false, errors.New("no Ready condition yet")
@@ -519,7 +519,7 @@ func defaultRouteIP() (string, error) {
 			return "", fmt.Errorf("find the node address (set --node-ip): %w", err)
 		}
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }() // a UDP "dial" that sends nothing
 	return conn.LocalAddr().(*net.UDPAddr).IP.String(), nil
 }
 

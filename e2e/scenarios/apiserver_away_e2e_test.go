@@ -396,7 +396,7 @@ func httpGet(url string) (bool, string) {
 	if err != nil {
 		return false, err.Error()
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // read to the end below
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode == http.StatusOK, string(b)
 }

@@ -245,13 +245,3 @@ func events(e *env, ns, reason string) []string {
 	}
 	return out
 }
-
-// podUIDOf returns the UID of a pod (for mount checks).
-func podUIDOf(t testing.TB, e *env, ns, name string) string {
-	t.Helper()
-	p, err := e.c.Client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("get pod %s/%s: %v", ns, name, err)
-	}
-	return string(p.UID)
-}

@@ -60,9 +60,20 @@ func profileIdleAgent(ctx context.Context, o *Options, cs kubernetes.Interface, 
 	p.flat = PprofTop(string(flat), 5, func(string) bool { return true })
 	// Cumulative: the agent's own code paths, not the scheduler frames every goroutine sits under.
 	p.cum = PprofTop(string(cum), 5, func(fn string) bool {
-		return !strings.HasPrefix(fn, "runtime.") && !strings.HasPrefix(fn, "sync.") && fn != "main.main"
+		return !strings.HasPrefix(fn, "runtime.") && !strings.HasPrefix(fn, "sync.") && fn != "main.main" && !supervisorFrame(fn)
 	})
 	return p, nil
+}
+
+// supervisorFrame reports the agent's runnable wrappers, under which every rescue runs (they
+// say nothing about where the time goes).
+func supervisorFrame(fn string) bool {
+	for _, w := range []string{"nodeagent.(*Agent).Run", "nodeagent.(*Agent).supervise", "nodeagent.runSafely", "nodeagent.RunnableFunc.Run"} {
+		if strings.HasSuffix(fn, w) || strings.Contains(fn, w+".func") {
+			return true
+		}
+	}
+	return false
 }
 
 // PprofTotal returns the "Total samples = 120ms (0.6%)" figure of `go tool pprof -top` output.

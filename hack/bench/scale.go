@@ -212,7 +212,10 @@ func idleVerdict(base agentRun, prof profiledRun) []string {
 	return notes
 }
 
-const scaleSettle = 10 * time.Second
+// scaleSettle is the wait before sampling: longer than the agent's first pass, which reads
+// each of the 700 pods' PV and PVC once at its client's 50 QPS (≈ 28 s); sampled earlier,
+// "idle" would be that start-up pass.
+const scaleSettle = 40 * time.Second
 
 // measureAgent starts the agent for node, lets it settle, samples its CPU and RSS, stops it, and
 // returns the figures with the apiserver's request counts during its run.

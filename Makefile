@@ -100,6 +100,7 @@ bench: kube-binaries versitygw ## Measure against floors/baselines in one run (r
 	@[ "$$(id -u)" = 0 ] || { echo "make bench needs root (loop devices, mounts, s3fs)" >&2; exit 1; }
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/pvrescue-sidecar ./cmd/pvrescue-sidecar
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/pvrescue-agent ./cmd/pvrescue-agent
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/pvrescue-agent-prof ./hack/bench/agentprof
 	$(GO) build -o $(BIN)/bench ./hack/bench
 	$(BIN)/bench -root $(CURDIR) -out BENCHMARKS.md -raw bench
 

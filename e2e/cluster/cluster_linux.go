@@ -45,8 +45,12 @@ type Cluster struct {
 	ContainerdSocket string
 
 	etcdURL string
+	apiPort int
 	procs   map[string]*Process
 	order   []string
+	// stopped are components stopped on purpose (StopAPIServer): Wait does not take their end
+	// for a crash.
+	stopped map[string]bool
 }
 
 // Sub-paths of the work dir.
@@ -70,7 +74,7 @@ func Up(ctx context.Context, o *Options) (c *Cluster, err error) {
 	defer func() {
 		if err != nil {
 			if derr := c.Down(); derr != nil {
-				err = fmt.Errorf("%w (teardown after failure: %v)", err, derr)
+				err = fmt.Errorf("%w (teardown after failure: %w)", err, derr)
 			}
 			c = nil
 		}
@@ -168,12 +172,12 @@ func (c *Cluster) preflight() error {
 		return fmt.Errorf("CNI plugins missing in %s: run `make e2e-deps` (apt-get install containernetworking-plugins)", o.CNIBinDir)
 	}
 	// A kubelet that is not ours would fight over /var/lib/kubelet and port 10250.
-	if ln, err := net.Listen("tcp", ":10250"); err != nil {
+	if ln, err := net.Listen("tcp", ":10250"); err != nil { //nolint:gosec // checks that kubelet's port is free on every interface, as kubelet binds it
 		if !c.ownsPort() {
-			return fmt.Errorf("port 10250 is in use: another kubelet runs on this machine (%v); stop it first", err)
+			return fmt.Errorf("port 10250 is in use: another kubelet runs on this machine (%w); stop it first", err)
 		}
 	} else {
-		ln.Close()
+		_ = ln.Close() // only a check that the port was free
 	}
 	return nil
 }
@@ -231,9 +235,37 @@ func (c *Cluster) start(name, bin string, args []string, env []string) (*Process
 	if err != nil {
 		return nil, err
 	}
+	// A restarted component keeps its place in the order (Down stops in reverse).
+	if _, again := c.procs[name]; !again {
+		c.order = append(c.order, name)
+	}
 	c.procs[name] = p
-	c.order = append(c.order, name)
+	delete(c.stopped, name)
 	return p, nil
+}
+
+// StopAPIServer stops kube-apiserver (SIGTERM, then SIGKILL after 10 s), as a control-plane
+// outage would; everything else keeps running. StartAPIServer brings it back on the same
+// address, so every kubeconfig and in-cluster client finds it again.
+func (c *Cluster) StopAPIServer() error {
+	p := c.procs["kube-apiserver"]
+	if p == nil {
+		return errors.New("kube-apiserver was never started")
+	}
+	if c.stopped == nil {
+		c.stopped = map[string]bool{}
+	}
+	c.stopped["kube-apiserver"] = true
+	c.Opts.logf("stopping kube-apiserver (pid %d)", p.Pid())
+	return p.Stop(10 * time.Second)
+}
+
+// StartAPIServer starts kube-apiserver again after StopAPIServer and waits for /readyz.
+func (c *Cluster) StartAPIServer(ctx context.Context) error {
+	if !c.stopped["kube-apiserver"] {
+		return errors.New("kube-apiserver is not stopped")
+	}
+	return c.startAPIServer(ctx)
 }
 
 // Process returns a started component by name (etcd, kube-apiserver, …).
@@ -246,6 +278,9 @@ func (c *Cluster) Wait(ctx context.Context, timeout time.Duration, what string, 
 	defer cancel()
 	err := testenv.Poll(ctx, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
 		for _, n := range c.order {
+			if c.stopped[n] {
+				continue
+			}
 			if err := c.procs[n].Exited(); err != nil {
 				return false, testenv.Abort(fmt.Errorf("waiting for %s: %w", what, err))
 			}
@@ -292,7 +327,7 @@ func httpOK(ctx context.Context, hc *http.Client, url string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	resp.Body.Close()
+	_ = resp.Body.Close() // only the status matters
 	if resp.StatusCode != http.StatusOK {
 		return false, fmt.Errorf("%s: %s", url, resp.Status)
 	}
@@ -300,10 +335,14 @@ func httpOK(ctx context.Context, hc *http.Client, url string) (bool, error) {
 }
 
 func (c *Cluster) startAPIServer(ctx context.Context) error {
-	port, err := testenv.PickPort("")
-	if err != nil {
-		return err
+	if c.apiPort == 0 {
+		port, err := testenv.PickPort("")
+		if err != nil {
+			return err
+		}
+		c.apiPort = port
 	}
+	port := c.apiPort
 	p := c.PKI.Path
 	if _, err := c.start("kube-apiserver", filepath.Join(c.Opts.KubeBinDir, "kube-apiserver"), []string{
 		"--etcd-servers", c.etcdURL,
@@ -401,7 +440,7 @@ func (c *Cluster) routeServiceIP(svcIP net.IP) error {
 	}
 	for _, a := range cmds {
 		if out, err := exec.Command("iptables", a...).CombinedOutput(); err != nil {
-			return fmt.Errorf("iptables %s: %v: %s", strings.Join(a, " "), err, out)
+			return fmt.Errorf("iptables %s: %w: %s", strings.Join(a, " "), err, out)
 		}
 	}
 	return nil
@@ -434,7 +473,7 @@ func (c *Cluster) startContainerd(ctx context.Context) error {
 		if err != nil {
 			return false, err
 		}
-		conn.Close()
+		_ = conn.Close() // only a check that the socket answers
 		return true, nil
 	})
 }
@@ -464,7 +503,7 @@ func (c *Cluster) startKubelet(ctx context.Context) error {
 				if cond.Status == corev1.ConditionTrue {
 					return true, nil
 				}
-				return false, fmt.Errorf("Ready=%s: %s", cond.Status, cond.Message)
+				return false, fmt.Errorf("condition Ready=%s: %s", cond.Status, cond.Message)
 			}
 		}
 		return false, errors.New("no Ready condition yet")
@@ -480,7 +519,7 @@ func defaultRouteIP() (string, error) {
 			return "", fmt.Errorf("find the node address (set --node-ip): %w", err)
 		}
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }() // a UDP "dial" that sends nothing
 	return conn.LocalAddr().(*net.UDPAddr).IP.String(), nil
 }
 

@@ -36,7 +36,7 @@ func (c *Cluster) removeContainers() error {
 		}
 		for _, id := range strings.Fields(string(out)) {
 			if b, err := exec.Command("runc", "--root", root, "delete", "--force", id).CombinedOutput(); err != nil {
-				errs = append(errs, fmt.Errorf("runc delete %s: %v: %s", id, err, b))
+				errs = append(errs, fmt.Errorf("runc delete %s: %w: %s", id, err, b))
 			}
 		}
 	}
@@ -64,7 +64,7 @@ func CleanHost(bridge string, dirs ...string) error {
 	errs = append(errs, DetachLoopsUnder(dirs...))
 	if exec.Command("ip", "link", "show", bridge).Run() == nil {
 		if out, err := exec.Command("ip", "link", "del", bridge).CombinedOutput(); err != nil {
-			errs = append(errs, fmt.Errorf("delete bridge %s: %v: %s", bridge, err, out))
+			errs = append(errs, fmt.Errorf("delete bridge %s: %w: %s", bridge, err, out))
 		}
 	}
 	for _, hook := range []string{"PREROUTING", "OUTPUT"} {
@@ -170,7 +170,7 @@ func DetachLoop(dev string) error {
 	if err != nil {
 		return fmt.Errorf("open %s: %w", dev, err)
 	}
-	defer unix.Close(fd)
+	defer func() { _ = unix.Close(fd) }() // read-only use; nothing to report
 	if err := unix.IoctlSetInt(fd, unix.LOOP_CLR_FD, 0); err != nil && !errors.Is(err, unix.ENXIO) {
 		return fmt.Errorf("detach %s: %w", dev, err)
 	}

@@ -100,7 +100,7 @@ func (o *Options) Validate() error {
 	}
 	for _, c := range []string{o.PodSubnet, o.ServiceCIDR} {
 		if _, _, err := net.ParseCIDR(c); err != nil {
-			return fmt.Errorf("%w: %v", ErrInvalidOptions, err)
+			return fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 		}
 	}
 	if o.Timeout <= 0 {

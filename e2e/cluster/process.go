@@ -34,7 +34,7 @@ type Process struct {
 // excepted: they re-parent on purpose, see Cluster.Down).
 func StartProcess(dir, name, bin string, args []string, env []string) (*Process, error) {
 	logPath := filepath.Join(dir, name+".log")
-	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644) //nolint:gosec // component logs are for whoever debugs the run
 	if err != nil {
 		return nil, fmt.Errorf("open log of %s: %w", name, err)
 	}
@@ -43,7 +43,7 @@ func StartProcess(dir, name, bin string, args []string, env []string) (*Process,
 	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		f.Close()
+		_ = f.Close() // the start error is the one to report
 		return nil, fmt.Errorf("start %s (%s): %w", name, bin, err)
 	}
 	p := &Process{Name: name, Log: logPath, cmd: cmd, done: make(chan struct{})}
@@ -51,12 +51,12 @@ func StartProcess(dir, name, bin string, args []string, env []string) (*Process,
 	rec := fmt.Sprintf("%d %s", cmd.Process.Pid, startTime(cmd.Process.Pid))
 	if err := os.WriteFile(filepath.Join(dir, name+".pid"), []byte(rec), 0o644); err != nil {
 		_ = p.Stop(time.Second)
-		f.Close()
+		_ = f.Close() // the start error is the one to report
 		return nil, fmt.Errorf("record pid of %s: %w", name, err)
 	}
 	go func() {
 		err := cmd.Wait()
-		f.Close()
+		_ = f.Close() // the pid-file error is the one to report
 		p.mu.Lock()
 		p.err = err
 		p.mu.Unlock()
@@ -74,7 +74,7 @@ func (p *Process) Exited() error {
 	case <-p.done:
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		return fmt.Errorf("%s: %w (%v); last lines of %s:\n%s", p.Name, ErrExited, p.err, p.Log, Tail(p.Log, 15))
+		return fmt.Errorf("%s: %w (%v); last lines of %s:\n%s", p.Name, ErrExited, p.err, p.Log, Tail(p.Log, 15)) //nolint:errorlint // p.err is nil after a clean exit; ErrExited is what callers match
 	default:
 		return nil
 	}
@@ -142,7 +142,7 @@ func KillRecorded(dir string, names ...string) []string {
 		}
 		f2 := strings.Fields(string(b))
 		if len(f2) != 2 {
-			os.Remove(f)
+			_ = os.Remove(f) // a stale pid file; best effort
 			continue
 		}
 		pid, err := strconv.Atoi(f2[0])
@@ -152,7 +152,7 @@ func KillRecorded(dir string, names ...string) []string {
 			killed = append(killed, strings.TrimSuffix(filepath.Base(f), ".pid"))
 			waitGone(pid, 10*time.Second)
 		}
-		os.Remove(f)
+		_ = os.Remove(f) // handled (or stale) pid file; best effort
 	}
 	return killed
 }

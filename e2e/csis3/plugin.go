@@ -157,7 +157,7 @@ func Run(ctx context.Context, o *Options) error {
 	case err = <-errc:
 	}
 	csiSrv.Stop()
-	os.Remove(o.CSISocket())
+	_ = os.Remove(o.CSISocket()) // a socket left by an earlier run; Listen reports what matters
 	return err
 }
 

@@ -118,7 +118,7 @@ func pluginName(ctx context.Context, addr string, timeout time.Duration) (string
 	if err != nil {
 		return "", fmt.Errorf("dial %s: %w", addr, err)
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }() // a probe connection; nothing to report
 	var last error
 	for {
 		cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
@@ -130,7 +130,7 @@ func pluginName(ctx context.Context, addr string, timeout time.Duration) (string
 		last = err
 		select {
 		case <-ctx.Done():
-			return "", fmt.Errorf("%w at %s: %v", ErrPluginNotAnswering, addr, last)
+			return "", fmt.Errorf("%w at %s: %w", ErrPluginNotAnswering, addr, last)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}

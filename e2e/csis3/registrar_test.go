@@ -33,7 +33,7 @@ func TestRegistrarRegistersThePlugin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }() // test connection
 	var info *registerapi.PluginInfo
 	for info == nil {
 		cctx, ccancel := context.WithTimeout(ctx, time.Second)

@@ -43,10 +43,12 @@ func Make(dir, name string, minor int, size int64) (*Disk, error) {
 		return nil, err
 	}
 	if err := f.Truncate(size); err != nil {
-		f.Close()
+		_ = f.Close() // the truncate error is the one to report
 		return nil, err
 	}
-	f.Close()
+	if err := f.Close(); err != nil {
+		return nil, err
+	}
 	if d.loop, err = testenv.AttachLoop(d.Image, testenv.LoopRange{First: minor, Last: minor}); err != nil {
 		return nil, err
 	}
@@ -103,7 +105,7 @@ func (d *Disk) ShareWithGroup(gid int) error {
 	if err := os.Chown(d.Dev, 0, gid); err != nil {
 		return err
 	}
-	return os.Chmod(d.Dev, 0o660)
+	return os.Chmod(d.Dev, 0o660) //nolint:gosec // udev's mode for disks: the group reads the raw device
 }
 
 // AdminLink is the admin's link for the disk in a discovery directory, as

@@ -45,7 +45,7 @@ func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 
 // Up brings a cluster up for the test and tears it down when the test ends, failing or not.
 // On failure the components' logs stay in e2e/.work/<name>/logs and their tails are printed.
-func Up(t *testing.T, name string) *cluster.Cluster {
+func Up(t testing.TB, name string) *cluster.Cluster {
 	t.Helper()
 	testenv.RequireRoot(t)
 	ctrllog.SetLogger(logr.Discard()) // controller-runtime's client is used quietly
@@ -86,7 +86,7 @@ const DemoEnv = "PVRESCUE_DEMO"
 func Demo() bool { return os.Getenv(DemoEnv) == "1" }
 
 // Namespace creates a namespace with labels and deletes it when the test ends.
-func Namespace(t *testing.T, cs kubernetes.Interface, name string, labels map[string]string) {
+func Namespace(t testing.TB, cs kubernetes.Interface, name string, labels map[string]string) {
 	t.Helper()
 	ctx := context.Background()
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{}); err != nil {
@@ -96,7 +96,7 @@ func Namespace(t *testing.T, cs kubernetes.Interface, name string, labels map[st
 
 // WaitPod polls the pod until cond holds, failing the test after timeout with the pod's phase,
 // container states and recent events.
-func WaitPod(t *testing.T, cs kubernetes.Interface, ns, name string, timeout time.Duration, what string, cond func(*corev1.Pod) bool) *corev1.Pod {
+func WaitPod(t testing.TB, cs kubernetes.Interface, ns, name string, timeout time.Duration, what string, cond func(*corev1.Pod) bool) *corev1.Pod {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()

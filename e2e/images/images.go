@@ -169,7 +169,7 @@ func Busybox() (v1.Image, error) {
 func BusyboxFiles() ([]File, error) {
 	out, err := exec.Command(BusyboxPath, "--list").Output()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s --list: %v (apt-get install busybox-static)", ErrMissingHostFile, BusyboxPath, err)
+		return nil, fmt.Errorf("%w: %s --list: %w (apt-get install busybox-static)", ErrMissingHostFile, BusyboxPath, err)
 	}
 	files := []File{{Path: "/bin/busybox", Src: BusyboxPath}, {Path: "/tmp", Dir: true}}
 	for _, applet := range strings.Fields(string(out)) {

@@ -18,7 +18,7 @@ import (
 
 // fusePodSetup makes the layout's objects and a pod "app" (createAppPod), and waits until both
 // containers read.
-func fusePodSetup(t *testing.T, e *env, l *fieldLayout) *corev1.Pod {
+func fusePodSetup(t testing.TB, e *env, l *fieldLayout) *corev1.Pod {
 	t.Helper()
 	createAppPod(t, e, l)
 	p := framework.WaitPod(t, e.c.Client, l.ns, "app", 2*time.Minute, "Running", framework.Running)

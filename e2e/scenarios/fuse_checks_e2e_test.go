@@ -26,7 +26,7 @@ import (
 
 // putInBucket puts an object into the bucket on the S3 server's side: a file of versitygw's posix
 // backend (the bucket's directory), never through a mount.
-func putInBucket(t *testing.T, e *env, key, content string) {
+func putInBucket(t testing.TB, e *env, key, content string) {
 	t.Helper()
 	dir, err := e.s3.Bucket(s3Bucket)
 	if err != nil {
@@ -49,7 +49,7 @@ func bucketObject(e *env, key string) string {
 
 // writeReachesBucket has the container append a unique line to file (a path under /data) and
 // waits until the object key on the S3 server's side holds it.
-func writeReachesBucket(t *testing.T, e *env, ns, pod, container, file, key, when string) {
+func writeReachesBucket(t testing.TB, e *env, ns, pod, container, file, key, when string) {
 	t.Helper()
 	line := fmt.Sprintf("%s/%s %s %d", pod, container, when, time.Now().UnixNano())
 	if _, err := execIn(e, ns, pod, container, "sh", "-c", "echo '"+line+"' >> "+file); err != nil {
@@ -96,7 +96,7 @@ func nodeDiskDevs(e *env) map[string]string {
 // node's disk (kubelet's own bind of its directory onto itself aside), and for every mount at a
 // CSI volume path (a pod's kubernetes.io~csi/<pv>/mount, kubelet's staging path, the agent's
 // fresh paths) that is not a FUSE mount: a volume must never become a directory of the node.
-func checkKubeletMounts(t *testing.T, e *env, when string) {
+func checkKubeletMounts(t testing.TB, e *env, when string) {
 	t.Helper()
 	kubelet := filepath.Clean(e.c.Opts.KubeletDir)
 	disk := nodeDiskDevs(e)
@@ -126,7 +126,7 @@ func checkKubeletMounts(t *testing.T, e *env, when string) {
 func isFUSE(fstype string) bool { return fstype == "fuse" || strings.HasPrefix(fstype, "fuse.") }
 
 // checkTopFUSE fails unless the top mount at path is a FUSE mount.
-func checkTopFUSE(t *testing.T, path, what string) {
+func checkTopFUSE(t testing.TB, path, what string) {
 	t.Helper()
 	st := mountsAt(path)
 	if len(st) == 0 {
@@ -141,7 +141,7 @@ func checkTopFUSE(t *testing.T, path, what string) {
 // checkPluginMounts fails for every FUSE mount in the plugin container's mount namespace that
 // lies outside what the node sees of it (<kubelet>/pods, <kubelet>/plugins/kubernetes.io/csi): a
 // volume mounted there serves nobody and keeps its s3fs running.
-func checkPluginMounts(t *testing.T, e *env, p *stack.CSI, when string) {
+func checkPluginMounts(t testing.TB, e *env, p *stack.CSI, when string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -202,7 +202,7 @@ const freshDirName = "pvrescue~s3"
 // checkNothingLeft waits (30 s) until, with every pod of the PV gone, no mount on the node names
 // the PV, no directory of the agent's replay layout for it remains, and no s3fs of src (driver's
 // or agent's) runs, then fails with what is left.
-func checkNothingLeft(t *testing.T, e *env, pv, src string) {
+func checkNothingLeft(t testing.TB, e *env, pv, src string) {
 	t.Helper()
 	var why string
 	ok := pollFor(30*time.Second, func() bool {
@@ -244,14 +244,4 @@ func events(e *env, ns, reason string) []string {
 		out = append(out, fmt.Sprintf("%s/%s %s %s: %s", ev.InvolvedObject.Namespace, ev.InvolvedObject.Name, ev.Type, ev.Reason, ev.Message))
 	}
 	return out
-}
-
-// podUIDOf returns the UID of a pod (for mount checks).
-func podUIDOf(t *testing.T, e *env, ns, name string) string {
-	t.Helper()
-	p, err := e.c.Client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("get pod %s/%s: %v", ns, name, err)
-	}
-	return string(p.UID)
 }

@@ -146,7 +146,7 @@ func (r reader) String() string { return r.ns + "/" + r.pod + "/" + r.container 
 // container (reader.String()), the time from t0 to its first good read (of its last file, when
 // a container reads several). Readers are polled together, so one slow reader does not inflate
 // the others' times.
-func waitReads(t *testing.T, e *env, t0 time.Time, timeout time.Duration, what string, rs ...reader) map[string]time.Duration {
+func waitReads(t testing.TB, e *env, t0 time.Time, timeout time.Duration, what string, rs ...reader) map[string]time.Duration {
 	t.Helper()
 	at, why := pollReads(e, t0, timeout, rs...)
 	if why != "" {
@@ -158,7 +158,7 @@ func waitReads(t *testing.T, e *env, t0 time.Time, timeout time.Duration, what s
 // rescueReads is waitReads after a rescue; when the reads fail, it first reports what the
 // volume is instead (mounts of the node's disk under kubelet's directory, FUSE mounts only a
 // plugin sees), then fails.
-func rescueReads(t *testing.T, e *env, t0 time.Time, timeout time.Duration, what string, plugins []*stack.CSI, rs ...reader) map[string]time.Duration {
+func rescueReads(t testing.TB, e *env, t0 time.Time, timeout time.Duration, what string, plugins []*stack.CSI, rs ...reader) map[string]time.Duration {
 	t.Helper()
 	at, why := pollReads(e, t0, timeout, rs...)
 	if why != "" {
@@ -217,7 +217,7 @@ func keepReading(e *env, done <-chan struct{}, rs ...reader) (rounds int, failur
 }
 
 // podRestarts returns the restart counts of a pod's containers.
-func podRestarts(t *testing.T, e *env, ns, name string) map[string]int32 {
+func podRestarts(t testing.TB, e *env, ns, name string) map[string]int32 {
 	t.Helper()
 	p, err := e.c.Client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
@@ -227,7 +227,7 @@ func podRestarts(t *testing.T, e *env, ns, name string) map[string]int32 {
 }
 
 // checkRestarts fails when any container of the pods restarted since before.
-func checkRestarts(t *testing.T, e *env, ns string, before map[string]map[string]int32) map[string]map[string]int32 {
+func checkRestarts(t testing.TB, e *env, ns string, before map[string]map[string]int32) map[string]map[string]int32 {
 	t.Helper()
 	now := map[string]map[string]int32{}
 	for pod, counts := range before {
@@ -243,7 +243,7 @@ func checkRestarts(t *testing.T, e *env, ns string, before map[string]map[string
 
 // deletePodGone deletes a pod, waits until the object is gone (within limit) and checks that no
 // mount under its UID is left on the host. It returns the time to gone.
-func deletePodGone(t *testing.T, e *env, ns, name string, limit time.Duration) time.Duration {
+func deletePodGone(t testing.TB, e *env, ns, name string, limit time.Duration) time.Duration {
 	t.Helper()
 	ctx := context.Background()
 	p, err := e.c.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
@@ -274,7 +274,7 @@ func deletePodGone(t *testing.T, e *env, ns, name string, limit time.Duration) t
 // on the host and that kubelet's pod directory goes within 30 s: kubelet removes it once nothing
 // is mounted and no file is left in it (its orphan cleanup runs every 2 s and refuses files, e.g. a
 // vol_data.json left by a TearDown that found the target still mounted).
-func checkPodLeftNothing(t *testing.T, e *env, pod, uid string) {
+func checkPodLeftNothing(t testing.TB, e *env, pod, uid string) {
 	t.Helper()
 	if left := mountsUnder(uid); len(left) > 0 {
 		t.Errorf("pod %s (%s) is gone but mounts under its UID stay on the host:\n  %s", pod, uid, strings.Join(left, "\n  "))
@@ -308,7 +308,7 @@ func podTarget(e *env, uid, pv string) string {
 }
 
 // labelledNS creates a namespace opted in to injection and deletes it (and waits for that) at cleanup.
-func fuseNamespace(t *testing.T, e *env, name string, optIn bool) {
+func fuseNamespace(t testing.TB, e *env, name string, optIn bool) {
 	t.Helper()
 	var labels map[string]string
 	if optIn {
@@ -319,7 +319,7 @@ func fuseNamespace(t *testing.T, e *env, name string, optIn bool) {
 }
 
 // deleteNamespace deletes a namespace and waits until it is gone (its pods included).
-func deleteNamespace(t *testing.T, e *env, name string) {
+func deleteNamespace(t testing.TB, e *env, name string) {
 	ctx := context.Background()
 	cs := e.c.Client
 	if err := cs.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
@@ -344,7 +344,7 @@ func deleteNamespace(t *testing.T, e *env, name string) {
 }
 
 // deletePV deletes a PV at cleanup (after its namespace, so after its claim).
-func deletePVAtCleanup(t *testing.T, e *env, name string) {
+func deletePVAtCleanup(t testing.TB, e *env, name string) {
 	t.Cleanup(func() {
 		if err := e.c.Client.CoreV1().PersistentVolumes().Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			t.Errorf("cleanup: delete PV %s: %v", name, err)
@@ -353,7 +353,7 @@ func deletePVAtCleanup(t *testing.T, e *env, name string) {
 }
 
 // sibling starts another instance of the test plugin (driver, layout) and removes it at cleanup.
-func sibling(t *testing.T, e *env, driver, layout string) *stack.CSI {
+func sibling(t testing.TB, e *env, driver, layout string) *stack.CSI {
 	t.Helper()
 	p := e.csi.Sibling(driver, layout)
 	t.Cleanup(func() {
@@ -384,7 +384,7 @@ func runningAgent(e *env) (*corev1.Pod, string) {
 // logAgentOnFailure registers a cleanup that, when the test failed, logs the running agent's log
 // lines naming any of needles (PV, driver; the last 60): the agent pod may be gone by the time
 // someone looks.
-func logAgentOnFailure(t *testing.T, e *env, needles ...string) {
+func logAgentOnFailure(t testing.TB, e *env, needles ...string) {
 	pv := strings.Join(needles, "|")
 	t.Cleanup(func() {
 		if !t.Failed() {

@@ -23,7 +23,7 @@ import (
 // s3fs at the target) → restored through the driver each time, stack depth ≤ 2 at the target and
 // the staging path, exactly one s3fs of the plugin and none of the agent's (no leaked process),
 // no container restarts.
-func lostFUSEMountKilled3(t *testing.T, e *env) {
+func lostFUSEMountKilled3(t testing.TB, e *env) {
 	ls := []*fieldLayout{
 		{
 			name: "kill3y", driver: "ru.yandex.s3.csi", layout: csis3.LayoutYandex,
@@ -107,7 +107,7 @@ func lostFUSEMountKilled3(t *testing.T, e *env) {
 
 // createAppPod makes the layout's objects (layoutObjects) and a pod "app" (containers app and
 // pinned) without waiting for it.
-func createAppPod(t *testing.T, e *env, l *fieldLayout) {
+func createAppPod(t testing.TB, e *env, l *fieldLayout) {
 	t.Helper()
 	layoutObjects(t, e, l)
 	if _, err := e.c.Client.CoreV1().Pods(l.ns).Create(context.Background(), &corev1.Pod{

@@ -91,7 +91,7 @@ func dataVolume() []corev1.Volume {
 
 // setupLayout starts the plugin instance, writes the files, creates namespace, PV, PVC and a
 // StatefulSet "app" of one pod; cleanup removes all of it (plugin last).
-func setupLayout(t *testing.T, e *env, l *fieldLayout) {
+func setupLayout(t testing.TB, e *env, l *fieldLayout) {
 	t.Helper()
 	layoutObjects(t, e, l)
 	labels := map[string]string{"app": "fuse-" + l.name}
@@ -119,7 +119,7 @@ func setupLayout(t *testing.T, e *env, l *fieldLayout) {
 // layoutObjects starts the plugin instance, writes the files into the bucket, creates an
 // opted-in namespace and the PV/PVC. Cleanup removes all of it, the plugin last (after the
 // pods' teardown, which needs it).
-func layoutObjects(t *testing.T, e *env, l *fieldLayout) {
+func layoutObjects(t testing.TB, e *env, l *fieldLayout) {
 	t.Helper()
 	l.plugin = sibling(t, e, l.driver, l.layout)
 	dir, err := e.s3.Bucket(s3Bucket)
@@ -294,7 +294,7 @@ func lostFUSEMountLayouts(t *testing.T, e *env) {
 	}
 }
 
-func podUID(t *testing.T, e *env, ns, name string) types.UID {
+func podUID(t testing.TB, e *env, ns, name string) types.UID {
 	t.Helper()
 	p, err := e.c.Client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {

@@ -21,7 +21,7 @@ func ptr[T any](v T) *T { return &v }
 func isAlreadyExists(err error) bool { return apierrors.IsAlreadyExists(err) }
 
 // waitFor polls cond every 250ms and fails the test after timeout with cond's last reason.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), timeout)
 	defer cancel()

@@ -33,7 +33,7 @@ const (
 
 // s3Objects creates, in ns, the credentials Secret, the S3 StorageClass (once), a static PV on the
 // bucket for the suite's direct-layout plugin and a PVC "data" bound to it.
-func s3Objects(t *testing.T, e *env, ns, pvName string) {
+func s3Objects(t testing.TB, e *env, ns, pvName string) {
 	t.Helper()
 	keys := config.Default().S3
 	s3Volume(t, e, s3Vol{ns: ns, pv: pvName, driver: e.csi.Driver, handle: s3Bucket,
@@ -50,7 +50,7 @@ type s3Vol struct {
 
 // s3Volume creates the credentials Secret "s3-creds" in v.ns, the S3 StorageClass (once), the PV
 // and a PVC "data" bound to it, and waits for the binding.
-func s3Volume(t *testing.T, e *env, v s3Vol) {
+func s3Volume(t testing.TB, e *env, v s3Vol) {
 	t.Helper()
 	ctx := context.Background()
 	cs := e.c.Client
@@ -168,7 +168,7 @@ const (
 )
 
 // checkReadOnly fails unless a write in the container fails as on a read-only file system.
-func checkReadOnly(t *testing.T, e *env, ns, pod, container, when string) {
+func checkReadOnly(t testing.TB, e *env, ns, pod, container, when string) {
 	t.Helper()
 	out, err := execIn(e, ns, pod, container, "sh", "-c", "echo x > /data/ro-probe-"+container)
 	if err == nil {

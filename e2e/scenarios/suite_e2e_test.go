@@ -25,12 +25,34 @@ type env struct {
 }
 
 // TestPVRescue brings the cluster up once, installs pvrescue from manifests/, and runs the
-// scenarios in order (the webhook-down scenario last: it removes the webhook's pods).
+// scenarios in order (the API server outage next to last; the webhook-down scenario last: it
+// removes the webhook's pods).
 func TestPVRescue(t *testing.T) {
+	e := newEnv(t, "suite", true)
+
+	t.Run("LostLocalDisk", func(t *testing.T) { lostLocalDisk(t, e) })
+	t.Run("LostLocalDiskProvisionerLayout", func(t *testing.T) { lostLocalDiskProvisionerLayout(t, e) })
+	t.Run("LostFUSEMount", func(t *testing.T) { lostFUSEMount(t, e) })
+	t.Run("LostFUSEMountLayouts", func(t *testing.T) { lostFUSEMountLayouts(t, e) })
+	t.Run("LostFUSEMountBridge", func(t *testing.T) { lostFUSEMountBridge(t, e) })
+	t.Run("LostFUSEMountKilled3", func(t *testing.T) { lostFUSEMountKilled3(t, e) })
+	t.Run("LostFUSEMountHung", func(t *testing.T) { lostFUSEMountHung(t, e) })
+	t.Run("LostFUSEMountOpenFile", func(t *testing.T) { lostFUSEMountOpenFile(t, e) })
+	t.Run("HostileTenant", func(t *testing.T) { hostileTenant(t, e) })
+	t.Run("LeftAlone", func(t *testing.T) { leftAlone(t, e) })
+	t.Run("APIServerAway", func(t *testing.T) { apiServerAway(t, e) })
+	t.Run("WebhookDown", func(t *testing.T) { webhookDown(t, e) })
+}
+
+// newEnv brings a cluster up (named for its work dir), starts the S3 server, deploys the test CSI
+// plugin as a DaemonSet and installs pvrescue from manifests/ (with cert-manager's controllers
+// when certManager is set; else package certs makes the webhook's certificate).
+func newEnv(t testing.TB, name string, certManager bool) *env {
 	start := time.Now()
-	c := framework.Up(t, "suite")
+	c := framework.Up(t, name)
+	// Lives as long as the test: what starts under it (S3 server, cert-manager) may be tied to it.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	e := &env{c: c}
 	var err error
 	vgw := testenv.Binary(t, "versitygw", "versitygw")
@@ -44,7 +66,7 @@ func TestPVRescue(t *testing.T) {
 		t.Fatalf("deploy the test CSI plugin (DaemonSet %s/%s): %v", stack.CSINamespace, e.csi.Name(), err)
 	}
 	installStart := time.Now()
-	e.in, err = stack.Install(ctx, c, testenv.RepoRoot(), stack.InstallOptions{CertManager: true, E2EDir: filepath.Join(testenv.RepoRoot(), "e2e")})
+	e.in, err = stack.Install(ctx, c, testenv.RepoRoot(), stack.InstallOptions{CertManager: certManager, E2EDir: filepath.Join(testenv.RepoRoot(), "e2e")})
 	if e.in != nil && e.in.CertManager != nil {
 		t.Cleanup(e.in.CertManager.Stop)
 	}
@@ -56,16 +78,5 @@ func TestPVRescue(t *testing.T) {
 		t.Logf("  - %s", d)
 	}
 	t.Logf("setup done in %s", time.Since(start).Round(100*time.Millisecond))
-
-	t.Run("LostLocalDisk", func(t *testing.T) { lostLocalDisk(t, e) })
-	t.Run("LostLocalDiskProvisionerLayout", func(t *testing.T) { lostLocalDiskProvisionerLayout(t, e) })
-	t.Run("LostFUSEMount", func(t *testing.T) { lostFUSEMount(t, e) })
-	t.Run("LostFUSEMountLayouts", func(t *testing.T) { lostFUSEMountLayouts(t, e) })
-	t.Run("LostFUSEMountBridge", func(t *testing.T) { lostFUSEMountBridge(t, e) })
-	t.Run("LostFUSEMountKilled3", func(t *testing.T) { lostFUSEMountKilled3(t, e) })
-	t.Run("LostFUSEMountHung", func(t *testing.T) { lostFUSEMountHung(t, e) })
-	t.Run("LostFUSEMountOpenFile", func(t *testing.T) { lostFUSEMountOpenFile(t, e) })
-	t.Run("HostileTenant", func(t *testing.T) { hostileTenant(t, e) })
-	t.Run("LeftAlone", func(t *testing.T) { leftAlone(t, e) })
-	t.Run("WebhookDown", func(t *testing.T) { webhookDown(t, e) })
+	return e
 }

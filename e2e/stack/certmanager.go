@@ -72,7 +72,7 @@ func CertManagerCRDDir(dir string) (string, error) {
 	cmd.Dir = dir
 	out, err := cmd.Output()
 	if err != nil || strings.TrimSpace(string(out)) == "" {
-		return "", fmt.Errorf("locate the cert-manager module (go mod download in e2e/): %v", err)
+		return "", fmt.Errorf("locate the cert-manager module (go mod download in e2e/): %w", err)
 	}
 	return filepath.Join(strings.TrimSpace(string(out)), "deploy", "crds"), nil
 }

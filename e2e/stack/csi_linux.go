@@ -68,7 +68,7 @@ func BuildCSI(ctx context.Context, c *cluster.Cluster, e2eDir string) (*CSI, err
 	cmd.Dir = e2eDir
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("go build csi-s3-test: %v\n%s", err, out)
+		return nil, fmt.Errorf("go build csi-s3-test: %w\n%s", err, out)
 	}
 	files, entry, err := PluginImage(bin)
 	if err != nil {

@@ -49,7 +49,7 @@ func BuildBinaries(ctx context.Context, repo, dir string) (*Binaries, error) {
 		cmd.Dir = repo
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("go build %s: %v\n%s", x.pkg, err, out)
+			return nil, fmt.Errorf("go build %s: %w\n%s", x.pkg, err, out)
 		}
 	}
 	return b, nil

@@ -127,7 +127,7 @@ var ErrNoPrometheus = errors.New("prometheus not installed")
 func StartPrometheus(ctx context.Context, c *cluster.Cluster, rules []byte) (*Prometheus, error) {
 	bin, err := exec.LookPath(PrometheusBinary)
 	if err != nil {
-		return nil, fmt.Errorf("%w (%v): apt-get install -y prometheus", ErrNoPrometheus, err)
+		return nil, fmt.Errorf("%w (%w): apt-get install -y prometheus", ErrNoPrometheus, err)
 	}
 	dir := filepath.Join(c.Opts.WorkDir, "prometheus")
 	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o755); err != nil {
@@ -180,7 +180,7 @@ func StartPrometheus(ctx context.Context, c *cluster.Cluster, rules []byte) (*Pr
 		if err != nil {
 			return false, err
 		}
-		resp.Body.Close()
+		_ = resp.Body.Close() // only the status matters
 		return resp.StatusCode == http.StatusOK, fmt.Errorf("status %d", resp.StatusCode)
 	})
 	return p, err
@@ -211,7 +211,7 @@ func (p *Prometheus) SetRules(ctx context.Context, rules []byte) error {
 	if err != nil {
 		return fmt.Errorf("reload Prometheus: %w", err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // read to the end below
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(resp.Body)
 		return fmt.Errorf("reload Prometheus: %s: %s", resp.Status, b)
@@ -300,7 +300,7 @@ func (p *Prometheus) get(ctx context.Context, path string, data any) error {
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // read to the end below
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return err

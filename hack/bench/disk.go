@@ -60,7 +60,7 @@ func lostDisk(ctx context.Context, o *Options, s *Section) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
+	defer func() { _ = os.RemoveAll(tmp) }() // best effort: a temporary directory
 	state, byID := filepath.Join(tmp, "state"), filepath.Join(tmp, "by-id")
 	for _, d := range []string{state, byID} {
 		if err := os.Mkdir(d, 0o755); err != nil {
@@ -130,7 +130,9 @@ func lostDisk(ctx context.Context, o *Options, s *Section) error {
 	go func() { done <- ctrl.Run(cctx) }()
 	defer func() {
 		cancel()
-		<-done
+		if err := <-done; err != nil {
+			fmt.Fprintf(os.Stderr, "bench: lost-disk agent: %v\n", err)
+		}
 	}()
 	// Let it sync its informers, watch the directory and see every disk present.
 	time.Sleep(3 * time.Second)

@@ -46,7 +46,7 @@ func makeImage(path string, size int64) error {
 		return err
 	}
 	if err := f.Truncate(size); err != nil {
-		f.Close()
+		_ = f.Close() // the truncate error is the one to report
 		return err
 	}
 	return f.Close()
@@ -126,7 +126,7 @@ func helperBench(ctx context.Context, o *Options, s *Section) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
+	defer func() { _ = os.RemoveAll(tmp) }() // best effort: a temporary directory
 
 	var devs []string
 	for i := 0; i < 16; i++ {

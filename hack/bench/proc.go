@@ -24,10 +24,10 @@ func ParseProcStat(line string) (utime, stime uint64, err error) {
 		return 0, 0, fmt.Errorf("%w: %d fields after comm", ErrParse, len(f))
 	}
 	if utime, err = strconv.ParseUint(f[11], 10, 64); err != nil {
-		return 0, 0, fmt.Errorf("%w: utime: %v", ErrParse, err)
+		return 0, 0, fmt.Errorf("%w: utime: %w", ErrParse, err)
 	}
 	if stime, err = strconv.ParseUint(f[12], 10, 64); err != nil {
-		return 0, 0, fmt.Errorf("%w: stime: %v", ErrParse, err)
+		return 0, 0, fmt.Errorf("%w: stime: %w", ErrParse, err)
 	}
 	return utime, stime, nil
 }
@@ -42,7 +42,7 @@ func ParseVmRSS(status string) (int64, error) {
 			}
 			n, err := strconv.ParseInt(f[0], 10, 64)
 			if err != nil {
-				return 0, fmt.Errorf("%w: VmRSS: %v", ErrParse, err)
+				return 0, fmt.Errorf("%w: VmRSS: %w", ErrParse, err)
 			}
 			return n * 1024, nil
 		}

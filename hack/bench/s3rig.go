@@ -25,6 +25,7 @@ import (
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/internal/testenv"
 	"github.com/pvrescue/pvrescue/nodeagent"
+	"github.com/pvrescue/pvrescue/nodeagent/fusewatch"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csitest"
 )
@@ -72,7 +73,9 @@ type s3Rig struct {
 	driverMount      *testenv.S3fsMount
 	plugin           *csitest.Plugin
 	deps             nodeagent.Deps
-	undo             []func()
+	// exits receives the time fusewatch saw each watched FUSE daemon exit (nil without fusewatch).
+	exits chan time.Time
+	undo  []func()
 }
 
 // s3RigOptions choose the pod and what the agent is built with.
@@ -85,6 +88,11 @@ type s3RigOptions struct {
 	files map[string]string
 	// remounter, when set, builds the agent's container remounter from its dependencies.
 	remounter func(nodeagent.Deps) (nodeagent.ContainerRemounter, error)
+	// checkInterval, when set, replaces the shipped s3.checkInterval.
+	checkInterval time.Duration
+	// pollOnly leaves fusewatch out (the agent before event-driven detection: the periodic
+	// check alone notices a loss).
+	pollOnly bool
 }
 
 // newS3Rig sets the scenario up; close undoes it, also after an error part way.
@@ -160,6 +168,9 @@ func newS3Rig(ctx context.Context, o *Options, ro s3RigOptions) (r *s3Rig, err e
 
 	r.cfg = config.Default()
 	r.cfg.KubeletDir, r.cfg.StateDir = r.kubelet, r.state
+	if ro.checkInterval > 0 {
+		r.cfg.S3.CheckInterval.Duration = ro.checkInterval
+	}
 	r.driver = r.cfg.S3.Drivers[0]
 	if r.pod, err = r.seed(ctx, ro.pod); err != nil {
 		return r, err
@@ -171,7 +182,7 @@ func newS3Rig(ctx context.Context, o *Options, ro s3RigOptions) (r *s3Rig, err e
 	if err := r.startPlugin(); err != nil {
 		return r, err
 	}
-	return r, r.startAgent(ctx, ro.remounter)
+	return r, r.startAgent(ctx, ro)
 }
 
 // close undoes the set-up, newest first.
@@ -209,7 +220,10 @@ func (r *s3Rig) stopPlugin() {
 	r.plugin.Stop()
 }
 
-func (r *s3Rig) startAgent(ctx context.Context, remounter func(nodeagent.Deps) (nodeagent.ContainerRemounter, error)) error {
+// startAgent wires the agent's S3 rescue as cmd/pvrescue-agent does: fusewatch waking it on a
+// FUSE daemon's exit (unless ro.pollOnly), the container remounter when ro has one.
+func (r *s3Rig) startAgent(ctx context.Context, ro s3RigOptions) error {
+	remounter := ro.remounter
 	rec, stopRec := nodeagent.NewRecorder(r.cs, r.names.node)
 	r.undo = append(r.undo, stopRec)
 	r.reg = prometheus.NewRegistry()
@@ -230,16 +244,43 @@ func (r *s3Rig) startAgent(ctx context.Context, remounter func(nodeagent.Deps) (
 			return err
 		}
 	}
+	cctx, cancel := context.WithCancel(ctx)
+	fuseDone := make(chan error, 1)
+	if ro.pollOnly {
+		fuseDone <- nil
+	} else {
+		r.exits = make(chan time.Time, 64)
+		fw, err := fusewatch.New(fusewatch.NewOS(fusewatch.OSOptions{}), fusewatch.Options{Registerer: r.reg, OnExit: func(e fusewatch.Exit) {
+			select {
+			case r.exits <- e.At:
+			default:
+			}
+		}})
+		if err != nil {
+			cancel()
+			return err
+		}
+		r.deps.FUSEExits = fw.Wake()
+		go func() { fuseDone <- fw.Run(cctx) }()
+	}
 	rs, err := s3mount.New(r.deps, s3mount.NewOS(), s3mount.NewOptions())
 	if err != nil {
+		cancel()
+		if ferr := <-fuseDone; ferr != nil {
+			fmt.Fprintf(os.Stderr, "bench: fusewatch: %v\n", ferr)
+		}
 		return err
 	}
-	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- rs.Run(cctx) }()
 	r.undo = append(r.undo, func() {
 		cancel()
-		<-done
+		if err := <-done; err != nil {
+			fmt.Fprintf(os.Stderr, "bench: s3 rescue: %v\n", err)
+		}
+		if err := <-fuseDone; err != nil {
+			fmt.Fprintf(os.Stderr, "bench: fusewatch: %v\n", err)
+		}
 		// The plugin goes after the agent (it replays through it until the end).
 		r.plugin.KillMounts()
 		r.plugin.Stop()
@@ -253,10 +294,46 @@ func (r *s3Rig) startAgent(ctx context.Context, remounter func(nodeagent.Deps) (
 // each loss would come right after the check that restored the last one, and every sample would
 // wait a whole interval to be noticed.
 func (r *s3Rig) dephase(ctx context.Context) {
-	d := time.Duration(rand.Int64N(int64(r.cfg.S3.CheckInterval.Duration)))
+	d := time.Duration(rand.Int64N(int64(min(r.cfg.S3.CheckInterval.Duration, maxDephase))))
 	select {
 	case <-ctx.Done():
 	case <-time.After(d):
+	}
+}
+
+// maxDephase bounds dephase: with a check interval of an hour (the detection runs) the phase of
+// the periodic check no longer matters, and the runs must not wait for it.
+const maxDephase = 2 * time.Second
+
+// drainExits forgets exits fusewatch reported so far (the next measurement's starts after them).
+func (r *s3Rig) drainExits() {
+	for r.exits != nil {
+		select {
+		case <-r.exits:
+		default:
+			return
+		}
+	}
+}
+
+// firstExit waits (up to deadTimeout) for fusewatch's next exit report at or after t0 and
+// returns the time from t0 to it.
+func (r *s3Rig) firstExit(ctx context.Context, t0 time.Time) (time.Duration, error) {
+	if r.exits == nil {
+		return 0, errors.New("the agent runs without fusewatch")
+	}
+	timeout := time.After(deadTimeout)
+	for {
+		select {
+		case at := <-r.exits:
+			if !at.Before(t0) {
+				return at.Sub(t0), nil
+			}
+		case <-timeout:
+			return 0, fmt.Errorf("fusewatch reported no exit within %s of the kill", deadTimeout)
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
 	}
 }
 

@@ -53,3 +53,26 @@ func TestForEach(t *testing.T) {
 		t.Errorf("forEach with two failures = %v, want \"2 errors, first: boom\"", err)
 	}
 }
+
+func TestPprofTop(t *testing.T) {
+	out := `File: pvrescue-agent-prof
+Type: cpu
+Duration: 20s, Total samples = 120ms ( 0.6%)
+Showing nodes accounting for 120ms, 100% of 120ms total
+      flat  flat%   sum%        cum   cum%
+         0     0%     0%      100ms 83.33%  runtime.goexit
+      10ms  8.33%  8.33%       60ms 50.00%  github.com/pvrescue/pvrescue/nodeagent/s3mount.(*Restorer).check
+      20ms 16.67% 25.00%       20ms 16.67%  syscall.Syscall6 (inline)
+`
+	if got := PprofTotal(out); got != "120ms ( 0.6%)" {
+		t.Errorf("PprofTotal = %q", got)
+	}
+	got := PprofTop(out, 5, func(fn string) bool { return fn != "runtime.goexit" })
+	want := []string{
+		"github.com/pvrescue/pvrescue/nodeagent/s3mount.(*Restorer).check (flat 10ms 8.33%, cum 60ms 50.00%)",
+		"syscall.Syscall6 (inline) (flat 20ms 16.67%, cum 20ms 16.67%)",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("PprofTop =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

@@ -206,7 +206,7 @@ func webhookLoad(ctx context.Context, o *Options, s *Section) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(certDir)
+	defer func() { _ = os.RemoveAll(certDir) }() // best effort: a temporary directory
 	pool, err := writeSelfSigned(certDir)
 	if err != nil {
 		return err
@@ -430,7 +430,7 @@ func post(ctx context.Context, hc *http.Client, url string, body []byte) error {
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // read to the end already; nothing to report
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return err
@@ -446,7 +446,7 @@ func admit(hc *http.Client, url string, body []byte) (*admissionv1.AdmissionResp
 	if err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // read to the end already; nothing to report
 	var rev admissionv1.AdmissionReview
 	if err := json.NewDecoder(resp.Body).Decode(&rev); err != nil {
 		return nil, fmt.Errorf("decode review: %w", err)
@@ -470,7 +470,7 @@ func waitServing(ctx context.Context, hc *http.Client, url string, srvErr <-chan
 		if err != nil {
 			return false, err
 		}
-		resp.Body.Close()
+		_ = resp.Body.Close() // only the status matters here
 		return true, nil
 	})
 	if err != nil {

@@ -143,7 +143,7 @@ func ManagedFieldsPod(size int) *corev1.Pod {
 		fields := fmt.Sprintf(`{"f:metadata":{"f:annotations":{"f:example.com/key-%d":{}},"f:labels":{"f:app":{}}},"f:spec":{"f:containers":{"k:{\"name\":\"db\"}":{".":{},"f:env":{"k:{\"name\":\"VAR_%d\"}":{".":{},"f:name":{},"f:value":{}}},"f:image":{},"f:name":{}}}}}`, i, i)
 		p.ManagedFields = append(p.ManagedFields, metav1.ManagedFieldsEntry{
 			Manager: fmt.Sprintf("controller-%d", i), Operation: metav1.ManagedFieldsOperationApply, APIVersion: "v1",
-			Time: &metav1.Time{Time: time.Unix(1764400000, 0)}, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)},
+			Time: &metav1.Time{Time: time.Unix(1764400000, 0)}, FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(fields),
 		})
 		p.Annotations[fmt.Sprintf("example.com/key-%d", i)] = strings.Repeat("v", 64)
 		p.Spec.Containers[0].Env = append(p.Spec.Containers[0].Env, corev1.EnvVar{Name: fmt.Sprintf("VAR_%d", i), Value: "value"})

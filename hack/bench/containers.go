@@ -64,14 +64,22 @@ func containers(ctx context.Context, o *Options, s *Section) error {
 		{name: "none", propagation: "None", file: "before.txt", content: before},
 		{name: "sub", propagation: "None", src: "sub", file: "inside.txt", content: inSub},
 	}
+	// The agent matches a container's mount to the pod spec by its mount point (the tenant-proof
+	// check of containermount), so the spec names the path each stand-in container binds at.
+	ctrRoot, err := os.MkdirTemp("", "pvrescue-bench-ctr-")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(ctrRoot) }() // the containers' empty mount directories
 	var spec corev1.PodSpec
 	for _, c := range ctrs {
+		c.data = filepath.Join(ctrRoot, c.name, "data")
 		mode := corev1.MountPropagationNone
 		if c.propagation == "HostToContainer" {
 			mode = corev1.MountPropagationHostToContainer
 		}
 		spec.Containers = append(spec.Containers, corev1.Container{Name: c.name, Image: "busybox",
-			VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data", SubPath: c.src, MountPropagation: &mode}}})
+			VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: c.data, SubPath: c.src, MountPropagation: &mode}}})
 	}
 	r, err := newS3Rig(ctx, o, s3RigOptions{names: newS3Names("bench-ctr"), pod: spec,
 		files: map[string]string{"before.txt": before, "sub/inside.txt": inSub},
@@ -161,8 +169,7 @@ func containers(ctx context.Context, o *Options, s *Section) error {
 // bound at c.data with c's propagation, the kubelet's target itself unmounted there as in a
 // runtime's rootfs, then it sleeps.
 func (r *s3Rig) startContainer(ctx context.Context, c *benchContainer) error {
-	root := filepath.Join(r.dir, "ctr-"+c.name)
-	c.data = filepath.Join(root, "data")
+	root := filepath.Dir(c.data)
 	if err := os.MkdirAll(c.data, 0o755); err != nil {
 		return err
 	}

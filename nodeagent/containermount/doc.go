@@ -37,7 +37,7 @@
 //     read-only, it makes that propagated mount read-only in place (mount_setattr
 //     MOUNT_ATTR_RDONLY inside the container's namespace, after checking with statx that the
 //     path still reaches that mount): propagation copies the host's writable mount, and a
-//     read-only volume must never become writable by a restore (F1; Target.Reprotect,
+//     read-only volume must never become writable by a restore (Target.Reprotect,
 //     TestNodeReadOnlyHostToContainerStaysReadOnly);
 //  6. reports per container (names from status.containerStatuses matched with the container ID
 //     in the cgroup path, else "pid N"), emits MountRestoredInContainer (or

@@ -15,7 +15,7 @@ import (
 	"github.com/go-logr/logr/testr"
 )
 
-// F1: a read-only volume mount with mountPropagation HostToContainer receives the host's
+// A read-only volume mount with mountPropagation HostToContainer receives the host's
 // restored mount by propagation, and the propagated mount is writable — a read-only container
 // would write into the bucket. The remounter makes it read-only again in the container's
 // namespace, without attaching anything and without touching the host's mount.

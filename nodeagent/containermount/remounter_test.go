@@ -724,7 +724,7 @@ func TestRemountNestedMountPoints(t *testing.T) {
 	}
 }
 
-// F1: a container whose volume mount is read-only and HostToContainer receives the host's
+// A container whose volume mount is read-only and HostToContainer receives the host's
 // restored (writable) mount by propagation. The remounter makes that propagated mount read-only
 // in place — no clone attached, never the host's mount — and leaves a read-only one alone.
 func TestRemountMakesAPropagatedMountReadOnlyAgain(t *testing.T) {

@@ -105,7 +105,7 @@ func TestBridgeRecordsOfDeadBridgesDropped(t *testing.T) {
 	}
 }
 
-// F8: a bridge's s3fs starts in the configured network namespace (the node's); when that cannot
+// A bridge's s3fs starts in the configured network namespace (the node's); when that cannot
 // be joined, in our parent's (the shim's, on the node's network), and when that fails too still
 // in the agent's, and the volume is bridged.
 func TestBridgeNetNS(t *testing.T) {

@@ -16,7 +16,7 @@ import (
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 )
 
-// F8: a bridge's s3fs starts in the network namespace it is given (the node's, by default
+// A bridge's s3fs starts in the network namespace it is given (the node's, by default
 // init's), not in the agent's: the agent pod's namespace keeps only lo once the pod is deleted,
 // and every read through the surviving bridge hung on S3 requests that could not leave it.
 func TestNodeStartInNetNS(t *testing.T) {

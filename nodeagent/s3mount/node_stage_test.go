@@ -30,7 +30,7 @@ import (
 // staging s3fs is killed three times: each time the agent finds the plugin through GetInfo,
 // replays NodeStageVolume at a fresh directory and moves the result over kubelet's dead
 // globalmount (no mkdir on it), replays NodePublishVolume, and starts no s3fs of its own; the
-// globalmount and the target stay at the dead mount plus one live one (F2/F5).
+// globalmount and the target stay at the dead mount plus one live one.
 // (A short name: kubelet paths under t.TempDir() must fit a unix socket path, 108 bytes.)
 func TestNodeStagingReplay(t *testing.T) {
 	e := newNodeEnv(t)

@@ -213,7 +213,16 @@ func TestBridgeRetiredWhenTheDriverAnswersAgain(t *testing.T) {
 	}
 	w.csi.Down = false
 	w.clock.Step(2 * time.Second)
+	select { // nothing asked for a pass yet
+	case <-w.r.kick:
+	default:
+	}
 	w.sync() // the driver answers: swap
+	select {
+	case <-w.r.kick: // the swap asked for the pass that retires the bridge, not the next check
+	default:
+		t.Fatal("a target moved to the driver's mount, but no pass was asked for to retire the bridge")
+	}
 	w.sync() // the bridge has no bind left: retired
 	mounts := w.node.Table().Stack(target)
 	if got := sources(mounts); !slices.Equal(got, []string{"s3fs", "s3fs"}) {
@@ -234,7 +243,7 @@ func TestBridgeRetiredWhenTheDriverAnswersAgain(t *testing.T) {
 	assertReasons(t, w.events, map[string]int{contract.ReasonMountBridged: 1, contract.ReasonBridgeRetired: 1, contract.ReasonMountReplayed: 0})
 }
 
-// F9: an app holds a file open on our bridge bind when the driver answers again. A plain
+// An app holds a file open on our bridge bind when the driver answers again. A plain
 // unmount of the bind fails (EBUSY) for as long as the file is open; the bind is provably ours,
 // so it is detached lazily and the target moves to the driver's mount at once.
 func TestBridgeRetiredWhileAFileIsOpenOnIt(t *testing.T) {

@@ -52,12 +52,15 @@ func (r *Restorer) startRetires(ctx context.Context, bridged map[string][]target
 		r.wg.Add(1)
 		go func(pv string, ts []target) {
 			defer r.wg.Done()
-			defer func() {
-				r.mu.Lock()
-				delete(r.inflight, pv)
-				r.mu.Unlock()
-			}()
-			r.retire(ctx, pv, ts)
+			moved := r.retire(ctx, pv, ts)
+			r.mu.Lock()
+			delete(r.inflight, pv)
+			r.mu.Unlock()
+			if moved > 0 {
+				// The bridge may serve nothing now: a pass at once retires it (cleanupStagings
+				// skips a PV in flight), instead of at the next periodic check.
+				r.poke()
+			}
 		}(pv, ts)
 	}
 }
@@ -66,22 +69,22 @@ func (r *Restorer) startRetires(ctx context.Context, bridged map[string][]target
 // publishes at a fresh directory, then our bind at the target is replaced by the driver's mount
 // (detach ours lazily, bind the driver's — the dead driver mount stays below throughout, so a reader
 // sees at worst ENOTCONN for that instant, never the bare directory). The bridge's s3fs stops
-// when no target holds its bind any more (cleanupStagings).
-func (r *Restorer) retire(ctx context.Context, pvName string, ts []target) {
+// when no target holds its bind any more (cleanupStagings). It returns how many targets moved.
+func (r *Restorer) retire(ctx context.Context, pvName string, ts []target) (moved int) {
 	log := logr.FromContextOrDiscard(ctx).WithValues("pv", pvName)
 	pv, err := r.d.View.PersistentVolume(ctx, pvName)
 	if err != nil || pv.Spec.CSI == nil || !r.cfg.MayReplay(pv.Spec.CSI.Driver) {
-		return
+		return 0
 	}
 	cctx, cancel := context.WithTimeout(ctx, r.opts.MountTimeout)
 	defer cancel()
 	session, err := r.csi.Open(cctx, pv)
 	if errors.Is(err, csiclient.ErrDriverDown) {
-		return // still down: the bridge stays
+		return 0 // still down: the bridge stays
 	}
 	if err != nil {
 		log.Error(err, "driver answers, but the volume is not attached; the bridge stays", "reason", Reason(err))
-		return
+		return 0
 	}
 	defer func() { _ = session.Close() }()
 	if err := session.Restage(cctx); err != nil {
@@ -90,7 +93,7 @@ func (r *Restorer) retire(ctx context.Context, pvName string, ts []target) {
 			r.refused(ts, err)
 			r.backoff(pvName)
 		}
-		return
+		return 0
 	}
 	for _, t := range ts {
 		if err := r.swap(cctx, session, t); err != nil {
@@ -100,8 +103,11 @@ func (r *Restorer) retire(ctx context.Context, pvName string, ts []target) {
 				r.refused([]target{t}, err)
 				r.backoff(pvName) // the bridge serves meanwhile: ask the driver again later
 			}
+			continue
 		}
+		moved++
 	}
+	return moved
 }
 
 // swap publishes at a fresh directory and replaces our bridge bind at t by the driver's mount.

@@ -12,7 +12,7 @@ import (
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
-// F2/F5: a staging driver whose staging s3fs died three times in a row (plugin up): each time
+// A staging driver whose staging s3fs died three times in a row (plugin up): each time
 // NodeStageVolume is replayed and the result goes over kubelet's dead staging path (no mkdir on
 // it), the pods' targets are replayed too, no s3fs of ours starts, and kubelet's staging path
 // stays at the driver's dead mount plus one live mount.
@@ -48,7 +48,7 @@ func TestRestageRepeatedlyKeepsStagingBounded(t *testing.T) {
 
 // Driver down → bridge; driver back → kubelet's dead staging path is staged again and the
 // bridged target moves to the driver's mount, once: later checks publish nothing more (the loop
-// of F2: publishing from a staging path still served by our bridge, forever).
+// once seen: publishing from a staging path still served by our bridge, forever).
 func TestRetireWithStagingDriverHappensOnce(t *testing.T) {
 	w, target := replayWorld(t, true)
 	stagingPath := csiclient.KubeletStagingPath(testKubelet, testDriver, "bkt/pv-a")

@@ -9,7 +9,7 @@ import (
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 )
 
-// F4: a driver whose NodeUnpublish unmounts only the top mount. The pod of a replayed target is
+// A driver whose NodeUnpublish unmounts only the top mount. The pod of a replayed target is
 // deleted: kubelet's teardown takes the driver's replayed mount (the top), finds the dead
 // driver mount below and leaves its directory and vol_data.json. The agent removes the dead
 // mount and finishes kubelet's teardown (mount dir, vol_data.json, volume dir), so kubelet can

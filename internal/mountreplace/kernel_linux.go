@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -46,7 +47,7 @@ func (k *RealKernel) MountInfo() (string, error) {
 		return "", err
 	}
 	f := os.NewFile(uintptr(fd), "mountinfo")
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read only: nothing is lost on close
 	b, err := io.ReadAll(f)
 	return string(b), err
 }
@@ -77,6 +78,9 @@ func mountID(fd int) (int, error) {
 	}
 	if stx.Mask&unix.STATX_MNT_ID == 0 {
 		return 0, fmt.Errorf("statx without STATX_MNT_ID: %w", unix.ENOTSUP)
+	}
+	if stx.Mnt_id > math.MaxInt {
+		return 0, fmt.Errorf("statx: mount ID %d out of range", stx.Mnt_id)
 	}
 	return int(stx.Mnt_id), nil
 }
@@ -112,7 +116,7 @@ func (k *RealKernel) Clone(path string) (int, error) {
 	if err != nil {
 		return -1, err
 	}
-	defer unix.Close(src)
+	defer func() { _ = unix.Close(src) }() // a descriptor we only read through: nothing is lost on close
 	return CloneAt(src)
 }
 
@@ -177,7 +181,7 @@ func (k *RealKernel) move(tree int, path string, top int, flags int) error {
 	if err != nil {
 		return err
 	}
-	defer unix.Close(dst)
+	defer func() { _ = unix.Close(dst) }() // a descriptor we only read through: nothing is lost on close
 	return unix.MoveMount(tree, "", dst, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH|flags)
 }
 
@@ -222,7 +226,7 @@ func Probe(scratch string, run func(func())) Support {
 	if err != nil {
 		return Support{Err: fmt.Errorf("probe directory: %w", err)}
 	}
-	defer os.Remove(dir)
+	defer func() { _ = os.Remove(dir) }() // an empty scratch directory; a leftover is harmless
 	done := make(chan error, 1)
 	go run(func() { done <- probeIn(dir) })
 	if err := <-done; err != nil {
@@ -242,12 +246,12 @@ func probeIn(dir string) error {
 	if err != nil {
 		return err
 	}
-	defer unix.Close(top)
+	defer func() { _ = unix.Close(top) }() // a descriptor we only read through: nothing is lost on close
 	lower, err := tmpfs()
 	if err != nil {
 		return err
 	}
-	defer unix.Close(lower)
+	defer func() { _ = unix.Close(lower) }() // a descriptor we only read through: nothing is lost on close
 	if err := unix.MoveMount(top, "", unix.AT_FDCWD, dir, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 		return fmt.Errorf("probe: attach a tmpfs: %w", err)
 	}
@@ -278,7 +282,7 @@ func tmpfs() (int, error) {
 	if err != nil {
 		return -1, fmt.Errorf("probe: fsopen tmpfs: %w", err)
 	}
-	defer unix.Close(fs)
+	defer func() { _ = unix.Close(fs) }() // a descriptor we only read through: nothing is lost on close
 	if err := unix.FsconfigCreate(fs); err != nil {
 		return -1, fmt.Errorf("probe: fsconfig create: %w", err)
 	}

@@ -125,7 +125,7 @@ func (n RealNamespaces) attachLocked(ns NamespaceRef, livePath string, attaches 
 	if err != nil {
 		return nil, fmt.Errorf("%w: open %s: %w", ErrSource, livePath, err)
 	}
-	defer unix.Close(root)
+	defer func() { _ = unix.Close(root) }() // a descriptor we only read through: nothing is lost on close
 	for i, a := range attaches {
 		if a.Protect {
 			continue // nothing to clone
@@ -144,12 +144,12 @@ func (n RealNamespaces) attachLocked(ns NamespaceRef, livePath string, attaches 
 	if err != nil {
 		return nil, fmt.Errorf("%w: open own mount namespace: %w", ErrSetns, err)
 	}
-	defer unix.Close(own)
+	defer func() { _ = unix.Close(own) }() // a descriptor we only read through: nothing is lost on close
 	nsfd, err := n.openNamespace(ns)
 	if err != nil {
 		return nil, err
 	}
-	defer unix.Close(nsfd)
+	defer func() { _ = unix.Close(nsfd) }() // a descriptor we only read through: nothing is lost on close
 	if err := unix.Setns(nsfd, unix.CLONE_NEWNS); err != nil {
 		return nil, fmt.Errorf("%w %d: setns: %w", ErrSetns, ns.Inode, err)
 	}
@@ -182,7 +182,7 @@ func cloneBeneath(root int, a Attach) (int, error) {
 	if err != nil {
 		return -1, fmt.Errorf("openat2: %w", err)
 	}
-	defer unix.Close(src)
+	defer func() { _ = unix.Close(src) }() // a descriptor we only read through: nothing is lost on close
 	tree, err := unix.OpenTree(src, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
 	if err != nil {
 		return -1, fmt.Errorf("open_tree: %w", err)
@@ -240,7 +240,7 @@ func openTarget(a Attach) (int, error) {
 		_ = unix.Close(dst)
 		return -1, fmt.Errorf("%w: statx %s: %w", ErrTargetChanged, a.Target, err)
 	}
-	if stx.Mask&unix.STATX_MNT_ID == 0 || int(stx.Mnt_id) != a.ExpectMountID {
+	if stx.Mask&unix.STATX_MNT_ID == 0 || a.ExpectMountID < 0 || stx.Mnt_id != uint64(a.ExpectMountID) {
 		_ = unix.Close(dst)
 		return -1, fmt.Errorf("%w: %s is mount %d, planned %d", ErrTargetChanged, a.Target, stx.Mnt_id, a.ExpectMountID)
 	}
@@ -253,7 +253,7 @@ func protectAt(a Attach) error {
 	if err != nil {
 		return err
 	}
-	defer unix.Close(dst)
+	defer func() { _ = unix.Close(dst) }() // a descriptor we only read through: nothing is lost on close
 	if err := unix.MountSetattr(dst, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
 		return fmt.Errorf("%w: mount_setattr read-only on %s: %w", ErrAttach, a.Target, err)
 	}
@@ -267,7 +267,7 @@ func attachAt(tree int, a Attach) error {
 	if err != nil {
 		return err
 	}
-	defer unix.Close(dst)
+	defer func() { _ = unix.Close(dst) }() // a descriptor we only read through: nothing is lost on close
 	if err := unix.MoveMount(tree, "", dst, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
 		return fmt.Errorf("%w: move_mount onto %s: %w", ErrAttach, a.Target, err)
 	}

@@ -327,7 +327,7 @@ func (r *Remounter) attachRound(ctx context.Context, log logr.Logger, req Remoun
 
 // table reads the namespace's mount table through the first pid that still answers.
 func (r *Remounter) table(ns Namespace) (MountTable, error) {
-	var lastErr error = ErrNamespaceGone
+	lastErr := ErrNamespaceGone
 	for _, pid := range ns.Pids {
 		if inode, err := r.os.Proc.MountNS(pid); err != nil || inode != ns.Inode {
 			continue

@@ -123,12 +123,17 @@ func (c *Controller) Run(ctx context.Context) error {
 				log.Error(err, "fsnotify")
 			}
 		case <-c.trigger:
-			updateWatches(log, watcher, watched, c.SyncOnce(ctx))
+			if updateWatches(log, watcher, watched, c.SyncOnce(ctx)) > 0 {
+				// A path that changed between the pass's read and the new watch made no event:
+				// one more pass sees it now rather than at the next resync.
+				c.Trigger()
+			}
 		}
 	}
 }
 
-func updateWatches(log logr.Logger, w *fsnotify.Watcher, watched map[string]bool, dirs []string) {
+// updateWatches watches dirs and only them; it returns how many directories it began to watch.
+func updateWatches(log logr.Logger, w *fsnotify.Watcher, watched map[string]bool, dirs []string) (added int) {
 	want := map[string]bool{}
 	for _, d := range dirs {
 		want[d] = true
@@ -139,6 +144,7 @@ func updateWatches(log logr.Logger, w *fsnotify.Watcher, watched map[string]bool
 				continue
 			}
 			watched[d] = true
+			added++
 		}
 	}
 	for d := range watched {
@@ -147,6 +153,7 @@ func updateWatches(log logr.Logger, w *fsnotify.Watcher, watched map[string]bool
 			delete(watched, d)
 		}
 	}
+	return added
 }
 
 // SyncOnce runs one pass and reports; it returns the directories to watch.

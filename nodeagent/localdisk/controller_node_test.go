@@ -240,7 +240,12 @@ func TestNodeAgentWithAPIServer(t *testing.T) {
 		if err := os.Remove(e.devPath); err != nil {
 			t.Fatal(err)
 		}
-		testenv.WaitFor(t, 9*time.Second, "fake link", testenv.Until(func() bool { return ourLinkTarget(e.devPath) == want }))
+		testenv.WaitFor(t, 9*time.Second, "fake link", func() error {
+			if got, err := os.Readlink(e.devPath); err != nil || got != want {
+				return fmt.Errorf("round %d: link %q (%v), want %q; loops: %s", i, got, err, want, loopStates())
+			}
+			return nil
+		})
 		samples = append(samples, time.Since(t0))
 		if i == 0 {
 			e.waitEvent(t, "pv1", contract.ReasonFakeDeviceCreated)

@@ -114,6 +114,15 @@ func deviceSize(t *testing.T, path string) int64 {
 	return int64(size)
 }
 
+// loopStates describes the test's loop numbers for a failure message.
+func loopStates() string {
+	var out []string
+	for n := nodeFirstLoop; n < nodeFirstLoop+5; n++ {
+		out = append(out, fmt.Sprintf("loop%d=%q", n, sysBacking(n)))
+	}
+	return strings.Join(out, " ")
+}
+
 func sysBacking(n int) string {
 	b, _ := os.ReadFile(fmt.Sprintf("/sys/block/loop%d/loop/backing_file", n))
 	p, _ := localdisk.ParseBackingFile(string(b))

@@ -93,3 +93,31 @@ func TestRetryNowEndsTheBackOff(t *testing.T) {
 		t.Fatalf("after retryNow the restore did not run: target depth %d, want 2 (bridge over the dead mount)", got)
 	}
 }
+
+// A plugin socket that appears while a bridge waits for its driver brings the next pass within
+// 50 ms for two seconds: the socket exists before the plugin answers, and a pass that found it
+// down would otherwise wait the whole pending interval before the hand-back.
+func TestNextCheckInJustAfterAPluginSocketAppears(t *testing.T) {
+	w := newWorld(t, standard(false)...)
+	target := w.publish("uid-1", "pv-a")
+	w.start()
+	w.settle()
+	w.r.socketAppeared()
+	if got := w.r.nextCheckIn(); got != time.Minute {
+		t.Fatalf("socket appeared, nothing under way: next check in %s, want 1m", got)
+	}
+	w.node.KillMount(target)
+	w.sync()
+	w.r.socketAppeared()
+	if got := w.r.nextCheckIn(); got != 50*time.Millisecond {
+		t.Fatalf("socket just appeared, dead target: next check in %s, want 50ms", got)
+	}
+	w.clock.Step(1900 * time.Millisecond)
+	if got := w.r.nextCheckIn(); got != 50*time.Millisecond {
+		t.Fatalf("1.9 s after the socket: next check in %s, want 50ms", got)
+	}
+	w.clock.Step(200 * time.Millisecond)
+	if got := w.r.nextCheckIn(); got != time.Second {
+		t.Fatalf("2.1 s after the socket: next check in %s, want s3.pendingCheckInterval 1s", got)
+	}
+}

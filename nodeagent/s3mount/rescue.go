@@ -109,6 +109,8 @@ type Restorer struct {
 	inflight  map[string]bool        // by PV
 	deadSince map[string]time.Time   // by target path
 	hungSince map[string]time.Time   // by target path: first statfs timeout of a run of them
+	// socketSeen is when a node plugin's socket last appeared (zero: never).
+	socketSeen time.Time
 	// lastHungCondition is the S3MountHung condition last written ("" none yet); Sync only.
 	lastHungCondition string
 	healthy           map[string]healthKey // by target path: the pvrescue_s3_mount_healthy series
@@ -204,7 +206,7 @@ func (r *Restorer) Run(ctx context.Context) error {
 		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()
-			if err := r.os.Plugins.Watch(ctx, dirs, r.poke); err != nil {
+			if err := r.os.Plugins.Watch(ctx, dirs, r.socketAppeared); err != nil {
 				log.Error(err, "watching node plugin sockets; periodic checks only")
 			}
 		}()
@@ -235,12 +237,39 @@ func (r *Restorer) Run(ctx context.Context) error {
 // while something is under way that only time moves on (a dead target counting towards
 // s3.bridgeAfter, a hung mount, a restore in flight or backing off, a bridge waiting to be handed
 // back to the driver, a gone pod's target kubelet is still tearing down): then every s3.pendingCheckInterval.
+//
+// Just after a plugin socket appears the wait is shorter still (socketSettleCheck): the socket
+// file exists from the plugin's bind(2), before it listens and answers, so the pass the event
+// woke may find the driver down; the next one, 50 ms later rather than a second, finds it up.
 func (r *Restorer) nextCheckIn() time.Duration {
 	every := r.cfg.S3.CheckInterval.Duration
-	if p := r.cfg.S3.PendingCheckInterval.Duration; p > 0 && p < every && r.pending() {
-		return p
+	p := r.cfg.S3.PendingCheckInterval.Duration
+	if p <= 0 || p >= every || !r.pending() {
+		return every
 	}
-	return every
+	r.mu.Lock()
+	settling := !r.socketSeen.IsZero() && r.clk.Since(r.socketSeen) < socketSettleFor
+	r.mu.Unlock()
+	if settling && socketSettleCheck < p {
+		return socketSettleCheck
+	}
+	return p
+}
+
+// A plugin that created its socket answers within this window in practice (gRPC server start);
+// past it the ordinary pending cadence applies.
+const (
+	socketSettleFor   = 2 * time.Second
+	socketSettleCheck = 50 * time.Millisecond
+)
+
+// socketAppeared is the plugin-socket watcher's callback: a pass now, and a fast cadence for a
+// moment while the plugin starts answering (nextCheckIn).
+func (r *Restorer) socketAppeared() {
+	r.mu.Lock()
+	r.socketSeen = r.clk.Now()
+	r.mu.Unlock()
+	r.poke()
 }
 
 // retryNow ends every restore back-off: called when the API server answers again, since restores

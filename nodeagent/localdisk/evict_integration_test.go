@@ -3,35 +3,24 @@
 package localdisk_test
 
 import (
-	"context"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/testr"
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	kuberecord "k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/internal/contract"
-	"github.com/pvrescue/pvrescue/internal/testenv"
 	"github.com/pvrescue/pvrescue/nodeagent"
 
 	"github.com/pvrescue/pvrescue/nodeagent/localdisk"
-	"github.com/pvrescue/pvrescue/nodeagent/localdisk/localdisktest"
 )
 
 // evictionLog records the status code of every eviction the apiserver answered.
@@ -68,16 +57,9 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 // A real kube-apiserver decides (its eviction subresource reads the PDB's status); the test
 // writes that status as the disruption controller would, since envtest runs no controllers.
 func TestEvictionOnReturnRespectsPDB(t *testing.T) {
-	_, rc := testenv.APIServer(t)
 	evictions := &evictionLog{}
-	rc = rest.CopyConfig(rc)
-	rc.WrapTransport = evictions.wrap
-	client, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(logr.NewContext(context.Background(), testr.New(t)))
-	defer cancel()
+	w := newAPIWorld(t, func(rc *rest.Config) { rc.WrapTransport = evictions.wrap })
+	ctx, client := w.ctx, w.client
 
 	// The fake is made at fakeAt (the agent's clock); the pod starts after it, so it runs on the fake.
 	fakeAt := time.Now().Add(-time.Hour).Truncate(time.Second)
@@ -88,26 +70,6 @@ func TestEvictionOnReturnRespectsPDB(t *testing.T) {
 			t.Fatalf("create %s: %v", what, err)
 		}
 	}
-	_, err = client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{
-		"kubernetes.io/hostname": "n1", contract.LabelFakeDevicesDefault: contract.LabelFakeDevicesEnabled}}}, metav1.CreateOptions{})
-	mustCreate("node", err)
-	_, err = client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "app"}}, metav1.CreateOptions{})
-	mustCreate("namespace", err)
-	pv := boundPV()
-	pv.Spec.Capacity = corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}
-	pv.Spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
-	pv.Status = corev1.PersistentVolumeStatus{}
-	created, err := client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
-	mustCreate("pv", err)
-	created.Status.Phase = corev1.VolumeBound
-	_, err = client.CoreV1().PersistentVolumes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
-	mustCreate("pv status", err)
-	pvc := boundPVC()
-	pvc.Spec.AccessModes = pv.Spec.AccessModes
-	pvc.Spec.Resources = corev1.VolumeResourceRequirements{Requests: pv.Spec.Capacity}
-	_, err = client.CoreV1().PersistentVolumeClaims("app").Create(ctx, pvc, metav1.CreateOptions{})
-	mustCreate("pvc", err)
-
 	pod := podOn("db-0", with(guard, contract.AnnotationRestartOnDiskReturn, "true"), time.Time{})
 	pod.UID = ""
 	pod.Labels = map[string]string{"app": "db"}
@@ -141,27 +103,11 @@ func TestEvictionOnReturnRespectsPDB(t *testing.T) {
 	}
 	pdbStatus(0, 1)
 
-	cfg := config.Default()
-	cfg.StateDir = testState
-	fos := localdisktest.NewFakeOS(testState, "/dev")
-	view, err := nodeagent.NewKubeView(client, "n1", clock, nodeagent.ViewOptions{TTL: time.Nanosecond, NotFoundTTL: time.Nanosecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(view.Shutdown)
-	if err := view.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	recorder := kuberecord.NewFakeRecorder(100)
-	c, err := localdisk.New(nodeagent.Deps{NodeName: "n1", Config: cfg, Client: client, View: view, Recorder: recorder,
-		Registerer: prometheus.NewRegistry(), Clock: clock}, fos, localdisk.Options{LoopSearchLimit: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	testenv.WaitFor(t, 10*time.Second, "the view to see the running pod", testenv.Until(func() bool {
-		pods, _ := view.Pods().List(labels.Everything())
+	w.start(t, clock, nodeagent.ViewOptions{TTL: time.Nanosecond, NotFoundTTL: time.Nanosecond})
+	c, fos, recorder := w.c, w.fos, w.recorder
+	w.waitView(t, "the view to see the running pod", func(pods []*corev1.Pod) bool {
 		return len(pods) == 1 && pods[0].Status.StartTime != nil
-	}))
+	})
 	var events []string
 	pass := func() {
 		t.Helper()

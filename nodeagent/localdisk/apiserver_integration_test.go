@@ -31,6 +31,7 @@ import (
 // the bound pair boundPV/boundPVC, with a controller on a fake host; tests add their pods.
 type apiWorld struct {
 	ctx      context.Context
+	cancel   context.CancelFunc
 	client   kubernetes.Interface
 	view     *nodeagent.KubeView
 	fos      *localdisktest.FakeOS
@@ -51,7 +52,7 @@ func newAPIWorld(t *testing.T, adjust func(*rest.Config)) *apiWorld {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(logr.NewContext(context.Background(), testr.New(t)))
-	t.Cleanup(cancel)
+	t.Cleanup(cancel) // once more, for a test that never starts the view
 	must := func(what string, err error) {
 		t.Helper()
 		if err != nil {
@@ -77,7 +78,7 @@ func newAPIWorld(t *testing.T, adjust func(*rest.Config)) *apiWorld {
 	pvc.Spec.Resources = corev1.VolumeResourceRequirements{Requests: pv.Spec.Capacity}
 	_, err = client.CoreV1().PersistentVolumeClaims("app").Create(ctx, pvc, metav1.CreateOptions{})
 	must("pvc", err)
-	return &apiWorld{ctx: ctx, client: client}
+	return &apiWorld{ctx: ctx, cancel: cancel, client: client}
 }
 
 // start runs the view and makes the controller (passes are the test's: c.SyncOnce).
@@ -90,7 +91,11 @@ func (w *apiWorld) start(t *testing.T, clk clock.WithTicker, viewOpts nodeagent.
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(view.Shutdown)
+	// The informers stop with ctx; Shutdown waits for them, so ctx ends first.
+	t.Cleanup(func() {
+		w.cancel()
+		view.Shutdown()
+	})
 	if err := view.Start(w.ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -242,7 +242,7 @@ func TestNodeAgentWithAPIServer(t *testing.T) {
 		}
 		testenv.WaitFor(t, 9*time.Second, "fake link", func() error {
 			if got, err := os.Readlink(e.devPath); err != nil || got != want {
-				return fmt.Errorf("round %d: link %q (%v), want %q; loops: %s", i, got, err, want, loopStates())
+				return fmt.Errorf("round %d: link %q (%w), want %q; loops: %s", i, got, err, want, loopStates())
 			}
 			return nil
 		})

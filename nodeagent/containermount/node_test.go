@@ -26,6 +26,7 @@ import (
 	"github.com/pvrescue/pvrescue/internal/testenv"
 	"github.com/pvrescue/pvrescue/nodeagent"
 	"github.com/pvrescue/pvrescue/nodeagent/containermount"
+	"github.com/pvrescue/pvrescue/nodeagent/containermount/containermounttest"
 )
 
 const podUID = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
@@ -104,8 +105,8 @@ func (n *node) appContainer(name string) (c *container, data, cfg string) {
 func (n *node) remounter(cgroups map[int]string) (*containermount.Remounter, *record.FakeRecorder) {
 	n.t.Helper()
 	rec := record.NewFakeRecorder(20)
-	os := containermount.OS{Proc: containermount.CgroupProcFS{ProcFS: containermount.RealProcFS{Root: "/proc"}, Cgroups: cgroups},
-		NS: containermount.RealNamespaces{ProcRoot: "/proc"}}
+	os := realOS(n.t)
+	os.Proc = containermounttest.CgroupProcFS{ProcFS: os.Proc, Cgroups: cgroups}
 	r, err := containermount.New(nodeagent.Deps{Recorder: rec, Registerer: prometheus.NewRegistry()}, os, containermount.Options{})
 	must(n.t, err)
 	return r, rec
@@ -236,7 +237,7 @@ func TestNodeRemountInContainers(t *testing.T) {
 func inPod(names map[int]string) map[int]string {
 	out := map[int]string{}
 	for pid, name := range names {
-		out[pid] = containermount.PodCgroup(podUID, name+"-id")
+		out[pid] = containermounttest.PodCgroup(podUID, name+"-id")
 	}
 	return out
 }
@@ -266,7 +267,7 @@ func TestNodeAgentStaysInItsNamespace(t *testing.T) {
 	inode, err := containermount.NamespaceInode(nsOf(t, c.pid))
 	must(t, err)
 	threadsBefore := threads(t)
-	ns := containermount.RealNamespaces{ProcRoot: "/proc"}
+	ns := realOS(t).NS
 	for i := 0; i < 50; i++ {
 		errs, err := ns.AttachInNamespace(context.Background(), containermount.NamespaceRef{Inode: inode, Pids: []int{c.pid}}, e.dir, nil)
 		if err != nil || len(errs) != 0 {

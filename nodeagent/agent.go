@@ -42,6 +42,10 @@ type Deps struct {
 	// (nodeagent/fusewatch), so the S3 rescue checks at once instead of at its next periodic
 	// check. One consumer.
 	FUSEExits <-chan struct{}
+	// APIReturned, when set, receives after the API server answers again following an outage
+	// (APIContact.Returned): the S3 rescue then retries at once what waited on the API. One
+	// consumer.
+	APIReturned <-chan struct{}
 }
 
 // Validate reports a missing required dependency.

@@ -15,13 +15,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 
+	"github.com/pvrescue/pvrescue/internal/contract"
 	"github.com/pvrescue/pvrescue/internal/metrics"
 )
 
 // ConditionAPIServerUnreachable is the Node condition the agent writes once the API server is
 // reachable again after an outage: Status False, its message saying how long it was away.
 // (While it is away the agent cannot write anything, so the condition is never True.)
-const ConditionAPIServerUnreachable corev1.NodeConditionType = "PVRescueAPIServerUnreachable"
+const ConditionAPIServerUnreachable corev1.NodeConditionType = contract.ConditionAPIServerUnreachable
 
 // APIContactOptions tune the API server contact tracking.
 type APIContactOptions struct {
@@ -78,6 +79,7 @@ type APIContact struct {
 	last        Outage    // the last ended outage
 	started     time.Time
 	changed     chan struct{}
+	returned    chan struct{}
 
 	reachable         prometheus.Gauge
 	lastContactMetric prometheus.Gauge
@@ -93,7 +95,8 @@ func NewAPIContact(clk clock.WithTicker, os APIContactOS, reg prometheus.Registe
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	c := &APIContact{clock: clk, opts: opts, os: os, started: clk.Now(), changed: make(chan struct{}, 1)}
+	c := &APIContact{clock: clk, opts: opts, os: os, started: clk.Now(), changed: make(chan struct{}, 1),
+		returned: make(chan struct{}, 1)}
 	r := metrics.NewRegistration(reg)
 	c.reachable = metrics.Add(r, prometheus.NewGauge(prometheus.GaugeOpts{Name: "pvrescue_agent_apiserver_reachable",
 		Help: "1 while the API server answers the agent's requests, 0 while it is away (the rescues keep running on what they hold)."}))
@@ -151,8 +154,17 @@ func (c *APIContact) Answered() {
 		c.outages.Inc()
 		c.lastOutage.Set(o.Duration().Seconds())
 		c.signal()
+		select {
+		case c.returned <- struct{}{}:
+		default:
+		}
 	}
 }
+
+// Returned receives after the API server answers again following a transport failure, so work
+// that waited on it (a replay's Secret, a PV) is retried at once, not after its back-off. One
+// consumer (nodeagent.Deps.APIReturned).
+func (c *APIContact) Returned() <-chan struct{} { return c.returned }
 
 // Failed records a transport failure now.
 func (c *APIContact) Failed() {
@@ -269,7 +281,7 @@ func (c *APIContact) report(ctx context.Context, log logr.Logger) {
 // OutageCondition is the Node condition written for an ended outage.
 func OutageCondition(o Outage) corev1.NodeCondition {
 	return corev1.NodeCondition{
-		Type: ConditionAPIServerUnreachable, Status: corev1.ConditionFalse, Reason: "Reconnected",
+		Type: ConditionAPIServerUnreachable, Status: corev1.ConditionFalse, Reason: contract.ReasonReconnected,
 		Message: fmt.Sprintf("pvrescue-agent could not reach the API server for %s (from %s to %s); its rescues kept running on what they held",
 			o.Duration().Round(time.Second), o.From.UTC().Format(time.RFC3339), o.To.UTC().Format(time.RFC3339)),
 		LastHeartbeatTime:  metav1.NewTime(o.To),

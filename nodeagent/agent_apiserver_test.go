@@ -185,6 +185,38 @@ func TestAPIContactAwayFromStart(t *testing.T) {
 	}
 }
 
+// Returned fires once per ended outage, never for answers while the API server was there.
+func TestAPIContactReturnedAfterAnOutageOnly(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	c := NewAPIContact(clk, &fakeContactOS{}, nil, APIContactOptions{})
+	returned := func() bool {
+		select {
+		case <-c.Returned():
+			return true
+		default:
+			return false
+		}
+	}
+	c.Answered()
+	if returned() {
+		t.Fatal("Returned fired for an answer with no outage before it")
+	}
+	c.Failed()
+	c.Failed()
+	if returned() {
+		t.Fatal("Returned fired while the API server is away")
+	}
+	clk.Step(time.Minute)
+	c.Answered()
+	c.Answered()
+	if !returned() {
+		t.Fatal("Returned did not fire when the API server answered after an outage")
+	}
+	if returned() {
+		t.Fatal("Returned fired twice for one outage")
+	}
+}
+
 type syncGate struct{ ch chan struct{} }
 
 func (g syncGate) WaitForSync(ctx context.Context) error {

@@ -6,10 +6,12 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
+
+	"github.com/pvrescue/pvrescue/internal/contract"
 )
 
 // Component is the event source component of the agent.
-const Component = "pvrescue-agent"
+const Component = contract.AgentComponent
 
 // NewRecorder returns an event recorder writing through client as component pvrescue-agent on
 // host nodeName, and a function that flushes and stops it.

@@ -10,15 +10,20 @@ import (
 	"time"
 
 	"github.com/pvrescue/pvrescue/e2e/csis3"
+	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/internal/mountinfo"
 )
 
 // hungFor is how long the serving s3fs stays stopped: long enough for any "dead after a timeout"
-// logic and for the injected probe's failure threshold.
-const hungFor = 60 * time.Second
+// logic, for the injected probe's failure threshold, and for the agent's safety-net pass (a
+// stopped daemon wakes nothing: it is noticed within s3.checkInterval plus one statfs timeout).
+var hungFor = func() time.Duration {
+	s3 := config.Default().S3
+	return max(60*time.Second, s3.CheckInterval.Duration+s3.StatfsTimeout.Duration+15*time.Second)
+}()
 
 // lostFUSEMountHung: the s3fs serving a volume (yandex layout: at kubelet's staging path, bound
-// to the pod's target) is stopped with SIGSTOP for 60 s, as a daemon blocked on S3 would be →
+// to the pod's target) is stopped with SIGSTOP for hungFor (77 s), as a daemon blocked on S3 would be →
 // no second s3fs for the volume (the driver's or the agent's), the mount stacks at the target
 // and the staging path unchanged, no container restarted, an Event MountHung; SIGCONT → the app
 // reads (a file put on the S3 server's side meanwhile) and writes on, nothing stacked.

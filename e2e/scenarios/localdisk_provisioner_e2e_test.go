@@ -24,7 +24,6 @@ import (
 	"github.com/pvrescue/pvrescue/e2e/framework"
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/internal/contract"
-	"github.com/pvrescue/pvrescue/nodeagent/localdisk"
 )
 
 // The lost-disk scenario with the layout of sig-storage-local-static-provisioner, for non-root
@@ -272,7 +271,7 @@ func lostLocalDiskProvisionerLayout(t *testing.T, e *env) {
 			}
 			var seen []string
 			for _, ev := range evs.Items {
-				if ev.Reason == localdisk.ReasonEvicted {
+				if ev.Reason == contract.ReasonEvictedForRealDisk {
 					return true, ""
 				}
 				seen = append(seen, ev.Reason)

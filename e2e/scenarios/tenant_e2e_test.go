@@ -23,7 +23,6 @@ import (
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/internal/contract"
 	"github.com/pvrescue/pvrescue/nodeagent/containermount"
-	"github.com/pvrescue/pvrescue/nodeagent/localdisk"
 )
 
 const (
@@ -336,14 +335,14 @@ func checkCopiedAnnotation(t *testing.T, e *env, p *corev1.Pod, diskPath string,
 	ctx := context.Background()
 	cs := e.c.Client
 	var ev string
-	waitFor(t, 60*time.Second, "an "+localdisk.ReasonUnguardedPod+" Event naming "+hostilePlainNS+"/copied", func() (bool, string) {
+	waitFor(t, 60*time.Second, "an "+contract.ReasonUnguardedPodOnMissingDisk+" Event naming "+hostilePlainNS+"/copied", func() (bool, string) {
 		evs, err := cs.CoreV1().Events(hostilePlainNS).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(p.UID)})
 		if err != nil {
 			return false, err.Error()
 		}
 		var seen []string
 		for _, x := range evs.Items {
-			if x.Reason == localdisk.ReasonUnguardedPod && strings.Contains(x.Message, hostilePlainNS+"/copied") {
+			if x.Reason == contract.ReasonUnguardedPodOnMissingDisk && strings.Contains(x.Message, hostilePlainNS+"/copied") {
 				ev = x.Message
 				return true, ""
 			}
@@ -376,5 +375,5 @@ func checkCopiedAnnotation(t *testing.T, e *env, p *corev1.Pod, diskPath string,
 		t.Errorf("the pod with the copied annotation runs without its disk\n%s", framework.DescribePod(cs, now))
 	}
 	t.Logf("RESULT hostile tenant: pod %s/copied (copied %s, unlabelled namespace, missing disk %s): no fake, no link, loops unchanged %v; Event %s: %s",
-		hostilePlainNS, contract.AnnotationStatus, diskPath, loopsBefore, localdisk.ReasonUnguardedPod, ev)
+		hostilePlainNS, contract.AnnotationStatus, diskPath, loopsBefore, contract.ReasonUnguardedPodOnMissingDisk, ev)
 }

@@ -83,8 +83,14 @@ type S3 struct {
 	MountPropagation bool `json:"mountPropagation"`
 	// Probe timings of the injected livenessProbe.
 	Probe Probe `json:"probe"`
-	// CheckInterval is how often the agent checks the mounts on its node.
+	// CheckInterval is how often the agent checks the mounts on its node when nothing is under
+	// way: a safety net, since FUSE daemon exits, pod changes and returning plugin sockets wake it
+	// at once. A hung (stopped, not exited) daemon is noticed at the latest after this long.
 	CheckInterval metav1.Duration `json:"checkInterval"`
+	// PendingCheckInterval is how often it checks while something only time moves on is under
+	// way: a dead target waiting for bridgeAfter, a hung mount, a restore in flight or backing
+	// off, a bridge waiting to be handed back. Capped at checkInterval.
+	PendingCheckInterval metav1.Duration `json:"pendingCheckInterval"`
 	// StatfsTimeout bounds one health check of a mount.
 	StatfsTimeout metav1.Duration `json:"statfsTimeout"`
 	// SecretKeys names the keys read from the volume's secret.
@@ -288,8 +294,9 @@ func Default() *Config {
 				FailureThreshold:    3,
 				StatfsTimeout:       metav1.Duration{Duration: 3 * time.Second},
 			},
-			CheckInterval: metav1.Duration{Duration: time.Second},
-			StatfsTimeout: metav1.Duration{Duration: 2 * time.Second},
+			CheckInterval:        metav1.Duration{Duration: time.Minute},
+			PendingCheckInterval: metav1.Duration{Duration: time.Second},
+			StatfsTimeout:        metav1.Duration{Duration: 2 * time.Second},
 			SecretKeys: SecretKeys{
 				AccessKeyID:     "accessKeyID",
 				SecretAccessKey: "secretAccessKey",
@@ -432,6 +439,9 @@ func (c *Config) Validate() error {
 	}
 	if c.S3.CheckInterval.Duration < 100*time.Millisecond {
 		add("s3.checkInterval: must be at least 100ms, got %s", c.S3.CheckInterval.Duration)
+	}
+	if c.S3.PendingCheckInterval.Duration < 100*time.Millisecond {
+		add("s3.pendingCheckInterval: must be at least 100ms, got %s", c.S3.PendingCheckInterval.Duration)
 	}
 	if c.S3.StatfsTimeout.Duration <= 0 {
 		add("s3.statfsTimeout: must be positive, got %s", c.S3.StatfsTimeout.Duration)

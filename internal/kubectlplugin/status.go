@@ -11,9 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/pvrescue/pvrescue/internal/contract"
-	"github.com/pvrescue/pvrescue/nodeagent"
-	"github.com/pvrescue/pvrescue/nodeagent/localdisk"
-	"github.com/pvrescue/pvrescue/nodeagent/s3mount"
 	"github.com/pvrescue/pvrescue/webhook"
 )
 
@@ -76,13 +73,13 @@ var (
 // only for them.
 func mountRowKind(ev *corev1.Event) string {
 	switch ev.Reason {
-	case s3mount.EventMountReplayed, s3mount.EventBridgeRetired: // the driver's own mount is back at the target
+	case contract.ReasonMountReplayed, contract.ReasonBridgeRetired: // the driver's own mount is back at the target
 		return RowMountReplay
-	case s3mount.EventMountBridged:
+	case contract.ReasonMountBridged:
 		return RowMountBridged
-	case s3mount.EventMountRestoreFailed:
+	case contract.ReasonMountRestoreFailed:
 		return RowMountFailed
-	case s3mount.EventMountRestored: //nolint:staticcheck // the reason older agents sent
+	case contract.ReasonMountRestored: //nolint:staticcheck // the reason older agents sent
 		if strings.Contains(strings.ToLower(ev.Message), "replay") {
 			return RowMountReplay
 		}
@@ -125,7 +122,7 @@ func BuildStatus(ctx context.Context, s *Snapshot) *StatusReport {
 			continue
 		}
 		row := StatusRow{Kind: RowFakeDevice, PV: pv.Name, Path: localPath(&pv), Device: dev}
-		if ev := latestEvent(s.Events, "PersistentVolume", "", pv.Name, localdisk.ReasonFakeDeviceCreated); ev != nil {
+		if ev := latestEvent(s.Events, "PersistentVolume", "", pv.Name, contract.ReasonFakeDeviceCreated); ev != nil {
 			t := eventTime(ev)
 			row.Since = &t
 		}
@@ -134,7 +131,7 @@ func BuildStatus(ctx context.Context, s *Snapshot) *StatusReport {
 	// Missing disks: the Node condition the agent keeps.
 	for _, n := range s.Nodes {
 		for _, c := range n.Status.Conditions {
-			if c.Type != localdisk.ConditionLocalDiskMissing || c.Status != corev1.ConditionTrue {
+			if c.Type != contract.ConditionLocalDiskMissing || c.Status != corev1.ConditionTrue {
 				continue
 			}
 			list, ok := strings.CutPrefix(c.Message, missingPrefix)
@@ -292,5 +289,5 @@ func eventTime(ev *corev1.Event) time.Time {
 
 // fromAgent reports whether the agent wrote the Event (core/v1 or events.k8s.io recorders).
 func fromAgent(ev *corev1.Event) bool {
-	return ev.Source.Component == nodeagent.Component || ev.ReportingController == nodeagent.Component
+	return ev.Source.Component == contract.AgentComponent || ev.ReportingController == contract.AgentComponent
 }

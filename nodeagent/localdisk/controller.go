@@ -10,30 +10,10 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/pvrescue/pvrescue/internal/contract"
 	"github.com/pvrescue/pvrescue/nodeagent"
-)
-
-// Event reasons.
-const (
-	ReasonFakeDeviceCreated = "FakeDeviceCreated"
-	ReasonFakeDeviceRetired = "FakeDeviceRetired"
-	ReasonDiskReturned      = "DiskReturned"
-	ReasonDiskMissing       = "LocalDiskMissing"
-	ReasonMissingTooLong    = "LocalDiskMissingTooLong"
-	ReasonFakeDeviceFailed  = "FakeDeviceFailed"
-	ReasonNotFakeable       = "LocalDiskNotFakeable"
-	ReasonInvalidLocalPath  = "InvalidLocalPath"
-	ReasonUnguardedPod      = "UnguardedPodOnMissingDisk"
-	ReasonRestartPod        = "RealDiskReturned"
-	ReasonEvicted           = "EvictedForRealDisk"
-	ReasonEvictionBlocked   = "EvictionBlocked"
-
-	// ConditionLocalDiskMissing is the Node condition the agent owns.
-	ConditionLocalDiskMissing corev1.NodeConditionType = "LocalDiskMissing"
 )
 
 // Controller keeps fakes in place of the missing disks of the local block PVs used by pods on

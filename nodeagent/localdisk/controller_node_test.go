@@ -241,7 +241,7 @@ func TestNodeAgentWithAPIServer(t *testing.T) {
 		testenv.WaitFor(t, 9*time.Second, "fake link", testenv.Until(func() bool { return ourLinkTarget(e.devPath) == want }))
 		samples = append(samples, time.Since(t0))
 		if i == 0 {
-			e.waitEvent(t, "pv1", ReasonFakeDeviceCreated)
+			e.waitEvent(t, "pv1", contract.ReasonFakeDeviceCreated)
 			testenv.WaitFor(t, 10*time.Second, "PV annotation", testenv.Until(func() bool { return e.pvAnnotation(t, "pv1") == want }))
 			testenv.WaitFor(t, 10*time.Second, "condition True", testenv.Until(func() bool {
 				c := e.nodeCondition(t)
@@ -262,7 +262,7 @@ func TestNodeAgentWithAPIServer(t *testing.T) {
 			}
 			n := 0
 			for _, ev := range e.events(t, "pv1") {
-				if strings.Contains(ev, ReasonFakeDeviceCreated) {
+				if strings.Contains(ev, contract.ReasonFakeDeviceCreated) {
 					n++
 				}
 			}
@@ -279,8 +279,8 @@ func TestNodeAgentWithAPIServer(t *testing.T) {
 			foreignLoop(t, nodeFirstLoop+2, lockNode)
 			// The disk returns while the lock is held.
 			replaceLink(t, "real-nvme0n1", e.devPath)
-			e.waitEvent(t, "pv1", ReasonDiskReturned)
-			e.waitEvent(t, "on-fake-plain", ReasonRestartPod)
+			e.waitEvent(t, "pv1", contract.ReasonDiskReturned)
+			e.waitEvent(t, "on-fake-plain", contract.ReasonRealDiskReturned)
 			testenv.WaitFor(t, 10*time.Second, "eviction", testenv.Until(func() bool {
 				p, err := e.client.CoreV1().Pods("app").Get(e.ctx, "on-fake", metav1.GetOptions{})
 				return apierrors.IsNotFound(err) || (err == nil && p.DeletionTimestamp != nil)
@@ -299,7 +299,7 @@ func TestNodeAgentWithAPIServer(t *testing.T) {
 			t.Fatalf("real disk link changed: %q", l)
 		}
 	}
-	e.waitEvent(t, "pv1", ReasonFakeDeviceRetired)
+	e.waitEvent(t, "pv1", contract.ReasonFakeDeviceRetired)
 	testenv.WaitFor(t, 10*time.Second, "annotation removed", testenv.Until(func() bool { return e.pvAnnotation(t, "pv1") == "" }))
 	testenv.WaitFor(t, 10*time.Second, "condition False", testenv.Until(func() bool {
 		c := e.nodeCondition(t)
@@ -350,9 +350,9 @@ func TestNodeAgentBadInputAndGate(t *testing.T) {
 	e.createPV(t, "pv1", e.devPath, "data")
 	e.startAgent(t)
 	for _, pv := range []string{"pv-dir", "pv-outside", "pv-relative"} {
-		e.waitEvent(t, pv, ReasonInvalidLocalPath)
+		e.waitEvent(t, pv, contract.ReasonInvalidLocalPath)
 	}
-	e.waitEvent(t, "pv1", ReasonDiskMissing)
+	e.waitEvent(t, "pv1", contract.ReasonLocalDiskMissing)
 	time.Sleep(200 * time.Millisecond)
 	if _, err := os.Lstat(e.devPath); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("fake made with the gate off: %v", err)
@@ -378,7 +378,7 @@ func (e *clusterEnv) nodeCondition(t *testing.T) *corev1.NodeCondition {
 		t.Fatal(err)
 	}
 	for i := range n.Status.Conditions {
-		if n.Status.Conditions[i].Type == ConditionLocalDiskMissing {
+		if n.Status.Conditions[i].Type == contract.ConditionLocalDiskMissing {
 			return &n.Status.Conditions[i]
 		}
 	}

@@ -12,7 +12,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
@@ -23,23 +22,24 @@ import (
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/internal/contract"
 	"github.com/pvrescue/pvrescue/nodeagent"
+	"github.com/pvrescue/pvrescue/nodeagent/nodeagenttest"
 )
 
-// ctrlEnv drives the controller pass by pass (SyncOnce) on a fake OS, a fake clientset behind a
-// real node-scoped view, and a fake clock: no goroutines, no sleeping.
+// ctrlEnv drives the controller pass by pass (SyncOnce) on a fake OS, a fake clientset (the one
+// truth: the rescue writes through it) copied into a fake view before each pass, and a fake
+// clock: no goroutines, no sleeping.
 type ctrlEnv struct {
 	t        *testing.T
 	ctx      context.Context
 	os       *FakeOS
 	client   *fake.Clientset
-	view     *nodeagent.KubeView
+	view     *nodeagenttest.FakeView
 	clock    *clocktesting.FakeClock
 	recorder *kuberecord.FakeRecorder
 	reg      *prometheus.Registry
 	c        *Controller
 	events   []string
 	evicted  []string
-	pvGets   int
 }
 
 func newCtrlEnv(t *testing.T, labelled bool, objs ...runtime.Object) *ctrlEnv {
@@ -63,28 +63,14 @@ func newCtrlEnvWith(t *testing.T, labelled bool, tweak func(*config.Config), obj
 		e.evicted = append(e.evicted, a.(k8stesting.CreateAction).GetObject().(metav1.Object).GetName())
 		return true, nil, nil
 	})
-	e.client.PrependReactor("list", "persistentvolumes", func(k8stesting.Action) (bool, runtime.Object, error) {
-		t.Errorf("the rescue listed all PVs")
-		return false, nil, nil
-	})
-	e.client.PrependReactor("watch", "persistentvolumes", func(k8stesting.Action) (bool, runtime.Object, error) {
-		t.Errorf("the rescue watched all PVs")
-		return false, nil, nil
-	})
 	cfg := config.Default()
 	cfg.StateDir = testState
 	if tweak != nil {
 		tweak(cfg)
 	}
-	view, err := nodeagent.NewKubeView(e.client, "n1", e.clock, nodeagent.ViewOptions{TTL: time.Nanosecond, NotFoundTTL: time.Nanosecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	view := nodeagenttest.NewFakeView()
 	ctx, cancel := context.WithCancel(logr.NewContext(context.Background(), testr.New(t)))
-	t.Cleanup(func() { cancel(); view.Shutdown() })
-	if err := view.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(cancel)
 	e.ctx, e.view = ctx, view
 	c, err := New(nodeagent.Deps{NodeName: "n1", Config: cfg, Client: e.client, View: view, Recorder: e.recorder,
 		Registerer: e.reg, Clock: e.clock}, e.os, Options{LoopSearchLimit: 4})
@@ -95,35 +81,16 @@ func newCtrlEnvWith(t *testing.T, labelled bool, tweak func(*config.Config), obj
 	return e
 }
 
-// pass runs one pass after the view caught up with the clientset, and collects the Events.
+// pass copies the clientset into the view, runs one pass and collects the Events.
 func (e *ctrlEnv) pass() {
 	e.t.Helper()
-	e.waitView()
-	e.clock.Step(time.Second) // past the view's TTL: every PV/PVC read is live
+	if err := e.view.SyncFrom(e.client.Tracker(), "n1"); err != nil {
+		e.t.Fatal(err)
+	}
+	e.clock.Step(time.Second)
 	e.c.SyncOnce(e.ctx)
 	for len(e.recorder.Events) > 0 {
 		e.events = append(e.events, <-e.recorder.Events)
-	}
-}
-
-// waitView waits for the informers to deliver the pods of the clientset (they run on their own
-// goroutines; this polls their cache, it does not sleep a fixed time).
-func (e *ctrlEnv) waitView() {
-	e.t.Helper()
-	want, err := e.client.CoreV1().Pods("").List(e.ctx, metav1.ListOptions{})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		got, _ := e.view.Pods().List(labels.Everything())
-		if len(got) == len(want.Items) {
-			return
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("view has %d pods, clientset %d", len(got), len(want.Items))
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -159,7 +126,7 @@ func (e *ctrlEnv) condition() *corev1.NodeCondition {
 		e.t.Fatal(err)
 	}
 	for i := range n.Status.Conditions {
-		if n.Status.Conditions[i].Type == ConditionLocalDiskMissing {
+		if n.Status.Conditions[i].Type == contract.ConditionLocalDiskMissing {
 			return &n.Status.Conditions[i]
 		}
 	}
@@ -237,7 +204,7 @@ func TestControllerFakeLifecycle(t *testing.T) {
 		podOn("require", with(guard, contract.AnnotationFakeDevicePolicy, contract.PolicyRequire), later),
 		podOn("plain", guard, later))
 	e.pass()
-	e.wantEvent(ReasonFakeDeviceCreated, testDisk, "/dev/loop101", "read-only")
+	e.wantEvent(contract.ReasonFakeDeviceCreated, testDisk, "/dev/loop101", "read-only")
 	if got := e.pvAnnotation(); got != "/dev/loop101" {
 		t.Fatalf("PV annotation %q", got)
 	}
@@ -264,10 +231,10 @@ func TestControllerFakeLifecycle(t *testing.T) {
 	})
 	e.pass()
 	e.pass()
-	e.wantEvent(ReasonDiskReturned, testDisk)
-	e.wantEvent(ReasonRestartPod, "pv1")
-	if e.count("Normal "+ReasonDiskReturned) != 1 {
-		t.Errorf("DiskReturned %d times", e.count(ReasonDiskReturned))
+	e.wantEvent(contract.ReasonDiskReturned, testDisk)
+	e.wantEvent(contract.ReasonRealDiskReturned, "pv1")
+	if e.count("Normal "+contract.ReasonDiskReturned) != 1 {
+		t.Errorf("DiskReturned %d times", e.count(contract.ReasonDiskReturned))
 	}
 	// Evicted: the opted-in pod and the require pod (its guard refuses the fake forever), without
 	// the restart annotation on the latter.
@@ -281,7 +248,7 @@ func TestControllerFakeLifecycle(t *testing.T) {
 		delete(e.os.Loops, 0)
 	})
 	e.pass()
-	e.wantEvent(ReasonFakeDeviceRetired)
+	e.wantEvent(contract.ReasonFakeDeviceRetired)
 	if got := e.pvAnnotation(); got != "" {
 		t.Fatalf("annotation %q after retire", got)
 	}
@@ -340,7 +307,7 @@ func TestControllerGateOffReportsOnly(t *testing.T) {
 	e.pass()
 	e.pass()
 	e.pass()
-	e.wantEvent(ReasonDiskMissing, "disabled")
+	e.wantEvent(contract.ReasonLocalDiskMissing, "disabled")
 	if c := e.condition(); c == nil || c.Status != corev1.ConditionTrue {
 		t.Fatalf("condition %+v", c)
 	}
@@ -349,7 +316,7 @@ func TestControllerGateOffReportsOnly(t *testing.T) {
 			t.Errorf("touched with the gate off: %v", e.os.Calls)
 		}
 	})
-	if n := e.count(ReasonDiskMissing + " "); n != 1 {
+	if n := e.count(contract.ReasonLocalDiskMissing + " "); n != 1 {
 		t.Errorf("%d missing-disk events over three passes, want 1: %q", n, e.events)
 	}
 }
@@ -359,8 +326,8 @@ func TestControllerGateOffReportsOnly(t *testing.T) {
 func TestControllerCopiedAnnotationIsNotAGuard(t *testing.T) {
 	e := newCtrlEnv(t, true, boundPV(), boundPVC(), podOn("guarded", guard, time.Now()), bareOn("copied", guard, time.Now()))
 	e.pass()
-	e.wantEvent("Warning", ReasonUnguardedPod, "app/copied", "pv1")
-	if e.count(ReasonUnguardedPod, "app/guarded") != 0 {
+	e.wantEvent("Warning", contract.ReasonUnguardedPodOnMissingDisk, "app/copied", "pv1")
+	if e.count(contract.ReasonUnguardedPodOnMissingDisk, "app/guarded") != 0 {
 		t.Errorf("the guarded pod was named: %q", e.events)
 	}
 	e.os.Locked(func() {
@@ -376,11 +343,11 @@ func TestControllerUnguardedPodGetsNoFake(t *testing.T) {
 	e := newCtrlEnv(t, true, boundPV(), boundPVC(), podOn("guarded", guard, time.Now()), podOn("bare", nil, time.Now()))
 	e.pass()
 	e.pass()
-	e.wantEvent("Warning", ReasonUnguardedPod, "app/bare", "pv1")
-	if n := e.count(ReasonUnguardedPod); n != 1 {
+	e.wantEvent("Warning", contract.ReasonUnguardedPodOnMissingDisk, "app/bare", "pv1")
+	if n := e.count(contract.ReasonUnguardedPodOnMissingDisk); n != 1 {
 		t.Errorf("%d unguarded-pod events, want 1", n)
 	}
-	if e.count(ReasonUnguardedPod, "guarded ") != 0 {
+	if e.count(contract.ReasonUnguardedPodOnMissingDisk, "guarded ") != 0 {
 		t.Errorf("the guarded pod was named: %q", e.events)
 	}
 	e.os.Locked(func() {
@@ -393,7 +360,7 @@ func TestControllerUnguardedPodGetsNoFake(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.pass()
-	e.wantEvent(ReasonFakeDeviceCreated)
+	e.wantEvent(contract.ReasonFakeDeviceCreated)
 	if len(e.c.podsWarned) != 0 {
 		t.Errorf("memory of a deleted pod kept: %v", e.c.podsWarned)
 	}
@@ -404,6 +371,9 @@ func TestControllerUnguardedPodGetsNoFake(t *testing.T) {
 func TestControllerIgnoresPVsWithoutPods(t *testing.T) {
 	e := newCtrlEnv(t, true, boundPV())
 	e.pass()
+	if n := e.view.Reads("PersistentVolume"); n != 0 {
+		t.Errorf("%d PV reads, want none", n)
+	}
 	e.os.Locked(func() {
 		if len(e.os.Calls) != 0 {
 			t.Errorf("touched: %v", e.os.Calls)
@@ -419,7 +389,7 @@ func TestControllerBadPath(t *testing.T) {
 	pv.Spec.Local.Path = "/srv/disks/ssd0"
 	e := newCtrlEnv(t, true, pv, boundPVC(), podOn("p", guard, time.Now()))
 	e.pass()
-	e.wantEvent("Warning", ReasonInvalidLocalPath, "/srv/disks/ssd0")
+	e.wantEvent("Warning", contract.ReasonInvalidLocalPath, "/srv/disks/ssd0")
 	e.os.Locked(func() {
 		if len(e.os.Calls) != 0 {
 			t.Errorf("touched: %v", e.os.Calls)
@@ -433,7 +403,7 @@ func TestControllerKernelNameReportedOnly(t *testing.T) {
 	pv.Spec.Local.Path = "/dev/sdb"
 	e := newCtrlEnv(t, true, pv, boundPVC(), podOn("p", guard, time.Now()))
 	e.pass()
-	e.wantEvent("Warning", ReasonNotFakeable, "/dev/sdb", "never faked")
+	e.wantEvent("Warning", contract.ReasonLocalDiskNotFakeable, "/dev/sdb", "never faked")
 	e.os.Locked(func() {
 		if len(e.os.Calls) != 0 {
 			t.Errorf("touched: %v", e.os.Calls)
@@ -449,21 +419,21 @@ func TestControllerLoopsExhaustedWarns(t *testing.T) {
 		}
 	})
 	e.pass()
-	e.wantEvent("Warning", ReasonFakeDeviceFailed, "no free loop")
+	e.wantEvent("Warning", contract.ReasonFakeDeviceFailed, "no free loop")
 }
 
 func TestControllerWarnsWhenMissingTooLong(t *testing.T) {
 	e := newCtrlEnvWith(t, false, func(cfg *config.Config) { cfg.LocalBlock.MissingWarningAfter.Duration = time.Minute },
 		boundPV(), boundPVC(), podOn("p", guard, time.Now()))
 	e.pass()
-	if e.count(ReasonMissingTooLong) != 0 {
+	if e.count(contract.ReasonLocalDiskMissingTooLong) != 0 {
 		t.Fatalf("warned at once: %q", e.events)
 	}
 	e.clock.Step(2 * time.Minute)
 	e.pass()
 	e.pass()
-	e.wantEvent("Warning", ReasonMissingTooLong, testDisk, "replaced")
-	if n := e.count(ReasonMissingTooLong); n != 1 {
+	e.wantEvent("Warning", contract.ReasonLocalDiskMissingTooLong, testDisk, "replaced")
+	if n := e.count(contract.ReasonLocalDiskMissingTooLong); n != 1 {
 		t.Errorf("%d too-long warnings, want 1", n)
 	}
 }

@@ -94,7 +94,7 @@ func (c *Controller) notifyPods(ctx context.Context, pv *corev1.PersistentVolume
 		}
 		if !evictOnReturn(pod) {
 			c.podsNotified[pod.UID] = true
-			c.deps.Recorder.Eventf(pod, corev1.EventTypeNormal, ReasonRestartPod,
+			c.deps.Recorder.Eventf(pod, corev1.EventTypeNormal, contract.ReasonRealDiskReturned,
 				"real disk returned for PV %s; restart the pod to use it (annotate %s=\"true\" to let pvrescue evict it)",
 				pv.Name, contract.AnnotationRestartOnDiskReturn)
 			continue
@@ -105,7 +105,7 @@ func (c *Controller) notifyPods(ctx context.Context, pv *corev1.PersistentVolume
 		case err == nil || apierrors.IsNotFound(err):
 			c.podsNotified[pod.UID] = true
 			log.Info("evicted pod so it restarts on the real disk", "pod", pod.Namespace+"/"+pod.Name)
-			c.deps.Recorder.Eventf(pod, corev1.EventTypeNormal, ReasonEvicted,
+			c.deps.Recorder.Eventf(pod, corev1.EventTypeNormal, contract.ReasonEvictedForRealDisk,
 				"real disk returned for PV %s; evicted so the pod restarts on it", pv.Name)
 		case apierrors.IsTooManyRequests(err):
 			// A PodDisruptionBudget forbids it now: try again next pass (at the latest the
@@ -113,7 +113,7 @@ func (c *Controller) notifyPods(ctx context.Context, pv *corev1.PersistentVolume
 			log.Info("eviction blocked by a disruption budget; retrying", "pod", pod.Namespace+"/"+pod.Name, "reason", err.Error())
 			if !c.podsBlocked[pod.UID] {
 				c.podsBlocked[pod.UID] = true
-				c.deps.Recorder.Eventf(pod, corev1.EventTypeWarning, ReasonEvictionBlocked,
+				c.deps.Recorder.Eventf(pod, corev1.EventTypeWarning, contract.ReasonEvictionBlocked,
 					"real disk returned for PV %s; eviction refused for now (%v); pvrescue retries on every pass", pv.Name, err)
 			}
 		default:

@@ -201,11 +201,11 @@ func TestEvictionOnReturnRespectsPDB(t *testing.T) {
 	if gone, deleting := podState(); gone || deleting {
 		t.Fatalf("pod evicted although its PDB allowed no disruption")
 	}
-	if n := countEvents(events, ReasonEvicted); n != 0 {
-		t.Fatalf("%d %s events while blocked", n, ReasonEvicted)
+	if n := countEvents(events, contract.ReasonEvictedForRealDisk); n != 0 {
+		t.Fatalf("%d %s events while blocked", n, contract.ReasonEvictedForRealDisk)
 	}
-	if n := countEvents(events, ReasonEvictionBlocked); n != 1 {
-		t.Errorf("want one %s event for the blocked eviction, got %d in %v", ReasonEvictionBlocked, n, events)
+	if n := countEvents(events, contract.ReasonEvictionBlocked); n != 1 {
+		t.Errorf("want one %s event for the blocked eviction, got %d in %v", contract.ReasonEvictionBlocked, n, events)
 	}
 
 	// The budget is relaxed (maxUnavailable 1) and the disruption controller allows one.
@@ -226,8 +226,8 @@ func TestEvictionOnReturnRespectsPDB(t *testing.T) {
 	if gone, deleting := podState(); !gone && !deleting {
 		t.Fatalf("pod not evicted after the PDB allowed it")
 	}
-	if n := countEvents(events, ReasonEvicted); n != 1 {
-		t.Fatalf("want one %s event, got %d in %v", ReasonEvicted, n, events)
+	if n := countEvents(events, contract.ReasonEvictedForRealDisk); n != 1 {
+		t.Fatalf("want one %s event, got %d in %v", contract.ReasonEvictedForRealDisk, n, events)
 	}
 	// The budget recorded the disruption: the apiserver's eviction, not a plain delete.
 	pdb, err = client.PolicyV1().PodDisruptionBudgets("app").Get(ctx, "db", metav1.GetOptions{})

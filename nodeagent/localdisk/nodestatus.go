@@ -9,13 +9,15 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/pvrescue/pvrescue/internal/contract"
 )
 
 // setCondition writes LocalDiskMissing like node-problem-detector: a strategic-merge patch of
 // status.conditions (merged by type) through the status subresource, on change or heartbeat.
 func (c *Controller) setCondition(ctx context.Context, node *corev1.Node, missing []string) {
 	sort.Strings(missing)
-	cond := corev1.NodeCondition{Type: ConditionLocalDiskMissing, Status: corev1.ConditionFalse,
+	cond := corev1.NodeCondition{Type: contract.ConditionLocalDiskMissing, Status: corev1.ConditionFalse,
 		Reason: "LocalDisksPresent", Message: "every watched local block volume has its disk"}
 	if len(missing) > 0 {
 		cond.Status, cond.Reason = corev1.ConditionTrue, "LocalDiskMissing"
@@ -25,7 +27,7 @@ func (c *Controller) setCondition(ctx context.Context, node *corev1.Node, missin
 	now := c.deps.Clock.Now()
 	var existing *corev1.NodeCondition
 	for i := range node.Status.Conditions {
-		if node.Status.Conditions[i].Type == ConditionLocalDiskMissing {
+		if node.Status.Conditions[i].Type == contract.ConditionLocalDiskMissing {
 			existing = &node.Status.Conditions[i]
 		}
 	}

@@ -59,7 +59,7 @@ func (c *Controller) report(ctx context.Context, w wanted, res Result, detected 
 				lat := now.Sub(c.missingSince[st.PV])
 				c.metrics.FakeLatency.Observe(lat.Seconds())
 				log.Info("fake device created", "device", dev, "link", st.Link, "latency", lat)
-				c.deps.Recorder.Eventf(pv, corev1.EventTypeNormal, ReasonFakeDeviceCreated,
+				c.deps.Recorder.Eventf(pv, corev1.EventTypeNormal, contract.ReasonFakeDeviceCreated,
 					"local disk %s is missing on node %s; a %d-byte read-only fake device %s stands in at %s so pods can start",
 					st.Path, c.deps.NodeName, cfg.FakeDeviceSizeBytes, dev, st.Link)
 			}
@@ -67,13 +67,13 @@ func (c *Controller) report(ctx context.Context, w wanted, res Result, detected 
 		case StateMissing:
 			c.reportMissing(ctx, w, pv, st)
 		case StateInvalid:
-			c.problem(ctx, pv, ReasonInvalidLocalPath, fmt.Sprintf("local path not handled, nothing touched: %v", st.Err), "invalid")
+			c.problem(ctx, pv, contract.ReasonInvalidLocalPath, fmt.Sprintf("local path not handled, nothing touched: %v", st.Err), "invalid")
 		case StatePresent:
 			delete(c.lastProblem, st.PV)
 		}
 		if since, ok := c.missingSince[st.PV]; ok && !c.warnedLong[st.PV] && now.Sub(since) >= cfg.MissingWarningAfter.Duration {
 			c.warnedLong[st.PV] = true
-			c.deps.Recorder.Eventf(pv, corev1.EventTypeWarning, ReasonMissingTooLong,
+			c.deps.Recorder.Eventf(pv, corev1.EventTypeWarning, contract.ReasonLocalDiskMissingTooLong,
 				"local disk %s has been missing for %s; if it was replaced it will not come back: recreate the PV and the pods' claims",
 				st.Path, now.Sub(since).Round(time.Second))
 		}
@@ -89,23 +89,23 @@ func (c *Controller) reportMissing(ctx context.Context, w wanted, pv *corev1.Per
 	cfg := c.deps.Config.LocalBlock
 	switch {
 	case errors.Is(st.Err, ErrKernelName) || errors.Is(st.Err, ErrNotUnderLinkRoot):
-		c.problem(ctx, pv, ReasonNotFakeable, fmt.Sprintf("local disk %s is missing and is not faked: %v", st.Path, st.Err), "")
+		c.problem(ctx, pv, contract.ReasonLocalDiskNotFakeable, fmt.Sprintf("local disk %s is missing and is not faked: %v", st.Path, st.Err), "")
 	case st.Err != nil:
-		c.problem(ctx, pv, ReasonFakeDeviceFailed, fmt.Sprintf("local disk %s is missing and no fake device could be made: %v", st.Path, st.Err), "create")
+		c.problem(ctx, pv, contract.ReasonFakeDeviceFailed, fmt.Sprintf("local disk %s is missing and no fake device could be made: %v", st.Path, st.Err), "create")
 	case len(w.unguarded[pv.Name]) > 0:
-		c.problem(ctx, pv, ReasonDiskMissing, fmt.Sprintf("local disk %s is missing; no fake device is made because pods on node %s use it without the pvrescue guard",
+		c.problem(ctx, pv, contract.ReasonLocalDiskMissing, fmt.Sprintf("local disk %s is missing; no fake device is made because pods on node %s use it without the pvrescue guard",
 			st.Path, c.deps.NodeName), "")
 		for _, pod := range w.unguarded[pv.Name] {
 			if c.podsWarned[pod.UID] {
 				continue
 			}
 			c.podsWarned[pod.UID] = true
-			c.deps.Recorder.Eventf(pod, corev1.EventTypeWarning, ReasonUnguardedPod,
+			c.deps.Recorder.Eventf(pod, corev1.EventTypeWarning, contract.ReasonUnguardedPodOnMissingDisk,
 				"pod %s/%s uses PV %s whose local disk %s is missing, but it has no pvrescue guard (%s; admitted while the webhook was down?): no fake device is made; recreate the pod so the webhook guards it",
 				pod.Namespace, pod.Name, pv.Name, st.Path, contract.AnnotationStatus)
 		}
 	default:
-		c.problem(ctx, pv, ReasonDiskMissing, fmt.Sprintf("local disk %s is missing; fake devices are disabled on node %s (label %s=%s enables them)",
+		c.problem(ctx, pv, contract.ReasonLocalDiskMissing, fmt.Sprintf("local disk %s is missing; fake devices are disabled on node %s (label %s=%s enables them)",
 			st.Path, c.deps.NodeName, cfg.NodeLabel, contract.LabelFakeDevicesEnabled), "")
 	}
 }
@@ -134,7 +134,7 @@ func (c *Controller) reportRetire(ctx context.Context, rt RetireStatus, w wanted
 		if !c.returned[rt.PV] {
 			c.returned[rt.PV] = true
 			log.Info("real disk returned")
-			c.deps.Recorder.Eventf(pv, corev1.EventTypeNormal, ReasonDiskReturned,
+			c.deps.Recorder.Eventf(pv, corev1.EventTypeNormal, contract.ReasonDiskReturned,
 				"local disk %s is back on node %s; the fake device is retired once no pod uses it", rt.Path, c.deps.NodeName)
 		}
 		c.notifyPods(ctx, pv, w.pods[rt.PV], rt.Created)
@@ -146,7 +146,7 @@ func (c *Controller) reportRetire(ctx context.Context, rt RetireStatus, w wanted
 		delete(c.returned, rt.PV)
 		log.Info("fake device retired")
 		if pv != nil {
-			c.deps.Recorder.Eventf(pv, corev1.EventTypeNormal, ReasonFakeDeviceRetired,
+			c.deps.Recorder.Eventf(pv, corev1.EventTypeNormal, contract.ReasonFakeDeviceRetired,
 				"fake device for %s detached and removed on node %s", rt.Path, c.deps.NodeName)
 			c.annotate(ctx, pv, "")
 		}

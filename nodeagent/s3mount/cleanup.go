@@ -17,6 +17,12 @@ import (
 func (r *Restorer) cleanupTargets(ctx context.Context, table MountTable, live map[string]bool) {
 	log := logr.FromContextOrDiscard(ctx)
 	done := map[string]bool{}
+	left := 0
+	defer func() {
+		r.mu.Lock()
+		r.goneTargetsMounted = left
+		r.mu.Unlock()
+	}()
 	for _, m := range table {
 		if done[m.MountPoint] {
 			continue
@@ -39,6 +45,9 @@ func (r *Restorer) cleanupTargets(ctx context.Context, table MountTable, live ma
 		}
 		if ours+driver == len(stack) && tornDown && driver > 0 {
 			r.finishTeardown(ctx, m.MountPoint)
+		}
+		if ours+driver < len(stack) {
+			left++ // kubelet's teardown is under way: look again soon (nextCheckIn)
 		}
 	}
 }

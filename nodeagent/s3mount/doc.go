@@ -3,11 +3,13 @@
 // When an S3 CSI node plugin restarts, its FUSE processes die and every pod volume they served
 // answers ENOTCONN. The rescue (Restorer, built as New(deps, os, opts) like every rescue of the
 // agent) checks the targets of this node's pods (read through the node-scoped ClusterView: pods
-// from the shared informer, PVs/PVCs on demand) every s3.checkInterval (1 s: a pass costs a
-// mountinfo read and one statfs per target, ~0.3 ms on a small node), at once on every pod
-// change, and at once when a node plugin's socket appears in <kubelet>/plugins_registry,
+// from the shared informer, PVs/PVCs on demand) at once when a FUSE daemon exits (fusewatch), on
+// every pod change, and when a node plugin's socket appears in <kubelet>/plugins_registry,
 // <kubelet>/plugins or <kubelet>/plugins/<driver> (inotify, watch.go: a restarted driver is
-// replayed through as soon as it is back). It restores a dead target in this order:
+// replayed through as soon as it is back). A periodic pass is the safety net: every
+// s3.checkInterval (1 min; it bounds how late a hung daemon, which wakes nothing, is noticed), and
+// every s3.pendingCheckInterval (1 s) while a step only time moves on may be due (nextCheckIn). A
+// pass costs a mountinfo read and one statfs per target. It restores a dead target in this order:
 //
 //  1. Replay through the driver (primary), for drivers in s3.replayDrivers. The node plugin's
 //     socket is found as kubelet finds it: Registration.GetInfo on each registration socket in

@@ -151,6 +151,9 @@ type Restorer struct {
 	lastHungCondition string
 	healthy           map[string]healthKey // by target path: the pvrescue_s3_mount_healthy series
 	handed            map[string]string    // by target path: device of the mount a replay handed back
+	// goneTargetsMounted counts the targets of gone pods that the last pass left mounted
+	// (kubelet's teardown under way, or a mount not ours).
+	goneTargetsMounted int
 }
 
 type healthKey struct{ pv, namespace, pod string }
@@ -211,7 +214,8 @@ func (r *Restorer) poke() {
 	}
 }
 
-// Run checks the mounts at start, on every pod change and every CheckInterval until ctx ends.
+// Run checks the mounts at start, on every pod change, FUSE daemon exit and plugin socket, and
+// periodically (nextCheckIn) until ctx ends.
 // The s3fs processes it started keep running after it returns: they serve pods, and the next
 // agent re-adopts them.
 func (r *Restorer) Run(ctx context.Context) error {
@@ -231,21 +235,58 @@ func (r *Restorer) Run(ctx context.Context) error {
 			}
 		}()
 	}
-	tick := r.clk.NewTicker(r.cfg.S3.CheckInterval.Duration)
-	defer tick.Stop()
 	for {
 		if err := r.Sync(ctx); err != nil {
 			log.Error(err, "checking S3 volume mounts")
 		}
+		wait := r.nextCheckIn()
+		timer := r.clk.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			timer.Stop()
 			r.wg.Wait()
 			return nil
-		case <-tick.C():
+		case <-timer.C():
 		case <-r.kick:
 		case <-r.d.FUSEExits: // a FUSE daemon exited (fusewatch): check now, not at the next tick
+		case <-r.d.APIReturned:
+			r.retryNow(ctx)
 		}
+		timer.Stop()
 	}
+}
+
+// nextCheckIn is the wait before the next pass. Deaths, pod changes and returning drivers wake
+// the loop at once, so the periodic pass is only a safety net (s3.checkInterval, minutes) — except
+// while something is under way that only time moves on (a dead target counting towards
+// s3.bridgeAfter, a hung mount, a restore in flight or backing off, a bridge waiting to be handed
+// back, a gone pod's target kubelet is still tearing down): then every s3.pendingCheckInterval.
+func (r *Restorer) nextCheckIn() time.Duration {
+	every := r.cfg.S3.CheckInterval.Duration
+	if p := r.cfg.S3.PendingCheckInterval.Duration; p > 0 && p < every && r.pending() {
+		return p
+	}
+	return every
+}
+
+// retryNow ends every restore back-off: called when the API server answers again, since restores
+// that failed while it was away (a replay's Secret, CSIDriver or PV unreadable) can succeed now.
+func (r *Restorer) retryNow(ctx context.Context) {
+	r.mu.Lock()
+	n := len(r.retry)
+	clear(r.retry)
+	r.mu.Unlock()
+	if n > 0 {
+		logr.FromContextOrDiscard(ctx).Info("the API server answers again: retrying restores now", "backingOff", n)
+	}
+}
+
+// pending reports whether a time-driven step may be due: see nextCheckIn.
+func (r *Restorer) pending() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.deadSince) > 0 || len(r.hungSince) > 0 || len(r.inflight) > 0 || len(r.retry) > 0 ||
+		len(r.stagings) > 0 || r.goneTargetsMounted > 0
 }
 
 // Prepare creates the state directories and the credentials tmpfs, and re-adopts the staging

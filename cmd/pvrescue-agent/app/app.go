@@ -150,7 +150,8 @@ func Run(ctx context.Context, o *Options) error {
 		return err
 	}
 	deps := nodeagent.Deps{NodeName: o.NodeName, Config: cfg, Client: client, View: view, Recorder: recorder,
-		Registerer: reg, Clock: clock.RealClock{}, FUSEExits: fuse.Wake()}
+		Registerer: reg, Clock: clock.RealClock{}, FUSEExits: fuse.Wake(),
+		APIReturned: contact.Returned()}
 	// Whether dead mounts are replaced in place or stacked (Linux < 6.5) is said once, here.
 	replace := mountreplace.Probe("", ossthread.Run)
 	log.Info("mount replacement probed", "beneath", replace.Beneath, "result", replace.String())

@@ -1,0 +1,94 @@
+package s3mount
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/pvrescue/pvrescue/internal/config"
+)
+
+// The periodic pass is a safety net while the node is healthy, and fast only while a
+// time-driven step (bridgeAfter, backoff, a bridge waiting for its driver) may be due.
+func TestNextCheckInFollowsWhatIsUnderWay(t *testing.T) {
+	w := newWorld(t, standard(false)...)
+	target := w.publish("uid-1", "pv-a")
+	w.start()
+	w.settle()
+	if got := w.r.nextCheckIn(); got != time.Minute {
+		t.Fatalf("healthy node: next check in %s, want the shipped s3.checkInterval 1m", got)
+	}
+
+	w.node.KillMount(target)
+	w.sync()
+	if got := w.r.nextCheckIn(); got != time.Second {
+		t.Fatalf("dead target counting towards bridgeAfter: next check in %s, want s3.pendingCheckInterval 1s", got)
+	}
+	w.waitFor("bridge on the dead target", func() bool { return len(w.node.Table().Stack(target)) == 2 })
+	if got := w.r.nextCheckIn(); got != time.Second {
+		t.Fatalf("bridge serving, waiting for its driver: next check in %s, want 1s", got)
+	}
+}
+
+func TestNextCheckInNeverExceedsCheckInterval(t *testing.T) {
+	w := newWorld(t, standard(false)...)
+	w.configure = func(c *config.Config) {
+		c.S3.CheckInterval = metav1.Duration{Duration: 500 * time.Millisecond}
+		c.S3.PendingCheckInterval = metav1.Duration{Duration: 2 * time.Second}
+	}
+	target := w.publish("uid-1", "pv-a")
+	w.node.KillMount(target)
+	w.start()
+	if got := w.r.nextCheckIn(); got != 500*time.Millisecond {
+		t.Fatalf("pending with pendingCheckInterval above checkInterval: next check in %s, want 500ms", got)
+	}
+}
+
+// A gone pod's target that still holds a mount (kubelet's teardown under way) keeps the fast
+// cadence, so our part of the teardown does not wait for the safety-net pass.
+func TestNextCheckInWhileAGonePodIsTornDown(t *testing.T) {
+	w := newWorld(t, standard(false)...)
+	target := w.publish("uid-1", "pv-a")
+	w.start()
+	w.view.DeletePod("default", "app")
+	w.sync()
+	if got := w.r.nextCheckIn(); got != time.Second {
+		t.Fatalf("gone pod's target still mounted: next check in %s, want 1s", got)
+	}
+	if err := w.node.OS().Mounter.Unmount(target, false); err != nil {
+		t.Fatal(err)
+	}
+	w.sync()
+	if got := w.r.nextCheckIn(); got != time.Minute {
+		t.Fatalf("gone pod's target torn down: next check in %s, want 1m", got)
+	}
+}
+
+// A restore that failed while the API server was away (its Secret unreadable) is retried as
+// soon as it answers again, not after the back-off.
+func TestRetryNowEndsTheBackOff(t *testing.T) {
+	objs := []runtime.Object{storageClass(), pvObj("pv-a", testDriver, false), pvcObj("data", "pv-a"), podObj("app", "uid-1", "data", false)}
+	w := newWorld(t, objs...)
+	target := w.publish("uid-1", "pv-a")
+	w.node.KillMount(target)
+	w.start()
+	failed := func() int {
+		return w.events.Count("app", corev1.EventTypeWarning, EventMountRestoreFailed, "SecretNotFound:")
+	}
+	if failed() != 1 {
+		t.Fatalf("first restore without the Secret: %d failure events, want 1", failed())
+	}
+	w.sync()
+	if failed() != 1 {
+		t.Fatalf("a pass within the back-off retried: %d failure events, want 1", failed())
+	}
+	w.view.Set(secretObj("creds", goodSecret))
+	w.r.retryNow(w.ctx)
+	w.sync() // no clock step: the back-off (2 s) has not run out
+	if got := len(w.node.Table().Stack(target)); got != 2 {
+		t.Fatalf("after retryNow the restore did not run: target depth %d, want 2 (bridge over the dead mount)", got)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -46,8 +47,8 @@ func (k *RealKernel) MountInfo() (string, error) {
 		return "", err
 	}
 	f := os.NewFile(uintptr(fd), "mountinfo")
-	defer f.Close()
 	b, err := io.ReadAll(f)
+	_ = f.Close() // read-only: nothing to flush
 	return string(b), err
 }
 
@@ -77,6 +78,9 @@ func mountID(fd int) (int, error) {
 	}
 	if stx.Mask&unix.STATX_MNT_ID == 0 {
 		return 0, fmt.Errorf("statx without STATX_MNT_ID: %w", unix.ENOTSUP)
+	}
+	if stx.Mnt_id > math.MaxInt32 { // mountinfo prints a mount ID as an int; the kernel's are small
+		return 0, fmt.Errorf("mount ID %d out of range: %w", stx.Mnt_id, unix.ERANGE)
 	}
 	return int(stx.Mnt_id), nil
 }
@@ -112,7 +116,7 @@ func (k *RealKernel) Clone(path string) (int, error) {
 	if err != nil {
 		return -1, err
 	}
-	defer unix.Close(src)
+	defer func() { _ = unix.Close(src) }() // an O_PATH descriptor: closing cannot fail usefully
 	return CloneAt(src)
 }
 
@@ -177,7 +181,7 @@ func (k *RealKernel) move(tree int, path string, top int, flags int) error {
 	if err != nil {
 		return err
 	}
-	defer unix.Close(dst)
+	defer func() { _ = unix.Close(dst) }() // an O_PATH descriptor
 	return unix.MoveMount(tree, "", dst, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH|flags)
 }
 
@@ -219,7 +223,7 @@ func (k *RealKernel) MakeReadOnly(path string, top int) error {
 	if err != nil {
 		return err
 	}
-	defer unix.Close(fd)
+	defer func() { _ = unix.Close(fd) }() // an O_PATH descriptor
 	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
 		return fmt.Errorf("%w: mount_setattr read-only on %s: %w", ErrAttrs, path, err)
 	}
@@ -237,7 +241,7 @@ func Probe(scratch string, run func(func())) Support {
 	if err != nil {
 		return Support{Err: fmt.Errorf("probe directory: %w", err)}
 	}
-	defer os.Remove(dir)
+	defer func() { _ = os.Remove(dir) }() // empty again; a leftover in scratch is harmless
 	done := make(chan error, 1)
 	go run(func() { done <- probeIn(dir) })
 	if err := <-done; err != nil {
@@ -257,12 +261,12 @@ func probeIn(dir string) error {
 	if err != nil {
 		return err
 	}
-	defer unix.Close(top)
+	defer func() { _ = unix.Close(top) }() // a probe descriptor: nothing to report
 	lower, err := tmpfs()
 	if err != nil {
 		return err
 	}
-	defer unix.Close(lower)
+	defer func() { _ = unix.Close(lower) }()
 	if err := unix.MoveMount(top, "", unix.AT_FDCWD, dir, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 		return fmt.Errorf("probe: attach a tmpfs: %w", err)
 	}
@@ -293,7 +297,7 @@ func tmpfs() (int, error) {
 	if err != nil {
 		return -1, fmt.Errorf("probe: fsopen tmpfs: %w", err)
 	}
-	defer unix.Close(fs)
+	defer func() { _ = unix.Close(fs) }()
 	if err := unix.FsconfigCreate(fs); err != nil {
 		return -1, fmt.Errorf("probe: fsconfig create: %w", err)
 	}

@@ -56,12 +56,12 @@ func inNamespace(pid int, f func() error) error {
 			if err != nil {
 				return err
 			}
-			defer unix.Close(own)
+			defer func() { _ = unix.Close(own) }()
 			ns, err := unix.Open(fmt.Sprintf("/proc/%d/ns/mnt", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 			if err != nil {
 				return err
 			}
-			defer unix.Close(ns)
+			defer func() { _ = unix.Close(ns) }()
 			if err := unix.Setns(ns, unix.CLONE_NEWNS); err != nil {
 				return fmt.Errorf("setns: %w", err)
 			}
@@ -399,8 +399,8 @@ func TestNodeFiftyDeaths(t *testing.T) {
 		bare(c.data)
 		script := []string{"mount --bind " + c.src + " " + c.data}
 		nsProp := "private"
-		switch {
-		case c.name == "htc":
+		switch c.name {
+		case "htc":
 			nsProp = "slave"
 			script = append(script, "mount --make-rslave "+c.data)
 		default:
@@ -614,7 +614,7 @@ func TestNodeLockedMountStacks(t *testing.T) {
 	r, k := realReplacer(t)
 	tree, err := k.Clone(live)
 	must(t, err)
-	defer k.Close(tree)
+	defer func() { _ = k.Close(tree) }()
 	old := topID(t, fmt.Sprintf("/proc/%d/root%s", upid, locked))
 	var res mountreplace.Result
 	must(t, inNamespace(upid, func() error {

@@ -19,29 +19,21 @@ import (
 // dead mounts to replace. Reports p50/p99 of the pass next to the mean.
 func BenchmarkRemountInContainers(b *testing.B) {
 	n := newNode(b)
-	type ctr struct {
-		c      *container
-		points []string
-	}
-	var ctrs []ctr
 	names := map[int]string{}
 	for i := 1; i <= 3; i++ {
 		name := "c" + strconv.Itoa(i)
 		root := filepath.Join(n.dir, "ctr-"+name)
 		data := filepath.Join(root, "data")
 		script := "mount --bind " + n.target + " " + data
-		points := []string{data}
 		n.mounts(name, vm(data, "", false))
 		if i == 2 {
 			n.mounts(name, vm(filepath.Join(root, "cfg"), "sub/dir", true))
 			cfg := filepath.Join(root, "cfg")
 			script += "\nmount --bind " + n.target + "/sub/dir " + cfg + "\nmount -o remount,bind,ro " + cfg
-			points = append(points, cfg)
 			mustB(b, os.MkdirAll(cfg, 0o755))
 		}
 		mustB(b, os.MkdirAll(data, 0o755))
 		c := n.startContainer(name, "private", script+"\numount "+n.target)
-		ctrs = append(ctrs, ctr{c, points})
 		names[c.pid] = name
 	}
 	n.kill()

@@ -142,7 +142,7 @@ func (n RealNamespaces) attachLocked(ns NamespaceRef, livePath string, attaches 
 	if err != nil {
 		return nil, fmt.Errorf("%w: open %s: %w", ErrSource, livePath, err)
 	}
-	defer unix.Close(root)
+	defer func() { _ = unix.Close(root) }()
 	for i, a := range attaches {
 		if a.Protect {
 			continue // nothing to clone
@@ -161,12 +161,12 @@ func (n RealNamespaces) attachLocked(ns NamespaceRef, livePath string, attaches 
 	if err != nil {
 		return nil, fmt.Errorf("%w: open own mount namespace: %w", ErrSetns, err)
 	}
-	defer unix.Close(own)
+	defer func() { _ = unix.Close(own) }()
 	nsfd, err := n.openNamespace(ns)
 	if err != nil {
 		return nil, err
 	}
-	defer unix.Close(nsfd)
+	defer func() { _ = unix.Close(nsfd) }()
 	if err := unix.Setns(nsfd, unix.CLONE_NEWNS); err != nil {
 		return nil, fmt.Errorf("%w %d: setns: %w", ErrSetns, ns.Inode, err)
 	}
@@ -192,7 +192,7 @@ func cloneBeneath(root int, offset string) (int, error) {
 	if err != nil {
 		return -1, fmt.Errorf("openat2: %w", err)
 	}
-	defer unix.Close(src)
+	defer func() { _ = unix.Close(src) }()
 	return mountreplace.CloneAt(src)
 }
 

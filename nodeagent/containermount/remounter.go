@@ -12,16 +12,17 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
+	"github.com/pvrescue/pvrescue/internal/contract"
 	"github.com/pvrescue/pvrescue/internal/mountreplace"
 	"github.com/pvrescue/pvrescue/nodeagent"
 )
 
-// Event reasons on the pod.
+// Event reasons on the pod (internal/contract names them for every process).
 const (
-	ReasonRestored = "MountRestoredInContainer"
-	ReasonFailed   = "MountRestoreInContainerFailed"
+	ReasonRestored = contract.ReasonMountRestoredInContainer
+	ReasonFailed   = contract.ReasonMountRestoreInContainerFailed
 	// ReasonSkipped: the pod spec and the container's mount table disagree (ErrUnverified).
-	ReasonSkipped = "ContainerMountSkipped"
+	ReasonSkipped = contract.ReasonContainerMountSkipped
 )
 
 // Request errors.
@@ -358,7 +359,7 @@ func errString(err error) string {
 
 // table reads the namespace's mount table through the first pid that still answers.
 func (r *Remounter) table(ns Namespace) (MountTable, error) {
-	var lastErr error = ErrNamespaceGone
+	lastErr := ErrNamespaceGone
 	for _, pid := range ns.Pids {
 		if inode, err := r.os.Proc.MountNS(pid); err != nil || inode != ns.Inode {
 			continue

@@ -189,7 +189,9 @@ func TestNodeFiftyDeathsInContainers(t *testing.T) {
 	for _, c := range ctrs {
 		pids[c.c.pid] = c.name
 	}
-	r, _ := n.remounter(inPod(pids))
+	// The fake recorder holds 20 Events and blocks the 21st: each pass's Event is taken (and
+	// checked) before the next death.
+	r, rec := n.remounter(inPod(pids))
 	hostK, err := mountreplace.NewKernel("")
 	must(t, err)
 	t.Cleanup(func() { _ = hostK.Release() })
@@ -232,6 +234,17 @@ func TestNodeFiftyDeathsInContainers(t *testing.T) {
 		must(t, err)
 		if len(rr.Fixed) != 3 || len(rr.Failed) != 0 {
 			t.Fatalf("death %d: %+v; want the three containers fixed", i, rr)
+		}
+		select {
+		case e := <-rec.Events:
+			if !strings.HasPrefix(e, "Normal "+containermount.ReasonRestored) {
+				t.Fatalf("death %d: event %q, want %s", i, e, containermount.ReasonRestored)
+			}
+		default:
+			t.Fatalf("death %d: no %s event", i, containermount.ReasonRestored)
+		}
+		if len(rec.Events) != 0 {
+			t.Fatalf("death %d: %d more events: %q", i, len(rec.Events), <-rec.Events)
 		}
 		for _, p := range pollers {
 			seen := p.liveNow.Load()

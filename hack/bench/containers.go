@@ -11,9 +11,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/pvrescue/pvrescue/internal/mountreplace"
+	"github.com/pvrescue/pvrescue/internal/ossthread"
 	"github.com/pvrescue/pvrescue/internal/testenv"
 	"github.com/pvrescue/pvrescue/nodeagent"
 	"github.com/pvrescue/pvrescue/nodeagent/containermount"
+	"github.com/pvrescue/pvrescue/nodeagent/containermount/containermounttest"
 )
 
 func runContainers(ctx context.Context, o *Options) Section {
@@ -84,8 +87,11 @@ func containers(ctx context.Context, o *Options, s *Section) error {
 	r, err := newS3Rig(ctx, o, s3RigOptions{names: newS3Names("bench-ctr"), pod: spec,
 		files: map[string]string{"before.txt": before, "sub/inside.txt": inSub},
 		remounter: func(deps nodeagent.Deps) (nodeagent.ContainerRemounter, error) {
-			os := containermount.OS{Proc: containermount.CgroupProcFS{ProcFS: containermount.RealProcFS{Root: "/proc"}, Cgroups: cgroups},
-				NS: containermount.RealNamespaces{ProcRoot: "/proc"}}
+			os, err := containermount.NewOS("/proc", mountreplace.Probe("", ossthread.Run))
+			if err != nil {
+				return nil, err
+			}
+			os.Proc = containermounttest.CgroupProcFS{ProcFS: os.Proc, Cgroups: cgroups}
 			return containermount.New(deps, os, containermount.NewOptions())
 		}})
 	if err != nil {
@@ -98,7 +104,7 @@ func containers(ctx context.Context, o *Options, s *Section) error {
 		}
 		defer func() { _ = c.cmd.Process.Kill(); _ = c.cmd.Wait() }()
 		// The map is read by the remounter only during a restore, after this loop.
-		cgroups[c.cmd.Process.Pid] = containermount.PodCgroup(string(r.pod.UID), containerID(c.name))
+		cgroups[c.cmd.Process.Pid] = containermounttest.PodCgroup(string(r.pod.UID), containerID(c.name))
 		if !c.reads() {
 			return fmt.Errorf("container %s does not read %s before the loss", c.name, c.file)
 		}

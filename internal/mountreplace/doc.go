@@ -46,7 +46,9 @@
 // replacements stack too (Reason "refused", Result.Refusal holds the kernel's error). A replaced
 // mount with mounts of its own on it is stacked over (Reason "submounts"): detaching it would
 // take them along. Every Result names its Mode and Reason, so the caller logs and counts each
-// one: there is no silent mixture.
+// one: there is no silent mixture (Metrics: pvrescue_mount_replace_total{mode,reason}, one
+// collector shared by every caller). A caller whose tree's source is in no peer group says so
+// (Request.NoPeerGroup): the new mount is then private, since it can be no slave.
 //
 // # Limits
 //
@@ -59,7 +61,9 @@
 // # Layout
 //
 // The sequence (replace.go) runs against Kernel, a small interface; kernel_linux.go holds the
-// real calls (RealKernel, Probe) and kernel_other.go a stub. mountreplacetest.FakeKernel models
+// real calls (RealKernel, Probe; RealKernel.MakeReadOnly for callers that make a mount
+// read-only in place) and kernel_other.go a stub. nodeagent/containermount uses it inside every
+// container namespace it fixes. mountreplacetest.FakeKernel models
 // mount stacks, propagation and the kernel's refusals in memory and records every instant a
 // watched path shows the bare directory. Node tests (-tags node, root) replace real s3fs mounts
 // killed with SIGKILL, on the host and inside unshare'd mount namespaces.

@@ -215,6 +215,21 @@ func (k *RealKernel) Detach(path string, top int) error {
 // Close implements Kernel.
 func (k *RealKernel) Close(fd int) error { return unix.Close(fd) }
 
+// MakeReadOnly makes the top mount at path, which must be mount top, read-only in place
+// (mount_setattr MOUNT_ATTR_RDONLY, not recursive): for a mount that already shows the live
+// connection but must not be writable.
+func (k *RealKernel) MakeReadOnly(path string, top int) error {
+	fd, err := openTop(path, top)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = unix.Close(fd) }() // an O_PATH descriptor
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
+		return fmt.Errorf("%w: mount_setattr read-only on %s: %w", ErrAttrs, path, err)
+	}
+	return nil
+}
+
 // Probe finds whether the kernel mounts beneath: in a mount namespace of its own (nothing
 // propagates out of it) it mounts a tmpfs on a fresh directory under scratch ("" for the
 // system's temp dir), moves a second tmpfs beneath it, detaches the first and checks the second

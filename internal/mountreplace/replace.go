@@ -154,6 +154,10 @@ type Request struct {
 	LivePath string
 	// Add is added to the flags taken from the old mount (never cleared from them).
 	Add Attrs
+	// NoPeerGroup: the tree's source is in no peer group (not shared), so the new mount cannot
+	// be a slave; it is private even where the old mount (or Add) is a slave, instead of failing
+	// the check after the move.
+	NoPeerGroup bool
 }
 
 // Result is what one replacement did.
@@ -216,6 +220,9 @@ func (r Replacer) Replace(req Request) (Result, error) {
 		defer func() { _ = r.Kernel.Close(tree) }()
 	}
 	res.Attrs = AttrsOf(old).Union(req.Add)
+	if req.NoPeerGroup {
+		res.Attrs.Slave = false
+	}
 	if err := r.Kernel.SetAttrs(tree, res.Attrs); err != nil {
 		return res, fmt.Errorf("%w: detached tree for %s: %w", ErrAttrs, target, err)
 	}

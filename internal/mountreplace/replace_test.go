@@ -268,3 +268,24 @@ func TestAttrsOf(t *testing.T) {
 		t.Errorf("PropagationOf = %s", p)
 	}
 }
+
+// A tree whose source is in no peer group cannot become a slave: the caller says so and the
+// new mount is private, instead of failing the check after the move with the dead mount on top.
+func TestReplaceNoPeerGroup(t *testing.T) {
+	k := mountreplacetest.NewFakeKernel()
+	k.Mount(mountreplacetest.Mount{MountPoint: target, Dev: "0:60"}) // private live mount
+	k.Mount(mountreplacetest.Mount{MountPoint: "/ctr", Dev: "0:30", FSType: "overlay"})
+	old := k.Mount(mountreplacetest.Mount{MountPoint: "/ctr/data", Dev: "0:50", Master: 9, Attrs: mountreplace.Attrs{Slave: true}})
+	k.Watch("/ctr/data")
+	res, err := replacer(k, true).Replace(mountreplace.Request{Target: "/ctr/data", Old: old, LivePath: target,
+		Add: mountreplace.Attrs{Slave: true}, NoPeerGroup: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := k.Stack("/ctr/data"); res.Mode != mountreplace.Beneath || len(s) != 1 || res.Propagation != (mountreplace.Propagation{}) {
+		t.Errorf("result %+v, stack %+v; want beneath, one private mount", res, s)
+	}
+	if len(k.Breaches) != 0 {
+		t.Errorf("bare directory seen: %v", k.Breaches)
+	}
+}

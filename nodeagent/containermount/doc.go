@@ -5,9 +5,10 @@
 //
 // # What a pass does
 //
-// After s3mount has restored a pod's target on the host (a new s3fs at a staging directory bound
-// on top of the dead target), it calls RemountInContainers with the pod, the dead connection's
-// "major:minor" and the target. The Remounter then:
+// After s3mount has restored a pod's target on the host (a new mount of the volume at the
+// target: stacked on the dead one today, or replaced beneath it with internal/mountreplace), it
+// calls RemountInContainers with the pod, the dead connection's "major:minor" and the target.
+// The Remounter then:
 //
 //  1. reads its own mount table and refuses unless the target's top mount is live;
 //  2. finds the pod's processes by the pod UID in /proc/<pid>/cgroup (cgroupfs and systemd
@@ -29,9 +30,22 @@
 //     matched, or uses subPathExpr) nothing is attached in that container — it gets a
 //     ContainerMountSkipped Event and its liveness probe stays the fallback — so text in a
 //     mount table is never the only reason a container receives a wider or writable mount;
-//  4. attaches a clone of the live mount at that offset on top of each dead mount, then reads
-//     the namespace's mountinfo again and checks the top mount is the live connection showing
-//     exactly the planned directory with the planned read-only flag;
+//  4. replaces each dead mount by a clone of the live mount at that offset (Place, with
+//     internal/mountreplace): the clone goes beneath the dead top, then the dead mount is
+//     detached, so the mount point holds one mount after any number of deaths and never shows
+//     the bare directory. The clone keeps the dead mount's read-only, nosuid, nodev, noexec and
+//     propagation, plus the pod spec's read-only, the live mount's own flags (a clone never
+//     widens its source) and slave propagation when the spec says HostToContainer or
+//     Bidirectional (once the host's dead mount is replaced, a HostToContainer mount in a
+//     container has lost its master and shows private). Where the kernel cannot (older than
+//     6.5: the start-up Probe, logged by the agent) or will not (a locked mount in a user
+//     namespace, propagation it would have to overmount) mount beneath, or the dead mount has
+//     mounts on it, the clone is stacked on top as before and the pass logs and counts why
+//     (pvrescue_mount_replace_total{mode,reason}). A mount point nested in a dead one that was
+//     stacked over is attached again inside the live outer mount in the next round (Nest).
+//     Then it reads the namespace's mountinfo again and checks the top mount is the live
+//     connection showing exactly the planned directory with the planned read-only flag, and
+//     that a replaced dead mount is gone;
 //  5. where a lookup reaches a live mount of the volume that propagated in from the host
 //     (HostToContainer) but is writable while the container's dead mount beneath it was
 //     read-only, it makes that propagated mount read-only in place (mount_setattr
@@ -57,16 +71,16 @@
 //     clone outside the volume;
 //   - open_tree(OPEN_TREE_CLONE|AT_EMPTY_PATH): a detached clone of just that mount, made in the
 //     agent's namespace BEFORE setns (host paths do not resolve afterwards);
-//   - mount_setattr on the detached clone: ro/nosuid/nodev/noexec of the dead mount added (never
-//     cleared: a read-only live mount stays read-only), propagation private (or slave when the dead mount received propagation, as with
-//     HostToContainer). A read-only clone is read-only before anyone can see it;
 //   - setns(CLONE_NEWNS) with a /proc/<pid>/ns/mnt descriptor whose inode is checked against the
 //     planned namespace (a reused pid is never entered);
-//   - openat2(RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS) of the mount point inside the
-//     container, and statx(STATX_MNT_ID, AT_STATX_DONT_SYNC) on it: it must still be the planned
-//     dead mount (no request reaches the dead FUSE daemon);
-//   - move_mount(MOVE_MOUNT_F_EMPTY_PATH|MOVE_MOUNT_T_EMPTY_PATH): the clone is stacked on top of
-//     the dead mount;
+//   - then internal/mountreplace's calls (one implementation for the host and the containers):
+//     statx(STATX_MNT_ID, AT_STATX_DONT_SYNC) of the mount point (it must still be the planned
+//     dead mount; no request reaches the dead FUSE daemon), mount_setattr on the detached clone
+//     (flags and propagation: read-only before anyone can see it), move_mount
+//     MOVE_MOUNT_BENEATH (or on top), the table checked, umount2(MNT_DETACH|UMOUNT_NOFOLLOW) of
+//     the dead top after statx names it top again; mount_setattr MOUNT_ATTR_RDONLY in place for
+//     a propagated mount that must be read-only (the mountinfo of the entered namespace is read
+//     through a /proc descriptor opened before setns, thread-self);
 //   - setns back to the agent's namespace before the thread ends.
 //
 // Requirements: Linux ≥ 5.2 for open_tree/move_mount; as written also openat2 (5.6),
@@ -81,13 +95,14 @@
 //
 // # Choices, and what was tried and failed (each checked by a node test)
 //
-//   - Stack, never unmount. The alternative — umount2(MNT_DETACH) of the dead mount inside the
-//     container, then move_mount onto the bare path — unmounts something that is not ours, and
-//     if the move then fails the container writes into its image's directory underneath. It also
-//     cannot work for containers in a user namespace: the mounts they inherited are locked, and
-//     umount of one fails with EINVAL even from the host's root (TestNodeUserNamespacedContainer).
-//     Stacking works there too. The cost: the dead mount stays beneath the live one (as it does on
-//     the host), and each further loss adds one layer.
+//   - Replace beneath, never unmount first. Unmounting the dead mount and then attaching the
+//     clone on the bare path would show the container its image's directory in between (and
+//     leave it there if the attach fails); it also fails for containers in a user namespace,
+//     whose inherited mounts are locked (umount gives EINVAL even from the host's root,
+//     TestNodeUserNamespacedContainer). MOVE_MOUNT_BENEATH puts the live mount under the dead
+//     one first; only then is the dead one detached. The kernel refuses beneath moves at locked
+//     mounts: those are stacked (reason "refused"), as everything was before Linux 6.5, and the
+//     dead layer then stays beneath the live one.
 //   - After setns, mount(2) with the host path binds whatever that path means inside the
 //     container (nothing, or the container's own directory), and mount(2) of /proc/self/fd/N of a
 //     descriptor opened before setns fails with EINVAL (not in this namespace); only a detached
@@ -106,14 +121,24 @@
 //     lookups reach the live mount. Applications that keep files open must reopen them.
 //   - Containers in a user namespace: detected (the namespace's user namespace differs from the
 //     agent's); when the kernel refuses, the failure is reported with reason "userns_locked" and
-//     the other containers are still fixed. On this kernel (6.18) stacking into them succeeded.
+//     the other containers are still fixed. On this kernel (6.18) their inherited (locked) mounts
+//     are stacked over (refused beneath), the mounts they made themselves are replaced.
+//   - A dead mount with a mount of the volume nested on it (a subPath inside the volume's own
+//     mount point) is stacked over (reason "submounts": detaching it would take the inner one
+//     along), and until the next round nests the subPath again inside the live outer mount, its
+//     mount point shows the volume's own directory of that name.
+//   - HostToContainer with the host still stacking (s3mount today): the host's new mount
+//     propagates on top of the container's dead one, which stays beneath it (the pass leaves a
+//     live mount alone).
 //
 // # Layout
 //
 // Pure parsing (cgroup.go, mountinfo.go, plan.go) is table-tested; every effect goes through OS
 // (ProcFS reads /proc, Namespaces does the kernel calls) with the real implementation in
-// os_linux.go, a stub for other systems, and FakeNode (fake.go), which applies attaches to
-// in-memory mount tables and records every breach of the safety rules. Node tests (-tags node,
+// os_linux.go, a stub for other systems, and containermounttest.FakeNode, which runs Place (and
+// so mountreplace's Replacer) over a kernel modelled on in-memory mount tables and records every
+// breach of the safety rules, including any instant a replaced mount point is bare. Place is
+// also unit-tested over mountreplacetest.FakeKernel. Node tests (-tags node,
 // root) use real mount namespaces (unshare), a real s3fs killed with SIGKILL and a real S3 server
 // (versitygw); only the processes' cgroup membership is faked through ProcFS, as test processes
 // cannot join a kubepods cgroup here.

@@ -1,9 +1,12 @@
 package containermount
 
 import (
+	"errors"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pvrescue/pvrescue/internal/metrics"
+	"github.com/pvrescue/pvrescue/internal/mountreplace"
 )
 
 // Metrics of the container remounter (names agreed in METRICS.md).
@@ -13,6 +16,9 @@ type Metrics struct {
 	Remounts *prometheus.CounterVec
 	// Duration is the time from the host-side restore (the call) to the last container fixed.
 	Duration prometheus.Histogram
+	// Replace counts dead container mounts replaced, by mode and why stacked
+	// (pvrescue_mount_replace_total, shared with every other caller of mountreplace).
+	Replace *mountreplace.Metrics
 }
 
 // NewMetrics creates the metrics and registers them with reg (nil: unregistered), the house way
@@ -30,5 +36,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10},
 		})),
 	}
-	return m, r.Err()
+	rm, err := mountreplace.NewMetrics(reg)
+	m.Replace = rm
+	return m, errors.Join(r.Err(), err)
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/pvrescue/pvrescue/internal/testenv"
 	"github.com/pvrescue/pvrescue/nodeagent"
 	"github.com/pvrescue/pvrescue/nodeagent/containermount"
+	"github.com/pvrescue/pvrescue/nodeagent/containermount/containermounttest"
 )
 
 const podUID = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
@@ -39,6 +40,7 @@ type node struct {
 	deadDev  string
 	deadRoot string
 	driver   *testenv.S3fsMount
+	restores int
 	// spec is each container's volumeMounts in the pod spec request() sends (the API's view).
 	spec map[string][]corev1.VolumeMount
 }
@@ -64,9 +66,12 @@ func newNode(t testing.TB) *node {
 	return n
 }
 
-// kill kills the driver's s3fs: every view of its connection answers ENOTCONN.
+// kill kills the s3fs serving the target (the driver's, or the last restore's): every view of
+// its connection answers ENOTCONN. deadDev and deadRoot name that connection afterwards.
 func (n *node) kill() {
 	n.t.Helper()
+	top, _ := hostTable(n.t).Top(n.target)
+	n.deadDev, n.deadRoot = top.Dev, top.Root
 	n.driver.Kill() // SIGKILL, as a plugin restart does to its s3fs
 	testenv.WaitFor(n.t, 10*time.Second, "target dead after kill -9", testenv.Until(func() bool {
 		var st unix.Statfs_t
@@ -74,12 +79,19 @@ func (n *node) kill() {
 	}))
 }
 
-// restore mounts a new s3fs at a staging directory and binds it on top of the dead target.
+// restore mounts a new s3fs at a staging directory of its own and binds it on top of the dead
+// target, as s3mount does on the host today.
 func (n *node) restore() {
 	n.t.Helper()
-	staging := filepath.Join(n.dir, "staging", "pv1")
-	n.s3fs("pv1", staging)
+	staging := n.newStaging()
 	must(n.t, unix.Mount(staging, n.target, "", unix.MS_BIND, ""))
+}
+
+func (n *node) newStaging() string {
+	n.restores++
+	staging := filepath.Join(n.dir, "staging", fmt.Sprintf("pv1-%d", n.restores))
+	n.driver = n.s3fs("pv1", staging)
+	return staging
 }
 
 // appContainer starts a container with mountPropagation None: /data is the volume, /cfg a
@@ -104,8 +116,8 @@ func (n *node) appContainer(name string) (c *container, data, cfg string) {
 func (n *node) remounter(cgroups map[int]string) (*containermount.Remounter, *record.FakeRecorder) {
 	n.t.Helper()
 	rec := record.NewFakeRecorder(20)
-	os := containermount.OS{Proc: containermount.CgroupProcFS{ProcFS: containermount.RealProcFS{Root: "/proc"}, Cgroups: cgroups},
-		NS: containermount.RealNamespaces{ProcRoot: "/proc"}}
+	os := realOS(n.t)
+	os.Proc = containermounttest.CgroupProcFS{ProcFS: os.Proc, Cgroups: cgroups}
 	r, err := containermount.New(nodeagent.Deps{Recorder: rec, Registerer: prometheus.NewRegistry()}, os, containermount.Options{})
 	must(n.t, err)
 	return r, rec
@@ -204,10 +216,11 @@ func TestNodeRemountInContainers(t *testing.T) {
 		}
 		t.Logf("app %s: %+v", mp, top)
 	}
-	// Nothing was unmounted: the dead mount stays under the live one, and what was opened on the
-	// dead connection (here the main process's working directory) stays broken.
-	if s := app.table(t).Stack(data); len(s) != 2 || s[0].Dev != n.deadDev {
-		t.Errorf("stack at /data = %+v; want the dead mount with the live one on top", s)
+	// Replaced, not stacked: only the live mount is at /data, the dead one was detached (lazily:
+	// what was opened on the dead connection, here the main process's working directory, stays
+	// broken).
+	if s := app.table(t).Stack(data); len(s) != 1 || s[0].Dev == n.deadDev {
+		t.Errorf("stack at /data = %+v; want only the live mount", s)
 	}
 	if _, err := os.ReadFile(fmt.Sprintf("/proc/%d/cwd/root.txt", app.pid)); !errors.Is(err, syscall.ENOTCONN) {
 		t.Errorf("reading through a working directory opened on the dead mount: %v, want ENOTCONN", err)
@@ -224,8 +237,8 @@ func TestNodeRemountInContainers(t *testing.T) {
 	// A second pass changes nothing.
 	res, err = r.RemountInContainers(ctx, n.request("app", "side", "watcher"))
 	must(t, err)
-	if len(res.Fixed) != 0 || len(res.Failed) != 0 || res.Untouched != 3 {
-		t.Errorf("second pass: %+v; want nothing fixed or failed, 3 untouched", res)
+	if len(res.Fixed) != 0 || len(res.Failed) != 0 || res.Untouched != 1 {
+		t.Errorf("second pass: %+v; want nothing fixed or failed, 1 untouched (watcher: the dead connection is left only there)", res)
 	}
 	if ev := drain(rec); len(ev) != 0 {
 		t.Errorf("second pass emitted %q", ev)
@@ -236,7 +249,7 @@ func TestNodeRemountInContainers(t *testing.T) {
 func inPod(names map[int]string) map[int]string {
 	out := map[int]string{}
 	for pid, name := range names {
-		out[pid] = containermount.PodCgroup(podUID, name+"-id")
+		out[pid] = containermounttest.PodCgroup(podUID, name+"-id")
 	}
 	return out
 }
@@ -266,7 +279,7 @@ func TestNodeAgentStaysInItsNamespace(t *testing.T) {
 	inode, err := containermount.NamespaceInode(nsOf(t, c.pid))
 	must(t, err)
 	threadsBefore := threads(t)
-	ns := containermount.RealNamespaces{ProcRoot: "/proc"}
+	ns := realOS(t).NS
 	for i := 0; i < 50; i++ {
 		errs, err := ns.AttachInNamespace(context.Background(), containermount.NamespaceRef{Inode: inode, Pids: []int{c.pid}}, e.dir, nil)
 		if err != nil || len(errs) != 0 {

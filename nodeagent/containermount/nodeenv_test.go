@@ -10,11 +10,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pvrescue/pvrescue/internal/mountreplace"
+	"github.com/pvrescue/pvrescue/internal/ossthread"
 	"github.com/pvrescue/pvrescue/internal/testenv"
 	"github.com/pvrescue/pvrescue/nodeagent/containermount"
 )
@@ -148,9 +151,17 @@ func hostTable(t testing.TB) containermount.MountTable {
 	return tab
 }
 
-func must(t testing.TB, err error) {
+var probe = sync.OnceValue(func() mountreplace.Support { return mountreplace.Probe("", ossthread.Run) })
+
+// realOS is the agent's OS as app wires it: the start-up probe's answer, which on this kernel
+// (6.5 or later) must be that it mounts beneath.
+func realOS(t testing.TB) containermount.OS {
 	t.Helper()
-	if err != nil {
-		t.Fatal(err)
+	s := probe()
+	if !s.Beneath {
+		t.Fatalf("this kernel must mount beneath (Linux >= 6.5): %v", s.Err)
 	}
+	os, err := containermount.NewOS("/proc", s)
+	must(t, err)
+	return os
 }

@@ -3,6 +3,8 @@ package containermount
 import (
 	"context"
 	"errors"
+
+	"github.com/pvrescue/pvrescue/internal/mountreplace"
 )
 
 // Sentinel errors of the kernel side; each maps to a metrics reason (see Reason).
@@ -29,7 +31,8 @@ var (
 )
 
 // OS is the remounter's only way to touch the node: reading /proc and the kernel calls that
-// move a mount into another namespace. NewOS (Linux) is the real one, NewFakeOS the fake.
+// move a mount into another namespace. NewOS (Linux) is the real one; containermounttest.FakeNode
+// the fake.
 type OS struct {
 	Proc ProcFS
 	NS   Namespaces
@@ -56,18 +59,32 @@ type Attach struct {
 	// beneath the live mount without following symlinks or crossing into other mounts.
 	Offset string
 	// Target is the path inside the container's namespace, resolved there without following
-	// symlinks; it must still reach the mount ExpectMountID.
+	// symlinks; its top mount must still be ExpectMountID.
 	Target        string
 	ExpectMountID int
-	// Flags added to the clone while it is still detached (never cleared: a flag of the live
-	// mount stays).
+	// Flags added to the dead mount's own when the clone replaces it (never cleared: a flag of
+	// the dead mount, of the live mount or of the pod spec stays).
 	ReadOnly, NoSuid, NoDev, NoExec bool
-	// Slave makes the new mount a slave (as HostToContainer's mounts are); otherwise private.
+	// Slave makes the new mount a slave of the live mount's peer group (the pod spec asks for
+	// HostToContainer), whatever the dead mount shows; otherwise it keeps the dead mount's.
 	Slave bool
-	// Protect attaches nothing: the mount a lookup of Target reaches (it must be ExpectMountID)
-	// is made read-only in place, inside the container's namespace. Offset and the other flags
-	// are ignored.
+	// NoPeerGroup: the live mount is not shared, so the clone can be no slave (private).
+	NoPeerGroup bool
+	// Nest: Target is no mount point but a directory inside the live mount ExpectMountID (a
+	// subPath nested in a mount point already fixed, whose dead mount went with the outer one or
+	// is hidden under it): the clone is attached there, nothing is replaced.
+	Nest bool
+	// Protect attaches nothing: the mount at Target (it must be ExpectMountID) is made read-only
+	// in place, inside the container's namespace. Offset and the other flags are ignored.
 	Protect bool
+}
+
+// Outcome is what one Attach did inside the namespace.
+type Outcome struct {
+	Err error
+	// Replace says how a dead mount was replaced (mountreplace.Result.Mode: beneath, or
+	// stacked with its reason); zero for Nest and Protect.
+	Replace mountreplace.Result
 }
 
 // NamespaceRef names the namespace to enter: the pids are tried in order and the first whose
@@ -80,8 +97,14 @@ type NamespaceRef struct {
 // Namespaces performs the kernel calls.
 type Namespaces interface {
 	// AttachInNamespace clones livePath (plus each Offset) in the agent's own namespace, enters
-	// ns, and stacks each clone on top of the dead mount at its Target. It returns one error
-	// (or nil) per attach, or a single error when the namespace could not be entered at all.
-	// It never unmounts anything.
-	AttachInNamespace(ctx context.Context, ns NamespaceRef, livePath string, attaches []Attach) ([]error, error)
+	// ns, and puts each clone in place of the dead mount at its Target (Place). It returns one
+	// Outcome per attach, or a single error when the namespace could not be entered at all.
+	AttachInNamespace(ctx context.Context, ns NamespaceRef, livePath string, attaches []Attach) ([]Outcome, error)
+}
+
+// Kernel is the mount calls Place makes inside an entered namespace: mountreplace's, plus
+// making a mount read-only in place (mountreplace.RealKernel has both; so do the fakes).
+type Kernel interface {
+	mountreplace.Kernel
+	MakeReadOnly(path string, top int) error
 }

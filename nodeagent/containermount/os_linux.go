@@ -11,15 +11,22 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pvrescue/pvrescue/internal/mountreplace"
 	"github.com/pvrescue/pvrescue/internal/ossthread"
 )
 
-// NewOS returns the real node implementation reading procRoot (normally "/proc").
-func NewOS(procRoot string) OS {
+// NewOS returns the real node implementation reading procRoot (normally "/proc"). support is
+// what mountreplace.Probe found at start-up: without MOVE_MOUNT_BENEATH every replacement
+// stacks, and says so.
+func NewOS(procRoot string, support mountreplace.Support) (OS, error) {
 	if procRoot == "" {
 		procRoot = "/proc"
 	}
-	return OS{Proc: RealProcFS{Root: procRoot}, NS: RealNamespaces{ProcRoot: procRoot}}
+	k, err := mountreplace.NewKernel(procRoot)
+	if err != nil {
+		return OS{}, err
+	}
+	return OS{Proc: RealProcFS{Root: procRoot}, NS: RealNamespaces{ProcRoot: procRoot, Kernel: k, Support: support}}, nil
 }
 
 // RealProcFS reads a /proc directory.
@@ -71,13 +78,20 @@ func (p RealProcFS) ns(pid int, kind string) (uint64, error) {
 	return NamespaceInode(link)
 }
 
-// RealNamespaces performs the kernel calls (Linux >= 5.2 for open_tree/move_mount, 5.6 for
-// openat2, 5.12 for mount_setattr).
-type RealNamespaces struct{ ProcRoot string }
+// RealNamespaces performs the kernel calls (Linux >= 5.12 for open_tree, move_mount, openat2,
+// STATX_MNT_ID and mount_setattr; 6.5 for replacing beneath). Make it with NewOS.
+type RealNamespaces struct {
+	ProcRoot string
+	// Kernel makes the mount calls of Place (its /proc descriptor reads the entered namespace's
+	// mount table through thread-self).
+	Kernel *mountreplace.RealKernel
+	// Support is the start-up probe's answer.
+	Support mountreplace.Support
+}
 
 type attachResult struct {
-	errs []error
-	err  error
+	out []Outcome
+	err error
 }
 
 // AttachInNamespace implements Namespaces.
@@ -88,15 +102,18 @@ type attachResult struct {
 // returns. It is never the main thread: Go cannot end that one (it would stay wedged, and
 // /proc/self/* of the whole agent — s3mount reads /proc/self/mountinfo — would describe the
 // container's namespace; seen in the node test before this rule).
-func (n RealNamespaces) AttachInNamespace(ctx context.Context, ns NamespaceRef, livePath string, attaches []Attach) ([]error, error) {
+func (n RealNamespaces) AttachInNamespace(ctx context.Context, ns NamespaceRef, livePath string, attaches []Attach) ([]Outcome, error) {
+	if n.Kernel == nil {
+		return nil, fmt.Errorf("%w: RealNamespaces without a kernel (use NewOS)", ErrUnsupported)
+	}
 	done := make(chan attachResult, 1)
 	go ossthread.Run(func() {
-		errs, err := n.attachLocked(ns, livePath, attaches)
-		done <- attachResult{errs, err}
+		out, err := n.attachLocked(ns, livePath, attaches)
+		done <- attachResult{out, err}
 	})
 	select {
 	case r := <-done:
-		return r.errs, r.err
+		return r.out, r.err
 	case <-ctx.Done():
 		// The calls do not block on a dead FUSE connection; if one hangs anyway the thread
 		// finishes on its own and its result is dropped.
@@ -104,13 +121,13 @@ func (n RealNamespaces) AttachInNamespace(ctx context.Context, ns NamespaceRef, 
 	}
 }
 
-func (n RealNamespaces) attachLocked(ns NamespaceRef, livePath string, attaches []Attach) ([]error, error) {
+func (n RealNamespaces) attachLocked(ns NamespaceRef, livePath string, attaches []Attach) ([]Outcome, error) {
 	if err := unix.Unshare(unix.CLONE_FS); err != nil {
 		return nil, fmt.Errorf("%w: unshare(CLONE_FS): %w", ErrSetns, err)
 	}
 	// 1. Clone every source in our own namespace: after setns, host paths do not resolve.
 	trees := make([]int, len(attaches))
-	errs := make([]error, len(attaches))
+	out := make([]Outcome, len(attaches))
 	defer func() {
 		for _, fd := range trees {
 			if fd > 0 {
@@ -130,9 +147,9 @@ func (n RealNamespaces) attachLocked(ns NamespaceRef, livePath string, attaches 
 		if a.Protect {
 			continue // nothing to clone
 		}
-		fd, err := cloneBeneath(root, a)
+		fd, err := cloneBeneath(root, a.Offset)
 		if err != nil {
-			errs[i] = fmt.Errorf("%w: %s/%s: %w", ErrSource, livePath, a.Offset, err)
+			out[i].Err = fmt.Errorf("%w: %s/%s: %w", ErrSource, livePath, a.Offset, err)
 			continue
 		}
 		trees[i] = fd
@@ -155,23 +172,16 @@ func (n RealNamespaces) attachLocked(ns NamespaceRef, livePath string, attaches 
 	}
 	defer func() { _ = unix.Setns(own, unix.CLONE_NEWNS) }()
 
-	// 3. Stack each clone on the dead mount (or make a propagated mount read-only again); from
-	// here paths are the container's.
-	for i, a := range attaches {
-		switch {
-		case a.Protect:
-			errs[i] = protectAt(a)
-		case trees[i] > 0:
-			errs[i] = attachAt(trees[i], a)
-		}
-	}
-	return errs, nil
+	// 3. From here paths are the container's.
+	Place(n.Kernel, n.Support, trees, attaches, out)
+	return out, nil
 }
 
-// cloneBeneath opens offset beneath the live mount (no symlinks, no other mounts) and returns a
-// detached clone of it with the container mount's flags and propagation already set.
-func cloneBeneath(root int, a Attach) (int, error) {
-	rel := a.Offset
+// cloneBeneath opens offset beneath the live mount (no symlinks, no other mounts: a symlink
+// planted in the bucket never redirects the clone outside the volume) and returns a detached
+// clone of it; Place gives it its flags and propagation.
+func cloneBeneath(root int, offset string) (int, error) {
+	rel := offset
 	if rel == "" {
 		rel = "."
 	}
@@ -183,29 +193,7 @@ func cloneBeneath(root int, a Attach) (int, error) {
 		return -1, fmt.Errorf("openat2: %w", err)
 	}
 	defer func() { _ = unix.Close(src) }() // a descriptor we only read through: nothing is lost on close
-	tree, err := unix.OpenTree(src, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
-	if err != nil {
-		return -1, fmt.Errorf("open_tree: %w", err)
-	}
-	attr := &unix.MountAttr{Propagation: unix.MS_PRIVATE}
-	if a.Slave {
-		attr.Propagation = unix.MS_SLAVE
-	}
-	// Flags are only ever added: the new mount is at least as restricted as both the container's
-	// dead mount and the live mount it is cloned from.
-	for _, f := range []struct {
-		on   bool
-		flag uint64
-	}{{a.ReadOnly, unix.MOUNT_ATTR_RDONLY}, {a.NoSuid, unix.MOUNT_ATTR_NOSUID}, {a.NoDev, unix.MOUNT_ATTR_NODEV}, {a.NoExec, unix.MOUNT_ATTR_NOEXEC}} {
-		if f.on {
-			attr.Attr_set |= f.flag
-		}
-	}
-	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, attr); err != nil {
-		_ = unix.Close(tree)
-		return -1, fmt.Errorf("mount_setattr on the detached clone: %w", err)
-	}
-	return tree, nil
+	return mountreplace.CloneAt(src)
 }
 
 func (n RealNamespaces) openNamespace(ns NamespaceRef) (int, error) {
@@ -222,54 +210,4 @@ func (n RealNamespaces) openNamespace(ns NamespaceRef) (int, error) {
 		return fd, nil
 	}
 	return -1, fmt.Errorf("%w: %d (pids %v)", ErrNamespaceGone, ns.Inode, ns.Pids)
-}
-
-// openTarget resolves the target inside the container without following symlinks and checks
-// that it still reaches the planned mount.
-func openTarget(a Attach) (int, error) {
-	dst, err := unix.Openat2(unix.AT_FDCWD, a.Target, &unix.OpenHow{
-		Flags:   unix.O_PATH | unix.O_CLOEXEC | unix.O_NOFOLLOW,
-		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-	})
-	if err != nil {
-		return -1, fmt.Errorf("%w: open %s: %w", ErrTargetChanged, a.Target, err)
-	}
-	// DONT_SYNC: the mount ID comes from the VFS; no request reaches the dead FUSE daemon.
-	var stx unix.Statx_t
-	if err := unix.Statx(dst, "", unix.AT_EMPTY_PATH|unix.AT_STATX_DONT_SYNC, unix.STATX_MNT_ID, &stx); err != nil {
-		_ = unix.Close(dst)
-		return -1, fmt.Errorf("%w: statx %s: %w", ErrTargetChanged, a.Target, err)
-	}
-	if stx.Mask&unix.STATX_MNT_ID == 0 || a.ExpectMountID < 0 || stx.Mnt_id != uint64(a.ExpectMountID) {
-		_ = unix.Close(dst)
-		return -1, fmt.Errorf("%w: %s is mount %d, planned %d", ErrTargetChanged, a.Target, stx.Mnt_id, a.ExpectMountID)
-	}
-	return dst, nil
-}
-
-// protectAt makes the planned mount at the target read-only (mount_setattr, not recursive).
-func protectAt(a Attach) error {
-	dst, err := openTarget(a)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = unix.Close(dst) }() // a descriptor we only read through: nothing is lost on close
-	if err := unix.MountSetattr(dst, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
-		return fmt.Errorf("%w: mount_setattr read-only on %s: %w", ErrAttach, a.Target, err)
-	}
-	return nil
-}
-
-// attachAt resolves the target inside the container without following symlinks, checks it still
-// reaches the planned dead mount, and moves the clone on top of it.
-func attachAt(tree int, a Attach) error {
-	dst, err := openTarget(a)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = unix.Close(dst) }() // a descriptor we only read through: nothing is lost on close
-	if err := unix.MoveMount(tree, "", dst, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
-		return fmt.Errorf("%w: move_mount onto %s: %w", ErrAttach, a.Target, err)
-	}
-	return nil
 }

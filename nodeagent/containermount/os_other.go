@@ -2,10 +2,14 @@
 
 package containermount
 
-import "context"
+import (
+	"context"
+
+	"github.com/pvrescue/pvrescue/internal/mountreplace"
+)
 
 // NewOS returns an implementation whose every effect fails: the kernel calls are Linux-only.
-func NewOS(string) OS { return OS{Proc: noProc{}, NS: noNS{}} }
+func NewOS(string, mountreplace.Support) (OS, error) { return OS{Proc: noProc{}, NS: noNS{}}, nil }
 
 type noProc struct{}
 
@@ -18,6 +22,6 @@ func (noProc) UserNS(int) (uint64, error)    { return 0, ErrUnsupported }
 
 type noNS struct{}
 
-func (noNS) AttachInNamespace(context.Context, NamespaceRef, string, []Attach) ([]error, error) {
+func (noNS) AttachInNamespace(context.Context, NamespaceRef, string, []Attach) ([]Outcome, error) {
 	return nil, ErrUnsupported
 }

@@ -121,8 +121,13 @@ type Target struct {
 	DeadMountID int
 	// ReadOnly, NoSuid, NoDev, NoExec copy the dead mount's per-mount flags onto the new one.
 	ReadOnly, NoSuid, NoDev, NoExec bool
-	// Slave: the dead mount received propagation (master:N or shared:N); the new one will too.
+	// Slave: the new mount receives propagation from the live mount's peer group — the dead
+	// mount received it (master:N or shared:N) or the pod spec asks for it (HostToContainer,
+	// Bidirectional; CheckPlan).
 	Slave bool
+	// Nest: MountPoint is hidden under a live mount of the volume on an ancestor (DeadMountID
+	// names it): the clone is attached inside that live mount, nothing is replaced.
+	Nest bool
 	// Reprotect: a lookup of MountPoint already reaches a live mount of the volume — propagated
 	// in from the host (HostToContainer) — but it is writable while the container's dead mount
 	// beneath it was read-only. Nothing is attached: that live mount (DeadMountID names it) is
@@ -159,11 +164,13 @@ func PlanNamespace(table MountTable, deadDev, deadRoot, liveDev string) Plan {
 		seen[m.MountPoint] = true
 		reached, _ := table.Reach(m.MountPoint)
 		var dead Mount
+		nested := false
 		switch {
 		case reached.MountPoint == m.MountPoint && reached.Dev == deadDev:
 			dead = reached // the dead mount is what a lookup reaches
 		case reached.MountPoint != m.MountPoint && reached.Dev == liveDev && liveDev != deadDev:
 			dead = topDead(table, m.MountPoint, deadDev) // hidden under a live ancestor: nest it again
+			nested = true
 		case reached.MountPoint == m.MountPoint && reached.Dev == liveDev && liveDev != deadDev &&
 			!reached.ReadOnly() && topDead(table, m.MountPoint, deadDev).ReadOnly():
 			// Live by propagation, but writable over a read-only container mount.
@@ -187,6 +194,7 @@ func PlanNamespace(table MountTable, deadDev, deadRoot, liveDev string) Plan {
 			NoDev:       dead.HasOption("nodev"),
 			NoExec:      dead.HasOption("noexec"),
 			Slave:       receivesPropagation(dead),
+			Nest:        nested,
 		})
 	}
 	// Outer mount points first; an inner one hidden by fixing its ancestor is planned again, now

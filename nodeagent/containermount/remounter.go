@@ -12,15 +12,17 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
+	"github.com/pvrescue/pvrescue/internal/contract"
+	"github.com/pvrescue/pvrescue/internal/mountreplace"
 	"github.com/pvrescue/pvrescue/nodeagent"
 )
 
-// Event reasons on the pod.
+// Event reasons on the pod (internal/contract names them for every process).
 const (
-	ReasonRestored = "MountRestoredInContainer"
-	ReasonFailed   = "MountRestoreInContainerFailed"
+	ReasonRestored = contract.ReasonMountRestoredInContainer
+	ReasonFailed   = contract.ReasonMountRestoreInContainerFailed
 	// ReasonSkipped: the pod spec and the container's mount table disagree (ErrUnverified).
-	ReasonSkipped = "ContainerMountSkipped"
+	ReasonSkipped = contract.ReasonContainerMountSkipped
 )
 
 // Request errors.
@@ -94,8 +96,9 @@ func New(deps nodeagent.Deps, os OS, opts Options) (*Remounter, error) {
 func (r *Remounter) Metrics() *Metrics { return r.metrics }
 
 // RemountInContainers finds every container of req.Pod whose mount namespace still reaches the
-// dead connection req.DeadDevice, and stacks a clone of the live mount at req.LivePath (at the
-// same offset inside the volume) on top of each such dead mount. Mount points already on a live
+// dead connection req.DeadDevice, and replaces each such dead mount by a clone of the live mount
+// at req.LivePath (at the same offset inside the volume): beneath it, then the dead one detached,
+// or stacked on it where the kernel refuses (counted and logged with the reason). Mount points already on a live
 // mount are left alone, so a second pass changes nothing. A container that cannot be fixed is
 // reported in Failed and does not stop the others; the error is for a request that could not be
 // worked on at all.
@@ -282,13 +285,19 @@ func (r *Remounter) fixNamespace(ctx context.Context, log logr.Logger, req Remou
 // changed: at least one target no longer reached what was planned (possibly hidden by this round).
 func (r *Remounter) attachRound(ctx context.Context, log logr.Logger, req RemountRequest, live Mount, ns Namespace, plan Plan,
 	userNamespaced bool, fixed *[]string, failed map[string]error) (progress, changed bool) {
+	// Flags of the live mount are added too: a clone never widens what it is cloned from. A
+	// slave needs a peer group to receive from: the live mount must be shared (kubelet's
+	// directory is).
+	liveShared := mountreplace.PropagationOf(live).Shared
 	attaches := make([]Attach, len(plan.Targets))
 	for i, t := range plan.Targets {
 		attaches[i] = Attach{Offset: t.Offset, Target: t.MountPoint, ExpectMountID: t.DeadMountID,
-			ReadOnly: t.ReadOnly, NoSuid: t.NoSuid, NoDev: t.NoDev, NoExec: t.NoExec, Slave: t.Slave, Protect: t.Reprotect}
+			ReadOnly: t.ReadOnly || live.ReadOnly(), NoSuid: t.NoSuid || live.HasOption("nosuid"),
+			NoDev: t.NoDev || live.HasOption("nodev"), NoExec: t.NoExec || live.HasOption("noexec"),
+			Slave: t.Slave && liveShared, NoPeerGroup: !liveShared, Nest: t.Nest, Protect: t.Reprotect}
 	}
 	nctx, cancel := context.WithTimeout(ctx, r.opts.NamespaceTimeout)
-	errs, err := r.os.NS.AttachInNamespace(nctx, NamespaceRef{Inode: ns.Inode, Pids: ns.Pids}, req.LivePath, attaches)
+	outs, err := r.os.NS.AttachInNamespace(nctx, NamespaceRef{Inode: ns.Inode, Pids: ns.Pids}, req.LivePath, attaches)
 	cancel()
 	if err != nil {
 		for _, t := range plan.Targets {
@@ -298,12 +307,21 @@ func (r *Remounter) attachRound(ctx context.Context, log logr.Logger, req Remoun
 	}
 	after, verr := r.table(ns)
 	for i, t := range plan.Targets {
-		var aerr error
-		if i < len(errs) {
-			aerr = errs[i]
+		var o Outcome
+		if i < len(outs) {
+			o = outs[i]
+		} else {
+			o.Err = fmt.Errorf("%w: no outcome for %s", ErrAttach, t.MountPoint)
 		}
+		// Counted whenever a mount was put in place, even if a later step failed.
+		r.metrics.Replace.Observe(o.Replace)
+		if o.Replace.Mode == mountreplace.Stacked {
+			log.Info("kernel did not mount beneath: live mount stacked on the dead one", "mountPoint", t.MountPoint,
+				"reason", o.Replace.Reason, "refusal", errString(o.Replace.Refusal))
+		}
+		aerr := o.Err
 		if aerr == nil {
-			aerr = verify(after, verr, t, live)
+			aerr = verify(after, verr, t, live, o.Replace.Mode)
 		}
 		if aerr != nil {
 			failed[t.MountPoint] = lockedIf(userNamespaced, aerr)
@@ -319,10 +337,24 @@ func (r *Remounter) attachRound(ctx context.Context, log logr.Logger, req Remoun
 			log.Info("live mount propagated into container made read-only again", "mountPoint", t.MountPoint)
 			continue
 		}
-		log.Info("live mount restored in container", "mountPoint", t.MountPoint,
-			"offset", t.Offset, "readOnly", t.ReadOnly || live.ReadOnly())
+		log.Info("live mount restored in container", "mountPoint", t.MountPoint, "offset", t.Offset,
+			"readOnly", attaches[i].ReadOnly, "slave", attaches[i].Slave, "mode", modeOf(o), "took", o.Replace.Took)
 	}
 	return progress, changed
+}
+
+func modeOf(o Outcome) string {
+	if o.Replace.Mode == "" {
+		return "nested"
+	}
+	return string(o.Replace.Mode)
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
 
 // table reads the namespace's mount table through the first pid that still answers.
@@ -349,7 +381,7 @@ func (r *Remounter) table(ns Namespace) (MountTable, error) {
 // verify checks, in the table read after attaching, that a lookup of the mount point reaches the
 // live connection showing exactly the planned directory of the volume (never the volume root for
 // a subPath).
-func verify(after MountTable, readErr error, t Target, live Mount) error {
+func verify(after MountTable, readErr error, t Target, live Mount, mode mountreplace.Mode) error {
 	if readErr != nil {
 		return fmt.Errorf("%w: %w", ErrVerify, readErr)
 	}
@@ -374,6 +406,13 @@ func verify(after MountTable, readErr error, t Target, live Mount) error {
 		return fmt.Errorf("%w: %s shows %q of the volume, want %q", ErrVerify, t.MountPoint, top.Root, want)
 	case top.ReadOnly() != (t.ReadOnly || live.ReadOnly()):
 		return fmt.Errorf("%w: %s read-only=%t, want %t", ErrVerify, t.MountPoint, top.ReadOnly(), t.ReadOnly || live.ReadOnly())
+	}
+	if mode == mountreplace.Beneath {
+		for _, m := range after {
+			if m.ID == t.DeadMountID {
+				return fmt.Errorf("%w: dead mount %d still in the table after it was replaced at %s", ErrVerify, m.ID, t.MountPoint)
+			}
+		}
 	}
 	return nil
 }

@@ -22,6 +22,9 @@ type SpecMount struct {
 	Expr bool
 	// ReadOnly: the volumeMount or the pod volume (claim or inline CSI) is read-only.
 	ReadOnly bool
+	// Receives: mountPropagation HostToContainer or Bidirectional — the container's mount is a
+	// slave of the host's.
+	Receives bool
 }
 
 // SpecMounts returns, by cleaned mount path, the volumeMounts of the named containers of pod
@@ -55,8 +58,10 @@ func SpecMounts(pod *corev1.Pod, names []string) (map[string][]SpecMount, bool) 
 				sub = path.Clean("/" + vm.SubPath)[1:]
 			}
 			mp := path.Clean(vm.MountPath)
+			receives := vm.MountPropagation != nil && (*vm.MountPropagation == corev1.MountPropagationHostToContainer ||
+				*vm.MountPropagation == corev1.MountPropagationBidirectional)
 			out[mp] = append(out[mp], SpecMount{Volume: vm.Name, SubPath: sub, Expr: vm.SubPathExpr != "",
-				ReadOnly: vm.ReadOnly || volRO[vm.Name]})
+				ReadOnly: vm.ReadOnly || volRO[vm.Name], Receives: receives})
 		}
 	}
 	return out, len(names) > 0
@@ -64,7 +69,7 @@ func SpecMounts(pod *corev1.Pod, names []string) (map[string][]SpecMount, bool) 
 
 // CheckPlan holds a container namespace's plan against its pod spec: the offset of each target
 // must be the spec's subPath and a mount the spec makes read-only must show read-only, and the
-// clone gets the spec's read-only flag too. When any target disagrees, or the namespace was not
+// clone gets the spec's read-only flag and propagation (slave for HostToContainer) too. When any target disagrees, or the namespace was not
 // matched to containers of the spec (identified false), every attach of the namespace is moved to
 // Skipped (ErrUnverified): a container is never given a mount chosen from text that disagrees
 // with what the agent verified. Making a propagated mount read-only in place (Reprotect) only
@@ -101,6 +106,9 @@ func CheckPlan(plan Plan, table MountTable, liveDev string, spec map[string][]Sp
 					ErrUnverified, t.MountPoint)
 			}
 			t.ReadOnly = t.ReadOnly || sm.ReadOnly
+			// A HostToContainer mount whose host mount was replaced shows private (its master
+			// group emptied): the spec says what it must be again.
+			t.Slave = t.Slave || sm.Receives
 		}
 		attaches = append(attaches, t)
 	}

@@ -18,6 +18,8 @@ import (
 
 	"github.com/pvrescue/pvrescue/internal/cmdutil/kubecmd"
 	"github.com/pvrescue/pvrescue/internal/config"
+	"github.com/pvrescue/pvrescue/internal/mountreplace"
+	"github.com/pvrescue/pvrescue/internal/ossthread"
 	"github.com/pvrescue/pvrescue/nodeagent"
 	"github.com/pvrescue/pvrescue/nodeagent/containermount"
 	"github.com/pvrescue/pvrescue/nodeagent/fusewatch"
@@ -150,8 +152,15 @@ func Run(ctx context.Context, o *Options) error {
 	deps := nodeagent.Deps{NodeName: o.NodeName, Config: cfg, Client: client, View: view, Recorder: recorder,
 		Registerer: reg, Clock: clock.RealClock{}, FUSEExits: fuse.Wake(),
 		APIReturned: contact.Returned()}
+	// Whether dead mounts are replaced in place or stacked (Linux < 6.5) is said once, here.
+	replace := mountreplace.Probe("", ossthread.Run)
+	log.Info("mount replacement probed", "beneath", replace.Beneath, "result", replace.String())
 	if o.ContainerRemount {
-		rm, err := containermount.New(deps, containermount.NewOS("/proc"), containermount.NewOptions())
+		cmOS, err := containermount.NewOS("/proc", replace)
+		if err != nil {
+			return err
+		}
+		rm, err := containermount.New(deps, cmOS, containermount.NewOptions())
 		if err != nil {
 			return err
 		}

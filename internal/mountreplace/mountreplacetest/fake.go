@@ -383,6 +383,20 @@ func (k *FakeKernel) drop(id int) {
 	delete(k.attached, id)
 }
 
+// MakeReadOnly makes the top mount at path, which must be top, read-only in place.
+func (k *FakeKernel) MakeReadOnly(path string, top int) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	path = filepath.Clean(path)
+	t, ok := k.top(path)
+	if !ok || t.ID != top {
+		return fmt.Errorf("%w: fake top of %s is %d, want %d", mountreplace.ErrTargetChanged, path, t.ID, top)
+	}
+	t.ReadOnly = true
+	k.check("read-only " + path)
+	return nil
+}
+
 // Close implements mountreplace.Kernel.
 func (k *FakeKernel) Close(fd int) error {
 	k.mu.Lock()

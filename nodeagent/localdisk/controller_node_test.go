@@ -241,8 +241,12 @@ func TestNodeAgentWithAPIServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		testenv.WaitFor(t, 9*time.Second, "fake link", func() error {
-			if got, err := os.Readlink(e.devPath); err != nil || got != want {
-				return fmt.Errorf("round %d: link %q (%w), want %q; loops: %s", i, got, err, want, loopStates())
+			got, err := os.Readlink(e.devPath)
+			if err != nil {
+				return fmt.Errorf("round %d: no link yet, want %q: %w; loops: %s", i, want, err, loopStates())
+			}
+			if got != want {
+				return fmt.Errorf("round %d: link %q, want %q; loops: %s", i, got, want, loopStates())
 			}
 			return nil
 		})

@@ -234,11 +234,42 @@ func checkRestarts(t testing.TB, e *env, ns string, before map[string]map[string
 		now[pod] = podRestarts(t, e, ns, pod)
 		for c, n := range counts {
 			if now[pod][c] != n {
-				t.Errorf("%s/%s container %s was restarted (%d → %d)", ns, pod, c, n, now[pod][c])
+				t.Errorf("%s/%s container %s was restarted (%d → %d): %s; events: %v", ns, pod, c, n, now[pod][c],
+					lastTermination(t, e, ns, pod, c), podEvents(t, e, ns, pod))
 			}
 		}
 	}
 	return now
+}
+
+// lastTermination says why container c of ns/pod last ended (exit code, reason, message).
+func lastTermination(t testing.TB, e *env, ns, pod, c string) string {
+	t.Helper()
+	p, err := e.c.Client.CoreV1().Pods(ns).Get(context.Background(), pod, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Sprintf("pod unreadable: %v", err)
+	}
+	for _, st := range p.Status.ContainerStatuses {
+		if st.Name == c && st.LastTerminationState.Terminated != nil {
+			term := st.LastTerminationState.Terminated
+			return fmt.Sprintf("last ended at %s with exit code %d, reason %q, message %q", term.FinishedAt.UTC().Format(time.RFC3339), term.ExitCode, term.Reason, term.Message)
+		}
+	}
+	return "no last termination recorded"
+}
+
+// podEvents lists the Events about ns/pod, for failure messages.
+func podEvents(t testing.TB, e *env, ns, pod string) []string {
+	t.Helper()
+	list, err := e.c.Client.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod})
+	if err != nil {
+		return []string{"events unreadable: " + err.Error()}
+	}
+	out := make([]string, 0, len(list.Items))
+	for _, ev := range list.Items {
+		out = append(out, fmt.Sprintf("%s %s %s: %s", ev.LastTimestamp.UTC().Format(time.TimeOnly), ev.Type, ev.Reason, ev.Message))
+	}
+	return out
 }
 
 // deletePodGone deletes a pod, waits until the object is gone (within limit) and checks that no

@@ -35,7 +35,7 @@ import (
 func TestNodeStagingReplay(t *testing.T) {
 	e := newNodeEnv(t)
 	endpoint := filepath.Join(e.dir, "elsewhere", "csi.sock")
-	plugin, err := csitest.Start(csitest.Options{Socket: endpoint, StateDir: filepath.Join(e.dir, "plugin"), Stage: true,
+	plugin, err := csitest.Start(csitest.Options{Socket: endpoint, StateDir: filepath.Join(e.dir, "plugin"), Layout: csitest.LayoutYandex,
 		RegistrationSocket: filepath.Join(csiclient.RegistrationDir(e.kubelet), driver+"-reg.sock"), Driver: driver})
 	must(t, err)
 	t.Cleanup(func() { plugin.KillMounts(); plugin.Stop() })

@@ -103,9 +103,9 @@ func TestNodeStagingReplay(t *testing.T) {
 	// records the restore right after.
 	waitFor(t, 5*time.Second, "3 replays recorded (metric and MountReplayed Events)", func() bool {
 		return counterValue(t, r.Metrics().Restores.WithLabelValues(s3mount.MethodReplay, "success")) == 3 &&
-			e.rec.count(corev1.EventTypeNormal, contract.ReasonMountReplayed) == 3
+			e.rec.Count(corev1.EventTypeNormal, contract.ReasonMountReplayed, "") == 3
 	})
-	if n := e.rec.count(corev1.EventTypeNormal, contract.ReasonMountBridged); n != 0 {
+	if n := e.rec.Count(corev1.EventTypeNormal, contract.ReasonMountBridged, ""); n != 0 {
 		t.Errorf("%d MountBridged Events, want 0", n)
 	}
 }

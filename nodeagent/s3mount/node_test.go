@@ -60,7 +60,7 @@ type nodeEnv struct {
 	s3dir    string
 	endpoint string
 	client   kubernetes.Interface
-	rec      *recorder
+	rec      *s3mounttest.Events
 	remount  *nodeRemounter
 }
 
@@ -92,7 +92,7 @@ func newNodeEnv(t *testing.T) *nodeEnv {
 
 	dir := t.TempDir()
 	e := &nodeEnv{t: t, dir: dir, kubelet: filepath.Join(dir, "kubelet"), state: filepath.Join(dir, "state"),
-		s3dir: srv.Dir, endpoint: srv.Endpoint(), rec: &recorder{}, remount: &nodeRemounter{}}
+		s3dir: srv.Dir, endpoint: srv.Endpoint(), rec: s3mounttest.NewEvents(), remount: &nodeRemounter{}}
 	for _, d := range []string{e.kubelet, e.state, filepath.Join(e.s3dir, bucket, "pfx"), filepath.Join(dir, "driver")} {
 		must(t, os.MkdirAll(d, 0o755))
 	}
@@ -223,7 +223,7 @@ func (e *nodeEnv) agent(mountTimeout time.Duration) (*s3mount.Restorer, func()) 
 	e.t.Helper()
 	view, err := nodeagent.NewKubeView(e.client, nodeName, clock.RealClock{}, nodeagent.ViewOptions{TTL: time.Second})
 	must(e.t, err)
-	deps := nodeagent.Deps{NodeName: nodeName, Config: e.config(), Client: e.client, View: view, Recorder: e.rec,
+	deps := nodeagent.Deps{NodeName: nodeName, Config: e.config(), Client: e.client, View: view, Recorder: e.rec.Recorder,
 		Registerer: prometheus.NewRegistry(), Clock: clock.RealClock{}, Remounter: e.remount}
 	r, err := s3mount.New(deps, s3mount.NewOS(), s3mount.Options{
 		BackoffInitial: 300 * time.Millisecond, BackoffMax: 2 * time.Second, MountTimeout: mountTimeout,
@@ -340,13 +340,13 @@ func TestNodeRestoreAfterS3fsDeath(t *testing.T) {
 	if s := topFSType(filepath.Join(e.state, "s3", "creds")); s != "tmpfs" {
 		t.Errorf("creds dir is on %q, want tmpfs", s)
 	}
-	if got := e.rec.count(corev1.EventTypeNormal, contract.ReasonMountBridged); got < 5 {
+	if got := e.rec.Count(corev1.EventTypeNormal, contract.ReasonMountBridged, ""); got < 5 {
 		t.Errorf("MountBridged events: %d, want >= 5", got)
 	}
 	if got := counterValue(t, r.Metrics().Restores.WithLabelValues(s3mount.MethodBridge, "success")); got < 5 {
 		t.Errorf("restored metric %v, want >= 5", got)
 	}
-	e.rec.assertNoSecrets(t)
+	assertNoSecrets(t, e.rec)
 
 	// Pod deleted: our bind and the driver's dead mount under it go, so kubelet's teardown
 	// completes; the staging mount, its s3fs and the passwd file go too.
@@ -473,7 +473,8 @@ func TestNodeBadInputLeavesTargetAlone(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.pv, func(t *testing.T) {
 			waitFor(t, 40*time.Second, "two MountRestoreFailed events with reason "+c.reason, func() bool {
-				return e.rec.countFor(fx[c.pv].pod.Name, corev1.EventTypeWarning, contract.ReasonMountRestoreFailed, c.reason) >= 2
+				// The message names the volume, and so the pod (one pod per volume here).
+				return e.rec.Count(corev1.EventTypeWarning, contract.ReasonMountRestoreFailed, c.reason+": restoring S3 volume "+c.pv+":") >= 2
 			})
 			s := stackAt(fx[c.pv].target)
 			if len(s) != 1 || s[0].ID != fx[c.pv].dead.ID {
@@ -495,7 +496,7 @@ func TestNodeBadInputLeavesTargetAlone(t *testing.T) {
 		counterValue(t, r.Metrics().Failures.WithLabelValues("SecretNotFound")),
 		counterValue(t, r.Metrics().Failures.WithLabelValues("SecretKeyMissing")),
 		counterValue(t, r.Metrics().Failures.WithLabelValues("S3fsFailed")))
-	e.rec.assertNoSecrets(t)
+	assertNoSecrets(t, e.rec)
 }
 
 // --- helpers ---
@@ -569,19 +570,11 @@ func counterValue(t testing.TB, c prometheus.Collector) float64 {
 	return total
 }
 
-// recorder is the package's EventLog with the checks these tests need.
-type recorder struct{ s3mounttest.EventLog }
-
-func (r *recorder) count(typ, reason string) int { return r.Count("", typ, reason, "") }
-
-func (r *recorder) countFor(pod, typ, reason, detail string) int {
-	return r.Count(pod, typ, reason, detail)
-}
-
-func (r *recorder) assertNoSecrets(t testing.TB) {
+// assertNoSecrets fails when an Event names a secret key.
+func assertNoSecrets(t testing.TB, events *s3mounttest.Events) {
 	t.Helper()
-	for _, e := range r.Events() {
-		if strings.Contains(e.Message, sk) || strings.Contains(e.Message, "not-the-secret") {
+	for _, e := range events.All() {
+		if strings.Contains(e, sk) || strings.Contains(e, "not-the-secret") {
 			t.Errorf("event leaks a secret: %+v", e)
 		}
 	}

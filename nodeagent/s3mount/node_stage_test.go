@@ -23,6 +23,7 @@ import (
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csitest"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 )
 
 // A staging driver (STAGE_UNSTAGE: s3fs at kubelet's globalmount, binds to the targets) that
@@ -90,9 +91,9 @@ func TestNodeStagingReplay(t *testing.T) {
 		if n := len(plugin.Pids()); n != 1 {
 			t.Errorf("after death %d: plugin runs %d s3fs, want 1", i+1, n)
 		}
-		// Our bridges mount at <state>/s3/staging (the driver's replayed s3fs runs at
+		// Our bridges mount under <state>/s3/staging (the driver's replayed s3fs runs at
 		// <kubelet>/plugins/kubernetes.io/csi/pvrescue~s3/..., our fresh directory, and is the driver's).
-		if pids := s3fsPidsUnder(filepath.Join(e.state, "s3", "staging")); len(pids) != 0 {
+		if pids := s3fsPidsUnder(s3fs.Layout{StateDir: e.state}.MountRoot()); len(pids) != 0 {
 			t.Errorf("after death %d: s3fs of ours %v, want none (the driver answered)", i+1, pids)
 		}
 	}

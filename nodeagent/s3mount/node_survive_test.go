@@ -274,8 +274,8 @@ func TestNodeBridgeSurvivesAgentContainer(t *testing.T) {
 		}
 		return true
 	})
-	if n := len(stackAt(filepath.Join(e.state, "s3", "staging", "pv-s"))); n != 0 {
-		t.Errorf("staging mounts left: %d", n)
+	if n := len(stackAt(e.bridgeDir("pv-s"))); n != 0 {
+		t.Errorf("bridge mounts left: %d", n)
 	}
 }
 

@@ -1,4 +1,4 @@
-// Command csi-s3-test is the end-to-end suite's S3 CSI node plugin (see package csis3).
+// Command csi-s3-test is the end-to-end suite's S3 CSI node plugin (see package csitest).
 //
 //	csi-s3-test [flags]           the node plugin (the DaemonSet's csi-s3 container)
 //	csi-s3-test register [flags]  the registrar (its driver-registrar sidecar)
@@ -15,7 +15,7 @@ import (
 	"github.com/go-logr/stdr"
 	"github.com/spf13/pflag"
 
-	"github.com/pvrescue/pvrescue/e2e/csis3"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csitest"
 )
 
 func main() {
@@ -30,13 +30,13 @@ func run(args []string) int {
 	name := "csi-s3-test"
 	if len(args) > 0 && args[0] == "register" {
 		args, name = args[1:], "csi-s3-test-registrar"
-		o := csis3.NewRegistrarOptions()
+		o := csitest.NewRegistrarOptions()
 		o.AddFlags(fs)
-		runFn = func(ctx context.Context) error { return csis3.RunRegistrar(ctx, o) }
+		runFn = func(ctx context.Context) error { return csitest.RunRegistrar(ctx, o) }
 	} else {
-		o := csis3.NewOptions()
+		o := csitest.NewOptions()
 		o.AddFlags(fs)
-		runFn = func(ctx context.Context) error { return csis3.Run(ctx, o) }
+		runFn = func(ctx context.Context) error { return csitest.Run(ctx, o) }
 	}
 	if err := fs.Parse(args); err != nil {
 		return 2

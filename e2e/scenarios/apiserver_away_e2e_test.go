@@ -22,11 +22,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/pvrescue/pvrescue/e2e/csis3"
 	"github.com/pvrescue/pvrescue/e2e/disks"
 	"github.com/pvrescue/pvrescue/e2e/framework"
 	"github.com/pvrescue/pvrescue/internal/contract"
 	"github.com/pvrescue/pvrescue/nodeagent"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csitest"
 )
 
 const (
@@ -54,7 +54,7 @@ func apiServerAway(t *testing.T, e *env) {
 
 	// An S3 volume in the ctrox layout (s3fs at the target, publish secret only).
 	l := &fieldLayout{
-		name: "away", driver: "ch.ctrox.csi.s3-driver", layout: csis3.LayoutCtrox,
+		name: "away", driver: "ch.ctrox.csi.s3-driver", layout: csitest.LayoutCtrox,
 		ns: awayNS, pv: "e2e-away-pv", handle: s3Bucket + "/away",
 		attrs: map[string]string{"bucket": s3Bucket, "prefix": "away", "mounter": "s3fs"},
 		files: map[string]string{"away/csi-fs/app.txt": "away app data\n"},

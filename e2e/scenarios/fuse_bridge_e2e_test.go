@@ -10,10 +10,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/pvrescue/pvrescue/e2e/csis3"
 	"github.com/pvrescue/pvrescue/e2e/framework"
 	"github.com/pvrescue/pvrescue/e2e/stack"
 	"github.com/pvrescue/pvrescue/internal/config"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csitest"
 )
 
 // fusePodSetup makes the layout's objects and a pod "app" (createAppPod), and waits until both
@@ -32,7 +32,7 @@ func fusePodSetup(t testing.TB, e *env, l *fieldLayout) *corev1.Pod {
 func lostFUSEMountBridge(t *testing.T, e *env) {
 	ctx := context.Background()
 	l := &fieldLayout{
-		name: "bridge", driver: "ch.ctrox.csi.s3-driver", layout: csis3.LayoutCtrox,
+		name: "bridge", driver: "ch.ctrox.csi.s3-driver", layout: csitest.LayoutCtrox,
 		ns: "e2e-fuse-bridge", pv: "e2e-fuse-bridge-pv", handle: s3Bucket + "/bridge",
 		attrs: map[string]string{"bucket": s3Bucket, "prefix": "bridge", "mounter": "s3fs"},
 		files: map[string]string{

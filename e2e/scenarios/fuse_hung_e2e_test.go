@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pvrescue/pvrescue/e2e/csis3"
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/internal/mountinfo"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csitest"
 )
 
 // hungFor is how long the serving s3fs stays stopped: long enough for any "dead after a timeout"
@@ -29,7 +29,7 @@ var hungFor = func() time.Duration {
 // reads (a file put on the S3 server's side meanwhile) and writes on, nothing stacked.
 func lostFUSEMountHung(t *testing.T, e *env) {
 	l := &fieldLayout{
-		name: "hung", driver: "ru.yandex.s3.csi", layout: csis3.LayoutYandex,
+		name: "hung", driver: "ru.yandex.s3.csi", layout: csitest.LayoutYandex,
 		ns: "e2e-fuse-hung", pv: "e2e-fuse-hung-pv", handle: s3Bucket + "/hung",
 		attrs: map[string]string{"mounter": "s3fs"}, stage: true,
 		files: map[string]string{"hung/app.txt": "hung app data\n"},

@@ -12,10 +12,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/pvrescue/pvrescue/e2e/csis3"
 	"github.com/pvrescue/pvrescue/e2e/framework"
 	"github.com/pvrescue/pvrescue/e2e/stack"
 	"github.com/pvrescue/pvrescue/internal/testenv"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csitest"
 )
 
 // lostFUSEMountKilled3: the driver's FUSE program is killed three times in a row while its plugin
@@ -26,14 +26,14 @@ import (
 func lostFUSEMountKilled3(t testing.TB, e *env) {
 	ls := []*fieldLayout{
 		{
-			name: "kill3y", driver: "ru.yandex.s3.csi", layout: csis3.LayoutYandex,
+			name: "kill3y", driver: "ru.yandex.s3.csi", layout: csitest.LayoutYandex,
 			ns: "e2e-fuse-kill3y", pv: "e2e-fuse-kill3y-pv", handle: s3Bucket + "/kill3y",
 			attrs: map[string]string{"mounter": "s3fs"}, stage: true,
 			files: map[string]string{"kill3y/app.txt": "kill3 yandex data\n"},
 			want:  "kill3 yandex data\n", dataDir: "kill3y/", src: s3Bucket + ":/kill3y",
 		},
 		{
-			name: "kill3c", driver: "ch.ctrox.csi.s3-driver", layout: csis3.LayoutCtrox,
+			name: "kill3c", driver: "ch.ctrox.csi.s3-driver", layout: csitest.LayoutCtrox,
 			ns: "e2e-fuse-kill3c", pv: "e2e-fuse-kill3c-pv", handle: s3Bucket + "/kill3c",
 			attrs: map[string]string{"bucket": s3Bucket, "prefix": "kill3c", "mounter": "s3fs"},
 			files: map[string]string{"kill3c/csi-fs/app.txt": "kill3 ctrox data\n", "kill3c/app.txt": "DECOY\n"},

@@ -18,9 +18,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/pvrescue/pvrescue/e2e/csis3"
 	"github.com/pvrescue/pvrescue/e2e/framework"
 	"github.com/pvrescue/pvrescue/e2e/stack"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csitest"
 )
 
 // fieldLayout is one S3 driver layout of the field, imitated by an instance of the test plugin.
@@ -53,14 +53,14 @@ func (l *fieldLayout) globalMount(e *env) string {
 func fieldLayouts() []*fieldLayout {
 	return []*fieldLayout{
 		{
-			name: "yandex", driver: "ru.yandex.s3.csi", layout: csis3.LayoutYandex,
+			name: "yandex", driver: "ru.yandex.s3.csi", layout: csitest.LayoutYandex,
 			ns: "e2e-fuse-yandex", pv: "e2e-fuse-yandex-pv", handle: s3Bucket + "/yandex",
 			attrs: map[string]string{"mounter": "s3fs"}, stage: true,
 			files: map[string]string{"yandex/app.txt": "yandex app data\n"},
 			want:  "yandex app data\n", dataDir: "yandex/", src: s3Bucket + ":/yandex",
 		},
 		{
-			name: "ctrox", driver: "ch.ctrox.csi.s3-driver", layout: csis3.LayoutCtrox,
+			name: "ctrox", driver: "ch.ctrox.csi.s3-driver", layout: csitest.LayoutCtrox,
 			ns: "e2e-fuse-ctrox", pv: "e2e-fuse-ctrox-pv", handle: s3Bucket + "/ctrox",
 			attrs: map[string]string{"bucket": s3Bucket, "prefix": "ctrox", "mounter": "s3fs"},
 			files: map[string]string{

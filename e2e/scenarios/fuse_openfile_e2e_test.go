@@ -14,9 +14,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/pvrescue/pvrescue/e2e/csis3"
 	"github.com/pvrescue/pvrescue/e2e/framework"
 	"github.com/pvrescue/pvrescue/internal/config"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csitest"
 )
 
 // writerScript waits for /tmp/start (the container's own disk), then holds one file descriptor
@@ -45,7 +45,7 @@ func lostFUSEMountOpenFile(t *testing.T, e *env) {
 	ctx := context.Background()
 	cs := e.c.Client
 	l := &fieldLayout{
-		name: "openfile", driver: "ch.ctrox.csi.s3-driver", layout: csis3.LayoutCtrox,
+		name: "openfile", driver: "ch.ctrox.csi.s3-driver", layout: csitest.LayoutCtrox,
 		ns: "e2e-fuse-openfile", pv: "e2e-fuse-openfile-pv", handle: s3Bucket + "/openfile",
 		attrs: map[string]string{"bucket": s3Bucket, "prefix": "openfile", "mounter": "s3fs"},
 		files: map[string]string{"openfile/csi-fs/app.txt": "open file app data\n"},

@@ -22,8 +22,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/pvrescue/pvrescue/e2e/cluster"
-	"github.com/pvrescue/pvrescue/e2e/csis3"
 	"github.com/pvrescue/pvrescue/e2e/images"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csitest"
 )
 
 // CSI is one instance of the test S3 CSI node plugin, deployed as k8s-csi-s3 deploys its node
@@ -82,11 +82,11 @@ func BuildCSI(ctx context.Context, c *cluster.Cluster, e2eDir string) (*CSI, err
 	if err != nil {
 		return nil, err
 	}
-	return &CSI{Driver: DirectDriver, Layout: csis3.LayoutDirect, Image: ref, c: c}, nil
+	return &CSI{Driver: DirectDriver, Layout: csitest.LayoutDirect, Image: ref, c: c}, nil
 }
 
 // Sibling is another instance of the same plugin image under its own driver name and field
-// layout (csis3.LayoutYandex, csis3.LayoutCtrox). Start it.
+// layout (csitest.LayoutYandex, csitest.LayoutCtrox). Start it.
 func (p *CSI) Sibling(driver, layout string) *CSI {
 	return &CSI{Driver: driver, Layout: layout, Image: p.Image, c: p.c}
 }
@@ -104,7 +104,7 @@ func (p *CSI) DaemonSet() *appsv1.DaemonSet {
 	hostPath := func(name, path string, t *corev1.HostPathType) corev1.Volume {
 		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path, Type: t}}}
 	}
-	hostSock := csis3.HostCSISocket(kubelet, p.Driver)
+	hostSock := csitest.HostCSISocket(kubelet, p.Driver)
 	return &appsv1.DaemonSet{
 		ObjectMeta: metav1.ObjectMeta{Name: p.Name(), Namespace: CSINamespace, Labels: p.labels()},
 		Spec: appsv1.DaemonSetSpec{

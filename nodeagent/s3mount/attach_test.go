@@ -60,8 +60,8 @@ func TestReplayPublishContext(t *testing.T) {
 				if n, m := len(w.csi.Staged), len(w.csi.Publish); n+m != 0 {
 					t.Errorf("stage %d, publish %d calls for a volume not attached here", n, m)
 				}
-				if n := w.events.Count("app", corev1.EventTypeWarning, contract.ReasonMountRestoreFailed, "NotAttached:"); n == 0 {
-					t.Errorf("no NotAttached Event: %+v", w.events.Events())
+				if n := w.events.Count(corev1.EventTypeWarning, contract.ReasonMountRestoreFailed, "NotAttached:"); n == 0 {
+					t.Errorf("no NotAttached Event: %+v", w.events.All())
 				}
 				return
 			}

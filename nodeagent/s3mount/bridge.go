@@ -7,6 +7,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/pvrescue/pvrescue/internal/contract"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 )
 
@@ -37,7 +38,7 @@ func (r *Restorer) resolve(ctx context.Context, pvName string) (s3fs.Volume, s3f
 	ref := vol.SecretRef
 	secret, err := r.d.View.Secret(ctx, ref.Namespace, ref.Name)
 	if apierrors.IsNotFound(err) {
-		return s3fs.Volume{}, s3fs.Credentials{}, fmt.Errorf("%w: %s/%s", s3fs.ErrSecretNotFound, ref.Namespace, ref.Name)
+		return s3fs.Volume{}, s3fs.Credentials{}, fmt.Errorf("%w: %s/%s", csiclient.ErrSecretNotFound, ref.Namespace, ref.Name)
 	}
 	if err != nil {
 		return s3fs.Volume{}, s3fs.Credentials{}, fmt.Errorf("get secret %s/%s: %w", ref.Namespace, ref.Name, err)

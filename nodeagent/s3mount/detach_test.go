@@ -82,7 +82,7 @@ func TestBridgeAdoptedAcrossAgentRestart(t *testing.T) {
 	})
 }
 
-// A record whose process is gone and whose staging mount is dead is dropped at start; a record
+// A record whose process is gone and whose bridge mount is dead is dropped at start; a record
 // naming a pid that is now another process is never used to signal it.
 func TestBridgeRecordsOfDeadBridgesDropped(t *testing.T) {
 	l := s3fs.Layout{StateDir: testState}
@@ -101,7 +101,7 @@ func TestBridgeRecordsOfDeadBridgesDropped(t *testing.T) {
 		}
 	}
 	if w.node.Table().IsMountPoint(l.MountPoint("pv-old")) {
-		t.Error("dead staging mount kept")
+		t.Error("dead bridge mount kept")
 	}
 }
 

@@ -23,7 +23,7 @@ func TestPerPVNamesBounded(t *testing.T) {
 		what, path, root string
 		reserve          int // what is added around the name (a temporary file's "." and ".tmp")
 	}{
-		{"staging", l.MountPoint(long), l.MountRoot(), 0},
+		{"bridge mount point", l.MountPoint(long), l.MountRoot(), 0},
 		{"passwd", l.PasswdFile(long), l.CredsDir(), 0},
 		{"tmp", l.TmpDir(long), l.TmpRoot(), 0},
 		{"record", l.BridgeRecordFile(long), l.BridgesDir(), 0},
@@ -36,11 +36,13 @@ func TestPerPVNamesBounded(t *testing.T) {
 		}
 	}
 	if pv, ok := l.PVFromMountPoint(l.MountPoint(long)); !ok || l.MountPoint(pv) != l.MountPoint(long) {
-		t.Errorf("staging stem %q does not map back to the same path", pv)
+		t.Errorf("bridge mount point stem %q does not map back to the same path", pv)
 	}
 	if pv, ok := s3fs.PVFromBridgeRecord(filepath.Base(l.BridgeRecordFile(long))); !ok || l.BridgeRecordFile(pv) != l.BridgeRecordFile(long) {
 		t.Errorf("record stem %q does not map back to the same file", pv)
 	}
+	// The bridges' directory stays "staging" on disk: a new agent adopts the bridges an older
+	// one left there.
 	for got, want := range map[string]string{
 		l.MountPoint("pv1"): "/var/lib/pvrescue/s3/staging/pv1", l.BridgeRecordFile("pv1"): "/var/lib/pvrescue/s3/bridges/pv1.json",
 		l.PasswdFile("pv1"): "/var/lib/pvrescue/s3/creds/pv1.passwd", s3fs.BridgeCgroup("pvrescue/s3", "pv1", 42): "pvrescue/s3/pv1-42",

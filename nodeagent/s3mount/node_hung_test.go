@@ -38,7 +38,7 @@ type hungNode struct {
 	t      *testing.T
 	r      *Restorer
 	ctx    context.Context
-	events *s3mounttest.EventLog
+	events *s3mounttest.Events
 	client *fake.Clientset
 	target string
 	driver *testenv.S3fsMount
@@ -90,9 +90,9 @@ func newHungNode(t *testing.T, abortAfter time.Duration) *hungNode {
 	cfg.S3.HungConditionAfter.Duration = time.Second
 	cfg.S3.BridgeAfter.Duration = 0
 	cfg.S3.AbortHungAfter.Duration = abortAfter
-	h := &hungNode{t: t, events: &s3mounttest.EventLog{}, target: target, driver: drv, dir: dir,
+	h := &hungNode{t: t, events: s3mounttest.NewEvents(), target: target, driver: drv, dir: dir,
 		client: fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode}})}
-	r, err := New(nodeagent.Deps{NodeName: testNode, Config: cfg, Client: h.client, View: view, Recorder: h.events,
+	r, err := New(nodeagent.Deps{NodeName: testNode, Config: cfg, Client: h.client, View: view, Recorder: h.events.Recorder,
 		Registerer: prometheus.NewRegistry(), Clock: clock.RealClock{}}, NewOS(), Options{BridgeCgroup: "", BridgeNetNS: "", KillGrace: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -144,7 +144,7 @@ func TestNodeHungS3fsIsNotReplaced(t *testing.T) {
 	if after := mountTableNow(t).Stack(h.target); !cmp.Equal(after, before) {
 		t.Errorf("target stack changed under a hung mount:\n before %v\n after  %v", before, after)
 	}
-	if n := h.events.Count("app", corev1.EventTypeWarning, contract.ReasonMountHung, ""); n != 1 {
+	if n := h.events.Count(corev1.EventTypeWarning, contract.ReasonMountHung, ""); n != 1 {
 		t.Errorf("%d MountHung Events, want 1", n)
 	}
 	if got := value(t, h.r.metrics.MountsHung); got != 1 {
@@ -190,7 +190,7 @@ func TestNodeAbortHungAfter(t *testing.T) {
 		t.Fatalf("restored before abortHungAfter: %v", pids)
 	}
 	h.passes(4 * time.Second)
-	if n := h.events.Count("app", corev1.EventTypeWarning, contract.ReasonMountHungAborted, ""); n != 1 {
+	if n := h.events.Count(corev1.EventTypeWarning, contract.ReasonMountHungAborted, ""); n != 1 {
 		t.Errorf("%d MountHungAborted Events, want 1", n)
 	}
 	if got := value(t, h.r.metrics.HungAborts.WithLabelValues("success")); got != 1 {
@@ -211,7 +211,7 @@ func TestNodeAbortHungAfter(t *testing.T) {
 	if len(mounts) != 2 || mounts[0].Dev != hung.Dev {
 		t.Errorf("target stack %v, want the aborted driver mount + our bridge", mounts)
 	}
-	if n := h.events.Count("app", corev1.EventTypeNormal, contract.ReasonMountBridged, ""); n != 1 {
+	if n := h.events.Count(corev1.EventTypeNormal, contract.ReasonMountBridged, ""); n != 1 {
 		t.Errorf("%d MountBridged Events, want 1", n)
 	}
 	if !slices.ContainsFunc(mountTableNow(t), func(m stack.Mount) bool { return m.FSType == "fusectl" }) {

@@ -16,7 +16,7 @@ import (
 )
 
 // A PV name of the API's maximum length (253) goes through the S3 rescue on a real node: the
-// bridge's staging mount, passwd file, tmp dir, log and record are bounded names, the app writes
+// bridge's mount, passwd file, tmp dir, log and record are bounded names, the app writes
 // through it to the bucket, and a restarted agent adopts the bridge under the PV's full name
 // (same s3fs, nothing stacked, counted as active).
 func TestNodeLongPVName(t *testing.T) {
@@ -50,18 +50,18 @@ func TestNodeLongPVName(t *testing.T) {
 		return err == nil && string(b) == "long\n"
 	})
 
-	staging := l.MountPoint(pv)
-	before := stagingProcess(t, staging).Pid
+	bridge := l.MountPoint(pv)
+	before := bridgeProcess(t, bridge).Pid
 	stop()
 	r2, _ := e.agent(30 * time.Second)
 	time.Sleep(2 * time.Second) // ten check intervals
-	if n := len(stackAt(staging)); n != 1 {
-		t.Errorf("staging mounts after agent restart: %d, want 1", n)
+	if n := len(stackAt(bridge)); n != 1 {
+		t.Errorf("bridge mounts after agent restart: %d, want 1", n)
 	}
 	if n := len(stackAt(target)); n != 2 {
 		t.Errorf("mounts at target after agent restart: %d, want 2", n)
 	}
-	if after := stagingProcess(t, staging).Pid; after != before {
+	if after := bridgeProcess(t, bridge).Pid; after != before {
 		t.Errorf("s3fs pid changed across agent restart: %d -> %d", before, after)
 	}
 	if got := counterValue(t, r2.Metrics().BridgesActive); got != 1 {

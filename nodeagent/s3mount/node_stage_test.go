@@ -23,6 +23,7 @@ import (
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csitest"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 )
 
 // A staging driver (STAGE_UNSTAGE: s3fs at kubelet's globalmount, binds to the targets) that
@@ -35,7 +36,7 @@ import (
 func TestNodeStagingReplay(t *testing.T) {
 	e := newNodeEnv(t)
 	endpoint := filepath.Join(e.dir, "elsewhere", "csi.sock")
-	plugin, err := csitest.Start(csitest.Options{Socket: endpoint, StateDir: filepath.Join(e.dir, "plugin"), Stage: true,
+	plugin, err := csitest.Start(csitest.Options{Socket: endpoint, StateDir: filepath.Join(e.dir, "plugin"), Layout: csitest.LayoutYandex,
 		RegistrationSocket: filepath.Join(csiclient.RegistrationDir(e.kubelet), driver+"-reg.sock"), Driver: driver})
 	must(t, err)
 	t.Cleanup(func() { plugin.KillMounts(); plugin.Stop() })
@@ -90,9 +91,9 @@ func TestNodeStagingReplay(t *testing.T) {
 		if n := len(plugin.Pids()); n != 1 {
 			t.Errorf("after death %d: plugin runs %d s3fs, want 1", i+1, n)
 		}
-		// Our bridges mount at <state>/s3/staging (the driver's replayed s3fs runs at
+		// Our bridges mount under <state>/s3/staging (the driver's replayed s3fs runs at
 		// <kubelet>/plugins/kubernetes.io/csi/pvrescue~s3/..., our fresh directory, and is the driver's).
-		if pids := s3fsPidsUnder(filepath.Join(e.state, "s3", "staging")); len(pids) != 0 {
+		if pids := s3fsPidsUnder(s3fs.Layout{StateDir: e.state}.MountRoot()); len(pids) != 0 {
 			t.Errorf("after death %d: s3fs of ours %v, want none (the driver answered)", i+1, pids)
 		}
 	}
@@ -103,9 +104,9 @@ func TestNodeStagingReplay(t *testing.T) {
 	// records the restore right after.
 	waitFor(t, 5*time.Second, "3 replays recorded (metric and MountReplayed Events)", func() bool {
 		return counterValue(t, r.Metrics().Restores.WithLabelValues(s3mount.MethodReplay, "success")) == 3 &&
-			e.rec.count(corev1.EventTypeNormal, contract.ReasonMountReplayed) == 3
+			e.rec.Count(corev1.EventTypeNormal, contract.ReasonMountReplayed, "") == 3
 	})
-	if n := e.rec.count(corev1.EventTypeNormal, contract.ReasonMountBridged); n != 0 {
+	if n := e.rec.Count(corev1.EventTypeNormal, contract.ReasonMountBridged, ""); n != 0 {
 		t.Errorf("%d MountBridged Events, want 0", n)
 	}
 }

@@ -36,6 +36,7 @@ import (
 	"github.com/pvrescue/pvrescue/nodeagent/nodeagenttest"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3mounttest"
 )
 
 // The survival test runs the agent as a separate process (this test binary again, role
@@ -72,13 +73,13 @@ func (s agentSpec) view() *nodeagenttest.FakeView {
 	return v
 }
 
-func (s agentSpec) deps(view nodeagent.ClusterView, rec *recorder) nodeagent.Deps {
+func (s agentSpec) deps(view nodeagent.ClusterView, rec *s3mounttest.Events) nodeagent.Deps {
 	cfg := config.Default()
 	cfg.KubeletDir, cfg.StateDir = s.Kubelet, s.State
 	cfg.S3.CheckInterval = metav1.Duration{Duration: 200 * time.Millisecond}
 	cfg.S3.StatfsTimeout = metav1.Duration{Duration: time.Second}
 	cfg.S3.BridgeAfter = metav1.Duration{}
-	return nodeagent.Deps{NodeName: nodeName, Config: cfg, Client: fake.NewClientset(), View: view, Recorder: rec,
+	return nodeagent.Deps{NodeName: nodeName, Config: cfg, Client: fake.NewClientset(), View: view, Recorder: rec.Recorder,
 		Registerer: prometheus.NewRegistry(), Clock: clock.RealClock{}}
 }
 
@@ -127,7 +128,7 @@ func runAgent() int {
 		time.Sleep(10 * time.Millisecond)
 	}
 	log := funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, "agent:", prefix, args) }, funcr.Options{})
-	r, err := s3mount.New(spec.deps(spec.view(), &recorder{}), s3mount.NewOS(), spec.options())
+	r, err := s3mount.New(spec.deps(spec.view(), s3mounttest.NewEvents()), s3mount.NewOS(), spec.options())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "agent:", err)
 		return 1
@@ -229,8 +230,7 @@ func TestNodeBridgeSurvivesAgentContainer(t *testing.T) {
 
 	// A new agent (in this test process) adopts the bridge.
 	view := spec.view()
-	rec2 := &recorder{}
-	r, err := s3mount.New(spec.deps(view, rec2), s3mount.NewOS(), spec.options())
+	r, err := s3mount.New(spec.deps(view, s3mounttest.NewEvents()), s3mount.NewOS(), spec.options())
 	must(t, err)
 	actx, cancel := context.WithCancel(logr.NewContext(context.Background(), testr.New(t)))
 	done := make(chan error, 1)
@@ -274,8 +274,8 @@ func TestNodeBridgeSurvivesAgentContainer(t *testing.T) {
 		}
 		return true
 	})
-	if n := len(stackAt(filepath.Join(e.state, "s3", "staging", "pv-s"))); n != 0 {
-		t.Errorf("staging mounts left: %d", n)
+	if n := len(stackAt(e.bridgeDir("pv-s"))); n != 0 {
+		t.Errorf("bridge mounts left: %d", n)
 	}
 }
 

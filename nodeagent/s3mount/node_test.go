@@ -37,6 +37,7 @@ import (
 	"github.com/pvrescue/pvrescue/nodeagent"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3mounttest"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
@@ -60,7 +61,7 @@ type nodeEnv struct {
 	s3dir    string
 	endpoint string
 	client   kubernetes.Interface
-	rec      *recorder
+	rec      *s3mounttest.Events
 	remount  *nodeRemounter
 }
 
@@ -92,7 +93,7 @@ func newNodeEnv(t *testing.T) *nodeEnv {
 
 	dir := t.TempDir()
 	e := &nodeEnv{t: t, dir: dir, kubelet: filepath.Join(dir, "kubelet"), state: filepath.Join(dir, "state"),
-		s3dir: srv.Dir, endpoint: srv.Endpoint(), rec: &recorder{}, remount: &nodeRemounter{}}
+		s3dir: srv.Dir, endpoint: srv.Endpoint(), rec: s3mounttest.NewEvents(), remount: &nodeRemounter{}}
 	for _, d := range []string{e.kubelet, e.state, filepath.Join(e.s3dir, bucket, "pfx"), filepath.Join(dir, "driver")} {
 		must(t, os.MkdirAll(d, 0o755))
 	}
@@ -223,7 +224,7 @@ func (e *nodeEnv) agent(mountTimeout time.Duration) (*s3mount.Restorer, func()) 
 	e.t.Helper()
 	view, err := nodeagent.NewKubeView(e.client, nodeName, clock.RealClock{}, nodeagent.ViewOptions{TTL: time.Second})
 	must(e.t, err)
-	deps := nodeagent.Deps{NodeName: nodeName, Config: e.config(), Client: e.client, View: view, Recorder: e.rec,
+	deps := nodeagent.Deps{NodeName: nodeName, Config: e.config(), Client: e.client, View: view, Recorder: e.rec.Recorder,
 		Registerer: prometheus.NewRegistry(), Clock: clock.RealClock{}, Remounter: e.remount}
 	r, err := s3mount.New(deps, s3mount.NewOS(), s3mount.Options{
 		BackoffInitial: 300 * time.Millisecond, BackoffMax: 2 * time.Second, MountTimeout: mountTimeout,
@@ -291,7 +292,7 @@ func TestNodeRestoreAfterS3fsDeath(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		proc := driverProc
 		if i > 0 {
-			proc = stagingProcess(t, filepath.Join(e.state, "s3", "staging", "pv-a"))
+			proc = bridgeProcess(t, e.bridgeDir("pv-a"))
 		}
 		t0 := time.Now()
 		must(t, proc.Signal(syscall.SIGKILL))
@@ -313,7 +314,7 @@ func TestNodeRestoreAfterS3fsDeath(t *testing.T) {
 			t.Errorf("after restore %d: %d s3fs processes, want 1 (ours; no leak)", i+1, n)
 		}
 		t.Logf("sample %d: s3fs killed (%s) -> target answers again after %s", i+1,
-			map[bool]string{true: "driver's s3fs", false: "agent's staging s3fs"}[i == 0], d.Round(time.Millisecond))
+			map[bool]string{true: "driver's s3fs", false: "agent's bridge s3fs"}[i == 0], d.Round(time.Millisecond))
 
 		out, err := ctr(fmt.Sprintf("cat before.txt && echo after-%d > after-%d.txt && cat after-%d.txt", i, i, i))
 		if err != nil || out != fmt.Sprintf("written before\nafter-%d", i) {
@@ -329,9 +330,9 @@ func TestNodeRestoreAfterS3fsDeath(t *testing.T) {
 	t.Logf("time from s3fs death to restored mount: p50 %s, min %s, max %s over %d samples (check interval 200ms)",
 		sorted[len(sorted)/2].Round(time.Millisecond), sorted[0].Round(time.Millisecond), sorted[len(sorted)-1].Round(time.Millisecond), len(sorted))
 
-	// Exactly one staging mount, our binds on the target, everything else the driver's dead mount.
-	if n := len(stackAt(filepath.Join(e.state, "s3", "staging", "pv-a"))); n != 1 {
-		t.Errorf("staging mounts for pv-a: %d, want 1", n)
+	// Exactly one bridge mount, our binds on the target, everything else the driver's dead mount.
+	if n := len(stackAt(e.bridgeDir("pv-a"))); n != 1 {
+		t.Errorf("bridge mounts for pv-a: %d, want 1", n)
 	}
 	st, err := os.Stat(filepath.Join(e.state, "s3", "creds", "pv-a.passwd"))
 	if err != nil || st.Mode().Perm() != 0o600 {
@@ -340,21 +341,21 @@ func TestNodeRestoreAfterS3fsDeath(t *testing.T) {
 	if s := topFSType(filepath.Join(e.state, "s3", "creds")); s != "tmpfs" {
 		t.Errorf("creds dir is on %q, want tmpfs", s)
 	}
-	if got := e.rec.count(corev1.EventTypeNormal, contract.ReasonMountBridged); got < 5 {
+	if got := e.rec.Count(corev1.EventTypeNormal, contract.ReasonMountBridged, ""); got < 5 {
 		t.Errorf("MountBridged events: %d, want >= 5", got)
 	}
 	if got := counterValue(t, r.Metrics().Restores.WithLabelValues(s3mount.MethodBridge, "success")); got < 5 {
 		t.Errorf("restored metric %v, want >= 5", got)
 	}
-	e.rec.assertNoSecrets(t)
+	assertNoSecrets(t, e.rec)
 
 	// Pod deleted: our bind and the driver's dead mount under it go, so kubelet's teardown
-	// completes; the staging mount, its s3fs and the passwd file go too.
+	// completes; the bridge mount, its s3fs and the passwd file go too.
 	must(t, e.client.CoreV1().Pods(ns).Delete(context.Background(), pod.Name, *metav1.NewDeleteOptions(0)))
 	waitFor(t, 10*time.Second, "target empty after pod deletion", func() bool { return len(stackAt(target)) == 0 })
-	waitFor(t, 10*time.Second, "staging mount and passwd file removed", func() bool {
+	waitFor(t, 10*time.Second, "bridge mount and passwd file removed", func() bool {
 		_, err := os.Stat(filepath.Join(e.state, "s3", "creds", "pv-a.passwd"))
-		return len(stackAt(filepath.Join(e.state, "s3", "staging", "pv-a"))) == 0 && errors.Is(err, os.ErrNotExist)
+		return len(stackAt(e.bridgeDir("pv-a"))) == 0 && errors.Is(err, os.ErrNotExist)
 	})
 	waitFor(t, 10*time.Second, "no s3fs left", func() bool { return len(s3fsPidsUnder(e.dir)) == 0 })
 }
@@ -370,19 +371,19 @@ func TestNodeAgentRestartReadopts(t *testing.T) {
 		var st unix.Statfs_t
 		return unix.Statfs(target, &st) == nil && len(stackAt(target)) == 2
 	})
-	staging := filepath.Join(e.state, "s3", "staging", "pv-b")
-	before := stagingProcess(t, staging).Pid
+	bridge := e.bridgeDir("pv-b")
+	before := bridgeProcess(t, bridge).Pid
 	stop()
 
 	r2, _ := e.agent(30 * time.Second)
 	time.Sleep(2 * time.Second) // ten check intervals
-	if n := len(stackAt(staging)); n != 1 {
-		t.Errorf("staging mounts after agent restart: %d, want 1 (re-adopted, not duplicated)", n)
+	if n := len(stackAt(bridge)); n != 1 {
+		t.Errorf("bridge mounts after agent restart: %d, want 1 (re-adopted, not duplicated)", n)
 	}
 	if n := len(stackAt(target)); n != 2 {
 		t.Errorf("mounts at target after agent restart: %d, want 2 (dead driver mount + one bind)", n)
 	}
-	if after := stagingProcess(t, staging).Pid; after != before {
+	if after := bridgeProcess(t, bridge).Pid; after != before {
 		t.Errorf("s3fs pid changed across agent restart: %d -> %d", before, after)
 	}
 	if got := counterValue(t, r2.Metrics().DeadFound); got != 0 {
@@ -473,7 +474,8 @@ func TestNodeBadInputLeavesTargetAlone(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.pv, func(t *testing.T) {
 			waitFor(t, 40*time.Second, "two MountRestoreFailed events with reason "+c.reason, func() bool {
-				return e.rec.countFor(fx[c.pv].pod.Name, corev1.EventTypeWarning, contract.ReasonMountRestoreFailed, c.reason) >= 2
+				// The message names the volume, and so the pod (one pod per volume here).
+				return e.rec.Count(corev1.EventTypeWarning, contract.ReasonMountRestoreFailed, c.reason+": restoring S3 volume "+c.pv+":") >= 2
 			})
 			s := stackAt(fx[c.pv].target)
 			if len(s) != 1 || s[0].ID != fx[c.pv].dead.ID {
@@ -483,8 +485,8 @@ func TestNodeBadInputLeavesTargetAlone(t *testing.T) {
 			if err := unix.Statfs(fx[c.pv].target, &st); !errors.Is(err, syscall.ENOTCONN) {
 				t.Errorf("target statfs: %v, want ENOTCONN (the dead mount, not a plain directory)", err)
 			}
-			if n := len(stackAt(filepath.Join(e.state, "s3", "staging", c.pv))); n != 0 {
-				t.Errorf("%d mounts left at the staging dir after failures", n)
+			if n := len(stackAt(e.bridgeDir(c.pv))); n != 0 {
+				t.Errorf("%d mounts left at the bridge mount point after failures", n)
 			}
 			if _, err := os.Stat(filepath.Join(e.state, "s3", "creds", c.pv+".passwd")); !errors.Is(err, os.ErrNotExist) {
 				t.Errorf("passwd file left after a failed mount: %v", err)
@@ -495,7 +497,7 @@ func TestNodeBadInputLeavesTargetAlone(t *testing.T) {
 		counterValue(t, r.Metrics().Failures.WithLabelValues("SecretNotFound")),
 		counterValue(t, r.Metrics().Failures.WithLabelValues("SecretKeyMissing")),
 		counterValue(t, r.Metrics().Failures.WithLabelValues("S3fsFailed")))
-	e.rec.assertNoSecrets(t)
+	assertNoSecrets(t, e.rec)
 }
 
 // --- helpers ---
@@ -537,12 +539,16 @@ func topFSType(path string) string {
 	return m.FSType
 }
 
-// stagingProcess finds the s3fs serving a staging directory.
-func stagingProcess(t testing.TB, staging string) *os.Process {
+// bridgeDir is where the agent mounts its own s3fs (the bridge) for pv. On disk it is
+// <state>/s3/staging/<pv>, the name earlier agents used (see s3fs.Layout.MountRoot).
+func (e *nodeEnv) bridgeDir(pv string) string { return s3fs.Layout{StateDir: e.state}.MountPoint(pv) }
+
+// bridgeProcess finds the s3fs serving a bridge mount point.
+func bridgeProcess(t testing.TB, dir string) *os.Process {
 	t.Helper()
 	var found *os.Process
-	waitFor(t, 10*time.Second, "s3fs process for "+staging, func() bool {
-		for _, pid := range testenv.S3fsPIDs(staging) {
+	waitFor(t, 10*time.Second, "s3fs process for "+dir, func() bool {
+		for _, pid := range testenv.S3fsPIDs(dir) {
 			found, _ = os.FindProcess(pid)
 			return true
 		}
@@ -569,19 +575,11 @@ func counterValue(t testing.TB, c prometheus.Collector) float64 {
 	return total
 }
 
-// recorder is the package's EventLog with the checks these tests need.
-type recorder struct{ s3mounttest.EventLog }
-
-func (r *recorder) count(typ, reason string) int { return r.Count("", typ, reason, "") }
-
-func (r *recorder) countFor(pod, typ, reason, detail string) int {
-	return r.Count(pod, typ, reason, detail)
-}
-
-func (r *recorder) assertNoSecrets(t testing.TB) {
+// assertNoSecrets fails when an Event names a secret key.
+func assertNoSecrets(t testing.TB, events *s3mounttest.Events) {
 	t.Helper()
-	for _, e := range r.Events() {
-		if strings.Contains(e.Message, sk) || strings.Contains(e.Message, "not-the-secret") {
+	for _, e := range events.All() {
+		if strings.Contains(e, sk) || strings.Contains(e, "not-the-secret") {
 			t.Errorf("event leaks a secret: %+v", e)
 		}
 	}

@@ -38,7 +38,7 @@ func TestNodeCheckMountRefusals(t *testing.T) {
 	cfg := config.Default()
 	cfg.KubeletDir, cfg.StateDir = filepath.Join(dir, "kubelet"), filepath.Join(dir, "state")
 	r, err := New(nodeagent.Deps{NodeName: "n1", Config: cfg, Client: fake.NewClientset(), View: nodeagenttest.NewFakeView(),
-		Recorder: &s3mounttest.EventLog{}, Registerer: prometheus.NewRegistry(), Clock: clock.RealClock{}}, NewOS(), Options{})
+		Recorder: s3mounttest.NewEvents().Recorder, Registerer: prometheus.NewRegistry(), Clock: clock.RealClock{}}, NewOS(), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/pvrescue/pvrescue/internal/config"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 )
 
@@ -37,7 +38,7 @@ func TestS3Driver(t *testing.T) {
 
 func TestReason(t *testing.T) {
 	for err, want := range map[error]string{
-		fmt.Errorf("x: %w", s3fs.ErrSecretNotFound):              "SecretNotFound",
+		fmt.Errorf("x: %w", csiclient.ErrSecretNotFound):         "SecretNotFound",
 		fmt.Errorf("x: %w", s3fs.ErrSecretKeyMissing):            "SecretKeyMissing",
 		fmt.Errorf("x: %w", s3fs.ErrUnsupported):                 "BadVolumeAttributes",
 		fmt.Errorf("x: %w", s3fs.ErrS3fs):                        "S3fsFailed",

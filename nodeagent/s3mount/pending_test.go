@@ -77,7 +77,7 @@ func TestRetryNowEndsTheBackOff(t *testing.T) {
 	w.node.KillMount(target)
 	w.start()
 	failed := func() int {
-		return w.events.Count("app", corev1.EventTypeWarning, contract.ReasonMountRestoreFailed, "SecretNotFound:")
+		return w.events.Count(corev1.EventTypeWarning, contract.ReasonMountRestoreFailed, "SecretNotFound:")
 	}
 	if failed() != 1 {
 		t.Fatalf("first restore without the Secret: %d failure events, want 1", failed())

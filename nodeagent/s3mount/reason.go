@@ -18,7 +18,7 @@ func Reason(err error) string {
 		err    error
 		reason string
 	}{
-		{s3fs.ErrSecretNotFound, "SecretNotFound"},
+		{csiclient.ErrSecretNotFound, "SecretNotFound"},
 		{s3fs.ErrSecretKeyMissing, "SecretKeyMissing"},
 		{s3fs.ErrNoSecretRef, "NoSecretRef"},
 		{s3fs.ErrUnsafe, "UnsafeVolumeAttributes"},

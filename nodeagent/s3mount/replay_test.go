@@ -163,8 +163,8 @@ func TestNoBridgeForAMountWeCannotReproduce(t *testing.T) {
 	if n := len(w.node.Started()); n != 0 {
 		t.Errorf("bridged a geesefs mount with s3fs")
 	}
-	if n := w.events.Count("app", corev1.EventTypeWarning, contract.ReasonMountRestoreFailed, "CannotReproduce:"); n == 0 {
-		t.Errorf("not reported; events %+v", w.events.Events())
+	if n := w.events.Count(corev1.EventTypeWarning, contract.ReasonMountRestoreFailed, "CannotReproduce:"); n == 0 {
+		t.Errorf("not reported; events %+v", w.events.All())
 	}
 }
 
@@ -294,10 +294,10 @@ func TestBridgeRetiredWhileAFileIsOpenOnIt(t *testing.T) {
 
 // assertReasons checks the number of Normal Events on the pod by reason: tools tell the restore
 // methods apart by reason alone.
-func assertReasons(t *testing.T, l *s3mounttest.EventLog, want map[string]int) {
+func assertReasons(t *testing.T, l *s3mounttest.Events, want map[string]int) {
 	t.Helper()
 	for reason, n := range want {
-		if got := l.Count("app", corev1.EventTypeNormal, reason, ""); got != n {
+		if got := l.Count(corev1.EventTypeNormal, reason, ""); got != n {
 			t.Errorf("%s Events: %d, want %d", reason, got, n)
 		}
 	}

@@ -49,8 +49,8 @@ func TestInjectionRefusedWithEventNothingStarted(t *testing.T) {
 			w.node.KillMount(target)
 			w.start()
 			w.settle()
-			if n := w.events.Count("app", corev1.EventTypeWarning, contract.ReasonMountRestoreFailed, "UnsafeVolumeAttributes:"); n == 0 {
-				t.Errorf("no UnsafeVolumeAttributes event; events: %+v", w.events.Events())
+			if n := w.events.Count(corev1.EventTypeWarning, contract.ReasonMountRestoreFailed, "UnsafeVolumeAttributes:"); n == 0 {
+				t.Errorf("no UnsafeVolumeAttributes event; events: %+v", w.events.All())
 			}
 			if n := len(w.node.Started()); n != 0 {
 				t.Errorf("started %d processes: %v", n, w.node.Started())
@@ -75,8 +75,8 @@ func TestCredentialsOnlyFromThePV(t *testing.T) {
 	w.node.KillMount(target)
 	w.start()
 	w.settle()
-	if n := w.events.Count("app", corev1.EventTypeWarning, contract.ReasonMountRestoreFailed, "NoSecretRef:"); n == 0 {
-		t.Errorf("PV without a secret reference not reported; events: %+v", w.events.Events())
+	if n := w.events.Count(corev1.EventTypeWarning, contract.ReasonMountRestoreFailed, "NoSecretRef:"); n == 0 {
+		t.Errorf("PV without a secret reference not reported; events: %+v", w.events.All())
 	}
 	if n := w.view.Reads("StorageClass") + w.view.Reads("Secret"); n != 0 {
 		t.Errorf("read %d StorageClasses/Secrets for a PV without a secret reference", n)
@@ -151,7 +151,7 @@ func TestHungIsNotDead(t *testing.T) {
 	if got := value(t, w.r.Metrics().MountsHung); got != 1 {
 		t.Errorf("mounts_hung = %v, want 1", got)
 	}
-	if n := w.events.Count("app", corev1.EventTypeWarning, contract.ReasonMountHung, ""); n != 1 {
+	if n := w.events.Count(corev1.EventTypeWarning, contract.ReasonMountHung, ""); n != 1 {
 		t.Errorf("%d MountHung Events, want 1", n)
 	}
 	if len(w.node.Aborted()) != 0 {
@@ -195,7 +195,7 @@ func TestAbortHungAfter(t *testing.T) {
 	if got := w.node.Aborted(); !slices.Equal(got, []string{hung.Dev}) {
 		t.Errorf("aborted %v, want [%s]", got, hung.Dev)
 	}
-	if n := w.events.Count("app", corev1.EventTypeWarning, contract.ReasonMountHungAborted, ""); n != 1 {
+	if n := w.events.Count(corev1.EventTypeWarning, contract.ReasonMountHungAborted, ""); n != 1 {
 		t.Errorf("%d MountHungAborted Events, want 1", n)
 	}
 	if len(w.csi.Publish) != 1 {
@@ -302,7 +302,7 @@ func TestRemounterAndHealthSeries(t *testing.T) {
 	if len(reqs) != 1 || reqs[0].DeadDevice != dead.Dev || reqs[0].DeadRoot != "/" || reqs[0].LivePath != target || reqs[0].Pod.Name != "app" {
 		t.Fatalf("remount requests %+v, want one for dev %s at %s", reqs, dead.Dev, target)
 	}
-	if n := w.events.Count("app", corev1.EventTypeNormal, contract.ReasonContainersRemounted, ""); n != 1 {
+	if n := w.events.Count(corev1.EventTypeNormal, contract.ReasonContainersRemounted, ""); n != 1 {
 		t.Errorf("ContainersRemounted events: %d", n)
 	}
 	w.sync()

@@ -46,7 +46,7 @@ type world struct {
 	node    *s3mounttest.FakeNode
 	view    *nodeagenttest.FakeView
 	clock   *clocktesting.FakeClock
-	events  *s3mounttest.EventLog
+	events  *s3mounttest.Events
 	remount *fakeRemounter
 	csi     *s3mounttest.FakeCSI
 	r       *Restorer
@@ -63,7 +63,7 @@ type world struct {
 
 func newWorld(t *testing.T, objs ...runtime.Object) *world {
 	t.Helper()
-	w := &world{t: t, node: s3mounttest.NewFakeNode(), view: nodeagenttest.NewFakeView(), events: &s3mounttest.EventLog{},
+	w := &world{t: t, node: s3mounttest.NewFakeNode(), view: nodeagenttest.NewFakeView(), events: s3mounttest.NewEvents(),
 		clock: clocktesting.NewFakeClock(time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC))}
 	for _, o := range objs {
 		w.view.Set(o)
@@ -81,7 +81,7 @@ func (w *world) deps() nodeagent.Deps {
 		w.client = fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode}})
 	}
 	d := nodeagent.Deps{NodeName: testNode, Config: cfg, Client: w.client, View: w.view,
-		Recorder: w.events, Registerer: prometheus.NewRegistry(), Clock: w.clock}
+		Recorder: w.events.Recorder, Registerer: prometheus.NewRegistry(), Clock: w.clock}
 	if w.remount != nil {
 		d.Remounter = w.remount
 	}
@@ -236,7 +236,7 @@ func TestRestorerLeavesHealthyTargetAlone(t *testing.T) {
 	if n := len(w.node.Started()); n != 0 {
 		t.Errorf("started %d processes for a healthy mount", n)
 	}
-	if ev := w.events.Events(); len(ev) != 0 {
+	if ev := w.events.All(); len(ev) != 0 {
 		t.Errorf("events for a healthy mount: %v", ev)
 	}
 }
@@ -271,7 +271,7 @@ func TestRestorerRestoresDeadTarget(t *testing.T) {
 		t.Errorf("s3fs command lines: %v", started)
 	}
 	w.waitFor("MountBridged event", func() bool {
-		return w.events.Count("app", corev1.EventTypeNormal, contract.ReasonMountBridged, "") == 1
+		return w.events.Count(corev1.EventTypeNormal, contract.ReasonMountBridged, "") == 1
 	})
 	if got := counter(t, w.r.Metrics().DeadFound); got != 1 {
 		t.Errorf("dead mounts found = %v, want 1", got)
@@ -295,8 +295,8 @@ func TestRestorerRestoresDeadTarget(t *testing.T) {
 	if n := len(w.node.Table().Stack(target)); n != 2 {
 		t.Errorf("restorer kept stacking onto a healthy target (or left its dead bind): %d mounts", n)
 	}
-	for _, e := range w.events.Events() {
-		if strings.Contains(e.Message, "SKUNIT") {
+	for _, e := range w.events.All() {
+		if strings.Contains(e, "SKUNIT") {
 			t.Errorf("event leaks the secret: %+v", e)
 		}
 	}
@@ -361,7 +361,7 @@ func TestRestorerBadInput(t *testing.T) {
 			w.node.KillMount(target)
 			w.start()
 			w.waitFor("retried failure events", func() bool {
-				return w.events.Count("app", corev1.EventTypeWarning, contract.ReasonMountRestoreFailed, tt.reason+":") >= 3
+				return w.events.Count(corev1.EventTypeWarning, contract.ReasonMountRestoreFailed, tt.reason+":") >= 3
 			})
 			if mounts := w.node.Table().Stack(target); len(mounts) != 1 || mounts[0].ID != dead.ID {
 				t.Errorf("target touched: %+v", mounts)

@@ -56,8 +56,8 @@ func TestReplayResultRefused(t *testing.T) {
 			if after := w.node.Table().Stack(target); !cmp.Equal(after, before) {
 				t.Errorf("target stack changed:\n before %v\n after  %v", before, after)
 			}
-			if n := w.events.Count("app", corev1.EventTypeWarning, tc.reason, ""); n != 1 {
-				t.Errorf("%d %s Events, want 1 (events %+v)", n, tc.reason, w.events.Events())
+			if n := w.events.Count(corev1.EventTypeWarning, tc.reason, ""); n != 1 {
+				t.Errorf("%d %s Events, want 1 (events %+v)", n, tc.reason, w.events.All())
 			}
 			if got := value(t, w.r.Metrics().ResultChecks.WithLabelValues(tc.reason)); got != 1 {
 				t.Errorf("result_checks{%s} = %v, want 1", tc.reason, got)
@@ -95,7 +95,7 @@ func TestRestageResultRefused(t *testing.T) {
 			if len(w.csi.Publish) != 0 {
 				t.Errorf("published after a refused restage")
 			}
-			if n := w.events.Count("app", corev1.EventTypeWarning, tc.reason, ""); n != 1 {
+			if n := w.events.Count(corev1.EventTypeWarning, tc.reason, ""); n != 1 {
 				t.Errorf("%d %s Events, want 1", n, tc.reason)
 			}
 			fresh := csiclient.FreshStagePath(testKubelet, "pv-a")
@@ -135,7 +135,7 @@ func TestHandBackResultRefused(t *testing.T) {
 			if after := w.node.Table().Stack(target); !cmp.Equal(after, bridged) {
 				t.Errorf("bridged stack changed:\n before %v\n after  %v", bridged, after)
 			}
-			if n := w.events.Count("app", corev1.EventTypeWarning, tc.reason, ""); n == 0 {
+			if n := w.events.Count(corev1.EventTypeWarning, tc.reason, ""); n == 0 {
 				t.Errorf("no %s Event", tc.reason)
 			}
 			if p := w.node.Processes(); len(p) != 1 || p[0].Exited() {
@@ -161,7 +161,7 @@ func TestCheckMountRefusesOurBridgeDevice(t *testing.T) {
 	}
 	w.clock.Step(2 * time.Second)
 	w.sync()
-	if n := w.events.Count("app", corev1.EventTypeWarning, contract.ReasonReplayResultSameDevice, ""); n == 0 {
+	if n := w.events.Count(corev1.EventTypeWarning, contract.ReasonReplayResultSameDevice, ""); n == 0 {
 		t.Errorf("no %s Event", contract.ReasonReplayResultSameDevice)
 	}
 	assertReasons(t, w.events, map[string]int{contract.ReasonBridgeRetired: 0})

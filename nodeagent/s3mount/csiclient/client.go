@@ -2,6 +2,7 @@ package csiclient
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"time"
@@ -13,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/pvrescue/pvrescue/internal/config"
-	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
@@ -245,6 +245,12 @@ func (c *Client) freshDir(dir string, table stack.Table) error {
 	return nil
 }
 
+// ErrSecretNotFound: the Secret a PV names for the driver's credentials cannot be read. Both
+// ways of restoring read it (replay here, for the driver; the bridge in s3mount, for our s3fs),
+// and s3mount reports it as SecretNotFound. It lives here, not in s3fs, so neither package needs
+// the other for it.
+var ErrSecretNotFound = errors.New("credentials secret not found")
+
 // secretData reads a secret kubelet would pass (nil ref: none) as the CSI secrets map.
 func (c *Client) secretData(ctx context.Context, ref *corev1.SecretReference) (map[string]string, error) {
 	if ref == nil || ref.Name == "" {
@@ -252,7 +258,7 @@ func (c *Client) secretData(ctx context.Context, ref *corev1.SecretReference) (m
 	}
 	s, err := c.View.Secret(ctx, ref.Namespace, ref.Name)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s/%s: %w", s3fs.ErrSecretNotFound, ref.Namespace, ref.Name, err)
+		return nil, fmt.Errorf("%w: %s/%s: %w", ErrSecretNotFound, ref.Namespace, ref.Name, err)
 	}
 	out := make(map[string]string, len(s.Data)+len(s.StringData))
 	for k, v := range s.Data {

@@ -3,110 +3,135 @@
 package csitest
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/go-logr/logr"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
+	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/internal/mountinfo"
 )
 
-// Options of the plugin.
-type Options struct {
-	// Socket is the unix socket to serve on (<kubelet>/plugins/<driver>/csi.sock).
-	Socket string
-	// StateDir holds passwd files.
-	StateDir string
-	// Stage selects the staging layout (STAGE_UNSTAGE; s3fs at the staging path, binds to targets).
-	Stage bool
-	// S3fs is the program (default "s3fs").
-	S3fs string
-	// RegistrationSocket, when set, is served as node-driver-registrar serves
-	// <kubelet>/plugins_registry/<driver>-reg.sock: GetInfo names Driver and Socket.
-	RegistrationSocket string
-	// Driver is the name GetInfo reports.
-	Driver string
-}
-
-// Plugin is a running node plugin.
+// Plugin is the CSI Identity + Node server.
 type Plugin struct {
+	csi.UnimplementedIdentityServer
 	csi.UnimplementedNodeServer
-	opts  Options
-	srv   *grpc.Server
-	reg   *grpc.Server
+
+	o   Options
+	log logr.Logger
+	// dieWithPlugin gives each s3fs SIGKILL as its parent-death signal (the container way: the
+	// mounts live exactly as long as the plugin). In process it stays off: the signal follows
+	// the OS thread that started the child, and a Go thread can end long before the process.
+	dieWithPlugin bool
+	srv, reg      *grpc.Server
+
 	mu    sync.Mutex
-	procs map[string]*exec.Cmd // by mount path
-	// Calls counts NodeStage and NodePublish calls.
-	Calls map[string]int
+	procs map[string]*exec.Cmd // s3fs by mount path
+	calls map[string]int
 }
 
-// Start serves the plugin until Stop.
+func newPlugin(o Options, log logr.Logger) *Plugin {
+	return &Plugin{o: o, log: log, procs: map[string]*exec.Cmd{}, calls: map[string]int{}}
+}
+
+// Start serves the plugin in process until Stop (and, with opts.RegistrationSocket, its
+// registration). Empty options take NewOptions' values.
 func Start(opts Options) (*Plugin, error) {
-	if opts.S3fs == "" {
-		opts.S3fs = "s3fs"
-	}
-	if err := os.MkdirAll(filepath.Dir(opts.Socket), 0o755); err != nil { //nolint:gosec // test support: a plugin socket directory like kubelet's
+	o := opts.withDefaults()
+	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(opts.StateDir, 0o700); err != nil {
+	p := newPlugin(o, logr.Discard())
+	if err := os.MkdirAll(o.StateDir, 0o700); err != nil {
 		return nil, err
 	}
-	_ = os.Remove(opts.Socket)
-	ln, err := net.Listen("unix", opts.Socket)
+	ln, err := listenUnix(o.CSISocket())
 	if err != nil {
 		return nil, err
 	}
-	p := &Plugin{opts: opts, srv: grpc.NewServer(), procs: map[string]*exec.Cmd{}, Calls: map[string]int{}}
-	csi.RegisterNodeServer(p.srv, p)
-	go func() { _ = p.srv.Serve(ln) }()
-	if opts.RegistrationSocket != "" {
-		if err := os.MkdirAll(filepath.Dir(opts.RegistrationSocket), 0o755); err != nil { //nolint:gosec // test support: kubelet's plugins_registry is 0755 too
-			p.srv.Stop()
-			return nil, err
-		}
-		_ = os.Remove(opts.RegistrationSocket)
-		rln, err := net.Listen("unix", opts.RegistrationSocket)
+	p.srv = p.server()
+	go func() { _ = p.srv.Serve(ln) }() // ends with Stop
+	if o.RegistrationSocket != "" {
+		rln, err := listenUnix(o.RegistrationSocket)
 		if err != nil {
 			p.srv.Stop()
 			return nil, err
 		}
 		p.reg = grpc.NewServer()
-		registerapi.RegisterRegistrationServer(p.reg, registration{opts: opts})
-		go func() { _ = p.reg.Serve(rln) }()
+		registerapi.RegisterRegistrationServer(p.reg, &registrar{driver: o.Driver, endpoint: o.CSISocket(), log: p.log})
+		go func() { _ = p.reg.Serve(rln) }() // ends with Stop
 	}
 	return p, nil
 }
 
-// registration is the plugin-registration service (what node-driver-registrar serves).
-type registration struct {
-	registerapi.UnimplementedRegistrationServer
-	opts Options
+// Run serves the plugin until ctx ends (the container's process). Its s3fs are killed with it,
+// on purpose.
+func Run(ctx context.Context, opts *Options) error {
+	o := opts.withDefaults()
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	p := newPlugin(o, logr.FromContextOrDiscard(ctx))
+	p.dieWithPlugin = true
+	if err := os.MkdirAll(o.StateDir, 0o700); err != nil {
+		return err
+	}
+	ln, err := listenUnix(o.CSISocket())
+	if err != nil {
+		return err
+	}
+	p.srv = p.server()
+	errc := make(chan error, 1)
+	go func() { errc <- p.srv.Serve(ln) }()
+	p.log.Info("serving", "driver", o.Driver, "layout", o.Layout, "csi", o.CSISocket())
+	select {
+	case <-ctx.Done():
+		err = nil
+	case err = <-errc:
+	}
+	p.srv.Stop()
+	_ = os.Remove(o.CSISocket()) // the next start removes a leftover socket anyway
+	return err
 }
 
-func (r registration) GetInfo(context.Context, *registerapi.InfoRequest) (*registerapi.PluginInfo, error) {
-	return &registerapi.PluginInfo{Type: registerapi.CSIPlugin, Name: r.opts.Driver, Endpoint: r.opts.Socket,
-		SupportedVersions: []string{"1.0.0"}}, nil
+func (p *Plugin) server() *grpc.Server {
+	srv := grpc.NewServer()
+	csi.RegisterIdentityServer(srv, p)
+	csi.RegisterNodeServer(srv, p)
+	return srv
 }
 
-func (registration) NotifyRegistrationStatus(context.Context, *registerapi.RegistrationStatus) (*registerapi.RegistrationStatusResponse, error) {
-	return &registerapi.RegistrationStatusResponse{}, nil
+// listenUnix listens on a unix socket at path, replacing a socket an earlier run left.
+func listenUnix(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return nil, err
+	}
+	_ = os.Remove(path) // a socket left by an earlier run; Listen reports what matters
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", path, err)
+	}
+	return ln, nil
 }
 
-// Stop stops serving (the s3fs children keep running, as after a plugin crash).
+// Stop stops serving; the s3fs children keep running, as after a plugin crash.
 func (p *Plugin) Stop() {
 	p.srv.Stop()
 	if p.reg != nil {
@@ -119,12 +144,12 @@ func (p *Plugin) KillMounts() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for path, c := range p.procs {
-		_ = c.Process.Signal(syscall.SIGKILL)
+		_ = c.Process.Signal(syscall.SIGKILL) // one that already exited is as good as killed
 		delete(p.procs, path)
 	}
 }
 
-// Pids returns the pids of the plugin's running s3fs.
+// Pids returns the pids of the plugin's s3fs started since the last KillMounts.
 func (p *Plugin) Pids() []int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -135,146 +160,264 @@ func (p *Plugin) Pids() []int {
 	return out
 }
 
-// CallCount returns how many times method was called.
+// CallCount returns how many times method (NodeStageVolume, NodePublishVolume) was called.
 func (p *Plugin) CallCount(method string) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.Calls[method]
+	return p.calls[method]
 }
 
 func (p *Plugin) count(method string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.Calls[method]++
+	p.calls[method]++
 }
 
-// NodeGetCapabilities implements csi.NodeServer.
+// GetPluginInfo names the driver.
+func (p *Plugin) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
+	return &csi.GetPluginInfoResponse{Name: p.o.Driver, VendorVersion: "test"}, nil
+}
+
+// GetPluginCapabilities: node service only.
+func (p *Plugin) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
+	return &csi.GetPluginCapabilitiesResponse{}, nil
+}
+
+// Probe reports ready.
+func (p *Plugin) Probe(context.Context, *csi.ProbeRequest) (*csi.ProbeResponse, error) {
+	return &csi.ProbeResponse{}, nil
+}
+
+// NodeGetCapabilities: STAGE_UNSTAGE in the yandex layout; else kubelet calls NodePublishVolume
+// directly.
 func (p *Plugin) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
 	resp := &csi.NodeGetCapabilitiesResponse{}
-	if p.opts.Stage {
-		resp.Capabilities = append(resp.Capabilities, &csi.NodeServiceCapability{Type: &csi.NodeServiceCapability_Rpc{
-			Rpc: &csi.NodeServiceCapability_RPC{Type: csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME}}})
+	if p.o.Layout == LayoutYandex {
+		resp.Capabilities = []*csi.NodeServiceCapability{{Type: &csi.NodeServiceCapability_Rpc{
+			Rpc: &csi.NodeServiceCapability_RPC{Type: csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME}}}}
 	}
 	return resp, nil
 }
 
-// NodeGetInfo implements csi.NodeServer.
+// NodeGetInfo returns the node id.
 func (p *Plugin) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
-	return &csi.NodeGetInfoResponse{NodeId: "node"}, nil
+	return &csi.NodeGetInfoResponse{NodeId: p.o.NodeID}, nil
 }
 
-// NodeStageVolume implements csi.NodeServer.
-func (p *Plugin) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
-	p.count("NodeStageVolume")
-	if !p.opts.Stage {
-		return nil, status.Error(codes.Unimplemented, "no staging")
-	}
-	if err := p.mount(ctx, req.GetVolumeId(), req.GetStagingTargetPath(), req.GetSecrets(), req.GetVolumeContext()); err != nil {
-		return nil, err
-	}
-	return &csi.NodeStageVolumeResponse{}, nil
-}
-
-// NodePublishVolume implements csi.NodeServer.
+// NodePublishVolume starts s3fs on the target as a child process and waits for the mount
+// (yandex layout: binds the staging mount onto the target). A target already mounted is done.
 func (p *Plugin) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
 	p.count("NodePublishVolume")
 	target := req.GetTargetPath()
-	if p.opts.Stage {
-		if err := checkPath(target); err != nil {
-			return nil, err
-		}
+	if target == "" || req.GetVolumeId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume id and target path are required")
+	}
+	if err := checkPath(target); err != nil {
+		return nil, err
+	}
+	if isMountPoint(target) {
+		return &csi.NodePublishVolumeResponse{}, nil
+	}
+	if p.o.Layout == LayoutYandex {
 		if err := os.MkdirAll(target, 0o750); err != nil {
 			return nil, status.Error(codes.Internal, err.Error())
 		}
-		flags := uintptr(unix.MS_BIND)
-		if err := unix.Mount(req.GetStagingTargetPath(), target, "", flags, ""); err != nil {
-			return nil, status.Errorf(codes.Internal, "bind %s: %v", target, err)
+		if err := unix.Mount(req.GetStagingTargetPath(), target, "", unix.MS_BIND, ""); err != nil {
+			return nil, status.Error(codes.Internal, fmt.Sprintf("bind %s: %v", target, err))
 		}
+		p.log.Info("published (bind of the staging mount)", "volume", req.GetVolumeId(), "target", target)
 		return &csi.NodePublishVolumeResponse{}, nil
 	}
-	if err := p.mount(ctx, req.GetVolumeId(), target, req.GetSecrets(), req.GetVolumeContext()); err != nil {
+	if err := p.mountS3fs(ctx, req.GetVolumeId(), req.GetVolumeContext(), req.GetSecrets(), target); err != nil {
 		return nil, err
 	}
 	return &csi.NodePublishVolumeResponse{}, nil
 }
 
-// NodeUnpublishVolume implements csi.NodeServer: it unmounts the top mount only, as common
-// drivers do.
-func (p *Plugin) NodeUnpublishVolume(_ context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
-	// Not mounted (EINVAL) or gone (ENOENT) is done; anything else (EBUSY) is reported, and
-	// kubelet retries.
-	if err := unix.Unmount(req.GetTargetPath(), 0); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-		return nil, status.Errorf(codes.Internal, "unmount %s: %v", req.GetTargetPath(), err)
+// NodeStageVolume (yandex layout) starts s3fs at kubelet's staging path.
+func (p *Plugin) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
+	p.count("NodeStageVolume")
+	if p.o.Layout != LayoutYandex {
+		return nil, status.Error(codes.Unimplemented, "no staging in this layout")
 	}
+	path := req.GetStagingTargetPath()
+	if path == "" || req.GetVolumeId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume id and staging path are required")
+	}
+	if err := checkPath(path); err != nil {
+		return nil, err
+	}
+	if isMountPoint(path) {
+		return &csi.NodeStageVolumeResponse{}, nil
+	}
+	if err := p.mountS3fs(ctx, req.GetVolumeId(), req.GetVolumeContext(), req.GetSecrets(), path); err != nil {
+		return nil, err
+	}
+	return &csi.NodeStageVolumeResponse{}, nil
+}
+
+// NodeUnstageVolume (yandex layout) unmounts the top mount at the staging path, as
+// ru.yandex.s3.csi does (FuseUnmount when it is a mount point).
+func (p *Plugin) NodeUnstageVolume(_ context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
+	if p.o.Layout != LayoutYandex {
+		return nil, status.Error(codes.Unimplemented, "no staging in this layout")
+	}
+	path := req.GetStagingTargetPath()
+	if isMountPoint(path) {
+		if err := p.fuseUnmount(path, 0); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+	}
+	p.log.Info("unstaged", "volume", req.GetVolumeId(), "path", path)
+	return &csi.NodeUnstageVolumeResponse{}, nil
+}
+
+// NodeUnpublishVolume unmounts the target and waits for its FUSE process (fuseUnmount). The
+// direct layout unmounts every mount stacked there (pvrescue's binds included); the others only
+// the top one, as the field drivers do, so a dead mount below stays.
+func (p *Plugin) NodeUnpublishVolume(_ context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
+	target := req.GetTargetPath()
+	if target == "" || req.GetVolumeId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume id and target path are required")
+	}
+	if p.o.Layout != LayoutDirect {
+		if isMountPoint(target) {
+			if err := p.fuseUnmount(target, 0); err != nil {
+				return nil, status.Error(codes.Internal, err.Error())
+			}
+		}
+		if !isMountPoint(target) {
+			_ = os.Remove(target) // kubelet removes it too; a non-empty directory stays
+		}
+		p.log.Info("unpublished (top mount)", "volume", req.GetVolumeId(), "target", target)
+		return &csi.NodeUnpublishVolumeResponse{}, nil
+	}
+	for i := 0; i < 10 && isMountPoint(target); i++ {
+		if err := p.fuseUnmount(target, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+	}
+	if err := os.Remove(target); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	_ = os.Remove(p.passwdFile(target)) // gone already when the mount came from elsewhere
+	p.log.Info("unpublished", "volume", req.GetVolumeId(), "target", target)
 	return &csi.NodeUnpublishVolumeResponse{}, nil
 }
 
-// checkPath refuses a path whose mount check fails with ENOTCONN, as s3fs drivers do.
-func checkPath(path string) error {
-	var st unix.Statfs_t
-	if err := unix.Statfs(path, &st); errors.Is(err, syscall.ENOTCONN) {
-		return status.Errorf(codes.Internal, "check %s: %v", path, err)
+// fuseUnmount is k8s-csi-s3's FuseUnmount: unmount path (flags 0: the top mount only, failing
+// when busy), then wait, up to UnmountWait, for the FUSE process whose command line names path to
+// exit; it fails when that process outlives the wait (kubelet then retries the call).
+func (p *Plugin) fuseUnmount(path string, flags int) error {
+	if err := unix.Unmount(path, flags); err != nil {
+		return fmt.Errorf("unmount %s: %w", path, err)
 	}
-	return nil
+	pid := findFuseProcess("/proc", path)
+	if pid == 0 {
+		return nil
+	}
+	deadline := time.Now().Add(p.o.UnmountWait)
+	for wait := 100 * time.Millisecond; ; wait = min(wait*3/2, time.Second) {
+		if !cmdlineNames("/proc", pid, path) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: pid %d of %s still runs %s after its unmount", ErrFuseProcessLingers, pid, path, p.o.UnmountWait)
+		}
+		time.Sleep(wait)
+	}
 }
 
-func (p *Plugin) mount(ctx context.Context, volumeID, path string, secrets, volCtx map[string]string) error {
-	if err := checkPath(path); err != nil {
-		return err
+// ErrFuseProcessLingers: a FUSE process did not exit after its mount was unmounted.
+var ErrFuseProcessLingers = errors.New("FUSE process still runs")
+
+func (p *Plugin) passwdFile(path string) string {
+	sum := sha256.Sum256([]byte(path))
+	return filepath.Join(p.o.StateDir, hex.EncodeToString(sum[:8])+".passwd")
+}
+
+// mountS3fs starts s3fs at path as a child process and waits until the path's top mount is an
+// s3fs mount that answers.
+func (p *Plugin) mountS3fs(ctx context.Context, volumeID string, volCtx, secrets map[string]string, path string) error {
+	keys := config.Default().S3.SecretKeys
+	ak, sk := secrets[keys.AccessKeyID], secrets[keys.SecretAccessKey]
+	if ak == "" || sk == "" {
+		return status.Error(codes.InvalidArgument, "the secret lacks the access keys")
+	}
+	passwd := p.passwdFile(path)
+	if err := os.WriteFile(passwd, []byte(ak+":"+sk), 0o600); err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	args, err := MountArgs(p.o.Layout, volumeID, volCtx, secrets, path, passwd)
+	if err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
 	}
 	if err := os.MkdirAll(path, 0o750); err != nil {
 		return status.Error(codes.Internal, err.Error())
 	}
-	bucket, prefix, _ := strings.Cut(volumeID, "/")
-	source := bucket
-	if prefix != "" {
-		source += ":/" + prefix
-	}
-	endpoint := secrets["endpoint"]
-	if endpoint == "" {
-		endpoint = volCtx["endpoint"]
-	}
-	pw := filepath.Join(p.opts.StateDir, fmt.Sprintf("%d.passwd", time.Now().UnixNano()))
-	if err := os.WriteFile(pw, []byte(secrets["accessKeyID"]+":"+secrets["secretAccessKey"]+"\n"), 0o600); err != nil {
-		return status.Error(codes.Internal, err.Error())
-	}
-	cmd := exec.Command(p.opts.S3fs, source, path, "-f", "-o", "passwd_file="+pw, "-o", "url="+endpoint, //nolint:gosec // test support: the test's s3fs at the path kubelet gives
-		"-o", "use_path_request_style", "-o", "allow_other")
+	cmd := exec.Command(p.o.S3fs, args...) //nolint:gosec // test support: the test's s3fs at the path kubelet gives
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	// Its own process group: a signal to the test's group (^C) is not a plugin restart.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return status.Error(codes.Internal, err.Error())
+	if p.dieWithPlugin {
+		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	}
-	go func() { _ = cmd.Wait() }()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if mounted(path) {
-			var st unix.Statfs_t
-			if unix.Statfs(path, &st) == nil {
-				break
-			}
+	if err := cmd.Start(); err != nil {
+		return status.Error(codes.Internal, fmt.Sprintf("start s3fs: %v", err))
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }() // how it ended shows at the mount
+	deadline := time.After(p.o.MountTimeout)
+	for !s3fsAnswers(path) {
+		select {
+		case <-exited:
+			return status.Error(codes.Internal, fmt.Sprintf("s3fs exited before mounting: %s", stderr.String()))
+		case <-deadline:
+			_ = cmd.Process.Kill() // gone already is as good
+			return status.Error(codes.DeadlineExceeded, fmt.Sprintf("s3fs did not mount %s in time", path))
+		case <-ctx.Done():
+			_ = cmd.Process.Kill() // gone already is as good
+			return status.FromContextError(ctx.Err()).Err()
+		case <-time.After(20 * time.Millisecond):
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			_ = cmd.Process.Kill()
-			return status.Errorf(codes.Internal, "s3fs did not mount %s", path)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 	p.mu.Lock()
 	p.procs[path] = cmd
 	p.mu.Unlock()
+	p.log.Info("mounted", "volume", volumeID, "path", path, "pid", cmd.Process.Pid)
 	return nil
 }
 
-// mounted reports whether an s3fs mount is at path (from /proc/self/mountinfo).
-func mounted(path string) bool {
+// checkPath refuses a path whose mount check fails with ENOTCONN (a dead FUSE mount), as the
+// s3fs drivers in the field do (their IsLikelyNotMountPoint fails): a dead path is never
+// reported as published.
+func checkPath(path string) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); errors.Is(err, unix.ENOTCONN) || errors.Is(err, unix.ECONNABORTED) {
+		return status.Error(codes.Internal, fmt.Sprintf("check %s: %v", path, err))
+	}
+	return nil
+}
+
+// mountTable reads this process's mount table; an unreadable one reads as empty.
+func mountTable() []mountinfo.Mount {
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
-		return false
+		return nil
 	}
-	for _, m := range mountinfo.ParseLenient(string(b)) {
-		if m.MountPoint == path && m.FSType == "fuse.s3fs" {
-			return true
-		}
-	}
-	return false
+	return mountinfo.ParseLenient(string(b))
+}
+
+// isMountPoint reports whether path is a mount point.
+func isMountPoint(path string) bool {
+	_, ok := TopAt(mountTable(), filepath.Clean(path))
+	return ok
+}
+
+// s3fsAnswers reports whether the top mount at path is an s3fs mount whose statfs answers.
+func s3fsAnswers(path string) bool {
+	top, ok := TopAt(mountTable(), filepath.Clean(path))
+	var st unix.Statfs_t
+	return ok && top.FSType == "fuse.s3fs" && unix.Statfs(path, &st) == nil
 }

@@ -14,8 +14,9 @@ type Layout struct{ StateDir string }
 // Root is <stateDir>/s3.
 func (l Layout) Root() string { return filepath.Join(l.StateDir, "s3") }
 
-// MountRoot holds one bridge mount point per PV. The directory is named "staging", as earlier
-// agents named it: a restarted agent adopts the bridges they left there.
+// MountRoot holds one bridge mount point per PV. The directory keeps the name "staging" that
+// earlier agents gave it, so a restarted or upgraded agent adopts the bridges they left there;
+// it is not a staging path in kubelet's sense (only kubelet's globalmount is called that).
 func (l Layout) MountRoot() string { return filepath.Join(l.Root(), "staging") }
 
 // PVComponent is the one path component every per-PV file, directory and cgroup of ours is named

@@ -16,7 +16,7 @@ import (
 // A bridge retires when no live pod's target holds its bind any more. Its s3fs is never
 // stopped then: an application may still hold a file open through a bind we detached lazily
 // (the hand-back to the driver, when the bridge retires), and stopping s3fs would fail its next write with ENOTCONN
-// and lose what s3fs had not uploaded yet. Instead the staging mount is detached lazily too;
+// and lose what s3fs had not uploaded yet. Instead the bridge's own mount is detached lazily too;
 // once the last file open on it is closed the kernel releases the filesystem, s3fs's session
 // ends and it exits by itself, flushing as usual. The agent keeps watching it (its child, or
 // through a pidfd once adopted) and removes its record and cgroup after it exited. The record
@@ -46,7 +46,7 @@ func parseRetiringRecord(name string) (pv string, pid int, ok bool) {
 	return base[:i], pid, true
 }
 
-// retireStaging detaches pv's unused bridge and lets its s3fs exit when its last user is gone.
+// Retire detaches pv's unused bridge and lets its s3fs exit when its last user is gone.
 func (s *Supervisor) Retire(ctx context.Context, pv string) {
 	log := logr.FromContextOrDiscard(ctx).WithValues("pv", pv)
 	s.mu.Lock()

@@ -20,7 +20,6 @@ var (
 	ErrBadOptions       = errors.New("unsupported mount options")
 	ErrNoSecretRef      = errors.New("no credentials secret referenced by the PV")
 	ErrUnsafe           = errors.New("value refused by the allowlist")
-	ErrSecretNotFound   = errors.New("credentials secret not found")
 	ErrSecretKeyMissing = errors.New("credentials secret lacks a required key")
 	ErrS3fs             = errors.New("s3fs did not mount")
 	ErrCannotReproduce  = errors.New("the dead mount cannot be reproduced by our s3fs")

@@ -280,11 +280,11 @@ func TestArgs(t *testing.T) {
 func TestLayout(t *testing.T) {
 	l := Layout{StateDir: "/var/lib/pvrescue"}
 	if pv, ok := l.PVFromMountPoint(l.MountPoint("pv-a")); !ok || pv != "pv-a" {
-		t.Errorf("PVFromStaging(Staging) = %q %v", pv, ok)
+		t.Errorf("PVFromMountPoint(MountPoint) = %q %v", pv, ok)
 	}
 	for _, p := range []string{"/var/lib/pvrescue/s3/staging", "/var/lib/pvrescue/s3/staging/pv-a/x", "/other/pv-a"} {
 		if _, ok := l.PVFromMountPoint(p); ok {
-			t.Errorf("PVFromStaging accepted %q", p)
+			t.Errorf("PVFromMountPoint accepted %q", p)
 		}
 	}
 	if pv, ok := stack.PVFromFSName(stack.FSName("pv-a")); !ok || pv != "pv-a" {

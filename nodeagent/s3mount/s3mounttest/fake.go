@@ -11,9 +11,6 @@ import (
 	"syscall"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
@@ -510,52 +507,6 @@ func (p *FakeProcess) Kill(time.Duration) {
 	}
 	f.mu.Unlock()
 	p.exit()
-}
-
-// EventLog is a record.EventRecorder that keeps every Event for assertions.
-type EventLog struct {
-	mu     sync.Mutex
-	events []RecordedEvent
-}
-
-// RecordedEvent is one Event; Object is the involved object's name.
-type RecordedEvent struct{ Object, Type, Reason, Message string }
-
-func (l *EventLog) Event(obj runtime.Object, typ, reason, msg string) {
-	name := ""
-	if o, ok := obj.(metav1.Object); ok {
-		name = o.GetName()
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.events = append(l.events, RecordedEvent{name, typ, reason, msg})
-}
-
-func (l *EventLog) Eventf(obj runtime.Object, typ, reason, format string, args ...any) {
-	l.Event(obj, typ, reason, fmt.Sprintf(format, args...))
-}
-
-func (l *EventLog) AnnotatedEventf(obj runtime.Object, _ map[string]string, typ, reason, format string, args ...any) {
-	l.Eventf(obj, typ, reason, format, args...)
-}
-
-// Events returns a copy of the events so far.
-func (l *EventLog) Events() []RecordedEvent {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return slices.Clone(l.events)
-}
-
-// Count counts events on object (any when "") of that type and reason whose message starts
-// with prefix.
-func (l *EventLog) Count(object, typ, reason, prefix string) int {
-	n := 0
-	for _, e := range l.Events() {
-		if (object == "" || e.Object == object) && e.Type == typ && e.Reason == reason && strings.HasPrefix(e.Message, prefix) {
-			n++
-		}
-	}
-	return n
 }
 
 func (f *FakeNode) isDead(dev string) bool {

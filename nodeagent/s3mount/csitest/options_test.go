@@ -1,4 +1,4 @@
-package csis3
+package csitest
 
 import (
 	"os"
@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/pvrescue/pvrescue/internal/mountinfo"
 )
 
 func TestMountArgs(t *testing.T) {
@@ -64,15 +66,23 @@ func TestMountArgs(t *testing.T) {
 	}
 }
 
-func TestMountInfoHas(t *testing.T) {
-	const info = "36 35 0:40 / /var/lib/kubelet/pods/u/volumes/kubernetes.io~csi/pv/mount rw - fuse.s3fs s3fs rw\n37 35 0:41 / /a\\040b rw - tmpfs t rw\n"
-	for p, want := range map[string]bool{
-		"/var/lib/kubelet/pods/u/volumes/kubernetes.io~csi/pv/mount": true,
-		"/var/lib/kubelet/pods/u/volumes/kubernetes.io~csi/pv":       false,
-		"/a b": true,
+// TopAt follows parent IDs, not line order, and unescapes mount points.
+func TestTopAt(t *testing.T) {
+	const info = "37 36 0:41 / /k/pods/u/volumes/kubernetes.io~csi/pv/mount rw - fuse.s3fs s3fs rw\n" +
+		"36 35 0:40 / /k/pods/u/volumes/kubernetes.io~csi/pv/mount rw - fuse.s3fs s3fs rw\n" +
+		"38 35 0:42 / /a\\040b rw - tmpfs t rw\n"
+	table := mountinfo.ParseLenient(info)
+	for _, tc := range []struct {
+		path string
+		id   int // 0: not a mount point
+	}{
+		{"/k/pods/u/volumes/kubernetes.io~csi/pv/mount", 37},
+		{"/k/pods/u/volumes/kubernetes.io~csi/pv", 0},
+		{"/a b", 38},
 	} {
-		if got := MountInfoHas(info, p); got != want {
-			t.Errorf("MountInfoHas(%q) = %v, want %v", p, got, want)
+		top, ok := TopAt(table, tc.path)
+		if ok != (tc.id != 0) || top.ID != tc.id {
+			t.Errorf("TopAt(%q) = mount %d, %v; want mount %d", tc.path, top.ID, ok, tc.id)
 		}
 	}
 }
@@ -80,7 +90,7 @@ func TestMountInfoHas(t *testing.T) {
 func TestOptionsValidateLayout(t *testing.T) {
 	o := NewOptions()
 	o.NodeID = "n"
-	for _, l := range []string{LayoutDirect, LayoutYandex, LayoutCtrox} {
+	for _, l := range []string{LayoutPlain, LayoutDirect, LayoutYandex, LayoutCtrox} {
 		o.Layout = l
 		if err := o.Validate(); err != nil {
 			t.Errorf("layout %q: %v", l, err)

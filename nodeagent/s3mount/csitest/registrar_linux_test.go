@@ -1,4 +1,6 @@
-package csis3
+//go:build linux
+
+package csitest
 
 import (
 	"context"
@@ -19,7 +21,7 @@ func TestRegistrarRegistersThePlugin(t *testing.T) {
 	defer cancel()
 	o := NewOptions()
 	o.Driver, o.NodeID, o.Layout = "ru.yandex.s3.csi", "node-1", LayoutYandex
-	o.Endpoint, o.StateDir = "unix://"+filepath.Join(dir, "csi.sock"), filepath.Join(dir, "state")
+	o.Socket, o.StateDir = "unix://"+filepath.Join(dir, "csi.sock"), filepath.Join(dir, "state")
 	pluginDone := make(chan error, 1)
 	go func() { pluginDone <- Run(ctx, o) }()
 	ro := NewRegistrarOptions()

@@ -1,4 +1,6 @@
-package csis3
+//go:build linux
+
+package csitest
 
 import (
 	"context"
@@ -51,10 +53,6 @@ func (o *RegistrarOptions) Validate() error {
 	}
 	return nil
 }
-
-// RegistrationSocketName is the registration socket's file name in plugins_registry, as
-// node-driver-registrar names it.
-func RegistrationSocketName(driver string) string { return driver + "-reg.sock" }
 
 // registrar serves kubelet's Registration API for one driver.
 type registrar struct {

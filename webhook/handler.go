@@ -2,11 +2,9 @@ package webhook
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"reflect"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -41,25 +39,27 @@ func NewHandler(d *Defaulter, metrics *Metrics) *Handler {
 	return &Handler{defaulter: d, metrics: metrics, timeout: DefaultLookupTimeout}
 }
 
-// NewWebhook wraps the handler for an HTTP server (malformed bodies become 400 responses there).
-func NewWebhook(d *Defaulter, metrics *Metrics) *admission.Webhook {
-	return &admission.Webhook{Handler: NewHandler(d, metrics)}
-}
-
 var podKind = corev1.SchemeGroupVersion.WithKind("Pod")
 
 // Handle implements admission.Handler.
 func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.Response {
+	return h.admit(ctx, req, nil)
+}
+
+// admit answers req; obj, when set, is req's object already decoded (Webhook.ServeHTTP).
+func (h *Handler) admit(ctx context.Context, req admission.Request, obj *admissionPod) admission.Response {
 	start := time.Now()
-	in, resp := h.handle(ctx, req)
+	in, resp := h.handle(ctx, req, obj)
 	resp = resp.WithWarnings(in.Warnings...)
 	h.metrics.observe(in, time.Since(start))
-	logr.FromContextOrDiscard(ctx).V(1).Info("admission", "namespace", req.Namespace, "name", req.Name,
-		"result", in.Result, "reason", in.Reason, "operations", len(in.Patch), "warnings", len(in.Warnings))
+	if log := logr.FromContextOrDiscard(ctx).V(1); log.Enabled() {
+		log.Info("admission", "namespace", req.Namespace, "name", req.Name,
+			"result", in.Result, "reason", in.Reason, "operations", len(in.Patch), "warnings", len(in.Warnings))
+	}
 	return resp
 }
 
-func (h *Handler) handle(ctx context.Context, req admission.Request) (Injection, admission.Response) {
+func (h *Handler) handle(ctx context.Context, req admission.Request, obj *admissionPod) (Injection, admission.Response) {
 	bad := func(format string, args ...any) (Injection, admission.Response) {
 		err := fmt.Errorf("%w: %s", ErrBadRequest, fmt.Sprintf(format, args...))
 		return Injection{Result: ResultError, Reason: ReasonBadRequest}, admission.Errored(http.StatusBadRequest, err)
@@ -70,14 +70,19 @@ func (h *Handler) handle(ctx context.Context, req admission.Request) (Injection,
 	if req.SubResource != "" || req.Operation != admissionv1.Create {
 		return Injection{Result: ResultSkipped, Reason: ReasonNotCreate}, admission.Allowed("pvrescue mutates pod creation only")
 	}
-	if len(req.Object.Raw) == 0 {
-		return bad("the request carries no pod object")
+	if obj == nil {
+		if len(req.Object.Raw) == 0 {
+			return bad("the request carries no pod object")
+		}
+		obj = &admissionPod{}
+		if err := kjson.UnmarshalCaseSensitivePreserveInts(req.Object.Raw, obj); err != nil {
+			return bad("decode the pod: %v", err)
+		}
 	}
-	var obj admissionPod
-	if err := kjson.UnmarshalCaseSensitivePreserveInts(req.Object.Raw, &obj); err != nil {
-		return bad("decode the pod: %v", err)
+	pod := &corev1.Pod{TypeMeta: obj.TypeMeta, Spec: obj.Spec}
+	if obj.Metadata != nil {
+		pod.ObjectMeta = obj.Metadata.ObjectMeta
 	}
-	pod := &corev1.Pod{TypeMeta: obj.TypeMeta, ObjectMeta: obj.Metadata.ObjectMeta, Spec: obj.Spec}
 	if (pod.Kind != "" || pod.APIVersion != "") && (pod.Kind != podKind.Kind || pod.APIVersion != podKind.GroupVersion().String()) {
 		return bad("the object is a %s %s, not a v1 Pod", pod.APIVersion, pod.Kind)
 	}
@@ -85,16 +90,15 @@ func (h *Handler) handle(ctx context.Context, req admission.Request) (Injection,
 	if ns == "" {
 		ns = pod.Namespace
 	}
-	// Without annotations the patch adds the map under metadata; a pod with no metadata at all
-	// (the API server always sends it, other callers may not) needs metadata itself added.
-	metaUnsure := reflect.ValueOf(pod.ObjectMeta).IsZero()
 	ctx, cancel := context.WithTimeout(ctx, h.timeout)
 	defer cancel()
 	in := h.defaulter.Default(ctx, ns, pod)
 	if len(in.Patch) == 0 {
 		return in, admission.Allowed("")
 	}
-	if metaUnsure && !hasMetadata(req.Object.Raw) {
+	// Without annotations the patch adds the map under metadata; a pod with no metadata at all
+	// (the API server always sends it, other callers may not) needs metadata itself added.
+	if obj.Metadata == nil {
 		for i, op := range in.Patch {
 			if op.Path == "/metadata/annotations" {
 				in.Patch[i].Path, in.Patch[i].Value = "/metadata", map[string]any{"annotations": op.Value}
@@ -108,7 +112,8 @@ func (h *Handler) handle(ctx context.Context, req admission.Request) (Injection,
 // pod's bytes, never looked at, never patched) and status are skipped, not decoded.
 type admissionPod struct {
 	metav1.TypeMeta `json:",inline"`
-	Metadata        struct {
+	// Metadata is nil when the object has none, or null.
+	Metadata *struct {
 		metav1.ObjectMeta `json:",inline"`
 		ManagedFields     skipJSON `json:"managedFields"`
 	} `json:"metadata"`
@@ -119,13 +124,3 @@ type admissionPod struct {
 type skipJSON struct{}
 
 func (*skipJSON) UnmarshalJSON([]byte) error { return nil }
-
-// hasMetadata reports whether the JSON object raw has a metadata member (null counts as none).
-func hasMetadata(raw []byte) bool {
-	var top map[string]json.RawMessage
-	if err := kjson.UnmarshalCaseSensitivePreserveInts(raw, &top); err != nil {
-		return false
-	}
-	m, ok := top["metadata"]
-	return ok && string(m) != "null"
-}

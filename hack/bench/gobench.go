@@ -154,6 +154,7 @@ func runGoBench(ctx context.Context, o *Options) Section {
 	if len(none) > 0 {
 		s.Notes = append(s.Notes, fmt.Sprintf("%s hold no benchmarks of their own yet; the hot paths are benchmarked through their exported APIs in hack/bench/gobench.", strings.Join(none, " and ")))
 	}
+	s.Notes = append(s.Notes, "ServeHTTP rows (webhook package): one whole admission over HTTP as the server runs it — webhook.Webhook reads the body, decodes a pod CREATE once straight into the pod, runs the handler and encodes the patch and the response — for the load run's 4-PVC and ~64 KB pods; their cpu-ns/op in the raw output is the process's CPU time per admission, garbage collection included.")
 	s.Notes = append(s.Notes, "Handler rows: the whole admission.Handler (decode, classify, inject, JSON patch of the operations performed) beside the no-op defaulter of controller-runtime's framework (which decodes, re-encodes and diffs the pod). p99 is each call timed in the benchmark loop; target for pod=100vol (60 local block claims across 3 containers, 40 S3 mounts): handler p99 < 10 ms.",
 		"Compare runs with `benchstat old.txt "+raw+"`.")
 	return s

@@ -44,6 +44,9 @@ type Options struct {
 	ScaleSample time.Duration
 	// ScaleOthers is how many PVs (and as many PVCs) of other nodes the scale section adds.
 	ScaleOthers int
+	// AgentLog, when set, is a file that receives the S3 rigs' agent log (verbosity 1, with
+	// timestamps) and the bench's own marks, to find out where a slow sample went.
+	AgentLog string
 }
 
 // NewOptions returns defaults that fit `make bench` in under 10 minutes on 2 cores.
@@ -72,6 +75,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.DetectRepeats, "detect-repeats", o.DetectRepeats, "detection runs of the lost-mount section")
 	fs.DurationVar(&o.ScaleSample, "scale-sample", o.ScaleSample, "how long the idle agent is sampled")
 	fs.IntVar(&o.ScaleOthers, "scale-others", o.ScaleOthers, "PVs (and as many PVCs) bound to other nodes added for the agent-at-cluster-scale run")
+	fs.StringVar(&o.AgentLog, "agent-log", o.AgentLog, "file for the S3 rigs' agent log (V(1), timestamps) and the bench's marks; off when empty")
 }
 
 // Validate checks the options.

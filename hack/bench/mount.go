@@ -59,6 +59,7 @@ func lostMount(ctx context.Context, o *Options, s *Section) error {
 			time.Sleep(200 * time.Millisecond)
 		}
 		r.drainExits()
+		r.log.Info("bench: loss", "run", i)
 		t0 := time.Now()
 		if err := kill(); err != nil {
 			return 0, 0, err
@@ -76,7 +77,9 @@ func lostMount(ctx context.Context, o *Options, s *Section) error {
 		if err := testenv.WaitUntil(ctx, restoreTimeout, benchPoll, readable); err != nil {
 			return 0, 0, fmt.Errorf("run %d: target not readable again within %s: %w", i, restoreTimeout, err)
 		}
-		return time.Since(t0), seen, nil
+		d := time.Since(t0)
+		r.log.Info("bench: readable again", "run", i, "after", d)
+		return d, seen, nil
 	}
 
 	// Phase 1, shipped defaults (fusewatch wakes the rescue; 1 s periodic check).
@@ -105,7 +108,7 @@ func lostMount(ctx context.Context, o *Options, s *Section) error {
 	// driver's mount and retires the bridge (timed too), which sets up the next run.
 	staging := filepath.Join(r.state, "s3", "staging", r.names.pv)
 	readable := func() bool { return readsBack(filepath.Join(r.target, "before.txt"), before) }
-	var lat, handBack []time.Duration
+	var lat, handBack, bridgeGone []time.Duration
 	for i := 0; i < o.MountRepeats; i++ {
 		d, _, err := measure(r, i, func() error { r.plugin.KillMounts(); r.stopPlugin(); return nil }, true, false)
 		if err != nil {
@@ -115,16 +118,26 @@ func lostMount(ctx context.Context, o *Options, s *Section) error {
 		if len(testenv.S3fsPIDs(staging)) == 0 {
 			return fmt.Errorf("bridge run %d: readable again, but no s3fs of the agent's serves %s", i, staging)
 		}
+		r.log.Info("bench: starting the plugin again (hand-back)", "run", i)
 		t0 := time.Now()
 		if err := r.startPlugin(); err != nil {
 			return err
 		}
+		// Two moments: the target on the driver's mount and readable (what the app sees), then
+		// the bridge's s3fs gone (it exits on its own once its mount is detached).
+		var onDriver time.Duration
 		if err := testenv.WaitUntil(ctx, restoreTimeout, benchPoll, func() bool {
-			return len(testenv.S3fsPIDs(staging)) == 0 && len(r.plugin.Pids()) > 0 && readable()
+			if onDriver == 0 && r.onDriver() && readable() {
+				onDriver = time.Since(t0)
+				r.log.Info("bench: target on the driver's mount, readable", "run", i, "after", onDriver)
+			}
+			return onDriver > 0 && len(testenv.S3fsPIDs(staging)) == 0 && len(r.plugin.Pids()) > 0
 		}); err != nil {
 			return fmt.Errorf("bridge run %d: plugin back, but the volume is not on the driver's mount with the bridge gone within %s: %w", i, restoreTimeout, err)
 		}
-		handBack = append(handBack, time.Since(t0))
+		handBack = append(handBack, onDriver)
+		bridgeGone = append(bridgeGone, time.Since(t0))
+		r.log.Info("bench: bridge s3fs gone", "run", i, "after", bridgeGone[len(bridgeGone)-1])
 	}
 	ttrSum, ttrN, ttrOK := histogram(r.reg, "pvrescue_s3_time_to_restore_seconds")
 	cfg := r.cfg
@@ -172,8 +185,8 @@ func lostMount(ctx context.Context, o *Options, s *Section) error {
 	}
 	rd.close()
 
-	s.Raw = RawSamples([]string{"replay", "replay-poll-only", "bridge", "hand-back", "detect-exit-seen", "detect-readable"},
-		map[string][]time.Duration{"replay": replayLat, "replay-poll-only": pollLat, "bridge": lat, "hand-back": handBack,
+	s.Raw = RawSamples([]string{"replay", "replay-poll-only", "bridge", "hand-back", "hand-back-bridge-gone", "detect-exit-seen", "detect-readable"},
+		map[string][]time.Duration{"replay": replayLat, "replay-poll-only": pollLat, "bridge": lat, "hand-back": handBack, "hand-back-bridge-gone": bridgeGone,
 			"detect-exit-seen": seenLat, "detect-readable": detReadLat})
 	interval, pending := cfg.S3.CheckInterval.Duration, cfg.S3.PendingCheckInterval.Duration
 	s.Header = []string{"figure", "samples", "p50", "p99", "max", "baseline", "baseline p50 / p99", "p99 ratio to baseline", "target"}
@@ -187,7 +200,7 @@ func lostMount(ctx context.Context, o *Options, s *Section) error {
 	}
 	pollBase := fmt.Sprintf("same replay, periodic check alone (%s, no fusewatch: the agent before event-driven detection)", pollBaselineInterval)
 	s.Rows = [][]string{
-		row("replay: plugin restarted → driver's mount handed back, file readable (shipped defaults)", replayLat, pollBase, pollLat,
+		row("replay: plugin restarted → the driver's new mount at the target, file readable (shipped defaults)", replayLat, pollBase, pollLat,
 			"p99 < 300 ms: "+Verdict(Percentile(replayLat, 99).Seconds(), restoreTarget.Seconds(), "s")),
 		row("baseline: the same replay, periodic check alone", pollLat, "—", nil, "—"),
 		row(fmt.Sprintf("detection: daemon killed → fusewatch reports the exit (periodic check %s)", detectCheckInterval), seenLat,
@@ -196,15 +209,16 @@ func lostMount(ctx context.Context, o *Options, s *Section) error {
 		row(fmt.Sprintf("detection: daemon killed → file readable again (periodic check %s: woken by the exit alone)", detectCheckInterval), detReadLat, pollBase, pollLat, "—"),
 		row("bridge: plugin restarted but kept down → our s3fs bound, file readable", lat, fmt.Sprintf("bridgeAfter %s", cfg.S3.BridgeAfter.Duration), nil,
 			fmt.Sprintf("p50 < bridgeAfter %s + 3 s: %s", cfg.S3.BridgeAfter.Duration, Verdict(Percentile(lat, 50).Seconds(), cfg.S3.BridgeAfter.Seconds()+3, "s"))),
-		row("hand-back: plugin back → driver's mount in place, bridge retired, file readable (shipped defaults)", handBack,
-			fmt.Sprintf("s3.pendingCheckInterval %s (nothing wakes the agent at a hand-back)", pending), nil,
+		row("hand-back: plugin back → the target on the driver's mount, file readable (shipped defaults)", handBack,
+			fmt.Sprintf("before the socket wake: the next pending check (s3.pendingCheckInterval %s, uniform: p50 %s / p99 %s, computed)", pending, Ms(pending/2), Ms(pending*99/100)), nil,
 			"p99 < 300 ms: "+Verdict(Percentile(handBack, 99).Seconds(), restoreTarget.Seconds(), "s")),
+		row("hand-back, clean-up: plugin back → the bridge's s3fs has exited", bridgeGone, "—", nil, "—"),
 	}
 	s.Notes = append(s.Notes,
-		fmt.Sprintf("The agent's S3 rescue is wired as cmd/pvrescue-agent wires it: nodeagent/fusewatch (a pidfd per /dev/fuse holder) wakes it when a FUSE daemon exits; its periodic check is the safety net (shipped: s3.checkInterval %s while nothing is under way, s3.pendingCheckInterval %s while a dead, bridged or retrying target waits on time). Baseline, measured in the same run with a rig of its own: the same agent without fusewatch and with s3.checkInterval %s (the default before fusewatch), so only that check notices a loss (a pure poll at %s notices %s later on average, before any repair).", interval, pending, pollBaselineInterval, pollBaselineInterval, Ms(pollBaselineInterval/2)),
-		"Replay: a plugin restart as the bench makes it — every s3fs of the driver SIGKILLed (the first run kills the s3fs the bench published as the driver's), the node plugin (pvrescue's test plugin, nodeagent/s3mount/csitest, s3fs as its child) stops serving and a new one serves the same socket at once; the agent replays NodePublishVolume at a fresh directory and binds the driver's new mount over the dead one. A real plugin's own restart time (image, container start) comes on top (see the containerized row of the e2e section).",
+		fmt.Sprintf("The agent's S3 rescue is wired as cmd/pvrescue-agent wires it: nodeagent/fusewatch (a pidfd per /dev/fuse holder) wakes it when a FUSE daemon exits, and a watch on the node plugins' directories when a plugin socket appears; its periodic check is the safety net (shipped: s3.checkInterval %s while nothing is under way, s3.pendingCheckInterval %s while a dead, bridged or retrying target waits on time). Baseline, measured in the same run with a rig of its own: the same agent without fusewatch and with s3.checkInterval %s (the default before fusewatch), so only that check notices a loss (a pure poll at %s notices %s later on average, before any repair).", interval, pending, pollBaselineInterval, pollBaselineInterval, Ms(pollBaselineInterval/2)),
+		"Replay: a plugin restart as the bench makes it — every s3fs of the driver SIGKILLed (the first run kills the s3fs the bench published as the driver's), the node plugin (pvrescue's test plugin, nodeagent/s3mount/csitest, s3fs as its child) stops serving and a new one serves the same socket at once; the agent replays NodePublishVolume at a fresh directory and puts the driver's new mount at the target in place of the dead one. A real plugin's own restart time (image, container start) comes on top (see the containerized row of the e2e section).",
 		fmt.Sprintf("Detection: a third rig with s3.checkInterval %s; the same plugin restart; \"exit seen\" is the time from the SIGKILL to fusewatch's report of the daemon's exit (its OnExit hook, the moment it wakes the rescue); \"readable\" to the file reading back through the replayed mount. The runs are 200 ms apart (no dephasing: with a 1 h check there is no phase to fall into).", detectCheckInterval),
-		fmt.Sprintf("Bridge: the same plugin restart, but the plugin does not come back; the agent waits s3.bridgeAfter (%s, shipped default) after finding the target dead, then mounts its own s3fs and binds it over. Hand-back: the plugin then serves again (a new process on the same socket); timed until no s3fs of the agent's is left and the file reads back through the driver's new mount. No FUSE daemon exits at a hand-back, so nothing wakes the agent: the plugin's return is noticed at the next pending check (s3.pendingCheckInterval). Readable means a file written before the loss reads back with its content.", cfg.S3.BridgeAfter.Duration),
+		fmt.Sprintf("Bridge: the same plugin restart, but the plugin does not come back; the agent waits s3.bridgeAfter (%s, shipped default) after finding the target dead, then mounts its own s3fs and binds it over. Hand-back: the plugin then serves again (a new process on the same socket). Its socket appearing wakes the agent at once; as the socket exists from the plugin's bind(2), before it answers, the pending check comes every 50 ms for 2 s after it, so a pass that found the driver not yet answering is followed by another within 50 ms. The pass that finds the driver answering publishes at a fresh directory through it and replaces our bind at the target by the driver's mount; having moved a target, it asks for another pass at once, which retires the bridge (its mount detached; its s3fs then exits on its own). Timed twice: until the target's top mount is no longer our bridge and the file reads back (hand-back), and until no s3fs of the agent's is left (clean-up). Readable means a file written before the loss reads back with its content.", cfg.S3.BridgeAfter.Duration),
 		fmt.Sprintf("Statfs timeout %s (shipped default); the bench polls the file every %s. Before each loss of the replay and bridge runs the bench waits a random time in [0, min(check interval, %s)), so losses fall at random points of the agent's periodic check.", cfg.S3.StatfsTimeout.Duration, benchPoll, maxDephase))
 	if ttrOK && ttrN > replayN && replayN > 0 {
 		rmean := time.Duration(replayTTR / float64(replayN) * float64(time.Second))

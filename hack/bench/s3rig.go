@@ -10,9 +10,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
@@ -28,6 +31,7 @@ import (
 	"github.com/pvrescue/pvrescue/nodeagent/fusewatch"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csitest"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
 // Keys of the bench's S3 server (never real credentials) and its bucket.
@@ -75,7 +79,9 @@ type s3Rig struct {
 	deps             nodeagent.Deps
 	// exits receives the time fusewatch saw each watched FUSE daemon exit (nil without fusewatch).
 	exits chan time.Time
-	undo  []func()
+	// log is the agent's logger (-agent-log; discards otherwise); the bench marks its steps in it.
+	log  logr.Logger
+	undo []func()
 }
 
 // s3RigOptions choose the pod and what the agent is built with.
@@ -97,7 +103,7 @@ type s3RigOptions struct {
 
 // newS3Rig sets the scenario up; close undoes it, also after an error part way.
 func newS3Rig(ctx context.Context, o *Options, ro s3RigOptions) (r *s3Rig, err error) {
-	r = &s3Rig{names: ro.names}
+	r = &s3Rig{names: ro.names, log: logr.Discard()}
 	defer func() {
 		if err != nil {
 			r.close()
@@ -182,7 +188,34 @@ func newS3Rig(ctx context.Context, o *Options, ro s3RigOptions) (r *s3Rig, err e
 	if err := r.startPlugin(); err != nil {
 		return r, err
 	}
-	return r, r.startAgent(ctx, ro)
+	if o.AgentLog != "" {
+		f, err := os.OpenFile(o.AgentLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			return r, err
+		}
+		r.undo = append(r.undo, func() { _ = f.Close() })
+		var mu sync.Mutex
+		r.log = funcr.New(func(prefix, args string) {
+			mu.Lock()
+			defer mu.Unlock()
+			_, _ = fmt.Fprintln(f, prefix, args) // a diagnostic log: a lost line changes no figure
+		}, funcr.Options{LogTimestamp: true, TimestampFormat: "15:04:05.000000", Verbosity: 1}).WithValues("rig", ro.names.ns)
+	}
+	return r, r.startAgent(logr.NewContext(ctx, r.log), ro)
+}
+
+// onDriver reports whether the target's top mount is not our bridge (the driver's, live or dead).
+func (r *s3Rig) onDriver() bool {
+	table, err := s3mount.NewOS().Mounter.MountTable()
+	if err != nil {
+		return false
+	}
+	top, ok := table.Top(r.target)
+	if !ok {
+		return false
+	}
+	_, ours := stack.PVFromFSName(top.Source)
+	return !ours
 }
 
 // close undoes the set-up, newest first.

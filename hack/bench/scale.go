@@ -207,6 +207,10 @@ func idleVerdict(base agentRun, prof profiledRun) []string {
 	if prof.top == "" {
 		return append(notes, "No CPU profile: "+prof.why)
 	}
+	if len(prof.cum) == 0 && len(prof.flat) == 0 {
+		return append(notes, fmt.Sprintf("Where it goes: a CPU profile of the same agent code (hack/bench/agentprof: the agent's command with runtime/pprof; the shipped agent serves no pprof endpoint) over %s after the same settling, on the same %d pods; that run used %.2f %% of a core (the profiler's own sampling included) and the profile holds %s of samples: between its safety-net passes the idle agent did nothing the profiler's 100 Hz sampling caught, so there is no top list to give. Full `go tool pprof -top` output: `bench/scale.txt`.",
+			prof.sampled, scalePVs+scalePods, prof.cpu, prof.total))
+	}
 	notes = append(notes, fmt.Sprintf("Where it goes: a CPU profile of the same agent code (hack/bench/agentprof: the agent's command with runtime/pprof; the shipped agent serves no pprof endpoint) over %s after the same settling, on the same %d pods; that run used %.2f %% of a core (the profiler's own sampling included) and the profile holds %s of samples. Top functions by cumulative time, excluding the runtime's scheduler: %s. Flat (self) top 5: %s. Full `go tool pprof -top` output: `bench/scale.txt`.",
 		prof.sampled, scalePVs+scalePods, prof.cpu, prof.total, strings.Join(prof.cum, "; "), strings.Join(prof.flat, "; ")))
 	return notes

@@ -146,7 +146,8 @@ func runWebhookLoad(ctx context.Context, o *Options) Section {
 	s := Section{
 		Title: "Webhook: admission latency and throughput over HTTPS",
 		RanAgainst: "a real kube-apiserver " + KubeVersion + " + etcd (envtest) holding the StorageClasses and PVCs, " +
-			"read through pvrescue's informer cache (controller-runtime cache, live client as fallback); the webhook " +
+			"read through pvrescue's informer cache (controller-runtime cache, live client as fallback); pvrescue's handler " +
+			"(webhook.Webhook: one decode of a pod CREATE, the framework's admission.Webhook for everything else) " +
 			"served by controller-runtime's webhook server over TLS 1.2+/HTTP/1.1 on 127.0.0.1 with a self-signed " +
 			"certificate; load generated in the same process (open loop, fixed rate, keep-alive connections). " +
 			"Baselines on the same server and TLS set-up: the framework floor, a no-op defaulter (`admission.WithDefaulter`: " +

@@ -1,0 +1,179 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"sync"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+	kjson "sigs.k8s.io/json"
+)
+
+// maxRequestSize is controller-runtime's limit on an admission body (two 3 MB objects and the rest).
+const maxRequestSize = 7 << 20
+
+// Webhook serves admissions over HTTP as controller-runtime's admission.Webhook does, with the
+// same responses byte for byte, but decodes a pod CREATE once: the framework scans the body
+// three times (its kind, the review with the pod copied as raw bytes, then the pod), which was
+// most of the cost of a large pod. Any request it is not sure of — not a v1 or v1beta1 review of
+// a v1 pod CREATE with an object, a body that does not decode, a read error, a body over the
+// limit, another content type — goes to the framework unchanged.
+type Webhook struct {
+	handler   *Handler
+	framework *admission.Webhook
+}
+
+var _ http.Handler = &Webhook{}
+
+// NewWebhook wraps the handler for an HTTP server (malformed bodies become 400 responses there).
+func NewWebhook(d *Defaulter, metrics *Metrics) *Webhook {
+	h := NewHandler(d, metrics)
+	return &Webhook{handler: h, framework: &admission.Webhook{Handler: h}}
+}
+
+// podReview is an AdmissionReview whose object is decoded as the pod the handler reads; the
+// request's other raw objects are skipped (the handler never reads them).
+type podReview struct {
+	metav1.TypeMeta `json:",inline"`
+	Request         *struct {
+		admissionv1.AdmissionRequest `json:",inline"`
+		// These shadow the embedded request's fields of the same JSON names.
+		Object    *admissionPod `json:"object"`
+		OldObject skipJSON      `json:"oldObject"`
+		Options   skipJSON      `json:"options"`
+	} `json:"request"`
+}
+
+// Review versions the framework decodes into the same v1 type; anything else goes to it.
+var (
+	reviewV1      = admissionv1.SchemeGroupVersion.WithKind("AdmissionReview")
+	reviewV1beta1 = schema.GroupVersionKind{Group: admissionv1.GroupName, Version: "v1beta1", Kind: "AdmissionReview"}
+)
+
+func (w *Webhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	if r.Body == nil || r.Body == http.NoBody {
+		w.framework.ServeHTTP(rw, r)
+		return
+	}
+	buf := bodyPool.Get().(*[]byte)
+	defer putBody(buf)
+	body, rest := readBody(r, (*buf)[:0])
+	*buf = body
+	if rest != nil || r.Header.Get("Content-Type") != "application/json" {
+		r.Body = rest
+		if r.Body == nil {
+			r.Body = io.NopCloser(bytes.NewReader(body))
+		}
+		w.framework.ServeHTTP(rw, r)
+		return
+	}
+	defer func() { _ = r.Body.Close() }() // read to the end; as the framework does
+	var rev podReview
+	err := kjson.UnmarshalCaseSensitivePreserveInts(body, &rev)
+	gvk := rev.GroupVersionKind()
+	if err != nil || gvk != reviewV1 && gvk != reviewV1beta1 || rev.Request == nil || rev.Request.Object == nil ||
+		rev.Request.Kind != metav1.GroupVersionKind(podKind) || rev.Request.SubResource != "" || rev.Request.Operation != admissionv1.Create {
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		w.framework.ServeHTTP(rw, r)
+		return
+	}
+	req := admission.Request{AdmissionRequest: rev.Request.AdmissionRequest}
+	if log := logf.Log.WithName("admission"); log.V(5).Enabled() {
+		admission.DefaultLogConstructor(log, &req).V(5).Info("received request")
+	}
+	pod := rev.Request.Object
+	// A webhook of its own per request: the framework's Handle keeps its panic recovery, request
+	// logger and response completion; the handler gets the pod already decoded. (A patch that
+	// fails to encode here is left to Complete, which answers the error as before.)
+	hook := &admission.Webhook{Handler: admission.HandlerFunc(func(ctx context.Context, req admission.Request) admission.Response {
+		resp := w.handler.admit(ctx, req, pod)
+		// The patch encoded here leaves the framework's Complete nothing to encode.
+		if len(resp.Patches) > 0 {
+			if raw, err := marshalPatch(resp.Patches); err == nil {
+				pt := admissionv1.PatchTypeJSONPatch
+				resp.Patch, resp.PatchType, resp.Patches = raw, &pt, nil
+			}
+		}
+		return resp
+	})}
+	resp := hook.Handle(r.Context(), req)
+	ar := admissionv1.AdmissionReview{Response: &resp.AdmissionResponse}
+	ar.SetGroupVersionKind(gvk)
+	writeReview(rw, ar)
+}
+
+// writeReview writes ar as the framework does, with its fallback when the encoding fails.
+func writeReview(w io.Writer, ar admissionv1.AdmissionReview) {
+	log := logf.Log.WithName("admission")
+	if err := json.NewEncoder(w).Encode(ar); err != nil {
+		log.Error(err, "unable to encode and write the response")
+		serverError := admission.Errored(http.StatusInternalServerError, err)
+		if err = json.NewEncoder(w).Encode(admissionv1.AdmissionReview{Response: &serverError.AdmissionResponse}); err != nil {
+			log.Error(err, "still unable to encode and write the InternalServerError response")
+		}
+		return
+	}
+	if log := log.V(5); log.Enabled() {
+		res := ar.Response
+		if res.Result != nil {
+			log = log.WithValues("code", res.Result.Code, "reason", res.Result.Reason, "message", res.Result.Message)
+		}
+		log.Info("wrote response", "requestID", res.UID, "allowed", res.Allowed)
+	}
+}
+
+// bodyPool holds request body buffers: nothing decoded from a body refers to its bytes (strings
+// and byte slices are copies; the framework reads its own copy), so a buffer is free again once
+// its request is answered.
+var bodyPool = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxPooledBody keeps the rare huge body's buffer out of the pool.
+const maxPooledBody = 1 << 20
+
+func putBody(b *[]byte) {
+	if cap(*b) <= maxPooledBody {
+		bodyPool.Put(b)
+	}
+}
+
+// readBody reads the whole body into buf, grown once to the Content-Length (io.ReadAll grows
+// by doubling from 512 bytes). rest is nil when the body was read cleanly within the limit;
+// otherwise it replays to the framework what was read, then the same error or the unread rest.
+func readBody(r *http.Request, body []byte) ([]byte, io.ReadCloser) {
+	if n := r.ContentLength; n > 0 && n < maxRequestSize && int(n) >= cap(body) {
+		body = make([]byte, 0, n+1) // room to see EOF without growing
+	}
+	lr := io.LimitReader(r.Body, maxRequestSize)
+	for {
+		if len(body) == cap(body) {
+			body = append(body, 0)[:len(body)]
+		}
+		n, err := lr.Read(body[len(body):cap(body)])
+		body = body[:len(body)+n]
+		switch {
+		case err == io.EOF && len(body) >= maxRequestSize:
+			return body, replay{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
+		case err == io.EOF:
+			return body, nil
+		case err != nil:
+			return body, replay{io.MultiReader(bytes.NewReader(body), errReader{err}), r.Body}
+		}
+	}
+}
+
+// replay reads from its reader and closes the original body.
+type replay struct {
+	io.Reader
+	io.Closer
+}
+
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }

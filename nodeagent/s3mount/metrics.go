@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pvrescue/pvrescue/internal/metrics"
+	"github.com/pvrescue/pvrescue/internal/mountreplace"
 )
 
 // Restore methods (label method of pvrescue_s3_restores_total).
@@ -34,6 +35,8 @@ type Metrics struct {
 	HungFound  prometheus.Counter
 	MountsHung prometheus.Gauge
 	HungAborts *prometheus.CounterVec
+	// Replace is pvrescue_mount_replace_total{mode,reason}, shared with containermount.
+	Replace *mountreplace.Metrics
 }
 
 // NewMetrics builds the rescue's collectors and registers them on reg (nil: not registered).
@@ -86,5 +89,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "FUSE connections of hung mounts aborted through fusectl (s3.abortHungAfter), by result.",
 		}, []string{"result"})),
 	}
-	return m, r.Err()
+	if err := r.Err(); err != nil {
+		return nil, err
+	}
+	rm, err := mountreplace.NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	m.Replace = rm
+	return m, nil
 }

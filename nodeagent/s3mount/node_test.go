@@ -33,8 +33,11 @@ import (
 
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/internal/contract"
+	"github.com/pvrescue/pvrescue/internal/mountreplace"
 	"github.com/pvrescue/pvrescue/internal/testenv"
 	"github.com/pvrescue/pvrescue/nodeagent"
+	"github.com/pvrescue/pvrescue/nodeagent/containermount"
+	"github.com/pvrescue/pvrescue/nodeagent/containermount/containermounttest"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
@@ -65,17 +68,79 @@ type nodeEnv struct {
 	remount  *nodeRemounter
 }
 
-// nodeRemounter records the container remounter's requests (no containers run in node tests).
+// nodeRemounter records the container remounter's requests and passes them to the real
+// container remounter (containermount) for the stand-in containers a test started
+// (nodeEnv.container), with the pod as kubelet runs it: one container per stand-in, mounting
+// the volume at its directory with mountPropagation HostToContainer. Restored mounts go beneath
+// the dead ones at kubelet's paths, so such a container gets them from the remounter, not by
+// propagation.
 type nodeRemounter struct {
 	mu   sync.Mutex
 	devs []string
+	real *containermount.Remounter
+	// by stand-in container name: its pid and mount point
+	ctrs    map[string]standIn
+	cgroups map[int]string
 }
 
-func (n *nodeRemounter) RemountInContainers(_ context.Context, req nodeagent.RemountRequest) (nodeagent.RemountResult, error) {
+type standIn struct {
+	pid  int
+	path string
+	proc *os.Process
+}
+
+func (n *nodeRemounter) RemountInContainers(ctx context.Context, req nodeagent.RemountRequest) (nodeagent.RemountResult, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.devs = append(n.devs, req.DeadDevice)
-	return nodeagent.RemountResult{}, nil
+	if n.real == nil || req.Pod == nil {
+		return nodeagent.RemountResult{}, nil
+	}
+	pod := req.Pod.DeepCopy()
+	htc := corev1.MountPropagationHostToContainer
+	for name, c := range n.ctrs {
+		n.cgroups[c.pid] = containermounttest.PodCgroup(string(pod.UID), name+"-id")
+		pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{Name: name,
+			VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: c.path, MountPropagation: &htc}}})
+		pod.Status.ContainerStatuses = append(pod.Status.ContainerStatuses, corev1.ContainerStatus{Name: name, ContainerID: "containerd://" + name + "-id"})
+	}
+	req.Pod = pod
+	return n.real.RemountInContainers(ctx, req)
+}
+
+// stopContainers ends every stand-in container, as kubelet stops a deleted pod's containers
+// before its volume teardown: a container's own copy of the volume (the remounter's clone) would
+// otherwise keep the mount, and the FUSE daemon behind it, alive.
+func (e *nodeEnv) stopContainers() {
+	n := e.remount
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for name, c := range n.ctrs {
+		_ = c.proc.Kill()
+		_, _ = c.proc.Wait()
+		delete(n.ctrs, name)
+	}
+}
+
+// standIn registers a stand-in container for the real container remounter.
+func (n *nodeRemounter) standIn(t testing.TB, name string, proc *os.Process, path string) {
+	t.Helper()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.real == nil {
+		support := mountreplace.NodeSupport()
+		if !support.Beneath {
+			t.Fatalf("this kernel must mount beneath (Linux >= 6.5): %v", support.Err)
+		}
+		cmOS, err := containermount.NewOS("/proc", support)
+		must(t, err)
+		n.cgroups = map[int]string{}
+		n.ctrs = map[string]standIn{}
+		cmOS.Proc = containermounttest.CgroupProcFS{ProcFS: cmOS.Proc, Cgroups: n.cgroups}
+		n.real, err = containermount.New(nodeagent.Deps{Registerer: prometheus.NewRegistry()}, cmOS, containermount.Options{})
+		must(t, err)
+	}
+	n.ctrs[name] = standIn{pid: proc.Pid, path: path, proc: proc}
 }
 
 func (n *nodeRemounter) asked(dev string) bool {
@@ -260,6 +325,7 @@ func (e *nodeEnv) container(name, target string) (run func(script string) (strin
 	cmd.Stderr = os.Stderr
 	must(e.t, cmd.Start())
 	e.t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	e.remount.standIn(e.t, name, cmd.Process, ctr)
 	run = func(script string) (string, error) {
 		out, err := exec.Command("nsenter", "-t", strconv.Itoa(cmd.Process.Pid), "-m", "--",
 			"sh", "-c", "cd "+ctr+" && "+script).CombinedOutput()
@@ -351,6 +417,7 @@ func TestNodeRestoreAfterS3fsDeath(t *testing.T) {
 
 	// Pod deleted: our bind and the driver's dead mount under it go, so kubelet's teardown
 	// completes; the bridge mount, its s3fs and the passwd file go too.
+	e.stopContainers()
 	must(t, e.client.CoreV1().Pods(ns).Delete(context.Background(), pod.Name, *metav1.NewDeleteOptions(0)))
 	waitFor(t, 10*time.Second, "target empty after pod deletion", func() bool { return len(stackAt(target)) == 0 })
 	waitFor(t, 10*time.Second, "bridge mount and passwd file removed", func() bool {
@@ -369,7 +436,7 @@ func TestNodeAgentRestartReadopts(t *testing.T) {
 	must(t, driverProc.Signal(syscall.SIGKILL))
 	waitFor(t, 30*time.Second, "target restored", func() bool {
 		var st unix.Statfs_t
-		return unix.Statfs(target, &st) == nil && len(stackAt(target)) == 2
+		return unix.Statfs(target, &st) == nil && len(stackAt(target)) == 1
 	})
 	bridge := e.bridgeDir("pv-b")
 	before := bridgeProcess(t, bridge).Pid
@@ -380,8 +447,8 @@ func TestNodeAgentRestartReadopts(t *testing.T) {
 	if n := len(stackAt(bridge)); n != 1 {
 		t.Errorf("bridge mounts after agent restart: %d, want 1 (re-adopted, not duplicated)", n)
 	}
-	if n := len(stackAt(target)); n != 2 {
-		t.Errorf("mounts at target after agent restart: %d, want 2 (dead driver mount + one bind)", n)
+	if n := len(stackAt(target)); n != 1 {
+		t.Errorf("mounts at target after agent restart: %d, want 1 (our bind, put beneath the dead driver mount, which went)", n)
 	}
 	if after := bridgeProcess(t, bridge).Pid; after != before {
 		t.Errorf("s3fs pid changed across agent restart: %d -> %d", before, after)
@@ -394,7 +461,7 @@ func TestNodeAgentRestartReadopts(t *testing.T) {
 	must(t, p.Signal(syscall.SIGKILL))
 	waitFor(t, 30*time.Second, "target restored by the restarted agent", func() bool {
 		var st unix.Statfs_t
-		return unix.Statfs(target, &st) == nil && len(stackAt(target)) == 2
+		return unix.Statfs(target, &st) == nil && len(stackAt(target)) == 1
 	})
 }
 

@@ -24,4 +24,7 @@ type OS struct {
 	Registry csiclient.Registry
 	// FUSE aborts hung FUSE connections (s3.abortHungAfter); nil: never aborted.
 	FUSE stack.FUSEConnections
+	// Replacer puts restored mounts beneath the dead ones at kubelet's paths and detaches the
+	// dead ones; nil: bound on top (stacked).
+	Replacer stack.Replacer
 }

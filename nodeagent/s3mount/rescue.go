@@ -164,7 +164,14 @@ func New(deps nodeagent.Deps, os OS, opts Options) (*Restorer, error) {
 			Active: m.BridgesActive, Exits: m.BridgeExits, Exited: r.bridgeExited})
 	// The record of the mounts put at kubelet paths keeps the name earlier agents gave it.
 	r.rules = &stack.Rules{Mounter: os.Mounter, Statfs: os.Statfs, Placed: stack.NewPlaced(os.FS, filepath.Join(r.layout.Root(), "handed.json")),
-		StatfsTimeout: func() time.Duration { return r.cfg.S3.StatfsTimeout.Duration }, Checks: m.ResultChecks}
+		StatfsTimeout: func() time.Duration { return r.cfg.S3.StatfsTimeout.Duration }, Checks: m.ResultChecks,
+		Replacer: os.Replacer, Replacements: m.Replace}
+	if deps.Remounter == nil {
+		// A container with mountPropagation HostToContainer sees a mount stacked on the dead one
+		// by propagation, but not one put beneath it: without the container remounter to
+		// replace inside every container, kubelet's paths stack.
+		r.rules.Replacer = nil
+	}
 	r.csi = &csiclient.Client{Dialer: os.CSI, Registry: os.Registry, View: deps.View, NodeName: deps.NodeName, Config: deps.Config,
 		Timeout: opts.MountTimeout, Mounter: os.Mounter, Statfs: os.Statfs, FS: os.FS, Rules: r.rules}
 	deps.View.OnPodChange(r.poke)

@@ -67,8 +67,9 @@ func (r *Restorer) startRetires(ctx context.Context, bridged map[string][]target
 
 // retire moves bridged targets to the driver's own mount once the driver answers: the driver
 // publishes at a fresh directory, then our bind at the target is replaced by the driver's mount
-// (detach ours lazily, bind the driver's — the dead driver mount stays below throughout, so a reader
-// sees at worst ENOTCONN for that instant, never the bare directory). The bridge's s3fs stops
+// (beneath ours, then ours detached; where mounts are stacked: detach ours lazily, bind the
+// driver's — the dead driver mount stays below throughout, so a reader sees at worst ENOTCONN for
+// that instant, never the bare directory). The bridge's s3fs stops
 // when no target holds its bind any more (cleanupStagings). It returns how many targets moved.
 func (r *Restorer) retire(ctx context.Context, pvName string, ts []target) (moved int) {
 	log := logr.FromContextOrDiscard(ctx).WithValues("pv", pvName)
@@ -144,7 +145,15 @@ func (r *Restorer) swap(ctx context.Context, session *csiclient.Session, t targe
 		return errors.New("target's top mount is no longer our bridge")
 	}
 	ro := t.readOnly || ourBind.ReadOnly()
-	if len(mounts) == 1 {
+	switch {
+	case r.rules.Replaces():
+		// The driver's mount goes beneath our bridge bind, which is then detached (lazily: an
+		// app's open files keep working through it until closed or the bridge stops); the
+		// target shows the bridge until it shows the driver's mount.
+		if err := r.rules.Replace(ctx, fresh, t.path, ourBind, ro); err != nil {
+			return err
+		}
+	case len(mounts) == 1:
 		// Our bridge is the only mount (a pod that started while the bridge sat on kubelet's
 		// staging path got a bind of it from the driver): removing it would show the bare
 		// directory, so the driver's mount goes on top; ours below dies with the bridge and is
@@ -152,7 +161,7 @@ func (r *Restorer) swap(ctx context.Context, session *csiclient.Session, t targe
 		if err := r.os.Mounter.Bind(fresh, t.path, ro); err != nil {
 			return err
 		}
-	} else {
+	default:
 		// Lazily (MNT_DETACH): an app with a file open on the bridge makes a plain unmount fail
 		// with EBUSY for as long as the file stays open. The bind is provably ours (its source
 		// names our bridge, checked above) and the driver's mount goes on right after; the app's

@@ -19,7 +19,6 @@ import (
 	"github.com/pvrescue/pvrescue/internal/cmdutil/kubecmd"
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/internal/mountreplace"
-	"github.com/pvrescue/pvrescue/internal/ossthread"
 	"github.com/pvrescue/pvrescue/nodeagent"
 	"github.com/pvrescue/pvrescue/nodeagent/containermount"
 	"github.com/pvrescue/pvrescue/nodeagent/fusewatch"
@@ -153,8 +152,11 @@ func Run(ctx context.Context, o *Options) error {
 		Registerer: reg, Clock: clock.RealClock{}, FUSEExits: fuse.Wake(),
 		APIReturned: contact.Returned()}
 	// Whether dead mounts are replaced in place or stacked (Linux < 6.5) is said once, here.
-	replace := mountreplace.Probe("", ossthread.Run)
-	log.Info("mount replacement probed", "beneath", replace.Beneath, "result", replace.String())
+	// Kubelet's paths are replaced too only with the container remounter on: a HostToContainer
+	// container sees a stacked mount by propagation, but not one put beneath.
+	replace := mountreplace.NodeSupport()
+	log.Info("mount replacement probed", "beneath", replace.Beneath, "result", replace.String(),
+		"kubeletPathsBeneath", replace.Beneath && o.ContainerRemount)
 	if o.ContainerRemount {
 		cmOS, err := containermount.NewOS("/proc", replace)
 		if err != nil {

@@ -154,9 +154,9 @@ const (
 )
 
 // restage stages the volume again when kubelet's staging path is not the driver's live mount
-// (dead, or our bridge): the plugin stages at a fresh directory, whose mount is then bound over
-// kubelet's staging path (on top of the dead one; no container uses that path) and the fresh
-// directory unmounted. Our own mounts on top there (a bridge, a dead mount we put there earlier) go first,
+// (dead, or our bridge): the plugin stages at a fresh directory, whose mount then replaces the
+// dead one at kubelet's staging path (stack.Rules.Put: beneath it, the dead one detached; on top
+// where mounts are stacked — no container uses that path) and the fresh directory is unmounted. Our own mounts on top there (a bridge, a dead mount we put there earlier) go first,
 // so the stack stays the driver's dead mount plus one live mount.
 func (c *Client) restage(ctx context.Context, node Node, pv *corev1.PersistentVolume, capability *csi.VolumeCapability, pubCtx map[string]string, stagingPath, fresh string) error {
 	table, err := c.Mounter.MountTable()
@@ -198,7 +198,7 @@ func (c *Client) restage(ctx context.Context, node Node, pv *corev1.PersistentVo
 	if err := c.Rules.DropOurTops(ctx, stagingPath); err != nil {
 		return err
 	}
-	if err := c.Mounter.Bind(fresh, stagingPath, false); err != nil {
+	if err := c.Rules.Put(ctx, fresh, stagingPath, false); err != nil {
 		return err
 	}
 	c.Rules.RecordTop(ctx, stagingPath, "the restaged mount")

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pvrescue/pvrescue/internal/mountreplace"
 )
 
 // NewMounter returns the node's real mount table and mount calls.
@@ -25,6 +27,24 @@ func NewStatfs() StatfsChecker { return newRealStatfs() }
 func NewFS() FS { return realFS{} }
 
 type realMounter struct{}
+
+// NewReplacer returns the node's real replacement (internal/mountreplace) acting on support, the
+// start-up probe's answer: without MOVE_MOUNT_BENEATH every replacement stacks and says why.
+func NewReplacer(support mountreplace.Support) Replacer { return realReplacer{support: support} }
+
+type realReplacer struct{ support mountreplace.Support }
+
+func (x realReplacer) Replace(source, target string, old int, readOnly, noPeerGroup bool) (mountreplace.Result, error) {
+	// A kernel handle per call: it holds one /proc descriptor, and replacements are rare.
+	k, err := mountreplace.NewKernel("")
+	if err != nil {
+		return mountreplace.Result{}, err
+	}
+	defer func() { _ = k.Release() }() // a descriptor we only read through: nothing is lost on close
+	rep := mountreplace.Replacer{Kernel: k, Support: x.support}
+	return rep.Replace(mountreplace.Request{Target: target, Old: old, LivePath: source,
+		Add: mountreplace.Attrs{ReadOnly: readOnly}, NoPeerGroup: noPeerGroup})
+}
 
 func (realMounter) MountTable() (Table, error) {
 	data, err := os.ReadFile("/proc/self/mountinfo")

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"io/fs"
 	"time"
+
+	"github.com/pvrescue/pvrescue/internal/mountreplace"
 )
 
 // ErrUnsupportedOS is returned by every effect on systems other than Linux.
@@ -20,6 +22,9 @@ func NewStatfs() StatfsChecker { return noStatfs{} }
 
 // NewFS returns an FS whose every call fails.
 func NewFS() FS { return noFS{} }
+
+// NewReplacer returns nil here: no replacement without Linux (and no mounts either).
+func NewReplacer(mountreplace.Support) Replacer { return nil }
 
 type noMounter struct{}
 

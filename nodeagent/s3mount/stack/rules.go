@@ -7,6 +7,8 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pvrescue/pvrescue/internal/mountreplace"
 )
 
 // Rules place mounts at kubelet paths. Nothing is ever unmounted from a live pod's path except
@@ -21,6 +23,11 @@ type Rules struct {
 	Placed *Placed
 	// Checks counts Check's results by result label (nil: not counted).
 	Checks *prometheus.CounterVec
+	// Replacer puts a live mount beneath a dead one and detaches the dead one (nil: bound on
+	// top, as before the kernel could mount beneath).
+	Replacer Replacer
+	// Replacements counts what Replacer did (nil: not counted).
+	Replacements *mountreplace.Metrics
 }
 
 func (r *Rules) statfs(ctx context.Context, path string) error {
@@ -70,12 +77,14 @@ func (r *Rules) DropOurTops(ctx context.Context, path string) error {
 	}
 }
 
-// Cover puts the live mount at source on top of the dead mount at path, after Check (with the
-// check accept builds from the mount table) passed. Stacks stay bounded: dead mounts of ours at
-// path are removed first, so it never holds more than the driver's dead mount plus one live
-// mount. ok=false (and nothing done) when path is not mounted or answers again. It returns the
-// dead mounts running containers may still hold, and whether the bind is read-only (readOnly,
-// or the mount it covers is).
+// Cover puts the live mount at source in place of the dead mount at path, after Check (with the
+// check accept builds from the mount table) passed: beneath it, the dead one then detached (one
+// mount at path), or — without a Replacer, or where the kernel refuses — on top of it. Stacks
+// stay bounded either way: dead mounts of ours at path (left by stacking, or by agents before
+// replacing) are removed first, so it never holds more than the driver's dead mount plus one
+// live mount. ok=false (and nothing done) when path is not mounted or answers again. It returns
+// the dead mounts running containers may still hold, and whether the new mount is read-only
+// (readOnly, or the mount it covers is).
 func (r *Rules) Cover(ctx context.Context, source, path string, readOnly bool, accept func(Table) Check) (dead []Mount, ro, ok bool, err error) {
 	log := logr.FromContextOrDiscard(ctx)
 	table, err := r.Mounter.MountTable()
@@ -123,10 +132,14 @@ func (r *Rules) Cover(ctx context.Context, source, path string, readOnly bool, a
 		return nil, false, false, nil // what is left answers: nothing to stack
 	}
 	ro = readOnly
-	if top, found := table.Top(path); found && top.ReadOnly() {
+	top, found := table.Top(path)
+	if !found {
+		return nil, false, false, nil
+	}
+	if top.ReadOnly() {
 		ro = true
 	}
-	if err := r.Mounter.Bind(source, path, ro); err != nil {
+	if err := r.put(ctx, source, path, top, ro, table); err != nil {
 		return nil, false, false, err
 	}
 	if err := r.statfs(ctx, path); err != nil {

@@ -11,9 +11,9 @@ import (
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 )
 
-// bindTarget binds the bridge's staging mount onto one dead target.
-func (r *Restorer) bindTarget(ctx context.Context, stagingPath string, t target) error {
-	dead, ro, ok, err := r.cover(ctx, stagingPath, t)
+// bindTarget puts the bridge's own mount (at bridgeMount) onto one dead target.
+func (r *Restorer) bindTarget(ctx context.Context, bridgeMount string, t target) error {
+	dead, ro, ok, err := r.cover(ctx, bridgeMount, t)
 	if err != nil || !ok {
 		return err
 	}

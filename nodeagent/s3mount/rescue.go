@@ -26,7 +26,7 @@ type Options struct {
 	// BackoffInitial and BackoffMax bound the wait between failed restores of one PV.
 	BackoffInitial time.Duration
 	BackoffMax     time.Duration
-	// MountTimeout bounds the wait for a started s3fs to answer at its staging directory
+	// MountTimeout bounds the wait for a started s3fs to answer at the bridge's own mount point
 	// (s3fs retries an unreachable endpoint for about 20s before giving up).
 	MountTimeout time.Duration
 	// KillGrace is how long a stopped s3fs gets between SIGTERM and SIGKILL.

@@ -69,7 +69,7 @@ func (r *Restorer) restore(ctx context.Context, pvName string, ts []target) {
 		r.backoff(pvName)
 		return
 	}
-	stagingPath := r.layout.MountPoint(pvName)
+	bridgeMount := r.layout.MountPoint(pvName)
 	if serr := r.bridges.Ensure(ctx, pvName, func(ctx context.Context) (s3fs.Volume, s3fs.Credentials, error) { return r.resolve(ctx, pvName) }); serr != nil {
 		log.Error(serr, "restore failed", "reason", Reason(serr))
 		r.metrics.Restores.WithLabelValues(MethodBridge, "failure").Inc()
@@ -78,7 +78,7 @@ func (r *Restorer) restore(ctx context.Context, pvName string, ts []target) {
 		return
 	}
 	for _, t := range bridgeable {
-		if berr := r.bindTarget(ctx, stagingPath, t); berr != nil {
+		if berr := r.bindTarget(ctx, bridgeMount, t); berr != nil {
 			err = errors.Join(err, berr)
 			r.metrics.Restores.WithLabelValues(MethodBridge, "failure").Inc()
 			r.failed([]target{t}, berr)

@@ -57,7 +57,7 @@ func (r *Restorer) startRetires(ctx context.Context, bridged map[string][]target
 			delete(r.inflight, pv)
 			r.mu.Unlock()
 			if moved > 0 {
-				// The bridge may serve nothing now: a pass at once retires it (cleanupStagings
+				// The bridge may serve nothing now: a pass at once retires it (retireUnusedBridges
 				// skips a PV in flight), instead of at the next periodic check.
 				r.poke()
 			}
@@ -70,7 +70,7 @@ func (r *Restorer) startRetires(ctx context.Context, bridged map[string][]target
 // (beneath ours, then ours detached; where mounts are stacked: detach ours lazily, bind the
 // driver's — the dead driver mount stays below throughout, so a reader sees at worst ENOTCONN for
 // that instant, never the bare directory). The bridge's s3fs stops
-// when no target holds its bind any more (cleanupStagings). It returns how many targets moved.
+// when no target holds its bind any more (retireUnusedBridges). It returns how many targets moved.
 func (r *Restorer) retire(ctx context.Context, pvName string, ts []target) (moved int) {
 	log := logr.FromContextOrDiscard(ctx).WithValues("pv", pvName)
 	pv, err := r.d.View.PersistentVolume(ctx, pvName)

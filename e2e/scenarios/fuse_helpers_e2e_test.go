@@ -357,8 +357,10 @@ func deleteNamespace(t testing.TB, e *env, name string) {
 		t.Errorf("cleanup: delete namespace %s: %v", name, err)
 		return
 	}
-	// Not waitFor: t.Context() is already cancelled when cleanups run.
-	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	// Not waitFor: t.Context() is already cancelled when cleanups run. Four minutes: after the
+	// API server restart of APIServerAway, kubelet's teardown backs off and a namespace went at
+	// 2m10s in CI (the namespace controller's log: "Namespace has been deleted").
+	wctx, cancel := context.WithTimeout(ctx, namespaceGoneWithin)
 	defer cancel()
 	var why string
 	err := testenv.Poll(wctx, 250*time.Millisecond, func(context.Context) (bool, error) {
@@ -370,9 +372,12 @@ func deleteNamespace(t testing.TB, e *env, name string) {
 		return false, nil
 	})
 	if err != nil {
-		t.Errorf("cleanup: namespace %s not gone after 2m: %s", name, why)
+		t.Errorf("cleanup: namespace %s not gone after %s: %s", name, namespaceGoneWithin, why)
 	}
 }
+
+// namespaceGoneWithin bounds the wait for a test namespace to go at cleanup.
+const namespaceGoneWithin = 4 * time.Minute
 
 // deletePV deletes a PV at cleanup (after its namespace, so after its claim).
 func deletePVAtCleanup(t testing.TB, e *env, name string) {

@@ -80,10 +80,8 @@ func TestNodeReplayThroughDriver(t *testing.T) {
 		if top := topFSType(target); top != "fuse.s3fs" {
 			t.Errorf("after death %d: top mount type %q", i+1, top)
 		}
-		out, err := ctr(fmt.Sprintf("cat before.txt && echo r-%d > r-%d.txt && cat r-%d.txt", i, i, i))
-		if err != nil || out != fmt.Sprintf("written before\nr-%d", i) {
-			t.Fatalf("container view after restore %d: %q, %v", i+1, out, err)
-		}
+		containerReads(t, ctr, fmt.Sprintf("cat before.txt && echo r-%d > r-%d.txt && cat r-%d.txt", i, i, i),
+			fmt.Sprintf("written before\nr-%d", i), fmt.Sprintf("container view after restore %d", i+1))
 		if n := len(plugin.Pids()); n != 1 {
 			t.Errorf("after death %d: plugin runs %d s3fs, want 1", i+1, n)
 		}

@@ -382,10 +382,8 @@ func TestNodeRestoreAfterS3fsDeath(t *testing.T) {
 		t.Logf("sample %d: s3fs killed (%s) -> target answers again after %s", i+1,
 			map[bool]string{true: "driver's s3fs", false: "agent's bridge s3fs"}[i == 0], d.Round(time.Millisecond))
 
-		out, err := ctr(fmt.Sprintf("cat before.txt && echo after-%d > after-%d.txt && cat after-%d.txt", i, i, i))
-		if err != nil || out != fmt.Sprintf("written before\nafter-%d", i) {
-			t.Fatalf("container view after restore %d: %q, %v", i+1, out, err)
-		}
+		containerReads(t, ctr, fmt.Sprintf("cat before.txt && echo after-%d > after-%d.txt && cat after-%d.txt", i, i, i),
+			fmt.Sprintf("written before\nafter-%d", i), fmt.Sprintf("container view after restore %d", i+1))
 		waitFor(t, 10*time.Second, "data written after recovery is in the bucket", func() bool {
 			b, err := os.ReadFile(filepath.Join(e.s3dir, bucket, "pv-a", fmt.Sprintf("after-%d.txt", i)))
 			return err == nil && string(b) == fmt.Sprintf("after-%d\n", i)
@@ -465,6 +463,23 @@ func TestNodeAgentRestartReadopts(t *testing.T) {
 	})
 }
 
+// containerReads waits until cmd in the stand-in container prints want. The host's target
+// answers first: with the live mount put beneath the dead one, a HostToContainer container gets
+// it from containermount's pass that follows the restore, not by propagation at the same instant.
+func containerReads(t *testing.T, ctr func(string) (string, error), cmd, want, what string) {
+	t.Helper()
+	testenv.WaitFor(t, 10*time.Second, what, func() error {
+		out, err := ctr(cmd)
+		if err != nil {
+			return fmt.Errorf("%q: %w", out, err)
+		}
+		if out != want {
+			return fmt.Errorf("got %q, want %q", out, want)
+		}
+		return nil
+	})
+}
+
 func TestNodeReadOnlyVolumeStaysReadOnly(t *testing.T) {
 	e := newNodeEnv(t)
 	e.volume("pv-ro", nil, true)
@@ -482,9 +497,7 @@ func TestNodeReadOnlyVolumeStaysReadOnly(t *testing.T) {
 	if !top.ReadOnly() {
 		t.Errorf("restored bind of a read-only PV is writable: %+v", top)
 	}
-	if out, err := ctr("cat seed.txt"); err != nil || out != "seed" {
-		t.Errorf("container reads %q, %v", out, err)
-	}
+	containerReads(t, ctr, "cat seed.txt", "seed", "container reads the seed")
 	if out, err := ctr("echo x > new.txt"); err == nil || !strings.Contains(out, "Read-only file system") {
 		t.Errorf("write into a read-only volume: %q, %v; want EROFS", out, err)
 	}

@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/pvrescue/pvrescue/internal/mountinfo"
 	"github.com/pvrescue/pvrescue/internal/mountreplace"
+	"github.com/pvrescue/pvrescue/internal/mountreplace/mountreplacetest"
 	"github.com/pvrescue/pvrescue/internal/testenv"
 )
 
@@ -234,79 +234,12 @@ func TestNodeFallbacks(t *testing.T) {
 
 const (
 	bucket    = "bkt"
-	decoy     = "BARE-DIRECTORY"
 	rootMark  = "marker.txt"
 	subMark   = "submarker.txt"
 	rootValue = "bucket marker\n"
 	subValue  = "subdirectory marker\n"
 	deaths    = 50
 )
-
-// reader lists a directory every millisecond and counts what it sees: the dead connection
-// (ENOTCONN), the volume (its marker listed, read now and then), or anything else — an empty
-// listing, the bare directory's decoy, a wrong marker — which is a breach.
-type reader struct {
-	name, path, mark, value string
-	dead, live, reads, errs int
-	breaches                []string
-	liveNow                 atomic.Int64 // live, for the test's goroutine
-}
-
-// deadConn: a killed FUSE daemon's connection answers ENOTCONN, or ECONNABORTED to a request
-// that was in flight when it died.
-func deadConn(err error) bool {
-	return errors.Is(err, syscall.ENOTCONN) || errors.Is(err, syscall.ECONNABORTED)
-}
-
-func (r *reader) poll(i int) {
-	ents, err := os.ReadDir(r.path)
-	if deadConn(err) {
-		r.dead++
-		return
-	}
-	if err != nil {
-		r.errs++
-		if r.errs <= 3 {
-			r.breaches = append(r.breaches, fmt.Sprintf("list: %v", err))
-		}
-		return
-	}
-	var names []string
-	for _, e := range ents {
-		names = append(names, e.Name())
-	}
-	if !slices.Contains(names, r.mark) || slices.Contains(names, decoy) {
-		r.breaches = append(r.breaches, fmt.Sprintf("listing %v", names))
-		return
-	}
-	r.live++
-	r.liveNow.Add(1)
-	if i%20 != 0 {
-		return
-	}
-	b, err := os.ReadFile(filepath.Join(r.path, r.mark))
-	switch {
-	case deadConn(err):
-	case err != nil || string(b) != r.value:
-		r.breaches = append(r.breaches, fmt.Sprintf("marker %q, %v", b, err))
-	default:
-		r.reads++
-	}
-}
-
-func (r *reader) run(ctx context.Context, wg *sync.WaitGroup) {
-	defer wg.Done()
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for i := 0; ; i++ {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			r.poll(i)
-		}
-	}
-}
 
 // ctr is a process in a mount namespace made as runc makes a container's volume mount.
 type ctr struct {
@@ -371,10 +304,7 @@ func TestNodeFiftyDeaths(t *testing.T) {
 	testenv.Sweep(t, ctrRoot)
 	staging := filepath.Join(dir, "plugins/kubernetes.io/csi/s3.example/0123abcd/globalmount")
 	target := filepath.Join(dir, "pods/0a1b2c3d/volumes/kubernetes.io~csi/pv1/mount")
-	bare := func(p string) {
-		must(t, os.MkdirAll(p, 0o755))
-		must(t, os.WriteFile(filepath.Join(p, decoy), []byte("not the bucket\n"), 0o644))
-	}
+	bare := func(p string) { must(t, mountreplacetest.BareDir(p)) }
 	bare(staging)
 	bare(target)
 	start := func(mp string, n int, opts ...string) *testenv.S3fsMount {
@@ -386,7 +316,7 @@ func TestNodeFiftyDeaths(t *testing.T) {
 		return m
 	}
 	// The driver: NodeStage mounts s3fs at staging, NodePublish binds staging to the target.
-	cur := start(staging, 0, "nonempty") // over the decoy
+	cur := start(staging, 0, "nonempty") // over the Decoy
 	must(t, unix.Mount(staging, target, "", unix.MS_BIND, ""))
 
 	ctrs := []*ctr{
@@ -426,28 +356,28 @@ func TestNodeFiftyDeaths(t *testing.T) {
 		wantCtr[c.name] = ctrTop(c)
 	}
 
-	readers := []*reader{
-		{name: "staging", path: staging, mark: rootMark, value: rootValue},
-		{name: "target", path: target, mark: rootMark, value: rootValue},
+	// Every reader lists its directory every millisecond.
+	readers := []*mountreplacetest.Poller{
+		{Name: "staging", Path: staging, Mark: rootMark, Value: rootValue},
+		{Name: "target", Path: target, Mark: rootMark, Value: rootValue},
 	}
 	for _, c := range ctrs {
-		r := &reader{name: c.name, path: fmt.Sprintf("/proc/%d/root%s", c.pid, c.data), mark: rootMark, value: rootValue}
+		r := &mountreplacetest.Poller{Name: c.name, Path: fmt.Sprintf("/proc/%d/root%s", c.pid, c.data), Mark: rootMark, Value: rootValue}
 		if c.name == "sub" {
-			r.mark, r.value = subMark, subValue
+			r.Mark, r.Value = subMark, subValue
 		}
 		readers = append(readers, r)
 	}
 	for _, r := range readers {
-		r.poll(0)
-		if r.live != 1 || len(r.breaches) != 0 {
-			t.Fatalf("%s does not read the volume before the first death: %+v", r.name, r)
+		r.Look(0)
+		if r.Live != 1 || len(r.Breaches) != 0 {
+			t.Fatalf("%s does not read the volume before the first death: %+v", r.Name, r)
 		}
 	}
 	ctx, stop := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
 	for _, r := range readers {
-		wg.Add(1)
-		go r.run(ctx, &wg)
+		wg.Go(func() { r.Run(ctx) })
 	}
 	stopped := false
 	stopReaders := func() {
@@ -518,8 +448,8 @@ func TestNodeFiftyDeaths(t *testing.T) {
 		must(t, unix.Unmount(fresh, unix.MNT_DETACH))
 		// Every reader reads the volume again before the next death.
 		for _, r := range readers {
-			n := r.liveNow.Load()
-			testenv.WaitFor(t, 10*time.Second, r.name+" reads the volume again", testenv.Until(func() bool { return r.liveNow.Load() > n }))
+			n := r.LiveNow()
+			testenv.WaitFor(t, 10*time.Second, r.Name+" reads the volume again", testenv.Until(func() bool { return r.LiveNow() > n }))
 		}
 		for _, p := range []string{staging, target} {
 			if s := stack(t, "self", p); len(s) != 1 {
@@ -578,12 +508,12 @@ func TestNodeFiftyDeaths(t *testing.T) {
 	must(t, os.WriteFile(none, []byte("x\n"), 0o644))
 	for _, r := range readers {
 		t.Logf("reader %-8s polls: %d live (%d marker reads), %d dead (ENOTCONN), %d errors, %d breaches",
-			r.name, r.live, r.reads, r.dead, r.errs, len(r.breaches))
-		if len(r.breaches) != 0 {
-			t.Errorf("reader %s saw something other than the volume or its dead connection: %v", r.name, r.breaches[:min(5, len(r.breaches))])
+			r.Name, r.Live, r.Reads, r.Dead, r.Errs, len(r.Breaches))
+		if len(r.Breaches) != 0 {
+			t.Errorf("reader %s saw something other than the volume or its dead connection: %v", r.Name, r.Breaches[:min(5, len(r.Breaches))])
 		}
-		if r.live < deaths {
-			t.Errorf("reader %s read the volume only %d times", r.name, r.live)
+		if r.Live < deaths {
+			t.Errorf("reader %s read the volume only %d times", r.Name, r.Live)
 		}
 	}
 	t.Logf("modes: %v", modes)

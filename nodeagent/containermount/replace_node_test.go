@@ -6,13 +6,11 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -23,101 +21,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/pvrescue/pvrescue/internal/mountreplace"
+	"github.com/pvrescue/pvrescue/internal/mountreplace/mountreplacetest"
 	"github.com/pvrescue/pvrescue/internal/testenv"
 	"github.com/pvrescue/pvrescue/nodeagent/containermount"
 )
 
 var deaths = flag.Int("deaths", 50, "consecutive deaths in TestNodeFiftyDeathsInContainers")
-
-const (
-	decoy = "BARE-DIRECTORY" // in every directory a mount covers: seen only when it is bare
-)
-
-// poller lists a directory every millisecond and counts what it sees: the dead connection
-// (ENOTCONN, or ECONNABORTED for a request in flight when it died), the volume (its marker
-// listed, read now and then), or anything else — an empty listing, the bare directory's decoy,
-// a wrong marker — which is a breach.
-type poller struct {
-	name, path, mark, value string
-	dead, live, reads, errs int
-	breaches                []string
-	liveNow                 atomic.Int64
-}
-
-func deadConn(err error) bool {
-	return errors.Is(err, syscall.ENOTCONN) || errors.Is(err, syscall.ECONNABORTED)
-}
-
-func (p *poller) poll(i int) {
-	// Every millisecond a lookup of the marker (s3fs answers from its stat cache); every 20th
-	// poll a full listing and a read. On the bare directory the marker is missing (ENOENT) and
-	// the listing shows the decoy.
-	_, err := os.Stat(filepath.Join(p.path, p.mark))
-	switch {
-	case deadConn(err):
-		p.dead++
-		return
-	case err != nil:
-		p.errs++
-		if p.errs <= 3 {
-			p.breaches = append(p.breaches, fmt.Sprintf("stat marker: %v", err))
-		}
-		return
-	}
-	if i%20 != 0 {
-		p.live++
-		p.liveNow.Add(1)
-		return
-	}
-	ents, err := os.ReadDir(p.path)
-	if deadConn(err) {
-		p.dead++
-		return
-	}
-	var names []string
-	for _, e := range ents {
-		names = append(names, e.Name())
-	}
-	if err != nil || !slices.Contains(names, p.mark) || slices.Contains(names, decoy) {
-		p.breaches = append(p.breaches, fmt.Sprintf("listing %q, %v", names, err))
-		return
-	}
-	p.live++
-	p.liveNow.Add(1)
-	b, err := os.ReadFile(filepath.Join(p.path, p.mark))
-	switch {
-	case deadConn(err):
-	case err != nil || string(b) != p.value:
-		p.breaches = append(p.breaches, fmt.Sprintf("marker %q, %v", b, err))
-	default:
-		p.reads++
-	}
-}
-
-func (p *poller) run(ctx context.Context, wg *sync.WaitGroup) {
-	defer wg.Done()
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for i := 0; ; i++ {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			p.poll(i)
-		}
-	}
-}
-
-func bareDir(t testing.TB, p string) {
-	must(t, os.MkdirAll(p, 0o755))
-	must(t, os.WriteFile(filepath.Join(p, decoy), []byte("not the bucket\n"), 0o644))
-}
-
-func pct(d []time.Duration, p int) time.Duration {
-	d = slices.Clone(d)
-	slices.Sort(d)
-	return d[(len(d)-1)*p/100]
-}
 
 // TestNodeFiftyDeathsInContainers: a pod's volume (a real s3fs on a real S3 server) at its
 // target in a shared kubelet-like directory, held by three containers in mount namespaces of
@@ -144,7 +53,7 @@ func TestNodeFiftyDeathsInContainers(t *testing.T) {
 	testenv.Sweep(t, ctrRoot)
 	for _, c := range ctrs {
 		c.data = filepath.Join(ctrRoot, "ctr-"+c.name, "data")
-		bareDir(t, c.data)
+		must(t, mountreplacetest.BareDir(c.data))
 		src, prop, sub := n.target, "private", ""
 		script := []string{}
 		switch c.name {
@@ -170,18 +79,18 @@ func TestNodeFiftyDeathsInContainers(t *testing.T) {
 		top, _ := c.c.table(t).Top(c.data)
 		want[c.name] = top
 	}
-	pollers := []*poller{{name: "target", path: n.target, mark: "marker.txt", value: "bucket marker\n"}}
+	pollers := []*mountreplacetest.Poller{{Name: "target", Path: n.target, Mark: "marker.txt", Value: "bucket marker\n", ListEvery: 20}}
 	for _, c := range ctrs {
-		p := &poller{name: c.name, path: c.c.path(c.data), mark: "marker.txt", value: "bucket marker\n"}
+		p := &mountreplacetest.Poller{Name: c.name, Path: c.c.path(c.data), Mark: "marker.txt", Value: "bucket marker\n", ListEvery: 20}
 		if c.name == "sub" {
-			p.mark, p.value = "submarker.txt", "subdirectory marker\n"
+			p.Mark, p.Value = "submarker.txt", "subdirectory marker\n"
 		}
 		pollers = append(pollers, p)
 	}
 	for _, p := range pollers {
-		p.poll(0)
-		if p.live != 1 || len(p.breaches) != 0 {
-			t.Fatalf("%s does not read the volume before the first death: %+v", p.name, p)
+		p.Look(0)
+		if p.Live != 1 || len(p.Breaches) != 0 {
+			t.Fatalf("%s does not read the volume before the first death: %+v", p.Name, p)
 		}
 	}
 
@@ -201,8 +110,7 @@ func TestNodeFiftyDeathsInContainers(t *testing.T) {
 	pctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for _, p := range pollers {
-		wg.Add(1)
-		go p.run(pctx, &wg)
+		wg.Go(func() { p.Run(pctx) })
 	}
 	stopped := false
 	stopPollers := func() {
@@ -247,8 +155,8 @@ func TestNodeFiftyDeathsInContainers(t *testing.T) {
 			t.Fatalf("death %d: %d more events: %q", i, len(rec.Events), <-rec.Events)
 		}
 		for _, p := range pollers {
-			seen := p.liveNow.Load()
-			testenv.WaitFor(t, 10*time.Second, p.name+" reads the volume again", testenv.Until(func() bool { return p.liveNow.Load() > seen }))
+			seen := p.LiveNow()
+			testenv.WaitFor(t, 10*time.Second, p.Name+" reads the volume again", testenv.Until(func() bool { return p.LiveNow() > seen }))
 		}
 		if s := hostTable(t).Stack(n.target); len(s) != 1 {
 			t.Fatalf("death %d: %d mounts at the host target", i, len(s))
@@ -287,9 +195,9 @@ func TestNodeFiftyDeathsInContainers(t *testing.T) {
 		t.Errorf("a mount on the host below the target did not propagate into the HostToContainer container")
 	}
 	for _, p := range pollers {
-		t.Logf("poller %-6s: %d live (%d marker reads), %d dead (ENOTCONN), %d errors, %d breaches", p.name, p.live, p.reads, p.dead, p.errs, len(p.breaches))
-		if len(p.breaches) != 0 {
-			t.Errorf("poller %s saw something other than the volume or its dead connection: %v", p.name, p.breaches[:min(5, len(p.breaches))])
+		t.Logf("poller %-6s: %d live (%d marker reads), %d dead (ENOTCONN), %d errors, %d breaches", p.Name, p.Live, p.Reads, p.Dead, p.Errs, len(p.Breaches))
+		if len(p.Breaches) != 0 {
+			t.Errorf("poller %s saw something other than the volume or its dead connection: %v", p.Name, p.Breaches[:min(5, len(p.Breaches))])
 		}
 	}
 	reg := prometheus.NewRegistry()
@@ -311,7 +219,7 @@ func TestNodeFiftyDeathsInContainers(t *testing.T) {
 		t.Errorf("replacements: %v beneath, %v stacked; want %d beneath", beneath, stacked, 3**deaths)
 	}
 	t.Logf("host replace: p50 %s p99 %s max %s; RemountInContainers pass (3 containers): p50 %s p99 %s max %s",
-		pct(hostTook, 50), pct(hostTook, 99), pct(hostTook, 100), pct(passes, 50), pct(passes, 99), pct(passes, 100))
+		mountreplacetest.Percentile(hostTook, 50), mountreplacetest.Percentile(hostTook, 99), mountreplacetest.Percentile(hostTook, 100), mountreplacetest.Percentile(passes, 50), mountreplacetest.Percentile(passes, 99), mountreplacetest.Percentile(passes, 100))
 }
 
 func topID(t testing.TB, p string) int {

@@ -143,10 +143,20 @@ func (n *nodeRemounter) standIn(t testing.TB, name string, proc *os.Process, pat
 	n.ctrs[name] = standIn{pid: proc.Pid, path: path, proc: proc}
 }
 
-func (n *nodeRemounter) asked(dev string) bool {
+// asks is how many times the remounter was asked so far: with askedSince, a test waits for an
+// ask after a given death (a FUSE device number is reused, so a dead device alone does not tell
+// one death from another).
+func (n *nodeRemounter) asks() int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return slices.Contains(n.devs, dev)
+	return len(n.devs)
+}
+
+// askedSince: dev was asked about after the first `from` asks.
+func (n *nodeRemounter) askedSince(from int, dev string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.Contains(n.devs[min(from, len(n.devs)):], dev)
 }
 
 func newNodeEnv(t *testing.T) *nodeEnv {

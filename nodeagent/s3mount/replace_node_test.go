@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -20,86 +19,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pvrescue/pvrescue/internal/mountreplace"
+	"github.com/pvrescue/pvrescue/internal/mountreplace/mountreplacetest"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csitest"
 )
 
 var kubeletDeaths = flag.Int("kubelet-deaths", 50, "consecutive deaths in TestNodeReplaceAtKubeletPaths")
-
-// decoy lies in the directory under every mount: a reader sees it only when the path is bare.
-const decoy = "BARE-DIRECTORY"
-
-// pathPoller looks at a kubelet path every millisecond: the dead connection (ENOTCONN, or
-// ECONNABORTED for a request in flight when it died), the volume (its marker; every 20th look a
-// listing and a read), or anything else — the bare directory's decoy, a missing marker, an empty
-// listing — which is a breach.
-type pathPoller struct {
-	name, path, mark, value string
-	dead, live, reads       int
-	breaches                []string
-}
-
-func deadConn(err error) bool {
-	return errors.Is(err, syscall.ENOTCONN) || errors.Is(err, syscall.ECONNABORTED)
-}
-
-func (p *pathPoller) look(i int) {
-	_, err := os.Stat(filepath.Join(p.path, p.mark))
-	switch {
-	case deadConn(err):
-		p.dead++
-		return
-	case err != nil:
-		p.breaches = append(p.breaches, fmt.Sprintf("stat marker: %v", err))
-		return
-	}
-	if i%20 != 0 {
-		p.live++
-		return
-	}
-	ents, err := os.ReadDir(p.path)
-	if deadConn(err) {
-		p.dead++
-		return
-	}
-	var names []string
-	for _, e := range ents {
-		names = append(names, e.Name())
-	}
-	if err != nil || !slices.Contains(names, p.mark) || slices.Contains(names, decoy) {
-		p.breaches = append(p.breaches, fmt.Sprintf("listing %q, %v", names, err))
-		return
-	}
-	p.live++
-	b, err := os.ReadFile(filepath.Join(p.path, p.mark))
-	switch {
-	case deadConn(err):
-	case err != nil || string(b) != p.value:
-		p.breaches = append(p.breaches, fmt.Sprintf("marker %q, %v", b, err))
-	default:
-		p.reads++
-	}
-}
-
-func (p *pathPoller) run(ctx context.Context, wg *sync.WaitGroup) {
-	defer wg.Done()
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for i := 0; ; i++ {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			p.look(i)
-		}
-	}
-}
-
-func percentile(d []time.Duration, p int) time.Duration {
-	d = slices.Clone(d)
-	slices.Sort(d)
-	return d[(len(d)-1)*p/100]
-}
 
 // TestNodeReplaceAtKubeletPaths: a staging driver (s3fs at kubelet's globalmount, a bind of it at
 // the pod's target) whose s3fs is killed -9 fifty times in a row. Each time the agent replays
@@ -127,7 +52,7 @@ func TestNodeReplaceAtKubeletPaths(t *testing.T) {
 	// not empty: there the bare directory shows as the marker missing).
 	must(t, os.MkdirAll(staging, 0o750))
 	must(t, os.MkdirAll(target, 0o750))
-	must(t, os.WriteFile(filepath.Join(target, decoy), []byte("not the bucket\n"), 0o644))
+	must(t, mountreplacetest.BareDir(target))
 	vd, _ := json.Marshal(map[string]string{"specVolID": "pv-rp", "volumeHandle": bucket + "/pv-rp", "driverName": driver, "nodeName": nodeName})
 	must(t, os.WriteFile(filepath.Join(filepath.Dir(target), csiclient.VolDataFile), vd, 0o644))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -145,22 +70,21 @@ func TestNodeReplaceAtKubeletPaths(t *testing.T) {
 	const value = "written before\n"
 	must(t, os.WriteFile(filepath.Join(target, "marker.txt"), []byte(value), 0o644))
 
-	pollers := []*pathPoller{{name: "staging", path: staging, mark: "marker.txt", value: value},
-		{name: "target", path: target, mark: "marker.txt", value: value}}
+	pollers := []*mountreplacetest.Poller{{Name: "staging", Path: staging, Mark: "marker.txt", Value: value, ListEvery: 20},
+		{Name: "target", Path: target, Mark: "marker.txt", Value: value, ListEvery: 20}}
 	for _, p := range pollers {
-		waitFor(t, 10*time.Second, p.name+" reads the volume before the first death", func() bool {
-			p.look(0)
-			return p.live > 0
+		waitFor(t, 10*time.Second, p.Name+" reads the volume before the first death", func() bool {
+			p.Look(0)
+			return p.Live > 0
 		})
-		p.breaches, p.live, p.reads = nil, 0, 0
+		p.Reset()
 	}
 
 	r, _ := e.agent(30 * time.Second)
 	pctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for _, p := range pollers {
-		wg.Add(1)
-		go p.run(pctx, &wg)
+		wg.Go(func() { p.Run(pctx) })
 	}
 	stopped := false
 	stopPollers := func() {
@@ -179,6 +103,7 @@ func TestNodeReplaceAtKubeletPaths(t *testing.T) {
 			t.Logf("death %d at %s", i, time.Since(began).Round(time.Millisecond))
 		}
 		held, _ := mountTable().Top(target) // what a container (mountPropagation None) holds
+		asks := e.remount.asks()
 		plugin.KillMounts()
 		killed := time.Now()
 		waitFor(t, 5*time.Second, fmt.Sprintf("death %d: target dead after kill -9", i), func() bool {
@@ -201,7 +126,7 @@ func TestNodeReplaceAtKubeletPaths(t *testing.T) {
 				t.Fatalf("death %d: %d mounts at %s: %+v", i, len(s), p, s)
 			}
 		}
-		waitFor(t, 5*time.Second, fmt.Sprintf("death %d: container remounter asked about the dead device %s", i, held.Dev), func() bool { return e.remount.asked(held.Dev) })
+		waitFor(t, 5*time.Second, fmt.Sprintf("death %d: container remounter asked about the dead device %s", i, held.Dev), func() bool { return e.remount.askedSince(asks, held.Dev) })
 	}
 	stopPollers()
 
@@ -210,9 +135,9 @@ func TestNodeReplaceAtKubeletPaths(t *testing.T) {
 		t.Logf("%s after %d deaths: depth %d, top %s %s %v %v", p, *kubeletDeaths, len(s), s[len(s)-1].FSType, s[len(s)-1].Source, s[len(s)-1].Options, s[len(s)-1].Optional)
 	}
 	for _, p := range pollers {
-		t.Logf("poller %-7s: %d live (%d marker reads), %d dead (ENOTCONN), %d breaches", p.name, p.live, p.reads, p.dead, len(p.breaches))
-		if len(p.breaches) != 0 {
-			t.Errorf("poller %s saw something other than the volume or its dead connection: %v", p.name, p.breaches[:min(5, len(p.breaches))])
+		t.Logf("poller %-7s: %d live (%d marker reads), %d dead (ENOTCONN), %d errors, %d breaches", p.Name, p.Live, p.Reads, p.Dead, p.Errs, len(p.Breaches))
+		if len(p.Breaches) != 0 {
+			t.Errorf("poller %s saw something other than the volume or its dead connection: %v", p.Name, p.Breaches[:min(5, len(p.Breaches))])
 		}
 	}
 	beneath := counterValue(t, r.Metrics().Replace.Replacements.WithLabelValues(string(mountreplace.Beneath), ""))
@@ -221,7 +146,7 @@ func TestNodeReplaceAtKubeletPaths(t *testing.T) {
 		stacked += counterValue(t, r.Metrics().Replace.Replacements.WithLabelValues(string(mountreplace.Stacked), reason))
 	}
 	t.Logf("pvrescue_mount_replace_total: beneath %v, stacked %v; kill to both paths readable: p50 %s p99 %s max %s",
-		beneath, stacked, percentile(outage, 50), percentile(outage, 99), percentile(outage, 100))
+		beneath, stacked, mountreplacetest.Percentile(outage, 50), mountreplacetest.Percentile(outage, 99), mountreplacetest.Percentile(outage, 100))
 	if beneath != float64(2**kubeletDeaths) || stacked != 0 {
 		t.Errorf("replacements: %v beneath, %v stacked; want %d beneath (globalmount and target per death)", beneath, stacked, 2**kubeletDeaths)
 	}

@@ -31,37 +31,12 @@ import (
 // staging s3fs is killed three times: each time the agent finds the plugin through GetInfo,
 // replays NodeStageVolume at a fresh directory and moves the result over kubelet's dead
 // globalmount (no mkdir on it), replays NodePublishVolume, and starts no s3fs of its own; the
-// globalmount and the target stay at the dead mount plus one live one.
+// globalmount and the target hold at most the dead mount plus a live one (one mount where the
+// kernel mounts beneath).
 // (A short name: kubelet paths under t.TempDir() must fit a unix socket path, 108 bytes.)
 func TestNodeStagingReplay(t *testing.T) {
 	e := newNodeEnv(t)
-	endpoint := filepath.Join(e.dir, "elsewhere", "csi.sock")
-	plugin, err := csitest.Start(csitest.Options{Socket: endpoint, StateDir: filepath.Join(e.dir, "plugin"), Layout: csitest.LayoutYandex,
-		RegistrationSocket: filepath.Join(csiclient.RegistrationDir(e.kubelet), driver+"-reg.sock"), Driver: driver})
-	must(t, err)
-	t.Cleanup(func() { plugin.KillMounts(); plugin.Stop() })
-	e.stagedVolume("pv-st")
-	pod := e.pod("app-st", "pv-st")
-	staging := csiclient.KubeletStagingPath(e.kubelet, driver, bucket+"/pv-st")
-	target := csiclient.TargetPath(e.kubelet, string(pod.UID), "pv-st")
-
-	// What kubelet does: vol_data.json, NodeStageVolume at globalmount, NodePublishVolume.
-	must(t, os.MkdirAll(target, 0o750))
-	must(t, os.MkdirAll(staging, 0o750))
-	vd, _ := json.Marshal(map[string]string{"specVolID": "pv-st", "volumeHandle": bucket + "/pv-st", "driverName": driver, "nodeName": nodeName})
-	must(t, os.WriteFile(filepath.Join(filepath.Dir(target), csiclient.VolDataFile), vd, 0o644))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	node, err := csiclient.GRPCDialer{}.Dial(ctx, endpoint)
-	must(t, err)
-	defer func() { _ = node.Close() }() // a test client: nothing to report on close
-	capability := &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
-		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER}}
-	secrets := map[string]string{"accessKeyID": ak, "secretAccessKey": sk, "endpoint": e.endpoint}
-	must(t, node.NodeStage(ctx, &csi.NodeStageVolumeRequest{VolumeId: bucket + "/pv-st", StagingTargetPath: staging,
-		VolumeCapability: capability, Secrets: secrets}))
-	must(t, node.NodePublish(ctx, &csi.NodePublishVolumeRequest{VolumeId: bucket + "/pv-st", StagingTargetPath: staging,
-		TargetPath: target, VolumeCapability: capability, Secrets: secrets}))
+	plugin, staging, target := e.stagedPod("pv-st", "app-st", nil)
 	must(t, os.WriteFile(filepath.Join(target, "before.txt"), []byte("written before\n"), 0o644))
 
 	r, _ := e.agent(30 * time.Second)
@@ -110,6 +85,45 @@ func TestNodeStagingReplay(t *testing.T) {
 	if n := e.rec.Count(corev1.EventTypeNormal, contract.ReasonMountBridged, ""); n != 0 {
 		t.Errorf("%d MountBridged Events, want 0", n)
 	}
+}
+
+// stagedPod starts the test plugin as a staging driver (yandex layout) serving at a path of its
+// own, registered through a registration socket, and mounts PV pv for a new pod podName as
+// kubelet does: vol_data.json, NodeStageVolume at globalmount, NodePublishVolume at the target.
+// prepare, when set, runs on the empty target before anything is mounted on it.
+func (e *nodeEnv) stagedPod(pv, podName string, prepare func(target string)) (plugin *csitest.Plugin, staging, target string) {
+	t := e.t
+	t.Helper()
+	endpoint := filepath.Join(e.dir, "elsewhere", "csi.sock")
+	plugin, err := csitest.Start(csitest.Options{Socket: endpoint, StateDir: filepath.Join(e.dir, "plugin"), Layout: csitest.LayoutYandex,
+		RegistrationSocket: filepath.Join(csiclient.RegistrationDir(e.kubelet), driver+"-reg.sock"), Driver: driver})
+	must(t, err)
+	t.Cleanup(func() { plugin.KillMounts(); plugin.Stop() })
+	e.stagedVolume(pv)
+	pod := e.pod(podName, pv)
+	staging = csiclient.KubeletStagingPath(e.kubelet, driver, bucket+"/"+pv)
+	target = csiclient.TargetPath(e.kubelet, string(pod.UID), pv)
+
+	must(t, os.MkdirAll(staging, 0o750))
+	must(t, os.MkdirAll(target, 0o750))
+	if prepare != nil {
+		prepare(target)
+	}
+	vd, _ := json.Marshal(map[string]string{"specVolID": pv, "volumeHandle": bucket + "/" + pv, "driverName": driver, "nodeName": nodeName})
+	must(t, os.WriteFile(filepath.Join(filepath.Dir(target), csiclient.VolDataFile), vd, 0o644))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	node, err := csiclient.GRPCDialer{}.Dial(ctx, endpoint)
+	must(t, err)
+	defer func() { _ = node.Close() }() // a test client: nothing to report on close
+	capability := &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER}}
+	secrets := map[string]string{"accessKeyID": ak, "secretAccessKey": sk, "endpoint": e.endpoint}
+	must(t, node.NodeStage(ctx, &csi.NodeStageVolumeRequest{VolumeId: bucket + "/" + pv, StagingTargetPath: staging,
+		VolumeCapability: capability, Secrets: secrets}))
+	must(t, node.NodePublish(ctx, &csi.NodePublishVolumeRequest{VolumeId: bucket + "/" + pv, StagingTargetPath: staging,
+		TargetPath: target, VolumeCapability: capability, Secrets: secrets}))
+	return plugin, staging, target
 }
 
 // stagedVolume creates a PV (handle bkt/<name>) with stage and publish secret refs, and its claim.

@@ -4,7 +4,6 @@ package s3mount_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,13 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
 
 	"github.com/pvrescue/pvrescue/internal/mountreplace"
 	"github.com/pvrescue/pvrescue/internal/mountreplace/mountreplacetest"
-	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
-	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csitest"
 )
 
 var kubeletDeaths = flag.Int("kubelet-deaths", 50, "consecutive deaths in TestNodeReplaceAtKubeletPaths")
@@ -37,36 +33,9 @@ func TestNodeReplaceAtKubeletPaths(t *testing.T) {
 		t.Fatalf("this kernel must mount beneath (Linux >= 6.5): %v", s.Err)
 	}
 	e := newNodeEnv(t)
-	endpoint := filepath.Join(e.dir, "elsewhere", "csi.sock")
-	plugin, err := csitest.Start(csitest.Options{Socket: endpoint, StateDir: filepath.Join(e.dir, "plugin"), Layout: csitest.LayoutYandex,
-		RegistrationSocket: filepath.Join(csiclient.RegistrationDir(e.kubelet), driver+"-reg.sock"), Driver: driver})
-	must(t, err)
-	t.Cleanup(func() { plugin.KillMounts(); plugin.Stop() })
-	e.stagedVolume("pv-rp")
-	pod := e.pod("app-rp", "pv-rp")
-	staging := csiclient.KubeletStagingPath(e.kubelet, driver, bucket+"/pv-rp")
-	target := csiclient.TargetPath(e.kubelet, string(pod.UID), "pv-rp")
-
-	// What kubelet does: vol_data.json, NodeStageVolume at globalmount, NodePublishVolume. The
-	// target holds the decoy before anything is mounted on it (s3fs refuses a globalmount that is
-	// not empty: there the bare directory shows as the marker missing).
-	must(t, os.MkdirAll(staging, 0o750))
-	must(t, os.MkdirAll(target, 0o750))
-	must(t, mountreplacetest.BareDir(target))
-	vd, _ := json.Marshal(map[string]string{"specVolID": "pv-rp", "volumeHandle": bucket + "/pv-rp", "driverName": driver, "nodeName": nodeName})
-	must(t, os.WriteFile(filepath.Join(filepath.Dir(target), csiclient.VolDataFile), vd, 0o644))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	node, err := csiclient.GRPCDialer{}.Dial(ctx, endpoint)
-	must(t, err)
-	defer func() { _ = node.Close() }() // a test client: nothing to report on close
-	capability := &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
-		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER}}
-	secrets := map[string]string{"accessKeyID": ak, "secretAccessKey": sk, "endpoint": e.endpoint}
-	must(t, node.NodeStage(ctx, &csi.NodeStageVolumeRequest{VolumeId: bucket + "/pv-rp", StagingTargetPath: staging,
-		VolumeCapability: capability, Secrets: secrets}))
-	must(t, node.NodePublish(ctx, &csi.NodePublishVolumeRequest{VolumeId: bucket + "/pv-rp", StagingTargetPath: staging,
-		TargetPath: target, VolumeCapability: capability, Secrets: secrets}))
+	// The target holds the decoy before anything is mounted on it (s3fs refuses a globalmount
+	// that is not empty: there the bare directory shows as the marker missing).
+	plugin, staging, target := e.stagedPod("pv-rp", "app-rp", func(target string) { must(t, mountreplacetest.BareDir(target)) })
 	const value = "written before\n"
 	must(t, os.WriteFile(filepath.Join(target, "marker.txt"), []byte(value), 0o644))
 

@@ -356,14 +356,7 @@ func (r *Restorer) startRestores(ctx context.Context, needs map[string][]target)
 	sort.Strings(pvs)
 	now := r.clk.Now()
 	for _, pv := range pvs {
-		r.mu.Lock()
-		rs := r.retry[pv]
-		busy := r.inflight[pv] || (rs != nil && now.Before(rs.next))
-		if !busy {
-			r.inflight[pv] = true
-		}
-		r.mu.Unlock()
-		if busy {
+		if !r.claim(pv, now) {
 			continue
 		}
 		r.wg.Add(1)
@@ -372,4 +365,16 @@ func (r *Restorer) startRestores(ctx context.Context, needs map[string][]target)
 			r.restore(ctx, pv, ts)
 		}(pv, needs[pv])
 	}
+}
+
+// claim marks pv in flight (one restore or retire at a time per PV) unless it already is or
+// backs off after a failure; false when pv is busy.
+func (r *Restorer) claim(pv string, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if rs := r.retry[pv]; r.inflight[pv] || (rs != nil && now.Before(rs.next)) {
+		return false
+	}
+	r.inflight[pv] = true
+	return true
 }

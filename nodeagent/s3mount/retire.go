@@ -39,14 +39,7 @@ func (r *Restorer) bridgedTargets(table stack.Table, targets []target) map[strin
 func (r *Restorer) startRetires(ctx context.Context, bridged map[string][]target) {
 	now := r.clk.Now()
 	for pv, ts := range bridged {
-		r.mu.Lock()
-		rs := r.retry[pv]
-		busy := r.inflight[pv] || (rs != nil && now.Before(rs.next))
-		if !busy {
-			r.inflight[pv] = true
-		}
-		r.mu.Unlock()
-		if busy {
+		if !r.claim(pv, now) {
 			continue
 		}
 		r.wg.Add(1)

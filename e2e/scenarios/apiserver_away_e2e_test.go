@@ -150,13 +150,16 @@ func apiServerAway(t *testing.T, e *env) {
 	stackDuring := describeStack(mountsAt(target))
 	oursDuring := ourS3fs(l.pv)
 
+	// The restore is timed from the API server's restart (its process started right after this)
+	// and from its readiness (StartAPIServer returns once /readyz answers).
+	restartAt := time.Now()
 	if err := e.c.StartAPIServer(ctx); err != nil {
 		t.Fatalf("start kube-apiserver again: %v", err)
 	}
 	restarted = true
 	up := time.Now()
 	cs = e.c.Client
-	t.Logf("kube-apiserver back after %s", up.Sub(down).Round(time.Second))
+	t.Logf("kube-apiserver back after %s (ready %s after its restart)", up.Sub(down).Round(time.Second), up.Sub(restartAt).Round(100*time.Millisecond))
 
 	if healthFails > 0 {
 		t.Errorf("the agent's /healthz failed %d times during the outage", healthFails)
@@ -176,10 +179,10 @@ func apiServerAway(t *testing.T, e *env) {
 
 	// Once back: the pod's target on the node reads again (the agent can read the secret the
 	// replay needs), a file put on the S3 server's side included.
-	var hostBack time.Duration
+	var hostBack, hostBackRestart time.Duration
 	waitFor(t, 4*time.Minute, "the pod's target on the node to read again after the API server came back", func() (bool, string) {
 		if hostReads(filepath.Join(target, "app.txt"), l.want) {
-			hostBack = time.Since(up)
+			hostBack, hostBackRestart = time.Since(up), time.Since(restartAt)
 			return true, ""
 		}
 		return false, "stack at the target " + describeStack(mountsAt(target))
@@ -253,8 +256,9 @@ func apiServerAway(t *testing.T, e *env) {
 	}
 	t.Logf("RESULT API server away %s: agent pod %s same process (pid %v), restarts %v, /healthz and /metrics answered every second (%d/%d failures); reachable=0 seen %s into the outage, unreachable_seconds up to %.0f; lost disk's fake %s stayed in place",
 		up.Sub(down).Round(time.Second), agent.Name, agentPids, restartCounts(now), healthFails, metricsFails, sawUnreachable.Round(time.Second), maxAway, fakeDev)
-	t.Logf("RESULT API server away: driver's s3fs %v killed %s into the outage; the node's target read again %s (stack at the end of the outage %s, agent s3fs %v); after the API server came back the target read again in %s; app container restarts %v before → %v after (the injected probe on the dead mount)",
-		killed, killedAt.Sub(down).Round(time.Second), during, stackDuring, oursDuring, hostBack.Round(100*time.Millisecond), appRestarts["app"], appNow)
+	t.Logf("RESULT API server away: driver's s3fs %v killed %s into the outage; the node's target read again %s (stack at the end of the outage %s, agent s3fs %v); after the API server came back the target read again in %s from its readiness, %s from its restart (process start; ready %s after it); app container restarts %v before → %v after (the injected probe on the dead mount)",
+		killed, killedAt.Sub(down).Round(time.Second), during, stackDuring, oursDuring, hostBack.Round(100*time.Millisecond), hostBackRestart.Round(100*time.Millisecond),
+		up.Sub(restartAt).Round(100*time.Millisecond), appRestarts["app"], appNow)
 	t.Logf("RESULT API server away: Node condition %s=%s %q; metrics last_outage_seconds %.1f, outages_total %.0f, reachable %.0f",
 		cond.Type, cond.Status, cond.Message, lastOutage, outages, reachable)
 }

@@ -122,6 +122,9 @@ func lostFUSEMountBridge(t *testing.T, e *env) {
 	t.Logf("RESULT bridge retired: plugin back → volume on the driver's mount after %s (app reads %s, pinned %s); plugin s3fs pids %v; depth %d %s; restarts %v → %v",
 		back, after[l.ns+"/app/app"], after[l.ns+"/app/pinned"], pluginS3fs(l.plugin), len(st), describeStack(st), restarts, final)
 
+	// Handed back, the target holds the driver's mount alone: the driver's top-only
+	// NodeUnpublish leaves nothing and kubelet's teardown completes without the agent's help.
+	agent, helpBefore := teardownHelp(t, e)
 	gone := deletePodGone(t, e, l.ns, "app", 30*time.Second)
 	waitFor(t, 30*time.Second, "the retired bridge's s3fs to exit once the pod is gone", func() (bool, string) {
 		if p := ourS3fs(l.pv); len(p) > 0 {
@@ -131,5 +134,7 @@ func lostFUSEMountBridge(t *testing.T, e *env) {
 	})
 	checkNothingLeft(t, e, l.pv, l.src)
 	checkPluginMounts(t, e, l.plugin, "after the pod is gone")
-	t.Logf("RESULT bridge: pod deleted and gone in %s, nothing left", gone)
+	agentAfter, helpAfter := teardownHelp(t, e)
+	checkNoTeardownHelp(t, agent, agentAfter, helpBefore, helpAfter, "the handed-back pod's deletion")
+	t.Logf("RESULT bridge: pod deleted and gone in %s, nothing left, without the agent's teardown help (pvrescue_s3_teardown_help_total %v → %v)", gone, helpBefore, helpAfter)
 }

@@ -6,6 +6,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -23,6 +25,7 @@ import (
 	"github.com/pvrescue/pvrescue/internal/contract"
 	"github.com/pvrescue/pvrescue/internal/mountinfo"
 	"github.com/pvrescue/pvrescue/internal/testenv"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount"
 )
 
 // Helpers of the FUSE scenarios: mounts and processes as the host sees them, reads from
@@ -452,4 +455,39 @@ func logAgentOnFailure(t testing.TB, e *env, needles ...string) {
 		}
 		t.Logf("agent %s log lines about %s (last %d):\n%s", p.Name, pv, len(lines), strings.Join(lines, "\n"))
 	})
+}
+
+// teardownHelp reads pvrescue_s3_teardown_help_total by action from the running agent, and
+// returns that agent pod. It fails when the agent or either series is missing.
+func teardownHelp(t testing.TB, e *env) (*corev1.Pod, map[string]float64) {
+	t.Helper()
+	agent, why := runningAgent(e)
+	if agent == nil {
+		t.Fatal(why)
+	}
+	url := "http://" + net.JoinHostPort(agent.Status.PodIP, "8080") + "/metrics"
+	got := map[string]float64{}
+	for _, a := range []string{s3mount.TeardownEmptied, s3mount.TeardownFinished} {
+		v, err := agentMetric(url, fmt.Sprintf("pvrescue_s3_teardown_help_total{action=%q}", a))
+		if err != nil {
+			t.Fatalf("the agent's teardown help counter: %v", err)
+		}
+		got[a] = v
+	}
+	return agent, got
+}
+
+// checkNoTeardownHelp fails when the agent helped kubelet tear down between two teardownHelp
+// readings (before, after), or when the agent was replaced or restarted in between (its counter
+// would start again at 0).
+func checkNoTeardownHelp(t testing.TB, before, after *corev1.Pod, was, is map[string]float64, during string) {
+	t.Helper()
+	if before.UID != after.UID || !maps.Equal(restartCounts(before), restartCounts(after)) {
+		t.Errorf("the agent changed during %s (pod %s %v → %s %v): its teardown help counter cannot be compared", during,
+			before.Name, restartCounts(before), after.Name, restartCounts(after))
+		return
+	}
+	if !maps.Equal(was, is) {
+		t.Errorf("the agent helped kubelet's teardown during %s: pvrescue_s3_teardown_help_total %v → %v (a stack was left at a target, or kubelet's teardown had to be finished); the agent's log lines about the PV (logged on failure) say where", during, was, is)
+	}
 }

@@ -44,6 +44,7 @@ func (r *Restorer) cleanupTargets(ctx context.Context, table stack.Table, live m
 		tornDown := rec != "" && !slices.ContainsFunc(mounts, func(x stack.Mount) bool { return x.Dev == rec })
 		ours, driver := r.rules.Empty(ctx, m.MountPoint, table, r.deadDriverMount)
 		if ours+driver > 0 {
+			r.metrics.TeardownHelp.WithLabelValues(TeardownEmptied).Inc()
 			log.Info("emptied the target of a gone pod", "podUID", uid, "path", m.MountPoint, "ourBinds", ours, "deadDriverMounts", driver)
 		}
 		if ours+driver == len(mounts) && tornDown && driver > 0 {
@@ -71,6 +72,7 @@ func (r *Restorer) finishTeardown(ctx context.Context, path string) {
 			return
 		}
 	}
+	r.metrics.TeardownHelp.WithLabelValues(TeardownFinished).Inc()
 	if err := r.rules.Placed.Forget(path); err != nil {
 		log.Error(err, "forgetting the record of a torn-down target", "path", path)
 	}

@@ -131,7 +131,11 @@
 // unmounts the top only), found the dead mount below and left its directory; once the agent has
 // removed that dead mount it finishes kubelet's removeMountDir: the empty mount directory,
 // vol_data.json and the empty volume directory, so kubelet's orphan cleanup can remove the pod's
-// directory. When the agent empties the target first, kubelet's own teardown cleans up.
+// directory. When the agent empties the target first, kubelet's own teardown cleans up. Both
+// kinds of help are counted, pvrescue_s3_teardown_help_total{action="emptied"|"finished"}: with
+// the live mount put beneath the dead one a target holds one mount, the driver's NodeUnpublish
+// takes it and kubelet finishes alone, so the counter moves only for stacks (left by earlier
+// agents, or where the kernel refused to replace).
 //
 // # Bridges outlive the agent
 //

@@ -7,6 +7,12 @@ import (
 	"github.com/pvrescue/pvrescue/internal/mountreplace"
 )
 
+// Teardown help actions (label action of pvrescue_s3_teardown_help_total).
+const (
+	TeardownEmptied  = "emptied"  // a gone pod's target emptied of our binds and a dead driver mount
+	TeardownFinished = "finished" // kubelet's teardown finished for it (mount dir, vol_data.json)
+)
+
 // Restore methods (label method of pvrescue_s3_restores_total).
 const (
 	MethodReplay = "replay" // the driver's own NodeStage/NodePublish, replayed
@@ -35,6 +41,11 @@ type Metrics struct {
 	HungFound  prometheus.Counter
 	MountsHung prometheus.Gauge
 	HungAborts *prometheus.CounterVec
+	// TeardownHelp counts gone pods' targets the agent helped kubelet tear down, by action
+	// (TeardownEmptied, TeardownFinished). With the live mount put beneath the dead one a
+	// top-only NodeUnpublish finds one mount and kubelet finishes alone: it moves only for
+	// stacks (left by earlier agents, or where the kernel refused to replace).
+	TeardownHelp *prometheus.CounterVec
 	// Replace is pvrescue_mount_replace_total{mode,reason}, shared with containermount.
 	Replace *mountreplace.Metrics
 }
@@ -88,6 +99,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "pvrescue_s3_hung_aborts_total",
 			Help: "FUSE connections of hung mounts aborted through fusectl (s3.abortHungAfter), by result.",
 		}, []string{"result"})),
+		TeardownHelp: metrics.Add(r, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pvrescue_s3_teardown_help_total",
+			Help: "Gone pods' S3 volume targets the agent helped kubelet tear down, by action (emptied: our binds and a dead driver mount removed; finished: kubelet's mount dir and vol_data.json removed after a top-only NodeUnpublish).",
+		}, []string{"action"})),
 	}
 	if err := r.Err(); err != nil {
 		return nil, err
@@ -97,5 +112,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		return nil, err
 	}
 	m.Replace = rm
+	// Exported at 0 from the start: "no help was needed" is then a value, not a missing series.
+	for _, a := range []string{TeardownEmptied, TeardownFinished} {
+		m.TeardownHelp.WithLabelValues(a)
+	}
 	return m, nil
 }

@@ -58,7 +58,9 @@ type world struct {
 	registry    csiclient.Registry
 	// configure, when set, changes the configuration before the restorer starts.
 	configure func(*config.Config)
-	client    *fake.Clientset
+	// replacer is OS.Replacer of the restorers start makes (nil: stacked, as on an old kernel).
+	replacer stack.Replacer
+	client   *fake.Clientset
 }
 
 func newWorld(t *testing.T, objs ...runtime.Object) *world {
@@ -95,6 +97,7 @@ func (w *world) start() {
 		os.CSI = w.csi
 	}
 	os.Registry = w.registry
+	os.Replacer = w.replacer
 	r, err := New(w.deps(), os, Options{BackoffInitial: 2 * time.Second, BackoffMax: 10 * time.Second, KillGrace: time.Millisecond,
 		BridgeCgroup: w.bridgeCgroup, BridgeNetNS: w.bridgeNetNS})
 	if err != nil {

@@ -6,7 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pvrescue/pvrescue/internal/mountreplace"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3mounttest"
 )
 
 // A driver whose NodeUnpublish unmounts only the top mount. The pod of a replayed target is
@@ -39,6 +43,7 @@ func TestTeardownFinishedAfterTopOnlyUnpublish(t *testing.T) {
 	if _, _, ok := w.node.File(filepath.Join(volDir, csiclient.VolDataFile)); ok {
 		t.Error("vol_data.json left")
 	}
+	checkTeardownHelp(t, w, 1, 1)
 }
 
 // While the replayed mount is still at the deleted pod's target (kubelet has not torn it down),
@@ -57,6 +62,7 @@ func TestTeardownWaitsForKubelet(t *testing.T) {
 	if slices.Contains(w.node.Removed(), volDir) {
 		t.Fatal("removed kubelet's volume directory before kubelet's teardown")
 	}
+	checkTeardownHelp(t, w, 0, 0)
 	if err := fakeOS(w.node).Mounter.Unmount(target, false); err != nil {
 		t.Fatal(err)
 	}
@@ -64,6 +70,7 @@ func TestTeardownWaitsForKubelet(t *testing.T) {
 	if !slices.Contains(w.node.Removed(), volDir) || len(w.node.Table().Stack(target)) != 0 {
 		t.Errorf("after kubelet's teardown: removed %q, stack %d", w.node.Removed(), len(w.node.Table().Stack(target)))
 	}
+	checkTeardownHelp(t, w, 1, 1)
 }
 
 // A bridged target whose pod goes: the agent removes its own bind and the dead driver mount
@@ -84,6 +91,68 @@ func TestTeardownLeftToKubeletWhenWeEmptiedFirst(t *testing.T) {
 	if got := w.node.Removed(); slices.Contains(got, volDir) || slices.Contains(got, filepath.Join(volDir, csiclient.VolDataFile)) {
 		t.Errorf("removed kubelet's files although kubelet's teardown is still to come: %q", got)
 	}
+	checkTeardownHelp(t, w, 1, 0)
+}
+
+// With the driver's live mount put beneath the dead one (a Replacer), a replayed target holds one
+// mount: the driver's top-only NodeUnpublish takes it, and kubelet's teardown needs no help —
+// the agent removes nothing and pvrescue_s3_teardown_help_total stays 0.
+func TestNoTeardownHelpAfterReplaceBeneath(t *testing.T) {
+	w, target := replayWorld(t, false)
+	w.remount = &fakeRemounter{}
+	rep := &beneathReplacer{node: w.node}
+	w.replacer = rep
+	w.node.KillMount(target)
+	w.start()
+	if n := len(w.node.Table().Stack(target)); n != 1 || rep.calls != 1 {
+		t.Fatalf("replayed target: stack %d, replacements %d, want 1 and 1", n, rep.calls)
+	}
+	w.view.DeletePod("default", "app")
+	w.sync()
+	if n := len(w.node.Table().Stack(target)); n != 1 {
+		t.Fatalf("the agent touched the live driver mount of a deleted pod: stack %d, want 1", n)
+	}
+	// kubelet's teardown: the driver unmounts the top only, which is all there is.
+	if err := fakeOS(w.node).Mounter.Unmount(target, false); err != nil {
+		t.Fatal(err)
+	}
+	w.settle()
+	if got := w.node.Removed(); slices.Contains(got, filepath.Dir(target)) || slices.Contains(got, target) {
+		t.Errorf("the agent removed kubelet's files, kubelet's own teardown finds the target empty: %q", got)
+	}
+	checkTeardownHelp(t, w, 0, 0)
+}
+
+// beneathReplacer puts the source in place of the dead top as the kernel's MOVE_MOUNT_BENEATH
+// and a detach of the old top leave it: one mount at the target, the source's filesystem.
+type beneathReplacer struct {
+	node  *s3mounttest.FakeNode
+	calls int
+}
+
+func (b *beneathReplacer) Replace(source, target string, old int, readOnly, _ bool) (mountreplace.Result, error) {
+	b.calls++
+	m := b.node.Mounter()
+	if err := m.Unmount(target, true); err != nil {
+		return mountreplace.Result{}, err
+	}
+	if err := m.Bind(source, target, readOnly); err != nil {
+		return mountreplace.Result{}, err
+	}
+	top, _ := b.node.Table().Top(target)
+	return mountreplace.Result{Mode: mountreplace.Beneath, Old: old, New: top.ID}, nil
+}
+
+// checkTeardownHelp compares pvrescue_s3_teardown_help_total by action.
+func checkTeardownHelp(t *testing.T, w *world, emptied, finished float64) {
+	t.Helper()
+	th := w.r.Metrics().TeardownHelp
+	if got := value(t, th.WithLabelValues(TeardownEmptied)); got != emptied {
+		t.Errorf("teardown_help_total{action=%q} = %v, want %v", TeardownEmptied, got, emptied)
+	}
+	if got := value(t, th.WithLabelValues(TeardownFinished)); got != finished {
+		t.Errorf("teardown_help_total{action=%q} = %v, want %v", TeardownFinished, got, finished)
+	}
 }
 
 func containsInOrder(got, want []string) bool {
@@ -94,4 +163,19 @@ func containsInOrder(got, want []string) bool {
 		}
 	}
 	return i == len(want)
+}
+
+// Both actions are exported at 0 from the start, so "no help was needed" reads as 0, not as a
+// missing series.
+func TestTeardownHelpExportedFromTheStart(t *testing.T) {
+	m, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := series(m.TeardownHelp); n != 2 {
+		t.Errorf("teardown_help_total exports %d series at start, want 2 (emptied, finished)", n)
+	}
+	if got := value(t, m.TeardownHelp); got != 0 {
+		t.Errorf("teardown_help_total = %v at start, want 0", got)
+	}
 }

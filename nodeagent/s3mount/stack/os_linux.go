@@ -105,29 +105,42 @@ func (realMounter) MountTmpfs(target string, sizeBytes int64) error {
 }
 
 // realStatfs runs statfs in a goroutine so a hung FUSE daemon cannot block the loop. A call
-// stuck in the kernel cannot be cancelled; while one is stuck on a path, later checks of that
-// path report ErrTimeout at once instead of piling up more stuck goroutines.
+// stuck in the kernel cannot be cancelled; once one has outlasted its timeout on a path, later
+// checks of that path report ErrTimeout at once instead of piling up more stuck goroutines.
+// Calls still within their timeout are not stuck: concurrent checks of one path (a pass's
+// health check beside a restore's check of its new mount) each run.
 type realStatfs struct {
-	mu    sync.Mutex
-	stuck map[string]bool
+	mu sync.Mutex
+	// stuck counts, by path, the calls past their timeout that have not returned.
+	stuck  map[string]int
+	statfs func(path string) error
 }
 
-func newRealStatfs() *realStatfs { return &realStatfs{stuck: map[string]bool{}} }
+func newRealStatfs() *realStatfs {
+	return &realStatfs{stuck: map[string]int{}, statfs: func(path string) error {
+		var st unix.Statfs_t
+		return unix.Statfs(path, &st)
+	}}
+}
 
 func (s *realStatfs) Statfs(ctx context.Context, path string, timeout time.Duration) error {
 	s.mu.Lock()
-	if s.stuck[path] {
-		s.mu.Unlock()
+	stuck := s.stuck[path] > 0
+	s.mu.Unlock()
+	if stuck {
 		return fmt.Errorf("statfs %s: %w (an earlier call has not returned)", path, ErrTimeout)
 	}
-	s.stuck[path] = true
-	s.mu.Unlock()
 	res := make(chan error, 1)
+	var done, timedOut bool // guarded by s.mu
 	go func() {
-		var st unix.Statfs_t
-		err := unix.Statfs(path, &st)
+		err := s.statfs(path)
 		s.mu.Lock()
-		delete(s.stuck, path)
+		done = true
+		if timedOut {
+			if s.stuck[path]--; s.stuck[path] <= 0 {
+				delete(s.stuck, path)
+			}
+		}
 		s.mu.Unlock()
 		res <- err
 	}()
@@ -140,6 +153,12 @@ func (s *realStatfs) Statfs(ctx context.Context, path string, timeout time.Durat
 		}
 		return nil
 	case <-t.C:
+		s.mu.Lock()
+		if !done {
+			timedOut = true
+			s.stuck[path]++
+		}
+		s.mu.Unlock()
 		return fmt.Errorf("statfs %s: %w after %s", path, ErrTimeout, timeout)
 	case <-ctx.Done():
 		return ctx.Err()

@@ -32,7 +32,8 @@ func runContainers(ctx context.Context, o *Options) Section {
 			"on this kernel (replace: the live mount put beneath the dead one with MOVE_MOUNT_BENEATH, then the dead one " +
 			"detached, at kubelet's target and in every container) and the agent with its stacking fallback forced " +
 			"(s3mount without a Replacer, containermount with a mount-beneath support that says no: the live mount " +
-			"bound on top of the dead one, as before replace-beneath and as on Linux < 6.5). No kubelet or container " +
+			"bound on top of the dead one, as before replace-beneath and as with --container-remount=false at kubelet's target; on Linux < 6.5 the agent " +
+			"stacks the same way, by move_mount on top, and counts it). No kubelet or container " +
 			"runtime: each container is a process in a mount namespace of its own (unshare(1)) that binds the pod's volume " +
 			"target as runc does for its mountPropagation — `htc` HostToContainer (rslave bind), `none` None (private " +
 			"bind), `sub` a subPath `sub` (private bind of the subdirectory) — and then detaches its copies of the kubelet " +

@@ -40,6 +40,8 @@ type Options struct {
 	E2ERepeats int
 	// DetectRepeats are the lost-mount section's detection runs (periodic check at 1 h).
 	DetectRepeats int
+	// ContainersRepeats are the losses of each agent (replace, stacking) of the containers section.
+	ContainersRepeats int
 	// ScaleSample is how long the idle agent is sampled.
 	ScaleSample time.Duration
 	// ScaleOthers is how many PVs (and as many PVCs) of other nodes the scale section adds.
@@ -55,7 +57,7 @@ func NewOptions() *Options {
 	return &Options{
 		Out: "BENCHMARKS.md", RawDir: "bench", Root: wd,
 		WebhookDuration: 5 * time.Second, Rates: []int{50, 200, 500},
-		BenchCount: 6, HelperRepeats: 20, DiskRepeats: 20, MountRepeats: 10, DetectRepeats: 20, E2ERepeats: 8,
+		BenchCount: 6, HelperRepeats: 20, DiskRepeats: 20, MountRepeats: 10, DetectRepeats: 20, E2ERepeats: 8, ContainersRepeats: 20,
 		ScaleSample: 20 * time.Second, ScaleOthers: 50000,
 	}
 }
@@ -73,6 +75,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.MountRepeats, "mount-repeats", o.MountRepeats, "lost-mount runs")
 	fs.IntVar(&o.E2ERepeats, "e2e-repeats", o.E2ERepeats, "plugin pod deletions of the e2e section")
 	fs.IntVar(&o.DetectRepeats, "detect-repeats", o.DetectRepeats, "detection runs of the lost-mount section")
+	fs.IntVar(&o.ContainersRepeats, "containers-repeats", o.ContainersRepeats, "losses of each agent (replace, stacking; alternating) of the containers section")
 	fs.DurationVar(&o.ScaleSample, "scale-sample", o.ScaleSample, "how long the idle agent is sampled")
 	fs.IntVar(&o.ScaleOthers, "scale-others", o.ScaleOthers, "PVs (and as many PVCs) bound to other nodes added for the agent-at-cluster-scale run")
 	fs.StringVar(&o.AgentLog, "agent-log", o.AgentLog, "file for the S3 rigs' agent log (V(1), timestamps) and the bench's marks; off when empty")
@@ -84,7 +87,7 @@ func (o *Options) Validate() error {
 	if o.WebhookDuration < time.Second {
 		errs = append(errs, errors.New("-webhook-duration must be at least 1s"))
 	}
-	for _, n := range []int{o.BenchCount, o.HelperRepeats, o.DiskRepeats, o.MountRepeats, o.DetectRepeats, o.E2ERepeats} {
+	for _, n := range []int{o.BenchCount, o.HelperRepeats, o.DiskRepeats, o.MountRepeats, o.DetectRepeats, o.E2ERepeats, o.ContainersRepeats} {
 		if n < 1 {
 			errs = append(errs, errors.New("counts and repeats must be at least 1"))
 			break

@@ -99,6 +99,9 @@ type s3RigOptions struct {
 	// pollOnly leaves fusewatch out (the agent before event-driven detection: the periodic
 	// check alone notices a loss).
 	pollOnly bool
+	// stacking takes s3mount's Replacer out (the agent before replace-beneath, and its fallback):
+	// restored mounts are bound on top of the dead ones at kubelet's paths.
+	stacking bool
 }
 
 // newS3Rig sets the scenario up; close undoes it, also after an error part way.
@@ -296,7 +299,11 @@ func (r *s3Rig) startAgent(ctx context.Context, ro s3RigOptions) error {
 		r.deps.FUSEExits = fw.Wake()
 		go func() { fuseDone <- fw.Run(cctx) }()
 	}
-	rs, err := s3mount.New(r.deps, s3mount.NewOS(), s3mount.NewOptions())
+	sos := s3mount.NewOS()
+	if ro.stacking {
+		sos.Replacer = nil
+	}
+	rs, err := s3mount.New(r.deps, sos, s3mount.NewOptions())
 	if err != nil {
 		cancel()
 		if ferr := <-fuseDone; ferr != nil {

@@ -59,3 +59,19 @@ func Verdict(value, target float64, unit string) string {
 	}
 	return fmt.Sprintf("MISSED by %.3g %s (%.3g %s ≥ %.3g %s, %.2f× the target)", value-target, unit, value, unit, target, unit, value/target)
 }
+
+// SignTestP is the one-sided sign test's p-value: the chance of k or more of n paired
+// differences falling one way when either way is as likely (binomial, p = 1/2). It returns 1
+// for no pairs.
+func SignTestP(k, n int) float64 {
+	if n <= 0 || k <= 0 {
+		return 1
+	}
+	p := 0.0
+	for i := k; i <= n; i++ {
+		// C(n, i) / 2^n through logarithms, exact enough for the few dozen pairs a section has.
+		lg := func(x int) float64 { v, _ := math.Lgamma(float64(x) + 1); return v }
+		p += math.Exp(lg(n) - lg(i) - lg(n-i) - float64(n)*math.Ln2)
+	}
+	return min(p, 1)
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"testing"
 	"time"
 )
@@ -139,5 +140,19 @@ func TestRawSamples(t *testing.T) {
 	})
 	if want := "b 0.250\na 1.500 2000.000\nnone\n"; got != want {
 		t.Errorf("RawSamples = %q, want %q", got, want)
+	}
+}
+
+func TestSignTestP(t *testing.T) {
+	for _, tc := range []struct {
+		k, n int
+		want float64
+	}{
+		{0, 0, 1}, {0, 5, 1}, {1, 1, 0.5}, {2, 2, 0.25}, {3, 4, 5.0 / 16},
+		{15, 20, 21700.0 / 1048576}, {14, 20, 60460.0 / 1048576}, {20, 20, 1.0 / 1048576}, {10, 20, 616666.0 / 1048576},
+	} {
+		if got := SignTestP(tc.k, tc.n); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("SignTestP(%d, %d) = %.9f, want %.9f", tc.k, tc.n, got, tc.want)
+		}
 	}
 }

@@ -9,13 +9,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/pvrescue/pvrescue/internal/mountreplace"
 	"github.com/pvrescue/pvrescue/internal/testenv"
+	"github.com/pvrescue/pvrescue/nodeagent"
+	"github.com/pvrescue/pvrescue/nodeagent/containermount"
 )
 
 func runLostMount(ctx context.Context, o *Options) Section {
 	s := Section{
 		Title: "Agent, lost mount: s3fs killed → noticed, mount readable again, handed back",
-		RanAgainst: "nodeagent/s3mount's Restorer, woken by nodeagent/fusewatch as the agent wires them, with their real OS (mountinfo, pidfds, s3fs processes, bind mounts) and the " +
+		RanAgainst: "nodeagent/s3mount's Restorer, woken by nodeagent/fusewatch and with nodeagent/containermount's remounter as the agent wires them (--container-remount, the default: mounts go beneath the dead ones at kubelet's paths), with their real OS (mountinfo, pidfds, s3fs processes, bind mounts, move_mount) and the " +
 			"shipped default configuration, a real S3 server (bin/versitygw), real s3fs (Debian package), and the " +
 			"pod/PV/PVC/Secret/StorageClass in a real kube-apiserver " + KubeVersion + " (envtest). The target " +
 			"directory sits in a temporary kubelet directory made a shared mount, as kubelet does.",
@@ -45,8 +48,9 @@ func lostMount(ctx context.Context, o *Options, s *Section) error {
 	const before = "written before\n"
 	rigOpts := func(prefix string) s3RigOptions {
 		return s3RigOptions{names: newS3Names(prefix),
-			pod:   corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "busybox"}}},
-			files: map[string]string{"before.txt": before}}
+			pod:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "busybox"}}},
+			files:     map[string]string{"before.txt": before},
+			remounter: shippedRemounter}
 	}
 	// measure times one loss: kill, the target dead, then readable again. With detect set it
 	// also returns the time from the kill to fusewatch's report of the daemon's exit.
@@ -216,9 +220,9 @@ func lostMount(ctx context.Context, o *Options, s *Section) error {
 	}
 	s.Notes = append(s.Notes,
 		fmt.Sprintf("The agent's S3 rescue is wired as cmd/pvrescue-agent wires it: nodeagent/fusewatch (a pidfd per /dev/fuse holder) wakes it when a FUSE daemon exits, and a watch on the node plugins' directories when a plugin socket appears; its periodic check is the safety net (shipped: s3.checkInterval %s while nothing is under way, s3.pendingCheckInterval %s while a dead, bridged or retrying target waits on time). Baseline, measured in the same run with a rig of its own: the same agent without fusewatch and with s3.checkInterval %s (the default before fusewatch), so only that check notices a loss (a pure poll at %s notices %s later on average, before any repair).", interval, pending, pollBaselineInterval, pollBaselineInterval, Ms(pollBaselineInterval/2)),
-		"Replay: a plugin restart as the bench makes it — every s3fs of the driver SIGKILLed (the first run kills the s3fs the bench published as the driver's), the node plugin (pvrescue's test plugin, nodeagent/s3mount/csitest, s3fs as its child) stops serving and a new one serves the same socket at once; the agent replays NodePublishVolume at a fresh directory and binds the driver's new mount at the target on top of the dead one: this rig has no container remounter, and without one the agent stacks at kubelet's paths (as with --container-remount=false; a HostToContainer container would see a mount put beneath only through the remounter). The shipped agent, with its remounter, puts it beneath the dead one and detaches that: the lost-mount-inside-containers section times both side by side. A real plugin's own restart time (image, container start) comes on top (see the containerized row of the e2e section).",
+		"Replay: a plugin restart as the bench makes it — every s3fs of the driver SIGKILLed (the first run kills the s3fs the bench published as the driver's), the node plugin (pvrescue's test plugin, nodeagent/s3mount/csitest, s3fs as its child) stops serving and a new one serves the same socket at once; the agent replays NodePublishVolume at a fresh directory and puts the driver's new mount at the target beneath the dead one, then detaches that (the shipped agent with its container remounter; the pod has no running containers here, so the remounter's pass finds none; the lost-mount-inside-containers section times replace beside stacking with containers). A real plugin's own restart time (image, container start) comes on top (see the containerized row of the e2e section).",
 		fmt.Sprintf("Detection: a third rig with s3.checkInterval %s; the same plugin restart; \"exit seen\" is the time from the SIGKILL to fusewatch's report of the daemon's exit (its OnExit hook, the moment it wakes the rescue); \"readable\" to the file reading back through the replayed mount. The runs are 200 ms apart (no dephasing: with a 1 h check there is no phase to fall into).", detectCheckInterval),
-		fmt.Sprintf("Bridge: the same plugin restart, but the plugin does not come back; the agent waits s3.bridgeAfter (%s, shipped default) after finding the target dead, then mounts its own s3fs and binds it over. Hand-back: the plugin then serves again (a new process on the same socket). Its socket appearing wakes the agent at once; as the socket exists from the plugin's bind(2), before it answers, the pending check comes every 50 ms for 2 s after it, so a pass that found the driver not yet answering is followed by another within 50 ms. The pass that finds the driver answering publishes at a fresh directory through it and replaces our bind at the target by the driver's mount; having moved a target, it asks for another pass at once, which retires the bridge (its mount detached; its s3fs then exits on its own). Timed twice: until the target's top mount is no longer our bridge and the file reads back (hand-back), and until no s3fs of the agent's is left (clean-up). Readable means a file written before the loss reads back with its content.", cfg.S3.BridgeAfter.Duration),
+		fmt.Sprintf("Bridge: the same plugin restart, but the plugin does not come back; the agent waits s3.bridgeAfter (%s, shipped default) after finding the target dead, then mounts its own s3fs and puts a bind of it beneath the dead mount at the target (the dead one then detached). Hand-back: the plugin then serves again (a new process on the same socket). Its socket appearing wakes the agent at once; as the socket exists from the plugin's bind(2), before it answers, the pending check comes every 50 ms for 2 s after it, so a pass that found the driver not yet answering is followed by another within 50 ms. The pass that finds the driver answering publishes at a fresh directory through it and replaces our bind at the target by the driver's mount; having moved a target, it asks for another pass at once, which retires the bridge (its mount detached; its s3fs then exits on its own). Timed twice: until the target's top mount is no longer our bridge and the file reads back (hand-back), and until no s3fs of the agent's is left (clean-up). Readable means a file written before the loss reads back with its content.", cfg.S3.BridgeAfter.Duration),
 		fmt.Sprintf("Statfs timeout %s (shipped default); the bench polls the file every %s. Before each loss of the replay and bridge runs the bench waits a random time in [0, min(check interval, %s)), so losses fall at random points of the agent's periodic check.", cfg.S3.StatfsTimeout.Duration, benchPoll, maxDephase))
 	if ttrOK && ttrN > replayN && replayN > 0 {
 		rmean := time.Duration(replayTTR / float64(replayN) * float64(time.Second))
@@ -247,4 +251,15 @@ func histogram(reg prometheus.Gatherer, name string) (float64, uint64, bool) {
 		return 0, 0, false
 	}
 	return m.GetHistogram().GetSampleSum(), m.GetHistogram().GetSampleCount(), true
+}
+
+// shippedRemounter is the container remounter as the agent wires it by default
+// (--container-remount): with it, s3mount puts restored mounts beneath the dead ones at kubelet's
+// paths instead of stacking them.
+func shippedRemounter(deps nodeagent.Deps) (nodeagent.ContainerRemounter, error) {
+	cmOS, err := containermount.NewOS("/proc", mountreplace.NodeSupport())
+	if err != nil {
+		return nil, err
+	}
+	return containermount.New(deps, cmOS, containermount.NewOptions())
 }

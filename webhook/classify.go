@@ -8,6 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	toolscache "k8s.io/client-go/tools/cache"
+	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/pvrescue/pvrescue/internal/config"
@@ -171,12 +173,48 @@ func storageClassOf(pvc *corev1.PersistentVolumeClaim) string {
 type ReaderLookup struct {
 	Cache client.Reader
 	Live  client.Reader
+	// Stores, when set, are the cache's informer stores, read in place of Cache: the object in
+	// the store itself, where a cache Get costs a scheme lookup and an object allocated and
+	// copied per read (most of an admission's garbage after the pod).
+	Stores *InformerStores
+}
+
+// Store is the read side of an informer's store (client-go's cache.Store).
+type Store interface {
+	GetByKey(key string) (item any, exists bool, err error)
+}
+
+// InformerStores are the stores of the PVC and StorageClass informers.
+type InformerStores struct {
+	PVCs, StorageClasses Store
+}
+
+// StoresOf returns the stores behind informers' PVC and StorageClass informers (which it
+// registers, as GetInformer does), or an error when its informers do not expose one.
+func StoresOf(ctx context.Context, informers ctrlcache.Informers) (*InformerStores, error) {
+	var stores [2]Store
+	for i, obj := range []client.Object{&corev1.PersistentVolumeClaim{}, &storagev1.StorageClass{}} {
+		inf, err := informers.GetInformer(ctx, obj, ctrlcache.BlockUntilSynced(false))
+		if err != nil {
+			return nil, fmt.Errorf("informer for %T: %w", obj, err)
+		}
+		withStore, ok := inf.(interface{ GetStore() toolscache.Store })
+		if !ok {
+			return nil, fmt.Errorf("informer for %T (%T) has no store", obj, inf)
+		}
+		stores[i] = withStore.GetStore()
+	}
+	return &InformerStores{PVCs: stores[0], StorageClasses: stores[1]}, nil
 }
 
 // PVC implements Lookup.
 func (r ReaderLookup) PVC(ctx context.Context, namespace, name string) (*corev1.PersistentVolumeClaim, error) {
+	key := client.ObjectKey{Namespace: namespace, Name: name}
+	if r.Stores != nil {
+		return fromStore[corev1.PersistentVolumeClaim](ctx, r, r.Stores.PVCs, key)
+	}
 	pvc := &corev1.PersistentVolumeClaim{}
-	if err := r.get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, pvc); err != nil {
+	if err := r.get(ctx, key, pvc); err != nil {
 		return nil, err
 	}
 	return pvc, nil
@@ -184,11 +222,46 @@ func (r ReaderLookup) PVC(ctx context.Context, namespace, name string) (*corev1.
 
 // StorageClass implements Lookup.
 func (r ReaderLookup) StorageClass(ctx context.Context, name string) (*storagev1.StorageClass, error) {
+	key := client.ObjectKey{Name: name}
+	if r.Stores != nil {
+		return fromStore[storagev1.StorageClass](ctx, r, r.Stores.StorageClasses, key)
+	}
 	sc := &storagev1.StorageClass{}
-	if err := r.get(ctx, client.ObjectKey{Name: name}, sc); err != nil {
+	if err := r.get(ctx, key, sc); err != nil {
 		return nil, err
 	}
 	return sc, nil
+}
+
+// fromStore reads key from store (its key is namespace/name, or name when cluster-scoped), and
+// on a miss once from the API server, as get does.
+func fromStore[E any, T interface {
+	*E
+	client.Object
+}](ctx context.Context, r ReaderLookup, store Store, key client.ObjectKey) (T, error) {
+	var zero T
+	storeKey := key.Name
+	if key.Namespace != "" {
+		storeKey = key.Namespace + "/" + key.Name
+	}
+	item, exists, err := store.GetByKey(storeKey)
+	switch {
+	case err != nil:
+		return zero, err
+	case exists:
+		obj, ok := item.(T)
+		if !ok {
+			return zero, fmt.Errorf("informer store holds %T for %s, want %T", item, storeKey, zero)
+		}
+		return obj, nil
+	case r.Live == nil:
+		return zero, ErrNotFound
+	}
+	obj := T(new(E))
+	if err := r.Live.Get(ctx, key, obj); err != nil {
+		return zero, notFound(err)
+	}
+	return obj, nil
 }
 
 func (r ReaderLookup) get(ctx context.Context, key client.ObjectKey, obj client.Object) error {

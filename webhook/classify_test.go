@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -191,3 +192,64 @@ func TestClassificationIs(t *testing.T) {
 		t.Error(d)
 	}
 }
+
+// With the informers' stores, a hit is the stored object itself (no copy, no cache or live
+// read); a miss is one live read; a store error is kept.
+func TestReaderLookupStores(t *testing.T) {
+	pvc := pvcObj("data", "local-ssd", corev1.PersistentVolumeBlock)
+	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "s3"}, Provisioner: "ru.yandex.s3.csi"}
+	stores := func() *InformerStores {
+		pvcs, scs := toolscache.NewStore(toolscache.MetaNamespaceKeyFunc), toolscache.NewStore(toolscache.MetaNamespaceKeyFunc)
+		if err := pvcs.Add(pvc); err != nil {
+			t.Fatal(err)
+		}
+		if err := scs.Add(sc); err != nil {
+			t.Fatal(err)
+		}
+		return &InformerStores{PVCs: pvcs, StorageClasses: scs}
+	}
+	ctx := context.Background()
+
+	t.Run("hit: the stored object, no reads", func(t *testing.T) {
+		cache, live := &countingReader{}, &countingReader{}
+		l := ReaderLookup{Cache: cache, Live: live, Stores: stores()}
+		gotPVC, err := l.PVC(ctx, pvc.Namespace, pvc.Name)
+		if err != nil || gotPVC != pvc {
+			t.Errorf("PVC: got %p, %v; want the stored %p", gotPVC, err, pvc)
+		}
+		gotSC, err := l.StorageClass(ctx, "s3")
+		if err != nil || gotSC != sc {
+			t.Errorf("StorageClass: got %p, %v; want the stored %p", gotSC, err, sc)
+		}
+		if cache.calls+live.calls != 0 {
+			t.Errorf("cache reads %d, live reads %d; want none", cache.calls, live.calls)
+		}
+	})
+	t.Run("miss: one live read", func(t *testing.T) {
+		other := pvcObj("other", "local-ssd", corev1.PersistentVolumeBlock)
+		live := &countingReader{objs: map[client.ObjectKey]client.Object{client.ObjectKeyFromObject(other): other}}
+		got, err := ReaderLookup{Cache: &countingReader{}, Live: live, Stores: stores()}.PVC(ctx, other.Namespace, other.Name)
+		if err != nil || got.Name != "other" || live.calls != 1 {
+			t.Errorf("got %v, %v after %d live reads; want other after 1", got, err, live.calls)
+		}
+		_, err = ReaderLookup{Cache: &countingReader{}, Live: live, Stores: stores()}.StorageClass(ctx, "gone")
+		if !errors.Is(err, ErrNotFound) || live.calls != 2 {
+			t.Errorf("missing class: %v after %d live reads; want ErrNotFound after 2", err, live.calls)
+		}
+		if _, err := (ReaderLookup{Stores: stores()}).PVC(ctx, "apps", "gone"); !errors.Is(err, ErrNotFound) {
+			t.Errorf("no live reader: %v, want ErrNotFound", err)
+		}
+	})
+	t.Run("store error kept, no live read", func(t *testing.T) {
+		boom := errors.New("store broken")
+		live := &countingReader{}
+		_, err := ReaderLookup{Live: live, Stores: &InformerStores{PVCs: failingStore{boom}}}.PVC(ctx, "apps", "data")
+		if !errors.Is(err, boom) || live.calls != 0 {
+			t.Errorf("err %v after %d live reads; want %v after none", err, live.calls, boom)
+		}
+	})
+}
+
+type failingStore struct{ err error }
+
+func (f failingStore) GetByKey(string) (any, bool, error) { return nil, false, f.err }

@@ -146,7 +146,7 @@ func runWebhookLoad(ctx context.Context, o *Options) Section {
 	s := Section{
 		Title: "Webhook: admission latency and throughput over HTTPS",
 		RanAgainst: "a real kube-apiserver " + KubeVersion + " + etcd (envtest) holding the StorageClasses and PVCs, " +
-			"read through pvrescue's informer cache (controller-runtime cache, live client as fallback); pvrescue's handler " +
+			"read from the stores of pvrescue's informers (controller-runtime cache, live client as fallback), as the shipped webhook does; pvrescue's handler " +
 			"(webhook.Webhook: one decode of a pod CREATE, the framework's admission.Webhook for everything else) " +
 			"served by controller-runtime's webhook server over TLS 1.2+/HTTP/1.1 on 127.0.0.1 with a self-signed " +
 			"certificate; load generated in the same process (open loop, fixed rate, keep-alive connections). " +
@@ -183,10 +183,9 @@ func webhookLoad(ctx context.Context, o *Options, s *Section) error {
 	if err != nil {
 		return fmt.Errorf("informer cache: %w", err)
 	}
-	for _, obj := range []client.Object{&corev1.PersistentVolumeClaim{}, &storagev1.StorageClass{}} {
-		if _, err := cache.GetInformer(ctx, obj); err != nil {
-			return fmt.Errorf("informer for %T: %w", obj, err)
-		}
+	stores, err := webhook.StoresOf(ctx, cache)
+	if err != nil {
+		return err
 	}
 	go func() { _ = cache.Start(ctx) }()
 	if !cache.WaitForCacheSync(ctx) {
@@ -201,7 +200,7 @@ func webhookLoad(ctx context.Context, o *Options, s *Section) error {
 		return err
 	}
 	mut := &webhook.Defaulter{Config: cfg, Namespace: "pvrescue-system",
-		Classifier: &webhook.Classifier{Config: cfg, Lookup: webhook.ReaderLookup{Cache: cache, Live: live}}}
+		Classifier: &webhook.Classifier{Config: cfg, Lookup: webhook.ReaderLookup{Cache: cache, Live: live, Stores: stores}}}
 
 	certDir, err := os.MkdirTemp("", "pvrescue-bench-certs-")
 	if err != nil {

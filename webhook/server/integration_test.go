@@ -193,6 +193,27 @@ func TestIntegrationWebhook(t *testing.T) {
 		}
 	})
 
+	// Admissions read the stores of the manager's own informers: reachable through the real
+	// cache, and filled (no live reader here to fall back on).
+	t.Run("admissions read the informer stores", func(t *testing.T) {
+		stores, err := webhook.StoresOf(ctx, mgr.GetCache())
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := webhook.ReaderLookup{Stores: stores}
+		pvc, err := l.PVC(ctx, "apps", "data1")
+		if err != nil || pvc.Spec.StorageClassName == nil || *pvc.Spec.StorageClassName != "local-ssd" {
+			t.Errorf("PVC apps/data1 from the store: %v, %v", pvc, err)
+		}
+		sc, err := l.StorageClass(ctx, "s3")
+		if err != nil || sc.Provisioner != "ru.yandex.s3.csi" {
+			t.Errorf("StorageClass s3 from the store: %v, %v", sc, err)
+		}
+		if _, err := l.PVC(ctx, "apps", "no-such-claim"); !errors.Is(err, webhook.ErrNotFound) {
+			t.Errorf("missing claim: %v, want ErrNotFound", err)
+		}
+	})
+
 	// The reproduction: a compliant pod in a namespace that both opts in and enforces Pod
 	// Security "restricted" is admitted, mutated.
 	t.Run("restricted namespace: compliant pod admitted and mutated", func(t *testing.T) {

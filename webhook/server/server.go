@@ -16,7 +16,6 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -79,11 +78,11 @@ func NewManager(restCfg *rest.Config, o Options) (manager.Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create manager: %w", err)
 	}
-	// Start the informers with the manager rather than lazily on the first admission.
-	for _, obj := range []client.Object{&corev1.PersistentVolumeClaim{}, &storagev1.StorageClass{}} {
-		if _, err := mgr.GetCache().GetInformer(context.Background(), obj); err != nil {
-			return nil, fmt.Errorf("informer for %T: %w", obj, err)
-		}
+	// Start the informers with the manager rather than lazily on the first admission; the
+	// admissions read their stores.
+	stores, err := webhook.StoresOf(context.Background(), mgr.GetCache())
+	if err != nil {
+		return nil, err
 	}
 
 	reg := o.Registerer
@@ -97,7 +96,7 @@ func NewManager(restCfg *rest.Config, o Options) (manager.Manager, error) {
 	m := &webhook.Defaulter{
 		Config:     o.Config,
 		Namespace:  o.Namespace,
-		Classifier: &webhook.Classifier{Config: o.Config, Lookup: webhook.ReaderLookup{Cache: mgr.GetCache(), Live: mgr.GetAPIReader()}},
+		Classifier: &webhook.Classifier{Config: o.Config, Lookup: webhook.ReaderLookup{Cache: mgr.GetCache(), Live: mgr.GetAPIReader(), Stores: stores}},
 	}
 	// GetWebhookServer (not whServer directly) is what adds the server to the manager's runnables.
 	mgr.GetWebhookServer().Register(webhook.Path, webhook.NewWebhook(m, metrics))

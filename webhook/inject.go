@@ -106,6 +106,7 @@ func newInjector(pod *corev1.Pod, cls Classification, cfg *config.Config) *injec
 	mp := cfg.Helper.MountPath
 	in := &injector{
 		pod: pod, cls: cls, cfg: cfg, mp: mp,
+		patch:  make(patch, 0, 8), // enough for a pod with a few containers; grown beyond
 		helper: path.Join(mp, contract.HelperBinDir, contract.HelperBinaryName),
 		taken:  map[string]bool{},
 	}
@@ -395,7 +396,9 @@ func (in *injector) container(u *userContainer) {
 		if !mounted {
 			m := corev1.VolumeMount{Name: in.volume, MountPath: in.mp, ReadOnly: true}
 			in.patch.appendTo(u.ptr+"/volumeMounts", len(c.VolumeMounts), m)
-			c.VolumeMounts = append(c.VolumeMounts[:len(c.VolumeMounts):len(c.VolumeMounts)], m)
+			if in.keepsEdits(u) {
+				c.VolumeMounts = append(c.VolumeMounts[:len(c.VolumeMounts):len(c.VolumeMounts)], m)
+			}
 		}
 		injected = append([]string{InjectedSharedVolume}, injected...)
 	}
@@ -417,6 +420,11 @@ func (in *injector) container(u *userContainer) {
 	}
 }
 
+// keepsEdits says whether u's copy must carry the edits recorded for it: when they are applied
+// to the pod, and for an init container, which goes whole into the patch when pvrescue's init
+// containers are rebuilt around it. Otherwise only the patch records them.
+func (in *injector) keepsEdits(u *userContainer) bool { return in.applying || u.init }
+
 // propagation sets HostToContainer on the S3 mounts that leave it unset, so a restored mount
 // reaches a running container; it reports whether any S3 mount of the container has it.
 func (in *injector) propagation(u *userContainer, s3Mounts []int) bool {
@@ -432,14 +440,17 @@ func (in *injector) propagation(u *userContainer, s3Mounts []int) bool {
 			in.skip(Skip{Container: c.Name, What: InjectedPropagation, Reason: fmt.Sprintf("volume %q is mounted read-only; HostToContainer would make a restored mount writable", m.Name)},
 				"%s %q mounts S3 volume %q read-only; mountPropagation left unset so it stays read-only", kindOf(u.init), c.Name, m.Name)
 		case m.MountPropagation == nil:
+			hc := corev1.MountPropagationHostToContainer
+			in.patch.add(u.ptr+"/volumeMounts/"+strconv.Itoa(i)+"/mountPropagation", hc)
+			set = true
+			if !in.keepsEdits(u) {
+				continue
+			}
 			if !copied {
 				c.VolumeMounts = append([]corev1.VolumeMount(nil), c.VolumeMounts...)
 				copied = true
 			}
-			hc := corev1.MountPropagationHostToContainer
 			c.VolumeMounts[i].MountPropagation = &hc
-			in.patch.add(u.ptr+"/volumeMounts/"+strconv.Itoa(i)+"/mountPropagation", hc)
-			set = true
 		case *m.MountPropagation == corev1.MountPropagationHostToContainer:
 			set = true
 		case *m.MountPropagation == corev1.MountPropagationNone:

@@ -1,8 +1,9 @@
 package webhook
 
 import (
-	"encoding/json"
+	"bytes"
 	"strings"
+	"sync"
 
 	jsonpatch "gomodules.xyz/jsonpatch/v2"
 )
@@ -39,26 +40,28 @@ var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
 // escape makes a map key one JSON pointer segment (pvrescue.io/status → pvrescue.io~1status).
 func escape(key string) string { return pointerEscaper.Replace(key) }
 
-// patchOpJSON is one operation as jsonpatch's Operation.MarshalJSON writes it.
-type patchOpJSON struct {
-	Op    string `json:"op"`
-	Path  string `json:"path"`
-	Value any    `json:"value,omitempty"`
-}
+// patchBufs holds scratch buffers for marshalPatch: the patch is written into one, then copied
+// out at its exact size.
+var patchBufs = sync.Pool{New: func() any { return new([]byte) }}
 
-var jsonNull = json.RawMessage("null")
+// maxPooledPatch keeps a rare huge patch's buffer out of the pool.
+const maxPooledPatch = 256 << 10
 
 // marshalPatch encodes ops to the bytes json.Marshal gives for them (add and replace always
-// carry a value, null when nil; other operations carry none when nil) in one encoder pass:
-// through Operation.MarshalJSON the encoder marshals each operation on its own and scans its
-// bytes again, a fifth of a small pod's admission.
+// carry a value, null when nil; other operations carry none when nil) in one pass, writing the
+// values Inject puts there by hand (patchjson.go): through Operation.MarshalJSON the encoder
+// marshals each operation on its own and scans its bytes again, and reflection over containers
+// and quantities was most of what remained.
 func marshalPatch(ops []jsonpatch.JsonPatchOperation) ([]byte, error) {
-	out := make([]patchOpJSON, len(ops))
-	for i, op := range ops {
-		out[i] = patchOpJSON{Op: op.Operation, Path: op.Path, Value: op.Value}
-		if op.Value == nil && (op.Operation == "add" || op.Operation == "replace") {
-			out[i].Value = jsonNull
-		}
+	buf := patchBufs.Get().(*[]byte)
+	b, err := appendPatch((*buf)[:0], ops)
+	var out []byte
+	if err == nil {
+		out = bytes.Clone(b)
 	}
-	return json.Marshal(out)
+	if cap(b) <= maxPooledPatch {
+		*buf = b[:0]
+		patchBufs.Put(buf)
+	}
+	return out, err
 }

@@ -10,8 +10,10 @@ import (
 	"testing"
 
 	jsonpatch "gomodules.xyz/jsonpatch/v2"
+	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
@@ -51,7 +53,7 @@ func samePatch(t testing.TB, ops []jsonpatch.JsonPatchOperation) {
 	}
 }
 
-// handEncoded lists, for every struct patchjson.go writes field by field, the
+// handEncoded lists, for every struct patchjson.go and reviewjson.go write field by field, the
 // fields they know (write by hand or hand to json.Marshal). A field k8s.io/api adds is not
 // written until it is added there and here.
 var handEncoded = map[reflect.Type][]string{
@@ -73,8 +75,13 @@ var handEncoded = map[reflect.Type][]string{
 	reflect.TypeFor[corev1.SecurityContext](): {"Capabilities", "Privileged", "SELinuxOptions", "WindowsOptions",
 		"RunAsUser", "RunAsGroup", "RunAsNonRoot", "ReadOnlyRootFilesystem", "AllowPrivilegeEscalation",
 		"ProcMount", "SeccompProfile", "AppArmorProfile"},
-	reflect.TypeFor[corev1.Capabilities]():   {"Add", "Drop"},
-	reflect.TypeFor[corev1.SeccompProfile](): {"Type", "LocalhostProfile"},
+	reflect.TypeFor[corev1.Capabilities]():         {"Add", "Drop"},
+	reflect.TypeFor[corev1.SeccompProfile]():       {"Type", "LocalhostProfile"},
+	reflect.TypeFor[admissionv1.AdmissionReview](): {"TypeMeta", "Request", "Response"},
+	reflect.TypeFor[admissionv1.AdmissionResponse](): {"UID", "Allowed", "Result", "Patch", "PatchType",
+		"AuditAnnotations", "Warnings"},
+	reflect.TypeFor[metav1.TypeMeta](): {"Kind", "APIVersion"},
+	reflect.TypeFor[metav1.Status]():   {"TypeMeta", "ListMeta", "Status", "Message", "Reason", "Details", "Code"},
 }
 
 // TestPatchJSONKnowsEveryField fails when a struct written by hand gains or loses a field (a
@@ -88,7 +95,7 @@ func TestPatchJSONKnowsEveryField(t *testing.T) {
 			}
 		}
 		if !slices.Equal(have, known) {
-			t.Errorf("%s has fields %q; patchjson.go writes %q: write the new fields there (in struct order, with their omitempty) and list them in handEncoded", ty, have, known)
+			t.Errorf("%s has fields %q; patchjson.go/reviewjson.go write %q: write the new fields there (in struct order, with their omitempty) and list them in handEncoded", ty, have, known)
 		}
 	}
 	// The volume is written by hand only when its source is an emptyDir; any other source is

@@ -71,7 +71,7 @@ type Classifier struct {
 // admission: the volume is skipped and reported, because failurePolicy is Ignore anyway and a
 // partial injection is better than none.
 func (c *Classifier) Classify(ctx context.Context, ns string, pod *corev1.Pod) Classification {
-	out := Classification{Volumes: map[string]VolumeClass{}}
+	out := Classification{Volumes: make(map[string]VolumeClass, len(pod.Spec.Volumes))}
 	for i := range pod.Spec.Volumes {
 		v := &pod.Spec.Volumes[i]
 		vc, err := c.classifyVolume(ctx, ns, pod.Name, v)

@@ -30,7 +30,13 @@ func securityContext(cfg *config.Config, pod *corev1.PodSecurityContext) *corev1
 	return sc
 }
 
-func helperContainer(cfg *config.Config, pod *corev1.PodSecurityContext, name, role string, args []string) corev1.Container {
+// helperContainer is one of pvrescue's init containers. Its resource maps are the
+// configuration's own unless owned is set (the container goes into a pod someone may edit).
+func helperContainer(cfg *config.Config, pod *corev1.PodSecurityContext, name, role string, args []string, owned bool) corev1.Container {
+	resources := corev1.ResourceRequirements{Requests: cfg.Helper.Resources.Requests, Limits: cfg.Helper.Resources.Limits}
+	if owned {
+		resources = cfg.Helper.Resources.Requirements()
+	}
 	return corev1.Container{
 		Name:            name,
 		Image:           cfg.Helper.Image,
@@ -40,7 +46,7 @@ func helperContainer(cfg *config.Config, pod *corev1.PodSecurityContext, name, r
 		// The marker by which a later pass knows the container is ours, whatever its name.
 		Env:             []corev1.EnvVar{{Name: contract.EnvInjected, Value: role}},
 		VolumeMounts:    []corev1.VolumeMount{{Name: "", MountPath: cfg.Helper.MountPath}},
-		Resources:       cfg.Helper.Resources.Requirements(),
+		Resources:       resources,
 		SecurityContext: securityContext(cfg, pod),
 		// The API server's defaults, set here so a re-mutation compares equal; the guard's summary
 		// goes to this file so `kubectl describe pod` shows it.
@@ -49,7 +55,7 @@ func helperContainer(cfg *config.Config, pod *corev1.PodSecurityContext, name, r
 	}
 }
 
-func guardContainer(cfg *config.Config, pod *corev1.PodSecurityContext, volume string, g *guardPlan, policy string) corev1.Container {
+func guardContainer(cfg *config.Config, pod *corev1.PodSecurityContext, volume string, g *guardPlan, policy string, owned bool) corev1.Container {
 	args := []string{contract.CmdGuard}
 	vds := make([]corev1.VolumeDevice, 0, len(g.devs))
 	for _, d := range g.devs {
@@ -58,15 +64,15 @@ func guardContainer(cfg *config.Config, pod *corev1.PodSecurityContext, volume s
 	}
 	args = append(args, contract.FlagPolicy, policy, contract.FlagOut, g.out,
 		contract.FlagFakeSize, strconv.FormatInt(cfg.LocalBlock.FakeDeviceSizeBytes, 10))
-	c := helperContainer(cfg, pod, g.name, contract.RoleGuard, args)
+	c := helperContainer(cfg, pod, g.name, contract.RoleGuard, args, owned)
 	c.VolumeMounts[0].Name = volume
 	c.VolumeDevices = vds
 	return c
 }
 
-func installContainer(cfg *config.Config, pod *corev1.PodSecurityContext, volume, name string) corev1.Container {
+func installContainer(cfg *config.Config, pod *corev1.PodSecurityContext, volume, name string, owned bool) corev1.Container {
 	c := helperContainer(cfg, pod, name, contract.RoleInstall,
-		[]string{contract.CmdInstall, contract.FlagTo, path.Join(cfg.Helper.MountPath, contract.HelperBinDir)})
+		[]string{contract.CmdInstall, contract.FlagTo, path.Join(cfg.Helper.MountPath, contract.HelperBinDir)}, owned)
 	c.VolumeMounts[0].Name = volume
 	return c
 }

@@ -104,6 +104,16 @@ type Defaulter struct {
 // Default mutates pod (created in namespace ns) in place and returns what it did, with the JSON
 // patch that does the same to the request's object.
 func (d *Defaulter) Default(ctx context.Context, ns string, pod *corev1.Pod) Injection {
+	return d.run(ctx, ns, pod, Inject)
+}
+
+// Decide is Default with pod left as it was (Decide, not Inject): what an admission needs.
+func (d *Defaulter) Decide(ctx context.Context, ns string, pod *corev1.Pod) Injection {
+	return d.run(ctx, ns, pod, Decide)
+}
+
+func (d *Defaulter) run(ctx context.Context, ns string, pod *corev1.Pod,
+	inject func(*corev1.Pod, Classification, *config.Config) Injection) Injection {
 	if d.excluded(ns) {
 		return Injection{Result: ResultSkipped, Reason: ReasonExcludedNamespace}
 	}
@@ -113,7 +123,7 @@ func (d *Defaulter) Default(ctx context.Context, ns string, pod *corev1.Pod) Inj
 	if !HasCandidateVolumes(pod) {
 		return Injection{Result: ResultSkipped, Reason: ReasonNoCandidates}
 	}
-	in := Inject(pod, d.Classifier.Classify(ctx, ns, pod), d.Config)
+	in := inject(pod, d.Classifier.Classify(ctx, ns, pod), d.Config)
 	if !in.Injected() {
 		in.Result, in.Reason = ResultSkipped, ReasonNothingToInject
 	} else {

@@ -101,6 +101,15 @@ func TestGolden(t *testing.T) {
 
 			got := pod.DeepCopy()
 			o := m.Default(ctx, pod.Namespace, got)
+
+			// Decide (the admission's path) answers exactly as Default and leaves the pod alone.
+			untouched := pod.DeepCopy()
+			if d := cmp.Diff(o, m.Decide(ctx, pod.Namespace, untouched)); d != "" {
+				t.Errorf("Decide differs from Default (-default +decide):\n%s", d)
+			}
+			if d := cmp.Diff(pod, untouched); d != "" {
+				t.Errorf("Decide changed the pod (-in +out):\n%s", d)
+			}
 			g := golden{Result: o.Result, Reason: o.Reason, Warnings: o.Warnings, Patch: o.Patch, Pod: got}
 			out, err := json.MarshalIndent(g, "", "  ")
 			if err != nil {

@@ -79,7 +79,7 @@ func (h *Handler) handle(ctx context.Context, req admission.Request, obj *admiss
 			return bad("decode the pod: %v", err)
 		}
 	}
-	pod := &corev1.Pod{TypeMeta: obj.TypeMeta, Spec: obj.Spec}
+	pod := &obj.Pod
 	if obj.Metadata != nil {
 		pod.ObjectMeta = obj.Metadata.ObjectMeta
 	}
@@ -92,7 +92,7 @@ func (h *Handler) handle(ctx context.Context, req admission.Request, obj *admiss
 	}
 	ctx, cancel := context.WithTimeout(ctx, h.timeout)
 	defer cancel()
-	in := h.defaulter.Default(ctx, ns, pod)
+	in := h.defaulter.Decide(ctx, ns, pod)
 	if len(in.Patch) == 0 {
 		return in, admission.Allowed("")
 	}
@@ -109,15 +109,17 @@ func (h *Handler) handle(ctx context.Context, req admission.Request, obj *admiss
 }
 
 // admissionPod is the part of a pod the handler decodes: managedFields (often most of a large
-// pod's bytes, never looked at, never patched) and status are skipped, not decoded.
+// pod's bytes, never looked at, never patched) and status are skipped, not decoded. The pod's
+// kind, apiVersion and spec are decoded into Pod itself, which the handler then uses as is.
 type admissionPod struct {
-	metav1.TypeMeta `json:",inline"`
+	// Pod receives the fields this struct does not shadow: kind, apiVersion and spec.
+	corev1.Pod `json:",inline"`
 	// Metadata is nil when the object has none, or null.
 	Metadata *struct {
 		metav1.ObjectMeta `json:",inline"`
 		ManagedFields     skipJSON `json:"managedFields"`
 	} `json:"metadata"`
-	Spec corev1.PodSpec `json:"spec"`
+	Status skipJSON `json:"status"`
 }
 
 // skipJSON accepts any JSON value and keeps nothing of it.

@@ -32,8 +32,21 @@ const (
 // are recognised by the contract.EnvInjected marker, never by name alone.
 func Inject(pod *corev1.Pod, cls Classification, cfg *config.Config) Injection {
 	in := newInjector(pod, cls, cfg)
+	in.applying = true
 	in.decide()
 	in.apply()
+	return in.res
+}
+
+// Decide is Inject without the last step: the same Injection, the pod left as it was. It is
+// what an admission needs (the answer is the patch) and spares it building the mutated pod. The
+// values in the patch may share maps with cfg: they are for encoding, not for editing.
+func Decide(pod *corev1.Pod, cls Classification, cfg *config.Config) Injection {
+	in := newInjector(pod, cls, cfg)
+	in.decide()
+	if len(in.patch) > 0 {
+		in.res.Patch = in.patch
+	}
 	return in.res
 }
 
@@ -80,10 +93,13 @@ type injector struct {
 	hasVolume bool   // the pod already has it
 	guards    []*guardPlan
 
-	res     Injection
-	patch   patch
-	initOut []corev1.Container // the final init containers, when they change
-	applyFn []func()
+	res   Injection
+	patch patch
+	// applying is set when the decisions are applied to pod (Inject): only then are the final
+	// init containers and the apply steps built, and the helper containers get maps of their own.
+	applying bool
+	initOut  []corev1.Container // the final init containers, when they change
+	applyFn  []func()
 }
 
 func newInjector(pod *corev1.Pod, cls Classification, cfg *config.Config) *injector {
@@ -390,6 +406,9 @@ func (in *injector) container(u *userContainer) {
 		return
 	}
 	in.res.Containers = append(in.res.Containers, ContainerStatus{Name: c.Name, Init: u.init, Injected: injected})
+	if !in.applying {
+		return
+	}
 	i := u.index
 	if u.init {
 		in.applyFn = append(in.applyFn, func() { in.pod.Spec.InitContainers[i] = u.c })
@@ -456,9 +475,9 @@ func isOurProbe(pr *corev1.Probe, helper string) bool {
 // initContainers records the operations that put our init containers first: inserted on a first
 // pass, refreshed in place on a later one, rebuilt when the set we need changed.
 func (in *injector) initContainers() {
-	var want []corev1.Container
+	want := make([]corev1.Container, 0, len(in.guards)+1) // the guards and the install
 	for _, g := range in.guards {
-		want = append(want, guardContainer(in.cfg, in.pod.Spec.SecurityContext, in.volume, g, in.policy))
+		want = append(want, guardContainer(in.cfg, in.pod.Spec.SecurityContext, in.volume, g, in.policy, in.applying))
 	}
 	// The helper is installed for the wrapper and the probe, and beside every guard.
 	install := len(in.guards) > 0
@@ -484,7 +503,7 @@ func (in *injector) initContainers() {
 			}
 			name = freeName(contract.InstallContainerName, used)
 		}
-		want = append(want, installContainer(in.cfg, in.pod.Spec.SecurityContext, in.volume, name))
+		want = append(want, installContainer(in.cfg, in.pod.Spec.SecurityContext, in.volume, name, in.applying))
 		in.res.Install = name
 		if in.taken[contract.InstallContainerName] {
 			in.warnf("the pod has its own container named %q; pvrescue's install runs as %q", contract.InstallContainerName, name)
@@ -512,7 +531,9 @@ func (in *injector) initContainers() {
 				in.patch.add("/spec/initContainers/"+strconv.Itoa(i), c)
 			}
 		}
-		in.initOut = append(want, userInit()...)
+		if in.applying {
+			in.initOut = append(want, userInit()...)
+		}
 	case sameNames(in.ours, want):
 		// A later pass: refresh the fields we own where they drifted, in place.
 		out := append([]corev1.Container(nil), init...)
@@ -546,7 +567,9 @@ func (in *injector) initContainers() {
 		}
 		in.initOut = out
 	}
-	in.applyFn = append(in.applyFn, func() { in.pod.Spec.InitContainers = in.initOut })
+	if in.applying {
+		in.applyFn = append(in.applyFn, func() { in.pod.Spec.InitContainers = in.initOut })
+	}
 }
 
 func containsName(cs []corev1.Container, name string) bool {
@@ -596,7 +619,9 @@ func (in *injector) sharedVolume() {
 	}
 	v := corev1.Volume{Name: in.volume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}
 	in.patch.appendTo("/spec/volumes", len(in.pod.Spec.Volumes), v)
-	in.applyFn = append(in.applyFn, func() { in.pod.Spec.Volumes = append(in.pod.Spec.Volumes, v) })
+	if in.applying {
+		in.applyFn = append(in.applyFn, func() { in.pod.Spec.Volumes = append(in.pod.Spec.Volumes, v) })
+	}
 }
 
 // status records the pod's final state in the status annotation when there is anything to say.
@@ -628,6 +653,9 @@ func (in *injector) status() {
 		in.patch.add("/metadata/annotations", map[string]string{contract.AnnotationStatus: val})
 	} else {
 		in.patch.add("/metadata/annotations/"+escape(contract.AnnotationStatus), val)
+	}
+	if !in.applying {
+		return
 	}
 	in.applyFn = append(in.applyFn, func() {
 		if in.pod.Annotations == nil {

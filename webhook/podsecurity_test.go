@@ -61,7 +61,7 @@ func TestMutationKeepsPodSecurityRestricted(t *testing.T) {
 func TestInjectedContainersAreRestricted(t *testing.T) {
 	cfg := testConfig()
 	for _, psc := range []*corev1.PodSecurityContext{nil, {}, {RunAsUser: ptrTo[int64](0)}, {RunAsUser: ptrTo[int64](1000), RunAsNonRoot: ptrTo(true)}} {
-		for _, c := range []corev1.Container{guardContainer(cfg, psc, "pvrescue", &guardPlan{name: "pvrescue-guard", out: "/pvrescue", devs: []device{{volume: "d", path: "/dev/d", claim: "d"}}}, "filter"), installContainer(cfg, psc, "pvrescue", "pvrescue-install")} {
+		for _, c := range []corev1.Container{guardContainer(cfg, psc, "pvrescue", &guardPlan{name: "pvrescue-guard", out: "/pvrescue", devs: []device{{volume: "d", path: "/dev/d", claim: "d"}}}, "filter", true), installContainer(cfg, psc, "pvrescue", "pvrescue-install", true)} {
 			pod := &corev1.Pod{Spec: corev1.PodSpec{
 				SecurityContext: psc,
 				InitContainers:  []corev1.Container{c},

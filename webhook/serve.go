@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"sync"
 
+	"github.com/go-logr/logr"
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -28,6 +29,10 @@ const maxRequestSize = 7 << 20
 type Webhook struct {
 	handler   *Handler
 	framework *admission.Webhook
+	// decoded is the framework's Handle around the handler for a pod decoded here (it comes in
+	// the context): its panic recovery, request logger and response completion.
+	decoded *admission.Webhook
+	log     logr.Logger
 }
 
 var _ http.Handler = &Webhook{}
@@ -35,7 +40,35 @@ var _ http.Handler = &Webhook{}
 // NewWebhook wraps the handler for an HTTP server (malformed bodies become 400 responses there).
 func NewWebhook(d *Defaulter, metrics *Metrics) *Webhook {
 	h := NewHandler(d, metrics)
-	return &Webhook{handler: h, framework: &admission.Webhook{Handler: h}}
+	w := &Webhook{handler: h, framework: &admission.Webhook{Handler: h}, log: logf.Log.WithName("admission")}
+	w.decoded = &admission.Webhook{Handler: admission.HandlerFunc(w.admitDecoded), LogConstructor: requestLogger}
+	return w
+}
+
+// requestLogger is the framework's request logger where the handler logs (V(1) and finer);
+// below that the handler writes nothing, so the request's values are not attached.
+func requestLogger(base logr.Logger, req *admission.Request) logr.Logger {
+	if !base.V(1).Enabled() {
+		return base
+	}
+	return admission.DefaultLogConstructor(base, req)
+}
+
+type decodedPodKey struct{}
+
+// admitDecoded answers for the pod ServeHTTP decoded, with the patch already encoded, which
+// leaves the framework's Complete nothing to encode. (A patch that fails to encode here is left
+// to Complete, which answers the error as before.)
+func (w *Webhook) admitDecoded(ctx context.Context, req admission.Request) admission.Response {
+	pod, _ := ctx.Value(decodedPodKey{}).(*admissionPod)
+	resp := w.handler.admit(ctx, req, pod)
+	if len(resp.Patches) > 0 {
+		if raw, err := marshalPatch(resp.Patches); err == nil {
+			pt := admissionv1.PatchTypeJSONPatch
+			resp.Patch, resp.PatchType, resp.Patches = raw, &pt, nil
+		}
+	}
+	return resp
 }
 
 // podReview is an AdmissionReview whose object is decoded as the pod the handler reads; the
@@ -85,25 +118,10 @@ func (w *Webhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := admission.Request{AdmissionRequest: rev.Request.AdmissionRequest}
-	if log := logf.Log.WithName("admission"); log.V(5).Enabled() {
-		admission.DefaultLogConstructor(log, &req).V(5).Info("received request")
+	if log := w.log.V(5); log.Enabled() {
+		admission.DefaultLogConstructor(w.log, &req).V(5).Info("received request")
 	}
-	pod := rev.Request.Object
-	// A webhook of its own per request: the framework's Handle keeps its panic recovery, request
-	// logger and response completion; the handler gets the pod already decoded. (A patch that
-	// fails to encode here is left to Complete, which answers the error as before.)
-	hook := &admission.Webhook{Handler: admission.HandlerFunc(func(ctx context.Context, req admission.Request) admission.Response {
-		resp := w.handler.admit(ctx, req, pod)
-		// The patch encoded here leaves the framework's Complete nothing to encode.
-		if len(resp.Patches) > 0 {
-			if raw, err := marshalPatch(resp.Patches); err == nil {
-				pt := admissionv1.PatchTypeJSONPatch
-				resp.Patch, resp.PatchType, resp.Patches = raw, &pt, nil
-			}
-		}
-		return resp
-	})}
-	resp := hook.Handle(r.Context(), req)
+	resp := w.decoded.Handle(context.WithValue(r.Context(), decodedPodKey{}, rev.Request.Object), req)
 	ar := admissionv1.AdmissionReview{Response: &resp.AdmissionResponse}
 	ar.SetGroupVersionKind(gvk)
 	writeReview(rw, ar)

@@ -31,7 +31,9 @@ type Options struct {
 	Only string
 	// WebhookDuration is the steady-state length of one rate step; Rates are requests/s.
 	WebhookDuration time.Duration
-	Rates           []int
+	// WebhookBlocks splits each rate step into turns of the three handlers.
+	WebhookBlocks int
+	Rates         []int
 	// BenchCount is go test -count for the Go benchmarks.
 	BenchCount int
 	// Repeats of the helper process runs, the lost-disk and the lost-mount runs.
@@ -56,7 +58,7 @@ func NewOptions() *Options {
 	wd, _ := os.Getwd()
 	return &Options{
 		Out: "BENCHMARKS.md", RawDir: "bench", Root: wd,
-		WebhookDuration: 5 * time.Second, Rates: []int{50, 200, 500},
+		WebhookDuration: 10 * time.Second, WebhookBlocks: 5, Rates: []int{50, 200, 500},
 		BenchCount: 6, HelperRepeats: 20, DiskRepeats: 20, MountRepeats: 10, DetectRepeats: 20, E2ERepeats: 8, ContainersRepeats: 20,
 		ScaleSample: 20 * time.Second, ScaleOthers: 50000,
 	}
@@ -68,7 +70,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.RawDir, "raw", o.RawDir, "directory for raw outputs (benchstat input)")
 	fs.StringVar(&o.Root, "root", o.Root, "repository root")
 	fs.StringVar(&o.Only, "only", o.Only, "comma-separated sections to run: "+strings.Join(sectionNames(), ","))
-	fs.DurationVar(&o.WebhookDuration, "webhook-duration", o.WebhookDuration, "steady-state duration of each webhook rate step")
+	fs.DurationVar(&o.WebhookDuration, "webhook-duration", o.WebhookDuration, "steady-state duration of each webhook rate step, per handler")
+	fs.IntVar(&o.WebhookBlocks, "webhook-blocks", o.WebhookBlocks, "blocks each webhook rate step is split into, the handlers taking turns block by block")
 	fs.IntVar(&o.BenchCount, "count", o.BenchCount, "go test -count for the Go benchmarks")
 	fs.IntVar(&o.HelperRepeats, "helper-repeats", o.HelperRepeats, "process runs per helper figure")
 	fs.IntVar(&o.DiskRepeats, "disk-repeats", o.DiskRepeats, "lost-disk runs")
@@ -86,6 +89,9 @@ func (o *Options) Validate() error {
 	var errs []error
 	if o.WebhookDuration < time.Second {
 		errs = append(errs, errors.New("-webhook-duration must be at least 1s"))
+	}
+	if o.WebhookBlocks < 1 || o.WebhookBlocks > 1 && o.WebhookDuration/time.Duration(o.WebhookBlocks) < 200*time.Millisecond {
+		errs = append(errs, errors.New("-webhook-blocks must be at least 1, and leave each block at least 200ms of -webhook-duration"))
 	}
 	for _, n := range []int{o.BenchCount, o.HelperRepeats, o.DiskRepeats, o.MountRepeats, o.DetectRepeats, o.E2ERepeats, o.ContainersRepeats} {
 		if n < 1 {

@@ -13,12 +13,12 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"io"
 	"math/big"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/metrics"
 	"sort"
 	"strings"
 	"sync"
@@ -290,12 +290,12 @@ func webhookLoad(ctx context.Context, o *Options, s *Section) error {
 	steadyStart := time.Now()
 
 	admissions := 0
-	s.Header = []string{"body", "rate /s", "handler", "samples", "errors", "p50", "p99", "achieved /s", "p99 vs framework floor", "p99 vs raw floor", "target (200/s: p99 ≤ 1.5× raw floor, and < 5 ms for the 4-PVC pod; 500/s: no error, achieved ≥ 95 % of the framework floor's, p99 ≤ 2× framework floor)"}
+	s.Header = []string{"body", "rate /s", "handler", "samples", "errors", "p50", "p99", "achieved /s", "GC cycles (process)", "KB allocated per request (process)", "p99 vs framework floor", "p99 vs raw floor", "target (200/s: p99 ≤ 1.5× raw floor, and < 5 ms for the 4-PVC pod; 500/s: no error, achieved ≥ 95 % of the framework floor's, p99 ≤ 2× framework floor)"}
 	for _, b := range bodies {
 		for _, rate := range o.Rates {
-			raw := drive(ctx, hc, base+rawFloorPath, b.body, rate, o.WebhookDuration)
-			floor := drive(ctx, hc, base+floorPath, b.body, rate, o.WebhookDuration)
-			real := drive(ctx, hc, base+webhook.Path, b.body, rate, o.WebhookDuration)
+			steps := interleave(o.WebhookBlocks, o.WebhookDuration, []string{base + rawFloorPath, base + floorPath, base + webhook.Path},
+				func(url string, d time.Duration) loadResult { return drive(ctx, hc, url, b.body, rate, d) })
+			raw, floor, real := steps[0], steps[1], steps[2]
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -309,9 +309,9 @@ func webhookLoad(ctx context.Context, o *Options, s *Section) error {
 				target = webhookVerdict500(real, floor)
 			}
 			s.Rows = append(s.Rows,
-				[]string{b.name, fmt.Sprint(rate), "raw floor", fmt.Sprint(len(raw.lat)), fmt.Sprint(raw.errors), Ms(Percentile(raw.lat, 50)), Ms(wp99), fmt.Sprintf("%.0f", raw.throughput), Ratio(float64(wp99), float64(fp99)), "1.00×", "—"},
-				[]string{b.name, fmt.Sprint(rate), "framework floor (no-op defaulter)", fmt.Sprint(len(floor.lat)), fmt.Sprint(floor.errors), Ms(Percentile(floor.lat, 50)), Ms(fp99), fmt.Sprintf("%.0f", floor.throughput), "1.00×", Ratio(float64(fp99), float64(wp99)), "—"},
-				[]string{b.name, fmt.Sprint(rate), "pvrescue", fmt.Sprint(len(real.lat)), fmt.Sprint(real.errors), Ms(Percentile(real.lat, 50)), Ms(rp99), fmt.Sprintf("%.0f", real.throughput), Ratio(float64(rp99), float64(fp99)), Ratio(float64(rp99), float64(wp99)), target})
+				[]string{b.name, fmt.Sprint(rate), "raw floor", fmt.Sprint(len(raw.lat)), fmt.Sprint(raw.errors), Ms(Percentile(raw.lat, 50)), Ms(wp99), fmt.Sprintf("%.0f", raw.throughput), fmt.Sprint(raw.gcCycles), raw.kbPerRequest(), Ratio(float64(wp99), float64(fp99)), "1.00×", "—"},
+				[]string{b.name, fmt.Sprint(rate), "framework floor (no-op defaulter)", fmt.Sprint(len(floor.lat)), fmt.Sprint(floor.errors), Ms(Percentile(floor.lat, 50)), Ms(fp99), fmt.Sprintf("%.0f", floor.throughput), fmt.Sprint(floor.gcCycles), floor.kbPerRequest(), "1.00×", Ratio(float64(fp99), float64(wp99)), "—"},
+				[]string{b.name, fmt.Sprint(rate), "pvrescue", fmt.Sprint(len(real.lat)), fmt.Sprint(real.errors), Ms(Percentile(real.lat, 50)), Ms(rp99), fmt.Sprintf("%.0f", real.throughput), fmt.Sprint(real.gcCycles), real.kbPerRequest(), Ratio(float64(rp99), float64(fp99)), Ratio(float64(rp99), float64(wp99)), target})
 			if raw.firstErr != nil || floor.firstErr != nil || real.firstErr != nil {
 				s.Notes = append(s.Notes, fmt.Sprintf("%s at %d/s: first errors: raw floor %v, framework floor %v, pvrescue %v", b.name, rate, raw.firstErr, floor.firstErr, real.firstErr))
 			}
@@ -324,7 +324,8 @@ func webhookLoad(ctx context.Context, o *Options, s *Section) error {
 	}
 	s.Notes = append(s.Notes, calls+". Counted by a wrapper on the rest.Config transport shared by the informer cache and the live client (the fallback a cache miss would use). Informer watch renewals and relists are the cache keeping itself current, independent of the admission rate; an object read is what an admission costs the apiserver.")
 	s.Notes = append(s.Notes,
-		fmt.Sprintf("Each rate step runs %s open loop per handler (requests sent on a fixed schedule whatever the responses do); latency is measured from each request's scheduled send time to the end of its response body, so queueing behind a slow server counts. Achieved /s = successful responses ÷ (last response − first send).", o.WebhookDuration),
+		fmt.Sprintf("Each rate step runs %s open loop per handler (requests sent on a fixed schedule whatever the responses do), in %d blocks: the three handlers take turns block by block, the first of each round rotating, so a burst of background work (the apiserver, etcd, the collector) falls on all three rather than on the one whose turn it was. Latency is measured from each request's scheduled send time to the end of its response body, so queueing behind a slow server counts. Achieved /s = successful responses ÷ the blocks' time from first send to last response.", o.WebhookDuration, o.WebhookBlocks),
+		"GC cycles and KB allocated per request are the whole bench process's during the step (load generator, the three servers, informers): the generator reads responses into pooled buffers, so the difference between handlers is the handlers' own garbage, and a step's p99 follows how often the collector ran in it.",
 		"The load generator, the webhook server and the apiserver share the same 2 cores: at 500/s the generator's own TLS and JSON work competes with the server, which inflates both the floor and pvrescue equally.")
 	if reads != 0 {
 		return fmt.Errorf("%d object reads during steady state, want 0", reads)
@@ -368,11 +369,62 @@ func webhookVerdict500(real, floor loadResult) string {
 	return "MISSED: " + strings.Join(miss, "; ")
 }
 
+// interleave runs each of urls for d in all, as blocks rounds of d/blocks each: the urls take
+// turns, the first of round i being urls[i%len(urls)]. It returns one merged result per url.
+func interleave(blocks int, d time.Duration, urls []string, run func(url string, d time.Duration) loadResult) []loadResult {
+	out := make([]loadResult, len(urls))
+	for round := range blocks {
+		for k := range urls {
+			i := (round + k) % len(urls)
+			out[i] = out[i].merge(run(urls[i], d/time.Duration(blocks)))
+		}
+	}
+	return out
+}
+
+// merge adds the block b to r: samples, errors, process GC figures and active time.
+func (r loadResult) merge(b loadResult) loadResult {
+	r.lat = append(r.lat, b.lat...)
+	r.errors += b.errors
+	if r.firstErr == nil {
+		r.firstErr = b.firstErr
+	}
+	r.gcCycles += b.gcCycles
+	r.allocated += b.allocated
+	r.active += b.active
+	if r.active > 0 {
+		r.throughput = float64(len(r.lat)) / r.active.Seconds()
+	}
+	return r
+}
+
 type loadResult struct {
 	lat        []time.Duration
 	errors     int
 	firstErr   error
 	throughput float64
+	// gcCycles and allocated are the whole process's (generator, servers, informers) during the
+	// step: the p99 of a step follows how often the collector ran in it.
+	gcCycles  uint64
+	allocated uint64
+	// active is the time from the first send to the last response.
+	active time.Duration
+}
+
+// kbPerRequest is the process's allocation during the step per request sent.
+func (r loadResult) kbPerRequest() string {
+	n := len(r.lat) + r.errors
+	if n == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.1f", float64(r.allocated)/float64(n)/1024)
+}
+
+// processGC reads the process's completed GC cycles and bytes allocated so far.
+func processGC() (cycles, allocated uint64) {
+	s := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/gc/heap/allocs:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64(), s[1].Value.Uint64()
 }
 
 // drive sends body to url at rate requests/s for d, open loop.
@@ -386,6 +438,7 @@ func drive(ctx context.Context, hc *http.Client, url string, body []byte, rate i
 		wg   sync.WaitGroup
 	)
 	res.lat = make([]time.Duration, 0, n)
+	cycles0, alloc0 := processGC()
 	start := time.Now()
 	for i := 0; i < n && ctx.Err() == nil; i++ {
 		at := start.Add(time.Duration(i) * interval)
@@ -413,11 +466,19 @@ func drive(ctx context.Context, hc *http.Client, url string, body []byte, rate i
 		}()
 	}
 	wg.Wait()
+	cycles1, alloc1 := processGC()
+	res.gcCycles, res.allocated = cycles1-cycles0, alloc1-alloc0
 	if el := last.Sub(start); el > 0 {
+		res.active = el
 		res.throughput = float64(len(res.lat)) / el.Seconds()
 	}
 	return res
 }
+
+// responseBuffers hold response bodies: the generator shares the process (and its collector)
+// with the servers it measures, so reading a larger response must not become garbage that
+// slows the handler that sent it (io.ReadAll grows by doubling from 512 bytes, every time).
+var responseBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 var allowedTrue = []byte(`"allowed":true`)
 
@@ -432,11 +493,13 @@ func post(ctx context.Context, hc *http.Client, url string, body []byte) error {
 		return err
 	}
 	defer func() { _ = resp.Body.Close() }() // read to the end already; nothing to report
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
+	buf := responseBuffers.Get().(*bytes.Buffer)
+	defer responseBuffers.Put(buf)
+	buf.Reset()
+	if _, err := buf.ReadFrom(resp.Body); err != nil {
 		return err
 	}
-	if resp.StatusCode != http.StatusOK || !bytes.Contains(b, allowedTrue) {
+	if b := buf.Bytes(); resp.StatusCode != http.StatusOK || !bytes.Contains(b, allowedTrue) {
 		return fmt.Errorf("status %d, body %.200s", resp.StatusCode, b)
 	}
 	return nil

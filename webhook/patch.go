@@ -1,8 +1,9 @@
 package webhook
 
 import (
-	"encoding/json"
+	"bytes"
 	"strings"
+	"sync"
 
 	jsonpatch "gomodules.xyz/jsonpatch/v2"
 )
@@ -12,16 +13,27 @@ import (
 // the order recorded.
 type patch []jsonpatch.JsonPatchOperation
 
+// patchCap is room for the operations of a usual pod (a 4-PVC pod takes 7), allocated once
+// instead of grown from one.
+const patchCap = 8
+
+func (p *patch) push(op jsonpatch.JsonPatchOperation) {
+	if *p == nil {
+		*p = make(patch, 0, patchCap)
+	}
+	*p = append(*p, op)
+}
+
 func (p *patch) add(path string, value any) {
-	*p = append(*p, jsonpatch.JsonPatchOperation{Operation: "add", Path: path, Value: value})
+	p.push(jsonpatch.JsonPatchOperation{Operation: "add", Path: path, Value: value})
 }
 
 func (p *patch) replace(path string, value any) {
-	*p = append(*p, jsonpatch.JsonPatchOperation{Operation: "replace", Path: path, Value: value})
+	p.push(jsonpatch.JsonPatchOperation{Operation: "replace", Path: path, Value: value})
 }
 
 func (p *patch) remove(path string) {
-	*p = append(*p, jsonpatch.JsonPatchOperation{Operation: "remove", Path: path})
+	p.push(jsonpatch.JsonPatchOperation{Operation: "remove", Path: path})
 }
 
 // appendTo adds value at the end of the array at path, or creates the array when the object has
@@ -39,26 +51,28 @@ var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
 // escape makes a map key one JSON pointer segment (pvrescue.io/status → pvrescue.io~1status).
 func escape(key string) string { return pointerEscaper.Replace(key) }
 
-// patchOpJSON is one operation as jsonpatch's Operation.MarshalJSON writes it.
-type patchOpJSON struct {
-	Op    string `json:"op"`
-	Path  string `json:"path"`
-	Value any    `json:"value,omitempty"`
-}
+// patchBufs holds scratch buffers for marshalPatch: the patch is written into one, then copied
+// out at its exact size.
+var patchBufs = sync.Pool{New: func() any { return new([]byte) }}
 
-var jsonNull = json.RawMessage("null")
+// maxPooledPatch keeps a rare huge patch's buffer out of the pool.
+const maxPooledPatch = 256 << 10
 
 // marshalPatch encodes ops to the bytes json.Marshal gives for them (add and replace always
-// carry a value, null when nil; other operations carry none when nil) in one encoder pass:
-// through Operation.MarshalJSON the encoder marshals each operation on its own and scans its
-// bytes again, a fifth of a small pod's admission.
+// carry a value, null when nil; other operations carry none when nil) in one pass, writing the
+// values Inject puts there by hand (patchjson.go): through Operation.MarshalJSON the encoder
+// marshals each operation on its own and scans its bytes again, and reflection over containers
+// and quantities was most of what remained.
 func marshalPatch(ops []jsonpatch.JsonPatchOperation) ([]byte, error) {
-	out := make([]patchOpJSON, len(ops))
-	for i, op := range ops {
-		out[i] = patchOpJSON{Op: op.Operation, Path: op.Path, Value: op.Value}
-		if op.Value == nil && (op.Operation == "add" || op.Operation == "replace") {
-			out[i].Value = jsonNull
-		}
+	buf := patchBufs.Get().(*[]byte)
+	b, err := appendPatch((*buf)[:0], ops)
+	var out []byte
+	if err == nil {
+		out = bytes.Clone(b)
 	}
-	return json.Marshal(out)
+	if cap(b) <= maxPooledPatch {
+		*buf = b[:0]
+		patchBufs.Put(buf)
+	}
+	return out, err
 }

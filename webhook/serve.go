@@ -129,8 +129,17 @@ func (w *Webhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 
 // writeReview writes ar as the framework does, with its fallback when the encoding fails.
 func writeReview(w io.Writer, ar admissionv1.AdmissionReview) {
-	log := logf.Log.WithName("admission")
-	if err := json.NewEncoder(w).Encode(ar); err != nil {
+	// The bytes json.NewEncoder(w).Encode(ar) writes, in one Write as it does.
+	buf := reviewBufs.Get().(*[]byte)
+	b, err := appendReview((*buf)[:0], &ar)
+	if err == nil {
+		_, err = w.Write(b)
+	}
+	*buf = b
+	putReviewBuf(buf)
+	// The named logger is made only when it logs: naming one costs allocations on every answer.
+	if err != nil {
+		log := logf.Log.WithName("admission")
 		log.Error(err, "unable to encode and write the response")
 		serverError := admission.Errored(http.StatusInternalServerError, err)
 		if err = json.NewEncoder(w).Encode(admissionv1.AdmissionReview{Response: &serverError.AdmissionResponse}); err != nil {
@@ -138,7 +147,8 @@ func writeReview(w io.Writer, ar admissionv1.AdmissionReview) {
 		}
 		return
 	}
-	if log := log.V(5); log.Enabled() {
+	if log := logf.Log.V(5); log.Enabled() {
+		log = log.WithName("admission")
 		res := ar.Response
 		if res.Result != nil {
 			log = log.WithValues("code", res.Result.Code, "reason", res.Result.Reason, "message", res.Result.Message)

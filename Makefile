@@ -52,6 +52,8 @@ test: deps lint unit integration node e2e ## Run every test layer (unit, integra
 .PHONY: unit
 unit: monitoring-deps ## Fast unit tests: pure functions and fakes, no root, no cluster (promtool checks the alert rules).
 	$(GO) test $(GOTEST_FLAGS) ./...
+	# Admissions are answered from pooled buffers: concurrent answers checked under the race detector.
+	$(GO) test $(GOTEST_FLAGS) -race -run 'TestServeHTTP' ./webhook/
 
 .PHONY: integration
 integration: kube-binaries ## Tests against a real kube-apiserver + etcd.

@@ -106,7 +106,6 @@ func newInjector(pod *corev1.Pod, cls Classification, cfg *config.Config) *injec
 	mp := cfg.Helper.MountPath
 	in := &injector{
 		pod: pod, cls: cls, cfg: cfg, mp: mp,
-		patch:  make(patch, 0, 8), // enough for a pod with a few containers; grown beyond
 		helper: path.Join(mp, contract.HelperBinDir, contract.HelperBinaryName),
 		taken:  map[string]bool{},
 	}

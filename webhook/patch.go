@@ -70,9 +70,15 @@ func marshalPatch(ops []jsonpatch.JsonPatchOperation) ([]byte, error) {
 	if err == nil {
 		out = bytes.Clone(b)
 	}
-	if cap(b) <= maxPooledPatch {
-		*buf = b[:0]
+	*buf = b
+	putPatchBuf(buf)
+	return out, err
+}
+
+// putPatchBuf returns a scratch buffer to patchBufs unless it grew too large to keep.
+func putPatchBuf(buf *[]byte) {
+	if cap(*buf) <= maxPooledPatch {
+		*buf = (*buf)[:0]
 		patchBufs.Put(buf)
 	}
-	return out, err
 }

@@ -54,16 +54,25 @@ func requestLogger(base logr.Logger, req *admission.Request) logr.Logger {
 	return admission.DefaultLogConstructor(base, req)
 }
 
-type decodedPodKey struct{}
+// decodedRequest is what ServeHTTP hands admitDecoded through the context.
+type decodedRequest struct {
+	pod *admissionPod
+	// patch is a pooled buffer the patch is encoded into; ServeHTTP returns it to the pool
+	// once the answer is written.
+	patch *[]byte
+}
+
+type decodedRequestKey struct{}
 
 // admitDecoded answers for the pod ServeHTTP decoded, with the patch already encoded, which
 // leaves the framework's Complete nothing to encode. (A patch that fails to encode here is left
 // to Complete, which answers the error as before.)
 func (w *Webhook) admitDecoded(ctx context.Context, req admission.Request) admission.Response {
-	pod, _ := ctx.Value(decodedPodKey{}).(*admissionPod)
-	resp := w.handler.admit(ctx, req, pod)
+	dr, _ := ctx.Value(decodedRequestKey{}).(*decodedRequest)
+	resp := w.handler.admit(ctx, req, dr.pod)
 	if len(resp.Patches) > 0 {
-		if raw, err := marshalPatch(resp.Patches); err == nil {
+		if raw, err := appendPatch((*dr.patch)[:0], resp.Patches); err == nil {
+			*dr.patch = raw // the grown buffer goes back to the pool
 			pt := admissionv1.PatchTypeJSONPatch
 			resp.Patch, resp.PatchType, resp.Patches = raw, &pt, nil
 		}
@@ -121,10 +130,12 @@ func (w *Webhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	if log := w.log.V(5); log.Enabled() {
 		admission.DefaultLogConstructor(w.log, &req).V(5).Info("received request")
 	}
-	resp := w.decoded.Handle(context.WithValue(r.Context(), decodedPodKey{}, rev.Request.Object), req)
+	dr := &decodedRequest{pod: rev.Request.Object, patch: patchBufs.Get().(*[]byte)}
+	resp := w.decoded.Handle(context.WithValue(r.Context(), decodedRequestKey{}, dr), req)
 	ar := admissionv1.AdmissionReview{Response: &resp.AdmissionResponse}
 	ar.SetGroupVersionKind(gvk)
 	writeReview(rw, ar)
+	putPatchBuf(dr.patch) // the answer, patch included, is written: nothing refers to it now
 }
 
 // writeReview writes ar as the framework does, with its fallback when the encoding fails.

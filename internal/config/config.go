@@ -263,6 +263,15 @@ type Resources struct {
 	Limits   corev1.ResourceList `json:"limits"`
 }
 
+// keepText has each quantity of l keep its canonical text: every admission encodes the
+// helper's resources, and a quantity without its text builds it on each encoding.
+func keepText(l corev1.ResourceList) {
+	for name, q := range l {
+		_ = q.String() // computes and keeps the text in q
+		l[name] = q
+	}
+}
+
 // Requirements returns a copy as the container field.
 func (r Resources) Requirements() corev1.ResourceRequirements {
 	return corev1.ResourceRequirements{Requests: r.Requests.DeepCopy(), Limits: r.Limits.DeepCopy()}
@@ -270,7 +279,7 @@ func (r Resources) Requirements() corev1.ResourceRequirements {
 
 // Default returns the configuration used when no file is given; every field is set.
 func Default() *Config {
-	return &Config{
+	cfg := &Config{
 		APIVersion: APIVersion,
 		Kind:       Kind,
 		LocalBlock: LocalBlock{
@@ -343,6 +352,9 @@ func Default() *Config {
 		KubeletDir: "/var/lib/kubelet",
 		StateDir:   "/var/lib/pvrescue",
 	}
+	keepText(cfg.Helper.Resources.Requests)
+	keepText(cfg.Helper.Resources.Limits)
+	return cfg
 }
 
 // Parse decodes a configuration file over the defaults and validates it.
@@ -354,6 +366,8 @@ func Parse(data []byte) (*Config, error) {
 	if err := yaml.UnmarshalStrict(data, cfg); err != nil {
 		return nil, fmt.Errorf("%w: decode: %w", ErrInvalid, err)
 	}
+	keepText(cfg.Helper.Resources.Requests)
+	keepText(cfg.Helper.Resources.Limits)
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

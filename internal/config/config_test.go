@@ -282,3 +282,21 @@ func TestS3Profiles(t *testing.T) {
 		t.Errorf("built-in ctrox profile %+v", got)
 	}
 }
+
+// The helper's quantities keep their text, default or parsed: encoding them (each admission
+// does) then allocates nothing.
+func TestHelperQuantitiesKeepText(t *testing.T) {
+	parsed, err := Parse([]byte("apiVersion: " + APIVersion + "\nkind: " + Kind + "\nhelper:\n  resources:\n    limits: {memory: 96Mi, ephemeral-storage: 10Mi}\n    requests: {memory: 20Mi}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, cfg := range map[string]*Config{"default": Default(), "parsed": parsed} {
+		for _, l := range []corev1.ResourceList{cfg.Helper.Resources.Requests, cfg.Helper.Resources.Limits} {
+			for res, q := range l {
+				if n := testing.AllocsPerRun(10, func() { c := q; _ = c.String() }); n != 0 {
+					t.Errorf("%s %s %s: %v allocations to get its text, want 0", name, res, q.String(), n)
+				}
+			}
+		}
+	}
+}

@@ -3,9 +3,11 @@ package webhook
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/go-logr/logr/funcr"
@@ -51,5 +53,40 @@ func TestRequestLogger(t *testing.T) {
 		if got := len(lines) == 1 && strings.Contains(lines[0], `"requestID"="u1"`); got != want {
 			t.Errorf("verbosity %d: request values attached = %v, want %v (%q)", verbosity, got, want, lines)
 		}
+	}
+}
+
+// Answers are built in pooled buffers: concurrent admissions of different pods must each get
+// their own answer, byte for byte the one a lone admission gets.
+func TestServeHTTPConcurrentAnswersAreTheirOwn(t *testing.T) {
+	pair, bodies := newServePair(t)
+	type want struct{ body, answer []byte }
+	var wants []want
+	for _, b := range bodies {
+		a := post(pair.ours, "application/json", bytes.NewReader(b))
+		if strings.Contains(a.Body, `"patch":"`) {
+			wants = append(wants, want{b, []byte(a.Body)})
+		}
+	}
+	if len(wants) < 5 {
+		t.Fatalf("only %d bodies are patched; want several different answers", len(wants))
+	}
+	var wg sync.WaitGroup
+	errs := make(chan string, 8)
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 200 {
+				w := wants[(g+i)%len(wants)]
+				if a := post(pair.ours, "application/json", bytes.NewReader(w.body)); a.Body != string(w.answer) {
+					errs <- fmt.Sprintf("goroutine %d, request %d: answer differs from the lone one:\n got %.300s\nwant %.300s", g, i, a.Body, w.answer)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
 	}
 }

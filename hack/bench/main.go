@@ -29,11 +29,15 @@ type Options struct {
 	Root string
 	// Only lists sections to run (comma-separated names); empty runs all.
 	Only string
-	// WebhookDuration is the steady-state length of one rate step; Rates are requests/s.
-	WebhookDuration time.Duration
-	// WebhookBlocks splits each rate step into turns of the three handlers.
-	WebhookBlocks int
-	Rates         []int
+	// WebhookDuration is the steady-state length of one rate step per handler; Rates are
+	// requests/s. The step at the target rate (200/s) runs WebhookTargetDuration: its p99 is the
+	// target, and one stall of the machine (one run here lost ~120 ms at once: 24 samples at
+	// 200/s) is over 1 % of a 10 s step's samples but 0.4 % of a 30 s one's.
+	WebhookDuration       time.Duration
+	WebhookTargetDuration time.Duration
+	// WebhookBlock is one turn of a handler: the three take turns block by block.
+	WebhookBlock time.Duration
+	Rates        []int
 	// BenchCount is go test -count for the Go benchmarks.
 	BenchCount int
 	// Repeats of the helper process runs, the lost-disk and the lost-mount runs.
@@ -58,7 +62,7 @@ func NewOptions() *Options {
 	wd, _ := os.Getwd()
 	return &Options{
 		Out: "BENCHMARKS.md", RawDir: "bench", Root: wd,
-		WebhookDuration: 10 * time.Second, WebhookBlocks: 5, Rates: []int{50, 200, 500},
+		WebhookDuration: 10 * time.Second, WebhookTargetDuration: 30 * time.Second, WebhookBlock: 2 * time.Second, Rates: []int{50, 200, 500},
 		BenchCount: 6, HelperRepeats: 20, DiskRepeats: 20, MountRepeats: 10, DetectRepeats: 20, E2ERepeats: 8, ContainersRepeats: 20,
 		ScaleSample: 20 * time.Second, ScaleOthers: 50000,
 	}
@@ -71,7 +75,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Root, "root", o.Root, "repository root")
 	fs.StringVar(&o.Only, "only", o.Only, "comma-separated sections to run: "+strings.Join(sectionNames(), ","))
 	fs.DurationVar(&o.WebhookDuration, "webhook-duration", o.WebhookDuration, "steady-state duration of each webhook rate step, per handler")
-	fs.IntVar(&o.WebhookBlocks, "webhook-blocks", o.WebhookBlocks, "blocks each webhook rate step is split into, the handlers taking turns block by block")
+	fs.DurationVar(&o.WebhookTargetDuration, "webhook-target-duration", o.WebhookTargetDuration, "steady-state duration of the webhook's 200/s step (the target's), per handler")
+	fs.DurationVar(&o.WebhookBlock, "webhook-block", o.WebhookBlock, "one turn of a webhook handler: the handlers take turns block by block")
 	fs.IntVar(&o.BenchCount, "count", o.BenchCount, "go test -count for the Go benchmarks")
 	fs.IntVar(&o.HelperRepeats, "helper-repeats", o.HelperRepeats, "process runs per helper figure")
 	fs.IntVar(&o.DiskRepeats, "disk-repeats", o.DiskRepeats, "lost-disk runs")
@@ -90,8 +95,11 @@ func (o *Options) Validate() error {
 	if o.WebhookDuration < time.Second {
 		errs = append(errs, errors.New("-webhook-duration must be at least 1s"))
 	}
-	if o.WebhookBlocks < 1 || o.WebhookBlocks > 1 && o.WebhookDuration/time.Duration(o.WebhookBlocks) < 200*time.Millisecond {
-		errs = append(errs, errors.New("-webhook-blocks must be at least 1, and leave each block at least 200ms of -webhook-duration"))
+	if o.WebhookTargetDuration < o.WebhookDuration {
+		errs = append(errs, errors.New("-webhook-target-duration must be at least -webhook-duration"))
+	}
+	if o.WebhookBlock < 200*time.Millisecond || o.WebhookBlock > o.WebhookDuration {
+		errs = append(errs, errors.New("-webhook-block must be between 200ms and -webhook-duration"))
 	}
 	for _, n := range []int{o.BenchCount, o.HelperRepeats, o.DiskRepeats, o.MountRepeats, o.DetectRepeats, o.E2ERepeats, o.ContainersRepeats} {
 		if n < 1 {

@@ -45,6 +45,14 @@ func (e *jsonBuf) key(start int, k string) {
 
 func (e *jsonBuf) str(s string) { e.b = appendJSONString(e.b, s) }
 
+// optStr writes member k with v unless v is empty (omitempty on a string).
+func (e *jsonBuf) optStr(start int, k, v string) {
+	if v != "" {
+		e.key(start, k)
+		e.str(v)
+	}
+}
+
 func (e *jsonBuf) null() { e.b = append(e.b, "null"...) }
 
 func (e *jsonBuf) bool(v bool) { e.b = strconv.AppendBool(e.b, v) }
@@ -62,6 +70,18 @@ func (e *jsonBuf) marshal(v any) {
 		return
 	}
 	e.b = append(e.b, raw...)
+}
+
+// list writes xs as a JSON array, each element by write.
+func list[T any](e *jsonBuf, xs []T, write func(*jsonBuf, *T)) {
+	e.b = append(e.b, '[')
+	for i := range xs {
+		if i > 0 {
+			e.b = append(e.b, ',')
+		}
+		write(e, &xs[i])
+	}
+	e.b = append(e.b, ']')
 }
 
 // strs writes a string slice; nil is null, as encoding/json writes it.
@@ -170,14 +190,7 @@ func (e *jsonBuf) value(v any) {
 			e.null()
 			return
 		}
-		e.b = append(e.b, '[')
-		for i, x := range v {
-			if i > 0 {
-				e.b = append(e.b, ',')
-			}
-			e.value(x)
-		}
-		e.b = append(e.b, ']')
+		list(e, v, func(e *jsonBuf, x *any) { e.value(*x) })
 	case corev1.MountPropagationMode:
 		e.str(string(v))
 	case corev1.VolumeMount:
@@ -193,14 +206,7 @@ func (e *jsonBuf) value(v any) {
 			e.null()
 			return
 		}
-		e.b = append(e.b, '[')
-		for i := range v {
-			if i > 0 {
-				e.b = append(e.b, ',')
-			}
-			e.container(&v[i])
-		}
-		e.b = append(e.b, ']')
+		list(e, v, (*jsonBuf).container)
 	default:
 		e.marshal(v)
 	}
@@ -210,10 +216,7 @@ func (e *jsonBuf) container(c *corev1.Container) {
 	s := e.open()
 	e.key(s, "name")
 	e.str(c.Name)
-	if c.Image != "" {
-		e.key(s, "image")
-		e.str(c.Image)
-	}
+	e.optStr(s, "image", c.Image)
 	if len(c.Command) > 0 {
 		e.key(s, "command")
 		strs(e, c.Command)
@@ -222,10 +225,7 @@ func (e *jsonBuf) container(c *corev1.Container) {
 		e.key(s, "args")
 		strs(e, c.Args)
 	}
-	if c.WorkingDir != "" {
-		e.key(s, "workingDir")
-		e.str(c.WorkingDir)
-	}
+	e.optStr(s, "workingDir", c.WorkingDir)
 	if len(c.Ports) > 0 {
 		e.key(s, "ports")
 		e.marshal(c.Ports)
@@ -236,14 +236,7 @@ func (e *jsonBuf) container(c *corev1.Container) {
 	}
 	if len(c.Env) > 0 {
 		e.key(s, "env")
-		e.b = append(e.b, '[')
-		for i := range c.Env {
-			if i > 0 {
-				e.b = append(e.b, ',')
-			}
-			e.envVar(&c.Env[i])
-		}
-		e.b = append(e.b, ']')
+		list(e, c.Env, (*jsonBuf).envVar)
 	}
 	// A struct: omitempty never leaves it out.
 	e.key(s, "resources")
@@ -262,29 +255,17 @@ func (e *jsonBuf) container(c *corev1.Container) {
 	}
 	if len(c.VolumeMounts) > 0 {
 		e.key(s, "volumeMounts")
-		e.b = append(e.b, '[')
-		for i := range c.VolumeMounts {
-			if i > 0 {
-				e.b = append(e.b, ',')
-			}
-			e.volumeMount(&c.VolumeMounts[i])
-		}
-		e.b = append(e.b, ']')
+		list(e, c.VolumeMounts, (*jsonBuf).volumeMount)
 	}
 	if len(c.VolumeDevices) > 0 {
 		e.key(s, "volumeDevices")
-		e.b = append(e.b, '[')
-		for i, d := range c.VolumeDevices {
-			if i > 0 {
-				e.b = append(e.b, ',')
-			}
+		list(e, c.VolumeDevices, func(e *jsonBuf, d *corev1.VolumeDevice) {
 			e.b = append(e.b, `{"name":`...)
 			e.str(d.Name)
 			e.b = append(e.b, `,"devicePath":`...)
 			e.str(d.DevicePath)
 			e.b = append(e.b, '}')
-		}
-		e.b = append(e.b, ']')
+		})
 	}
 	if c.LivenessProbe != nil {
 		e.key(s, "livenessProbe")
@@ -302,18 +283,9 @@ func (e *jsonBuf) container(c *corev1.Container) {
 		e.key(s, "lifecycle")
 		e.marshal(c.Lifecycle)
 	}
-	if c.TerminationMessagePath != "" {
-		e.key(s, "terminationMessagePath")
-		e.str(c.TerminationMessagePath)
-	}
-	if c.TerminationMessagePolicy != "" {
-		e.key(s, "terminationMessagePolicy")
-		e.str(string(c.TerminationMessagePolicy))
-	}
-	if c.ImagePullPolicy != "" {
-		e.key(s, "imagePullPolicy")
-		e.str(string(c.ImagePullPolicy))
-	}
+	e.optStr(s, "terminationMessagePath", c.TerminationMessagePath)
+	e.optStr(s, "terminationMessagePolicy", string(c.TerminationMessagePolicy))
+	e.optStr(s, "imagePullPolicy", string(c.ImagePullPolicy))
 	if c.SecurityContext != nil {
 		e.key(s, "securityContext")
 		e.securityContext(c.SecurityContext)
@@ -337,10 +309,7 @@ func (e *jsonBuf) envVar(v *corev1.EnvVar) {
 	s := e.open()
 	e.key(s, "name")
 	e.str(v.Name)
-	if v.Value != "" {
-		e.key(s, "value")
-		e.str(v.Value)
-	}
+	e.optStr(s, "value", v.Value)
 	if v.ValueFrom != nil {
 		e.key(s, "valueFrom")
 		e.marshal(v.ValueFrom)
@@ -397,18 +366,12 @@ func (e *jsonBuf) volumeMount(m *corev1.VolumeMount) {
 	}
 	e.key(s, "mountPath")
 	e.str(m.MountPath)
-	if m.SubPath != "" {
-		e.key(s, "subPath")
-		e.str(m.SubPath)
-	}
+	e.optStr(s, "subPath", m.SubPath)
 	if m.MountPropagation != nil {
 		e.key(s, "mountPropagation")
 		e.str(string(*m.MountPropagation))
 	}
-	if m.SubPathExpr != "" {
-		e.key(s, "subPathExpr")
-		e.str(m.SubPathExpr)
-	}
+	e.optStr(s, "subPathExpr", m.SubPathExpr)
 	if len(m.BindMountOptions) > 0 {
 		e.key(s, "bindMountOptions")
 		strs(e, m.BindMountOptions)

@@ -19,14 +19,8 @@ func appendReview(dst []byte, ar *admissionv1.AdmissionReview) ([]byte, error) {
 		return append(e.b, '\n'), e.err
 	}
 	s := e.open()
-	if ar.Kind != "" {
-		e.key(s, "kind")
-		e.str(ar.Kind)
-	}
-	if ar.APIVersion != "" {
-		e.key(s, "apiVersion")
-		e.str(ar.APIVersion)
-	}
+	e.optStr(s, "kind", ar.Kind)
+	e.optStr(s, "apiVersion", ar.APIVersion)
 	if r := ar.Response; r != nil {
 		e.key(s, "response")
 		e.response(r)
@@ -69,14 +63,8 @@ func (e *jsonBuf) response(r *admissionv1.AdmissionResponse) {
 
 func (e *jsonBuf) status(st *metav1.Status) {
 	s := e.open()
-	if st.Kind != "" {
-		e.key(s, "kind")
-		e.str(st.Kind)
-	}
-	if st.APIVersion != "" {
-		e.key(s, "apiVersion")
-		e.str(st.APIVersion)
-	}
+	e.optStr(s, "kind", st.Kind)
+	e.optStr(s, "apiVersion", st.APIVersion)
 	// ListMeta is a struct, so omitempty never leaves it out; a response never has one set.
 	e.key(s, "metadata")
 	if st.ListMeta == (metav1.ListMeta{}) {
@@ -84,18 +72,9 @@ func (e *jsonBuf) status(st *metav1.Status) {
 	} else {
 		e.marshal(st.ListMeta)
 	}
-	if st.Status != "" {
-		e.key(s, "status")
-		e.str(st.Status)
-	}
-	if st.Message != "" {
-		e.key(s, "message")
-		e.str(st.Message)
-	}
-	if st.Reason != "" {
-		e.key(s, "reason")
-		e.str(string(st.Reason))
-	}
+	e.optStr(s, "status", st.Status)
+	e.optStr(s, "message", st.Message)
+	e.optStr(s, "reason", string(st.Reason))
 	if st.Details != nil {
 		e.key(s, "details")
 		e.marshal(st.Details)

@@ -108,6 +108,9 @@ func lostDisk(ctx context.Context, o *Options, s *Section) error {
 		if err := createGuardedPod(ctx, cs, cfg, ns, name, node, cfg.LocalBlock.StorageClasses[0]); err != nil {
 			return err
 		}
+		if err := bindClaim(ctx, cs, ns, name, name); err != nil {
+			return err
+		}
 	}
 	rec, stopRec := nodeagent.NewRecorder(cs, node)
 	defer stopRec()
@@ -194,6 +197,29 @@ func createLocalPV(ctx context.Context, cs kubernetes.Interface, name, path, nod
 	created.Status.Phase = corev1.VolumeBound
 	if _, err := cs.CoreV1().PersistentVolumes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("bind PV %s: %w", name, err)
+	}
+	return nil
+}
+
+// bindClaim binds claim ns/name and PV pvName both ways, as the PV binder does (envtest runs no
+// controllers): the PV's claimRef names the claim's uid, then the claim is Bound. The agent
+// counts a pod's claim for a PV only then.
+func bindClaim(ctx context.Context, cs kubernetes.Interface, ns, name, pvName string) error {
+	pvc, err := cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("bind PVC %s: %w", name, err)
+	}
+	pv, err := cs.CoreV1().PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("bind PV %s: %w", pvName, err)
+	}
+	pv.Spec.ClaimRef = &corev1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: ns, Name: name, UID: pvc.UID}
+	if _, err := cs.CoreV1().PersistentVolumes().Update(ctx, pv, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("bind PV %s: %w", pvName, err)
+	}
+	pvc.Status.Phase = corev1.ClaimBound
+	if _, err := cs.CoreV1().PersistentVolumeClaims(ns).UpdateStatus(ctx, pvc, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("bind PVC %s: %w", name, err)
 	}
 	return nil
 }

@@ -492,6 +492,9 @@ func createLocalPod(ctx context.Context, cs kubernetes.Interface, ns, node, path
 			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("64Mi")}}}}, metav1.CreateOptions{}); err != nil {
 		return err
 	}
+	if err := bindClaim(ctx, cs, ns, name, name); err != nil {
+		return err
+	}
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "app", Image: "busybox",
 			VolumeDevices: []corev1.VolumeDevice{{Name: "data", DevicePath: "/dev/data"}}}},

@@ -64,20 +64,27 @@ func newAPIWorld(t *testing.T, adjust func(*rest.Config)) *apiWorld {
 	must("node", err)
 	_, err = client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "app"}}, metav1.CreateOptions{})
 	must("namespace", err)
+	// Bound both ways as the PV binder leaves them (envtest runs no controllers): the claim's
+	// status Bound, the PV's claimRef naming the claim's uid the apiserver gave it.
 	pv := boundPV()
 	pv.Spec.Capacity = corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}
 	pv.Spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
 	pv.Status = corev1.PersistentVolumeStatus{}
+	pvc := boundPVC()
+	pvc.UID, pvc.Status = "", corev1.PersistentVolumeClaimStatus{}
+	pvc.Spec.AccessModes = pv.Spec.AccessModes
+	pvc.Spec.Resources = corev1.VolumeResourceRequirements{Requests: pv.Spec.Capacity}
+	createdPVC, err := client.CoreV1().PersistentVolumeClaims("app").Create(ctx, pvc, metav1.CreateOptions{})
+	must("pvc", err)
+	createdPVC.Status.Phase = corev1.ClaimBound
+	createdPVC, err = client.CoreV1().PersistentVolumeClaims("app").UpdateStatus(ctx, createdPVC, metav1.UpdateOptions{})
+	must("pvc status", err)
+	pv.Spec.ClaimRef.UID = createdPVC.UID
 	created, err := client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
 	must("pv", err)
 	created.Status.Phase = corev1.VolumeBound
 	_, err = client.CoreV1().PersistentVolumes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
 	must("pv status", err)
-	pvc := boundPVC()
-	pvc.Spec.AccessModes = pv.Spec.AccessModes
-	pvc.Spec.Resources = corev1.VolumeResourceRequirements{Requests: pv.Spec.Capacity}
-	_, err = client.CoreV1().PersistentVolumeClaims("app").Create(ctx, pvc, metav1.CreateOptions{})
-	must("pvc", err)
 	return &apiWorld{ctx: ctx, cancel: cancel, client: client}
 }
 

@@ -69,16 +69,22 @@ func (e *clusterEnv) createPV(t *testing.T, name, path, claim string) {
 	pv := localPV(name, path, "node-1", corev1.VolumeBound, corev1.PersistentVolumeBlock)
 	pv.Spec.Capacity = corev1.ResourceList{corev1.ResourceStorage: mustQty("1Gi")}
 	pv.Spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
-	pv.Spec.ClaimRef = &corev1.ObjectReference{Namespace: "app", Name: claim}
-	created, err := e.client.CoreV1().PersistentVolumes().Create(e.ctx, pv, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The rescue handles PVs used by (guarded) pods on its node: a claim and a holder pod.
+	// The rescue handles PVs used by (guarded) pods on its node: a claim bound to the PV both
+	// ways, as the PV binder leaves them (no controllers run here), and a holder pod.
 	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: claim, Namespace: "app"},
 		Spec: corev1.PersistentVolumeClaimSpec{VolumeName: name, AccessModes: pv.Spec.AccessModes,
 			Resources: corev1.VolumeResourceRequirements{Requests: pv.Spec.Capacity}}}
-	if _, err := e.client.CoreV1().PersistentVolumeClaims("app").Create(e.ctx, pvc, metav1.CreateOptions{}); err != nil {
+	createdPVC, err := e.client.CoreV1().PersistentVolumeClaims("app").Create(e.ctx, pvc, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	createdPVC.Status.Phase = corev1.ClaimBound
+	if createdPVC, err = e.client.CoreV1().PersistentVolumeClaims("app").UpdateStatus(e.ctx, createdPVC, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pv.Spec.ClaimRef = &corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: "app", Name: claim, UID: createdPVC.UID}
+	created, err := e.client.CoreV1().PersistentVolumes().Create(e.ctx, pv, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	defer e.createPod(t, "holder-"+name, claim, map[string]string{contract.AnnotationStatus: "{}"})

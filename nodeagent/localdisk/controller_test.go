@@ -144,15 +144,19 @@ func (e *ctrlEnv) pvAnnotation() string {
 	return pv.Annotations[contract.AnnotationFakeDevice]
 }
 
+// dataUID is the uid of claim app/data, which pv1's claimRef names.
+const dataUID = k8stypes.UID("uid-pvc-data")
+
+// boundPV and boundPVC are bound to each other both ways, as the PV binder leaves them.
 func boundPV() *corev1.PersistentVolume {
 	pv := localPV("pv1", testDisk, "n1", corev1.VolumeBound, corev1.PersistentVolumeBlock)
-	pv.Spec.ClaimRef = &corev1.ObjectReference{Namespace: "app", Name: "data"}
+	pv.Spec.ClaimRef = &corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: "app", Name: "data", UID: dataUID}
 	return pv
 }
 
 func boundPVC() *corev1.PersistentVolumeClaim {
-	return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "data", Namespace: "app"},
-		Spec: corev1.PersistentVolumeClaimSpec{VolumeName: "pv1"}}
+	return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "data", Namespace: "app", UID: dataUID},
+		Spec: corev1.PersistentVolumeClaimSpec{VolumeName: "pv1"}, Status: corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound}}
 }
 
 // guard is the status annotation the webhook writes; informational only: podOn adds the guard

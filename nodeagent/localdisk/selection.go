@@ -1,11 +1,43 @@
 package localdisk
 
 import (
+	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 )
+
+// Why a pod's claim does not count for the PV it names (ClaimBinds).
+var (
+	// ErrClaimNotBound: the claim's phase is not Bound. spec.volumeName alone is only the
+	// claim's wish, which anyone creating a claim can write.
+	ErrClaimNotBound = errors.New("claim is not Bound")
+	// ErrClaimRefMismatch: the PV's claimRef does not name the claim (namespace, name and uid).
+	ErrClaimRefMismatch = errors.New("the PV's claimRef does not name the claim")
+)
+
+// ClaimBinds reports (nil) whether pvc and pv are bound to each other both ways: the claim is
+// Bound to pv by name, and pv's claimRef names the claim by namespace, name and uid. Only such
+// a claim makes its pod a user of the PV: a tenant's Pending claim naming another tenant's PV in
+// spec.volumeName is not one. pv may be nil when only the claim's side is checked.
+func ClaimBinds(pvc *corev1.PersistentVolumeClaim, pv *corev1.PersistentVolume) error {
+	if pvc.Status.Phase != corev1.ClaimBound {
+		return fmt.Errorf("%w (phase %q)", ErrClaimNotBound, pvc.Status.Phase)
+	}
+	if pv == nil {
+		return nil
+	}
+	if pvc.Spec.VolumeName != pv.Name {
+		return fmt.Errorf("%w: the claim names PV %q", ErrClaimRefMismatch, pvc.Spec.VolumeName)
+	}
+	ref := pv.Spec.ClaimRef
+	if ref == nil || pvc.UID == "" || ref.Namespace != pvc.Namespace || ref.Name != pvc.Name || ref.UID != pvc.UID {
+		return ErrClaimRefMismatch
+	}
+	return nil
+}
 
 // SelectVolume returns the watched volume of pv when it is a Bound local block PV whose
 // nodeAffinity selects node and whose StorageClass is listed (an empty list selects nothing).

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
@@ -61,13 +62,16 @@ func (c *Controller) collect(ctx context.Context, node *corev1.Node) (wanted, er
 			if pvc.Spec.VolumeName == "" {
 				continue
 			}
-			pv, err := c.deps.View.PersistentVolume(ctx, pvc.Spec.VolumeName)
+			pv, err := c.boundPV(ctx, pvc)
 			if apierrors.IsNotFound(err) {
 				continue
 			}
 			if err != nil {
 				errs = append(errs, err)
 				continue
+			}
+			if pv == nil {
+				continue // the claim does not hold the PV it names: not a user of it
 			}
 			if _, ok := SelectVolume(pv, node, classes); !ok {
 				continue
@@ -111,6 +115,38 @@ func (c *Controller) collect(ctx context.Context, node *corev1.Node) (wanted, er
 	}
 	sort.Slice(w.vols, func(i, j int) bool { return w.vols[i].PV < w.vols[j].PV })
 	return w, errors.Join(errs...)
+}
+
+// boundPV returns the PV pvc is bound to, or nil when the binding does not hold both ways
+// (ClaimBinds): such a claim is ignored for that PV — logged at V(1), never in an Event, which
+// would tell the claim's owner another tenant's PV and path. A claim that is not Bound yet is
+// read live on the next pass, and a PV copy that predates the binding at once, rather than from
+// the view's memory: a claim that is being bound counts as soon as the binding holds.
+func (c *Controller) boundPV(ctx context.Context, pvc *corev1.PersistentVolumeClaim) (*corev1.PersistentVolume, error) {
+	log := logr.FromContextOrDiscard(ctx).V(1).WithValues("claim", pvc.Namespace+"/"+pvc.Name, "volumeName", pvc.Spec.VolumeName)
+	if err := ClaimBinds(pvc, nil); err != nil {
+		c.deps.View.Forget("PersistentVolumeClaim", pvc.Namespace, pvc.Name)
+		log.Info("claim ignored for the PV it names", "why", err.Error())
+		return nil, nil
+	}
+	pv, err := c.deps.View.PersistentVolume(ctx, pvc.Spec.VolumeName)
+	if err != nil {
+		return nil, err
+	}
+	if ClaimBinds(pvc, pv) == nil {
+		return pv, nil
+	}
+	// A Bound claim's PV names it (the binder writes the PV first): a copy that does not may
+	// be from before the binding. Read it live once.
+	c.deps.View.Forget("PersistentVolume", "", pv.Name)
+	if pv, err = c.deps.View.PersistentVolume(ctx, pvc.Spec.VolumeName); err != nil {
+		return nil, err
+	}
+	if err := ClaimBinds(pvc, pv); err != nil {
+		log.Info("claim ignored for the PV it names", "why", err.Error())
+		return nil, nil
+	}
+	return pv, nil
 }
 
 func (w wanted) volsFromPods(node *corev1.Node, classes []string) map[string]Volume {

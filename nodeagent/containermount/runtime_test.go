@@ -35,7 +35,9 @@ func TestParseStat(t *testing.T) {
 }
 
 func TestContainerInits(t *testing.T) {
-	ctr := func(id string) containermount.CgroupInfo { return containermount.CgroupInfo{PodUID: "u", ContainerID: id} }
+	ctr := func(id string) containermount.CgroupInfo {
+		return containermount.CgroupInfo{PodUID: "u", ContainerID: id}
+	}
 	procs := []containermount.Proc{
 		// app: init 10 (started by the shim, pid 5); 11 its child in the same namespace; 12 a
 		// child that made a namespace of its own (unshare -Urm), started in the same tick.

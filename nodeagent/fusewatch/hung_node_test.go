@@ -68,4 +68,3 @@ func TestNodeWalkIgnoresTenantFileOnHungVolume(t *testing.T) {
 		t.Fatalf("the walk hung on the tenant's file %s (stopped daemon) for more than 5s; it ended only after SIGCONT, %v after it began", p, time.Since(start))
 	}
 }
-

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -182,5 +183,129 @@ func TestNodeDetachParentSwapped(t *testing.T) {
 	}
 	if !errors.Is(f.replaceErr, mountreplace.ErrTargetChanged) {
 		t.Errorf("replace error %v; want ErrTargetChanged (the target path now goes through a symlink)", f.replaceErr)
+	}
+}
+
+// TestNodeDetachRacedBySwapper: a racer exchanges w/x and w/link (RENAME_EXCHANGE) in a loop
+// while the agent replaces the dead mount at w/x/sys again and again. Whatever the interleaving,
+// the read-only victim is never detached; replacements that saw the swap stop with
+// ErrTargetChanged (or ErrVerify, when the table read after the move names the mount point by
+// the directory's new name).
+func TestNodeDetachRacedBySwapper(t *testing.T) {
+	testenv.RequireRoot(t)
+	r, _ := realReplacer(t)
+	dir := t.TempDir()
+	const rounds = 300
+	type counts struct{ ok, changed, other, victimLost, swaps int }
+	var c counts
+	var firstOther error
+	done := make(chan error, 1)
+	go onThread(func() {
+		done <- func() error {
+			if err := privateNamespace(); err != nil {
+				return err
+			}
+			rig, err := newSwapRig(dir)
+			if err != nil {
+				return err
+			}
+			if err := unix.Unmount(rig.target, unix.MNT_DETACH); err != nil {
+				return err
+			}
+			var mu sync.Mutex
+			stop := make(chan struct{})
+			raced := make(chan int)
+			go func() {
+				n := 0
+				defer func() { raced <- n }()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					mu.Lock()
+					if rig.swap() == nil {
+						n++
+					}
+					mu.Unlock()
+				}
+			}()
+			for i := 0; i < rounds; i++ {
+				mu.Lock()
+				// Set up with the directory at w/x and the dead mount on its sys.
+				if fi, err := os.Lstat(rig.x); err != nil || fi.Mode()&os.ModeSymlink != 0 {
+					if err := rig.swap(); err != nil {
+						mu.Unlock()
+						return err
+					}
+				}
+				if err := unix.Mount("tmpfs", rig.target, "tmpfs", 0, "size=1m"); err != nil {
+					mu.Unlock()
+					return err
+				}
+				old, err := statxID(rig.target)
+				if err != nil {
+					mu.Unlock()
+					return err
+				}
+				tree, err := detachedTmpfs()
+				if err != nil {
+					mu.Unlock()
+					return err
+				}
+				mu.Unlock()
+				_, rerr := r.Replace(mountreplace.Request{Target: rig.target, Old: old, Tree: tree})
+				_ = unix.Close(tree)
+				switch {
+				case rerr == nil:
+					c.ok++
+				case errors.Is(rerr, mountreplace.ErrTargetChanged), errors.Is(rerr, mountreplace.ErrVerify):
+					c.changed++ // the check saw the swap (the table names the mount point by its new path)
+				default:
+					c.other++
+					if firstOther == nil {
+						firstOther = rerr
+					}
+				}
+				mu.Lock()
+				if id, err := statxID(rig.victim); err != nil || id != rig.victimID {
+					c.victimLost++
+					for unix.Unmount(rig.victim, unix.MNT_DETACH) == nil {
+					}
+					if err := unix.Mount("tmpfs", rig.victim, "tmpfs", unix.MS_RDONLY, "size=1m"); err != nil {
+						mu.Unlock()
+						return err
+					}
+					if rig.victimID, err = statxID(rig.victim); err != nil {
+						mu.Unlock()
+						return err
+					}
+				}
+				// Clear whatever is left at the directory's sys, wherever the directory is now.
+				real := rig.x
+				if fi, err := os.Lstat(rig.x); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+					real = rig.link
+				}
+				for unix.Unmount(filepath.Join(real, "sys"), unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW) == nil {
+				}
+				mu.Unlock()
+			}
+			close(stop)
+			c.swaps = <-raced
+			return nil
+		}()
+	})
+	must(t, <-done)
+	t.Logf("%d replacements raced by %d swaps: %d done, %d target changed, %d other errors (first: %v); victim detached %d times",
+		rounds, c.swaps, c.ok, c.changed, c.other, firstOther, c.victimLost)
+	if c.victimLost != 0 {
+		t.Errorf("the read-only victim mount was detached in %d of %d replacements", c.victimLost, rounds)
+	}
+	if c.swaps == 0 || c.changed == 0 {
+		t.Errorf("the racer never changed what the agent saw (%d swaps, %d target changed): the test raced nothing", c.swaps, c.changed)
+	}
+	if c.other != 0 {
+		t.Errorf("%d replacements failed otherwise than by a changed target (first: %v)", c.other, firstOther)
 	}
 }

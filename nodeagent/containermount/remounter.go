@@ -144,7 +144,7 @@ func (r *Remounter) RemountInContainers(ctx context.Context, req RemountRequest)
 			fixedLabels = append(fixedLabels, label)
 		}
 	}
-	r.skipForeign(log, req, live, foreign, names, &res)
+	r.skipForeign(log, req, live, foreign, names, &res, selfNS, hostNS)
 	r.report(pod, res, fixedLabels, start)
 	log.V(1).Info("remount pass done", "fixed", res.Fixed, "failed", len(res.Failed), "untouched", res.Untouched)
 	return res, nil
@@ -228,9 +228,9 @@ func (r *Remounter) podProcs(podUID string) ([]Proc, error) {
 }
 
 // runtimeInits keeps the processes through which the agent may act: each container's init
-// (ContainerInits) whose namespaces the runtime made (RuntimeMade). foreign maps every other
-// mount namespace of the pod's processes — made by a process of a container, or held by an init
-// that fails RuntimeMade — to why it is left alone, with its processes.
+// (ContainerInits) whose namespaces the runtime made (RuntimeMade). foreign lists the processes
+// in every other mount namespace of the pod's — made by a process of a container, or held by an
+// init that fails RuntimeMade — each with why it is left alone.
 func (r *Remounter) runtimeInits(procs []Proc, agentUser uint64, hostUsers bool) (ok []Proc, foreign []foreignProc) {
 	inits, nested := ContainerInits(procs)
 	runtimeNS := map[uint64]bool{}
@@ -267,8 +267,15 @@ type foreignProc struct {
 // skipForeign reports, for every foreign namespace where a lookup still reaches the dead
 // connection, each such mount point as failed with ErrNotRuntimeNamespace (a
 // ContainerMountSkipped Event): nothing is attached there, the probe remains the fallback.
-func (r *Remounter) skipForeign(log logr.Logger, req RemountRequest, live Mount, foreign []foreignProc, names map[string]string, res *RemountResult) {
+// The agent's own and the host's namespaces (skip) are not the pod's to report.
+func (r *Remounter) skipForeign(log logr.Logger, req RemountRequest, live Mount, foreign []foreignProc, names map[string]string,
+	res *RemountResult, skip ...uint64) {
 	seen := map[uint64]bool{}
+	for _, s := range skip {
+		if s != 0 {
+			seen[s] = true
+		}
+	}
 	for _, f := range foreign {
 		if seen[f.MountNS] {
 			continue

@@ -30,7 +30,18 @@
 //     when step 2 made it one (fixed on the attached mount through the tree's descriptor when
 //     the parent changed it);
 //  4. statx names the planned mount as the top again, and it is detached (MNT_DETACH: a dead
-//     FUSE mount is busy while processes hold files or working directories on it);
+//     FUSE mount is busy while processes hold files or working directories on it). umount2
+//     takes a name, never a descriptor, so RealKernel.Detach gives it one component only: it
+//     opens the target's parent directory (openat2 RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS),
+//     checks in the mount table that the stack at the target sits on that directory's mount,
+//     opens the last name below it and checks its statx mount ID is the planned top, then, on a
+//     fresh thread that joins the caller's mount namespace with a private fs_struct, fchdirs to
+//     the parent descriptor and calls umount2(name, MNT_DETACH|UMOUNT_NOFOLLOW); the planned
+//     mount must then be gone from the table. A tenant who swaps a parent component for a
+//     symlink between check and act (RENAME_EXCHANGE) cannot redirect it: the parent is held,
+//     and the name in it is a mount point, which the kernel does not let anyone rename
+//     (TestNodeDetachParentSwapped; on the by-path umount2 this replaced, the test's read-only
+//     mount standing for /proc/sys was detached);
 //  5. statx must now name the new mount as the top.
 //
 // # When the kernel refuses: bounded stacking, said out loud
@@ -56,7 +67,19 @@
 //     dead FUSE mount: ENOTCONN); only new lookups reach the new mount.
 //   - The old mount is detached lazily: its filesystem is freed when the last user goes.
 //   - Between the check of step 4 and the umount2 call another mount could land on top of the
-//     target; step 5 then reports ErrTargetChanged (umount2 takes a path, not a descriptor).
+//     target (propagation from the host); that one is then detached instead of the planned
+//     one, which Detach reports as ErrTargetChanged (the planned mount is still in the table).
+//
+// # Every path the kernel calls resolve (RealKernel)
+//
+// In a namespace whose directories a tenant can write, every call acts on a descriptor opened
+// once with openat2(RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS) and verified by its statx mount
+// ID: TopID (statx of that descriptor), Clone (open_tree of it), MoveBeneath and MoveOnTop
+// (move_mount with MOVE_MOUNT_T_EMPTY_PATH to it), MakeReadOnly (mount_setattr of it), Detach
+// (above: one name in a held, verified parent). MountInfo reads thread-self/mountinfo below a
+// /proc descriptor opened in the agent's namespace. Probe's mkdir, move_mount by path and
+// umount2 by path happen only in a private scratch directory of the agent's own, inside a
+// mount namespace it unshared for the probe.
 //
 // # Layout
 //

@@ -8,8 +8,12 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pvrescue/pvrescue/internal/mountinfo"
+	"github.com/pvrescue/pvrescue/internal/ossthread"
 )
 
 // MoveMountBeneath is MOVE_MOUNT_BENEATH of include/uapi/linux/mount.h (Linux 6.5):
@@ -22,7 +26,12 @@ const MoveMountBeneath = 0x200
 // RealKernel makes the kernel calls in the calling thread's mount namespace. Its /proc
 // descriptor is opened where it is made, so the mount table still resolves after setns into a
 // namespace whose /proc (if any) does not show the agent's threads.
-type RealKernel struct{ proc int }
+type RealKernel struct {
+	proc int
+	// beforeDetach runs between Detach's checks and its umount2 (node tests swap a parent
+	// directory there); nil in the agent.
+	beforeDetach func()
+}
 
 // NewKernel opens procRoot ("/proc" when empty) for RealKernel.MountInfo.
 func NewKernel(procRoot string) (*RealKernel, error) {
@@ -52,12 +61,13 @@ func (k *RealKernel) MountInfo() (string, error) {
 	return string(b), err
 }
 
-// openPath opens path without following symlinks (a planted link never redirects a mount call)
-// and returns the descriptor and its mount ID. AT_STATX_DONT_SYNC: the ID comes from the VFS, no
-// request reaches a dead FUSE daemon.
-func openPath(path string) (int, int, error) {
-	fd, err := unix.Openat2(unix.AT_FDCWD, path, &unix.OpenHow{
-		Flags:   unix.O_PATH | unix.O_CLOEXEC | unix.O_NOFOLLOW,
+// openPath opens path below dir (AT_FDCWD: the calling thread's root or working directory)
+// without following any symlink (a planted link never redirects a mount call) and returns the
+// descriptor and its mount ID. AT_STATX_DONT_SYNC: the ID comes from the VFS, no request reaches
+// a dead FUSE daemon.
+func openPath(dir int, path string, flags uint64) (int, int, error) {
+	fd, err := unix.Openat2(dir, path, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_CLOEXEC | unix.O_NOFOLLOW | flags,
 		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
 	})
 	if err != nil {
@@ -87,7 +97,7 @@ func mountID(fd int) (int, error) {
 
 // openTop opens path and checks its top mount is top.
 func openTop(path string, top int) (int, error) {
-	fd, id, err := openPath(path)
+	fd, id, err := openPath(unix.AT_FDCWD, path, 0)
 	if err != nil {
 		return -1, fmt.Errorf("%w: %w", ErrTargetChanged, err)
 	}
@@ -100,7 +110,7 @@ func openTop(path string, top int) (int, error) {
 
 // TopID implements Kernel.
 func (k *RealKernel) TopID(path string) (int, error) {
-	fd, id, err := openPath(path)
+	fd, id, err := openPath(unix.AT_FDCWD, path, 0)
 	if err != nil {
 		return 0, err
 	}
@@ -112,7 +122,7 @@ func (k *RealKernel) TopID(path string) (int, error) {
 // a mount's root gives a clone showing that directory). A clone of a shared mount is a peer of
 // it (seen on 6.18), so SetAttrs can make it a slave of the live mount's group.
 func (k *RealKernel) Clone(path string) (int, error) {
-	src, _, err := openPath(path)
+	src, _, err := openPath(unix.AT_FDCWD, path, 0)
 	if err != nil {
 		return -1, err
 	}
@@ -199,17 +209,113 @@ func (k *RealKernel) MoveOnTop(tree int, path string, top int) error {
 	return k.move(tree, path, top, 0)
 }
 
-// Detach implements Kernel.
+// Detach implements Kernel. umount2 takes a name, not a descriptor, so the name it is given is
+// a single component looked up in a directory the agent holds open and verified — never a path
+// resolved again from the namespace's root after the check (a tenant who swaps a parent
+// component for a symlink between check and act would otherwise have another mount detached,
+// such as the runtime's read-only bind of /proc/sys):
+//
+//  1. the parent directory is opened with openat2 (RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS);
+//     its mount must be the one the stack at the mount point sits on (mount table);
+//  2. the last name is opened below that descriptor, the same way; its mount ID must be top;
+//  3. on a fresh thread that joins the calling thread's mount namespace with a private
+//     fs_struct, fchdir to the parent descriptor and umount2(name, MNT_DETACH|UMOUNT_NOFOLLOW);
+//     renaming the parent or any ancestor after step 1 changes nothing: the directory is held,
+//     and the name in it is a mount point (the kernel refuses to rename one);
+//  4. mount top must be gone from the table (what was detached is what was verified; the
+//     descriptor of step 2 keeps its ID from being reused meanwhile).
 func (k *RealKernel) Detach(path string, top int) error {
-	fd, err := openTop(path, top)
+	dir, name := filepath.Split(filepath.Clean(path))
+	if name == "" || name == "." || name == ".." || dir == "" {
+		return fmt.Errorf("%w: %q has no last name to detach by", ErrInvalid, path)
+	}
+	parent, parentID, err := openPath(unix.AT_FDCWD, dir, unix.O_DIRECTORY)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrTargetChanged, err)
+	}
+	defer func() { _ = unix.Close(parent) }() // an O_PATH descriptor
+	victim, id, err := openPath(parent, name, 0)
+	if err != nil {
+		return fmt.Errorf("%w: %s in the verified parent: %w", ErrTargetChanged, name, err)
+	}
+	defer func() { _ = unix.Close(victim) }() // an O_PATH descriptor; held so the ID stays top's
+	if id != top {
+		return fmt.Errorf("%w: top of %s is mount %d, want %d", ErrTargetChanged, path, id, top)
+	}
+	table, err := k.table()
 	if err != nil {
 		return err
 	}
-	_ = unix.Close(fd)
-	if err := unix.Unmount(path, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err != nil {
-		return fmt.Errorf("umount2 %s: %w", path, err)
+	if base, ok := stackParent(table, top); !ok || base != parentID {
+		return fmt.Errorf("%w: the stack of mount %d at %s does not sit on the parent directory's mount %d", ErrTargetChanged, top, path, parentID)
+	}
+	if k.beforeDetach != nil {
+		k.beforeDetach()
+	}
+	if err := k.detachAt(parent, name); err != nil {
+		return fmt.Errorf("umount2 %s (%q in the verified parent): %w", path, name, err)
+	}
+	if table, err = k.table(); err != nil {
+		return err
+	}
+	if _, still := byID(table, top); still {
+		return fmt.Errorf("%w: mount %d is still attached after umount2 of %q in the verified parent of %s", ErrTargetChanged, top, name, path)
 	}
 	return nil
+}
+
+// detachAt detaches the top mount at name in dir (an O_PATH directory descriptor) on a thread
+// of its own: a private fs_struct (unshare CLONE_FS) in the calling thread's mount namespace,
+// whose working directory is dir. The calling thread's working directory is never changed (it
+// may share it with the whole agent), and the thread is retired afterwards.
+func (k *RealKernel) detachAt(dir int, name string) error {
+	ns, err := unix.Openat(k.proc, "thread-self/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open own mount namespace: %w", err)
+	}
+	defer func() { _ = unix.Close(ns) }() // a namespace descriptor
+	ossthread.Run(func() {
+		if e := unix.Unshare(unix.CLONE_FS); e != nil {
+			err = fmt.Errorf("unshare(CLONE_FS): %w", e)
+		} else if e := unix.Setns(ns, unix.CLONE_NEWNS); e != nil {
+			err = fmt.Errorf("setns: %w", e)
+		} else if e := unix.Fchdir(dir); e != nil {
+			err = fmt.Errorf("fchdir: %w", e)
+		} else {
+			err = unix.Unmount(name, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+		}
+	})
+	return err
+}
+
+// table reads and parses the calling thread's mount table.
+func (k *RealKernel) table() ([]mountinfo.Mount, error) {
+	s, err := k.MountInfo()
+	if err != nil {
+		return nil, fmt.Errorf("read mountinfo: %w", err)
+	}
+	t, err := mountinfo.Parse(s)
+	if err != nil {
+		return nil, fmt.Errorf("parse mountinfo: %w", err)
+	}
+	return t, nil
+}
+
+// stackParent is the mount the stack holding mount top sits on: top's parents are followed
+// while they are at the same mount point.
+func stackParent(table []mountinfo.Mount, top int) (int, bool) {
+	m, ok := byID(table, top)
+	for ok {
+		p, found := byID(table, m.ParentID)
+		if !found || p.ID == m.ID {
+			return 0, false
+		}
+		if p.MountPoint != m.MountPoint {
+			return p.ID, true
+		}
+		m = p
+	}
+	return 0, false
 }
 
 // Close implements Kernel.
@@ -280,7 +386,7 @@ func probeIn(dir string) error {
 	if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
 		return fmt.Errorf("probe: detach the top tmpfs: %w", err)
 	}
-	fd, id, err := openPath(dir)
+	fd, id, err := openPath(unix.AT_FDCWD, dir, 0)
 	if err != nil {
 		return fmt.Errorf("probe: %w", err)
 	}

@@ -12,8 +12,19 @@
 //
 //  1. reads its own mount table and refuses unless the target's top mount is live;
 //  2. finds the pod's processes by the pod UID in /proc/<pid>/cgroup (cgroupfs and systemd
-//     layouts, cgroup v1 and v2, dashed and underscored UIDs — ParseCgroup) and groups them by
-//     mount namespace, skipping the host's (pid 1) and the agent's own (GroupByNamespace);
+//     layouts, cgroup v1 and v2, dashed and underscored UIDs — ParseCgroup), keeps only each
+//     container's init — the process the runtime started: the oldest of the container's cgroup
+//     (/proc/<pid>/stat start time; in a tie, the one whose parent is outside the container),
+//     ContainerInits — whose mount namespace the runtime made: owned (NS_GET_USERNS) by the
+//     init's user namespace, which is the host's (the agent's) or, for a pod with hostUsers:
+//     false, a child of the host's (NS_GET_PARENT; RuntimeMade), and groups those by mount
+//     namespace, skipping the host's (pid 1) and the agent's own (GroupByNamespace). A mount
+//     namespace only another process of the container is in was made by the container's own
+//     processes (unshare -Urm): a clone put there from the agent's namespace would not be
+//     locked, and its owner could remount a read-only volume writable. Such a namespace is
+//     never entered; where it still holds the dead mount, the pass reports it
+//     (ErrNotRuntimeNamespace, reason "not_runtime_namespace") with a ContainerMountSkipped
+//     Event, and the container's liveness probe remains the fallback;
 //  3. in each namespace's mountinfo, takes every mount point where a lookup still reaches the
 //     dead connection (MountTable.Reach follows parent IDs, so a mount hidden under a later one
 //     is seen as hidden); its mountinfo root relative to the dead target's root is its offset
@@ -71,14 +82,17 @@
 //     clone outside the volume;
 //   - open_tree(OPEN_TREE_CLONE|AT_EMPTY_PATH): a detached clone of just that mount, made in the
 //     agent's namespace BEFORE setns (host paths do not resolve afterwards);
-//   - setns(CLONE_NEWNS) with a /proc/<pid>/ns/mnt descriptor whose inode is checked against the
-//     planned namespace (a reused pid is never entered);
+//   - setns(CLONE_NEWNS) with a /proc/<init pid>/ns/mnt descriptor whose inode is checked
+//     against the planned namespace (a reused pid is never entered) and whose owning user
+//     namespace (NS_GET_USERNS on that descriptor) must be the one planned;
 //   - then internal/mountreplace's calls (one implementation for the host and the containers):
 //     statx(STATX_MNT_ID, AT_STATX_DONT_SYNC) of the mount point (it must still be the planned
 //     dead mount; no request reaches the dead FUSE daemon), mount_setattr on the detached clone
 //     (flags and propagation: read-only before anyone can see it), move_mount
-//     MOVE_MOUNT_BENEATH (or on top), the table checked, umount2(MNT_DETACH|UMOUNT_NOFOLLOW) of
-//     the dead top after statx names it top again; mount_setattr MOUNT_ATTR_RDONLY in place for
+//     MOVE_MOUNT_BENEATH (or on top) to the verified descriptor, the table checked,
+//     umount2(MNT_DETACH|UMOUNT_NOFOLLOW) of the dead top's last name, from a thread whose
+//     working directory is its verified parent directory (never the path again: the container's
+//     directories are the tenant's to rename); mount_setattr MOUNT_ATTR_RDONLY in place for
 //     a propagated mount that must be read-only (the mountinfo of the entered namespace is read
 //     through a /proc descriptor opened before setns, thread-self);
 //   - setns back to the agent's namespace before the thread ends.
@@ -119,8 +133,8 @@
 //   - Files and directories opened on the dead connection (open descriptors, a working
 //     directory) stay broken: the kernel cannot move them to the new connection. Only new path
 //     lookups reach the live mount. Applications that keep files open must reopen them.
-//   - Containers in a user namespace: detected (the namespace's user namespace differs from the
-//     agent's); when the kernel refuses, the failure is reported with reason "userns_locked" and
+//   - Containers in a user namespace (hostUsers: false; the runtime's, a child of the host's):
+//     detected (the namespace's user namespace differs from the agent's); when the kernel refuses, the failure is reported with reason "userns_locked" and
 //     the other containers are still fixed. On this kernel (6.18) their inherited (locked) mounts
 //     are stacked over (refused beneath), the mounts they made themselves are replaced.
 //   - A dead mount with a mount of the volume nested on it (a subPath inside the volume's own

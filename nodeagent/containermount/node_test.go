@@ -43,6 +43,8 @@ type node struct {
 	restores int
 	// spec is each container's volumeMounts in the pod spec request() sends (the API's view).
 	spec map[string][]corev1.VolumeMount
+	// hostUsers is the pod spec's hostUsers (nil: the default, true).
+	hostUsers *bool
 }
 
 // vm is one volumeMount of the volume.
@@ -124,7 +126,8 @@ func (n *node) remounter(cgroups map[int]string) (*containermount.Remounter, *re
 }
 
 func (n *node) request(containers ...string) containermount.RemountRequest {
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: types.UID(podUID)}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: types.UID(podUID)},
+		Spec: corev1.PodSpec{HostUsers: n.hostUsers}}
 	for _, c := range containers {
 		pod.Status.ContainerStatuses = append(pod.Status.ContainerStatuses,
 			corev1.ContainerStatus{Name: c, ContainerID: "containerd://" + c + "-id"})
@@ -278,10 +281,12 @@ func TestNodeAgentStaysInItsNamespace(t *testing.T) {
 	}
 	inode, err := containermount.NamespaceInode(nsOf(t, c.pid))
 	must(t, err)
+	_, owner, err := containermount.RealProcFS{Root: "/proc"}.MountNSOwner(c.pid)
+	must(t, err)
 	threadsBefore := threads(t)
 	ns := realOS(t).NS
 	for i := 0; i < 50; i++ {
-		errs, err := ns.AttachInNamespace(context.Background(), containermount.NamespaceRef{Inode: inode, Pids: []int{c.pid}}, e.dir, nil)
+		errs, err := ns.AttachInNamespace(context.Background(), containermount.NamespaceRef{Inode: inode, Pids: []int{c.pid}, Owner: owner}, e.dir, nil)
 		if err != nil || len(errs) != 0 {
 			t.Fatalf("enter %d: %v %v", i, errs, err)
 		}
@@ -296,7 +301,7 @@ func TestNodeAgentStaysInItsNamespace(t *testing.T) {
 	testenv.WaitFor(t, 5*time.Second, "threads retired", testenv.Until(func() bool { return threads(t) <= threadsBefore+3 }))
 
 	// A reused pid (here: a process in another namespace) is never entered.
-	_, err = ns.AttachInNamespace(context.Background(), containermount.NamespaceRef{Inode: inode, Pids: []int{os.Getpid()}}, e.dir, nil)
+	_, err = ns.AttachInNamespace(context.Background(), containermount.NamespaceRef{Inode: inode, Pids: []int{os.Getpid()}, Owner: owner}, e.dir, nil)
 	if !errors.Is(err, containermount.ErrNamespaceGone) {
 		t.Errorf("entering through a pid of another namespace: %v, want ErrNamespaceGone", err)
 	}

@@ -51,6 +51,14 @@ type ProcFS interface {
 	// MountNS and UserNS return the inode of /proc/<pid>/ns/mnt and /proc/<pid>/ns/user.
 	MountNS(pid int) (uint64, error)
 	UserNS(pid int) (uint64, error)
+	// Stat returns /proc/<pid>/stat's parent pid and start time.
+	Stat(pid int) (ProcStat, error)
+	// MountNSOwner returns the inode of pid's mount namespace and of the user namespace that
+	// owns it (ioctl NS_GET_USERNS on /proc/<pid>/ns/mnt).
+	MountNSOwner(pid int) (mnt, owner uint64, err error)
+	// UserNSParent returns the inode of pid's user namespace and of its parent (ioctl
+	// NS_GET_PARENT); parent is 0 for the initial user namespace.
+	UserNSParent(pid int) (user, parent uint64, err error)
 }
 
 // Attach is one clone of the live mount to put into a container.
@@ -92,6 +100,9 @@ type Outcome struct {
 type NamespaceRef struct {
 	Inode uint64
 	Pids  []int
+	// Owner is the user namespace that must own it (NS_GET_USERNS, checked on the descriptor
+	// that is entered); 0 is refused.
+	Owner uint64
 }
 
 // Namespaces performs the kernel calls.

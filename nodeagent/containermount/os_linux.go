@@ -4,6 +4,7 @@ package containermount
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -76,6 +77,60 @@ func (p RealProcFS) ns(pid int, kind string) (uint64, error) {
 		return 0, err
 	}
 	return NamespaceInode(link)
+}
+
+// Stat implements ProcFS.
+func (p RealProcFS) Stat(pid int) (ProcStat, error) {
+	s, err := p.read(pid, "stat")
+	if err != nil {
+		return ProcStat{}, err
+	}
+	return ParseStat(s)
+}
+
+// MountNSOwner implements ProcFS.
+func (p RealProcFS) MountNSOwner(pid int) (mnt, owner uint64, err error) {
+	return p.nsRelative(pid, "mnt", unix.NS_GET_USERNS)
+}
+
+// UserNSParent implements ProcFS: parent 0 when the kernel names none (EPERM: the initial user
+// namespace, or a parent outside the agent's).
+func (p RealProcFS) UserNSParent(pid int) (user, parent uint64, err error) {
+	user, parent, err = p.nsRelative(pid, "user", unix.NS_GET_PARENT)
+	if errors.Is(err, unix.EPERM) {
+		return user, 0, nil
+	}
+	return user, parent, err
+}
+
+// nsRelative opens /proc/<pid>/ns/<kind> and returns its inode and that of the namespace the
+// ioctl req (NS_GET_USERNS, NS_GET_PARENT) returns a descriptor of.
+func (p RealProcFS) nsRelative(pid int, kind string, req uint) (self, rel uint64, err error) {
+	fd, err := unix.Open(filepath.Join(p.Root, strconv.Itoa(pid), "ns", kind), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer func() { _ = unix.Close(fd) }() // a namespace descriptor
+	self, rel, err = relatedNS(fd, req)
+	return self, rel, err
+}
+
+// relatedNS returns the inode of the namespace fd and of the one the ioctl req returns.
+func relatedNS(fd int, req uint) (self, rel uint64, err error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return 0, 0, err
+	}
+	rfd, err := unix.IoctlRetInt(fd, req)
+	if err != nil {
+		return st.Ino, 0, fmt.Errorf("ioctl %#x: %w", req, err)
+	}
+	defer func() { _ = unix.Close(rfd) }() // a namespace descriptor
+	var rst unix.Stat_t
+	if err := unix.Fstat(rfd, &rst); err != nil {
+		return st.Ino, 0, err
+	}
+	return st.Ino, rst.Ino, nil
 }
 
 // RealNamespaces performs the kernel calls (Linux >= 5.12 for open_tree, move_mount, openat2,
@@ -202,10 +257,14 @@ func (n RealNamespaces) openNamespace(ns NamespaceRef) (int, error) {
 		if err != nil {
 			continue
 		}
-		var st unix.Stat_t
-		if err := unix.Fstat(fd, &st); err != nil || st.Ino != ns.Inode {
+		ino, owner, err := relatedNS(fd, unix.NS_GET_USERNS)
+		if err != nil || ino != ns.Inode {
 			_ = unix.Close(fd) // the pid was reused by a process elsewhere
 			continue
+		}
+		if ns.Owner == 0 || owner != ns.Owner {
+			_ = unix.Close(fd)
+			return -1, fmt.Errorf("%w: mount namespace %d is owned by user namespace %d, want %d", ErrNotRuntimeNamespace, ns.Inode, owner, ns.Owner)
 		}
 		return fd, nil
 	}

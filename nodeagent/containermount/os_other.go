@@ -19,6 +19,10 @@ func (noProc) Cgroup(int) (string, error)    { return "", ErrUnsupported }
 func (noProc) MountInfo(int) (string, error) { return "", ErrUnsupported }
 func (noProc) MountNS(int) (uint64, error)   { return 0, ErrUnsupported }
 func (noProc) UserNS(int) (uint64, error)    { return 0, ErrUnsupported }
+func (noProc) Stat(int) (ProcStat, error)    { return ProcStat{}, ErrUnsupported }
+
+func (noProc) MountNSOwner(int) (uint64, uint64, error) { return 0, 0, ErrUnsupported }
+func (noProc) UserNSParent(int) (uint64, uint64, error) { return 0, 0, ErrUnsupported }
 
 type noNS struct{}
 

@@ -49,6 +49,12 @@ type Proc struct {
 	MountNS uint64
 	UserNS  uint64
 	Cgroup  CgroupInfo
+	// PPid and StartTime come from /proc/<pid>/stat (ContainerInits).
+	PPid      int
+	StartTime uint64
+	// MountNSOwner is the user namespace owning MountNS (NS_GET_USERNS); UserNSParent is
+	// UserNS's parent (NS_GET_PARENT; 0 for the host's). RuntimeMade checks them.
+	MountNSOwner, UserNSParent uint64
 }
 
 // Namespace is one distinct mount namespace of a pod, with every process of the pod in it.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"strconv"
 	"sync"
 	"time"
 
@@ -133,8 +134,9 @@ func (r *Remounter) RemountInContainers(ctx context.Context, req RemountRequest)
 		return res, err
 	}
 	names := containerNames(pod)
+	runtimeProcs, foreign := r.runtimeInits(procs, selfUser, pod.Spec.HostUsers == nil || *pod.Spec.HostUsers)
 	var fixedLabels []string
-	for _, ns := range GroupByNamespace(procs, string(pod.UID), selfNS, hostNS) {
+	for _, ns := range GroupByNamespace(runtimeProcs, string(pod.UID), selfNS, hostNS) {
 		label := nsLabel(ns, names)
 		spec, identified := SpecMounts(pod, nsNames(ns, names))
 		fixed := r.fixNamespace(ctx, log, req, live, ns, label, selfUser, nsSpec{spec, identified}, &res)
@@ -142,6 +144,7 @@ func (r *Remounter) RemountInContainers(ctx context.Context, req RemountRequest)
 			fixedLabels = append(fixedLabels, label)
 		}
 	}
+	r.skipForeign(log, req, live, foreign, names, &res, selfNS, hostNS)
 	r.report(pod, res, fixedLabels, start)
 	log.V(1).Info("remount pass done", "fixed", res.Fixed, "failed", len(res.Failed), "untouched", res.Untouched)
 	return res, nil
@@ -208,9 +211,96 @@ func (r *Remounter) podProcs(podUID string) ([]Proc, error) {
 			continue
 		}
 		user, _ := r.os.Proc.UserNS(pid)
-		out = append(out, Proc{Pid: pid, MountNS: mnt, UserNS: user, Cgroup: info})
+		st, err := r.os.Proc.Stat(pid)
+		if err != nil {
+			continue
+		}
+		p := Proc{Pid: pid, MountNS: mnt, UserNS: user, Cgroup: info, PPid: st.PPid, StartTime: st.StartTime}
+		if m, owner, err := r.os.Proc.MountNSOwner(pid); err == nil && m == mnt {
+			p.MountNSOwner = owner
+		}
+		if u, parent, err := r.os.Proc.UserNSParent(pid); err == nil && u == user {
+			p.UserNSParent = parent
+		}
+		out = append(out, p)
 	}
 	return out, nil
+}
+
+// runtimeInits keeps the processes through which the agent may act: each container's init
+// (ContainerInits) whose namespaces the runtime made (RuntimeMade). foreign lists the processes
+// in every other mount namespace of the pod's — made by a process of a container, or held by an
+// init that fails RuntimeMade — each with why it is left alone.
+func (r *Remounter) runtimeInits(procs []Proc, agentUser uint64, hostUsers bool) (ok []Proc, foreign []foreignProc) {
+	inits, nested := ContainerInits(procs)
+	runtimeNS := map[uint64]bool{}
+	for _, p := range inits {
+		if err := RuntimeMade(p, agentUser, hostUsers); err != nil {
+			foreign = append(foreign, foreignProc{p, err})
+			continue
+		}
+		ok = append(ok, p)
+		runtimeNS[p.MountNS] = true
+	}
+	for _, p := range nested {
+		if !runtimeNS[p.MountNS] {
+			foreign = append(foreign, foreignProc{p, fmt.Errorf("%w: pid %d made it (its container's init, the process the runtime started, is in another one)",
+				ErrNotRuntimeNamespace, p.Pid)})
+		}
+	}
+	for i := 0; i < len(foreign); {
+		if runtimeNS[foreign[i].MountNS] {
+			foreign = append(foreign[:i], foreign[i+1:]...) // an init failing RuntimeMade in a namespace another init vouches for: not entered through it
+			continue
+		}
+		i++
+	}
+	return ok, foreign
+}
+
+// foreignProc is a process in a mount namespace the agent does not act in, and why.
+type foreignProc struct {
+	Proc
+	why error
+}
+
+// skipForeign reports, for every foreign namespace where a lookup still reaches the dead
+// connection, each such mount point as failed with ErrNotRuntimeNamespace (a
+// ContainerMountSkipped Event): nothing is attached there, the probe remains the fallback.
+// The agent's own and the host's namespaces (skip) are not the pod's to report.
+func (r *Remounter) skipForeign(log logr.Logger, req RemountRequest, live Mount, foreign []foreignProc, names map[string]string,
+	res *RemountResult, skip ...uint64) {
+	seen := map[uint64]bool{}
+	for _, s := range skip {
+		if s != 0 {
+			seen[s] = true
+		}
+	}
+	for _, f := range foreign {
+		if seen[f.MountNS] {
+			continue
+		}
+		seen[f.MountNS] = true
+		ns := Namespace{Inode: f.MountNS, Pids: []int{f.Pid}, UserNS: f.UserNS}
+		if f.Cgroup.ContainerID != "" {
+			ns.ContainerIDs = []string{f.Cgroup.ContainerID}
+		}
+		table, err := r.table(ns)
+		if err != nil {
+			continue // gone: nothing left to leave dead
+		}
+		plan := PlanNamespace(table, req.DeadDevice, req.DeadRoot, live.Dev)
+		dead := make([]string, 0, len(plan.Targets)+len(plan.Skipped))
+		for _, t := range plan.Targets {
+			dead = append(dead, t.MountPoint)
+		}
+		dead = append(dead, sortedKeys(plan.Skipped)...)
+		label := nsLabel(ns, names) + " (mount namespace " + strconv.FormatUint(f.MountNS, 10) + " of pid " + strconv.Itoa(f.Pid) + ")"
+		for _, mp := range dead {
+			r.fail(res, label, mp, f.why)
+			log.Info("dead mount left in a mount namespace the runtime did not make", "namespace", label, "mountPoint", mp, "why", f.why.Error())
+		}
+	}
 }
 
 // nsSpec is what the pod spec says of one namespace's containers' mounts (SpecMounts).
@@ -297,7 +387,7 @@ func (r *Remounter) attachRound(ctx context.Context, log logr.Logger, req Remoun
 			Slave: t.Slave && liveShared, NoPeerGroup: !liveShared, Nest: t.Nest, Protect: t.Reprotect}
 	}
 	nctx, cancel := context.WithTimeout(ctx, r.opts.NamespaceTimeout)
-	outs, err := r.os.NS.AttachInNamespace(nctx, NamespaceRef{Inode: ns.Inode, Pids: ns.Pids}, req.LivePath, attaches)
+	outs, err := r.os.NS.AttachInNamespace(nctx, NamespaceRef{Inode: ns.Inode, Pids: ns.Pids, Owner: ns.UserNS}, req.LivePath, attaches)
 	cancel()
 	if err != nil {
 		for _, t := range plan.Targets {

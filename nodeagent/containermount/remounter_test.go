@@ -248,8 +248,12 @@ func (s stepNS) AttachInNamespace(ctx context.Context, ns containermount.Namespa
 
 func TestRemountReportsFailuresAndFixesTheOthers(t *testing.T) {
 	c := newFakeCluster(t)
-	// "sub" runs in a user namespace and the kernel refuses to enter it; c3+c4's attach fails.
-	c.node.AddProc(30, containermounttest.FakeProc{Cgroup: cg("sub"), MountNS: 3, UserNS: 77})
+	// "sub" runs in a user namespace the runtime made (the pod says hostUsers: false; a
+	// container in the host's is still the runtime's) and the kernel refuses to enter it;
+	// c3+c4's attach fails.
+	hostUsers := false
+	c.pod.Spec.HostUsers = &hostUsers
+	c.node.AddProc(30, containermounttest.FakeProc{Cgroup: cg("sub"), MountNS: 3, UserNS: 77, UserNSParent: 1})
 	c.node.FailSetns[3] = errors.New("operation not permitted")
 	c.node.FailAttach["/data"] = errors.New("invalid argument")
 	h := newHarness(t, c.node.OS(), containermount.Options{})
@@ -687,9 +691,9 @@ func TestRemountConcurrentPassesFixOnce(t *testing.T) {
 func TestFakeNodeRecordsViolations(t *testing.T) {
 	c := newFakeCluster(t)
 	ns := c.node.OS().NS
-	_, err := ns.AttachInNamespace(context.Background(), containermount.NamespaceRef{Inode: agentNS, Pids: []int{agentPid}}, livePath, nil)
+	_, err := ns.AttachInNamespace(context.Background(), containermount.NamespaceRef{Inode: agentNS, Pids: []int{agentPid}, Owner: 1}, livePath, nil)
 	must(t, err)
-	errs, err := ns.AttachInNamespace(context.Background(), containermount.NamespaceRef{Inode: 2, Pids: []int{20}}, livePath,
+	errs, err := ns.AttachInNamespace(context.Background(), containermount.NamespaceRef{Inode: 2, Pids: []int{20}, Owner: 1}, livePath,
 		[]containermount.Attach{{Offset: "../escape", Target: "/data", ExpectMountID: 400}})
 	must(t, err)
 	if len(c.node.Violations) != 2 || !errors.Is(errs[0].Err, containermount.ErrSource) {

@@ -24,9 +24,11 @@ func (r *Remounter) report(pod *corev1.Pod, res RemountResult, fixedLabels []str
 			"Volume mount restored without a restart in container(s) %s (%s)",
 			strings.Join(fixedLabels, ", "), quoteAll(res.Fixed))
 	}
-	var failed, skipped []string
+	var failed, skipped, foreign []string
 	for _, k := range sortedKeys(res.Failed) {
-		if errors.Is(res.Failed[k], ErrUnverified) {
+		if errors.Is(res.Failed[k], ErrNotRuntimeNamespace) {
+			foreign = append(foreign, strconv.Quote(k)+": "+res.Failed[k].Error())
+		} else if errors.Is(res.Failed[k], ErrUnverified) {
 			skipped = append(skipped, strconv.Quote(k)+": "+res.Failed[k].Error())
 		} else {
 			failed = append(failed, strconv.Quote(k)+": "+res.Failed[k].Error())
@@ -40,6 +42,12 @@ func (r *Remounter) report(pod *corev1.Pod, res RemountResult, fixedLabels []str
 		r.rec.Eventf(pod, corev1.EventTypeWarning, ReasonSkipped,
 			"Volume mount left dead in container(s) whose pod spec and mount table disagree (nothing was mounted there); "+
 				"the liveness probe remains the fallback: %s", strings.Join(skipped, "; "))
+	}
+	if len(foreign) > 0 {
+		r.rec.Eventf(pod, corev1.EventTypeWarning, ReasonSkipped,
+			"Volume mount left dead in mount namespace(s) a container's own process made (not the runtime's; a mount put there "+
+				"could be remounted writable by its owner), nothing was mounted there; the liveness probe remains the fallback: %s",
+			strings.Join(foreign, "; "))
 	}
 }
 
@@ -57,6 +65,7 @@ func Reason(err error) string {
 		err    error
 		reason string
 	}{
+		{ErrNotRuntimeNamespace, "not_runtime_namespace"},
 		{ErrLocked, "userns_locked"},
 		{ErrNamespaceGone, "namespace_gone"},
 		{ErrSource, "source"},

@@ -10,12 +10,17 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
 	"golang.org/x/sys/unix"
+
+	"github.com/pvrescue/pvrescue/internal/testenv"
+	"github.com/pvrescue/pvrescue/nodeagent/containermount"
 )
 
 // TestNodeUserNamespacedContainer: a container in a user namespace of its own, whose mount
@@ -24,6 +29,8 @@ import (
 // the dead mount first (the other way to replace it) is refused for the locked one.
 func TestNodeUserNamespacedContainer(t *testing.T) {
 	n := newNode(t)
+	hostUsers := false // the runtime made the user namespace: the pod says hostUsers: false
+	n.hostUsers = &hostUsers
 	app, data, _ := n.appContainer("app")
 	udata := filepath.Join(n.dir, "ctr-userns", "data")
 	must(t, os.MkdirAll(udata, 0o755))
@@ -77,5 +84,71 @@ func TestNodeReadOnlyLiveMount(t *testing.T) {
 	}
 	if err := os.WriteFile(app.path(data)+"/x", []byte("x"), 0o644); !errors.Is(err, syscall.EROFS) {
 		t.Errorf("write through a clone of a read-only live mount: %v, want EROFS", err)
+	}
+}
+
+// TestNodeTenantNestedNamespaceSkipped: inside app's container a process makes its own user and
+// mount namespace (unshare -Urm, as a tenant may), which holds a copy of the dead mount. The
+// agent fixes app's own namespace (the runtime's, entered through the container's init) and
+// leaves the tenant's namespace exactly as it was, with a ContainerMountSkipped Event: a clone
+// put there from the agent's namespace would not be locked, and the tenant, root in its user
+// namespace, could remount it writable.
+func TestNodeTenantNestedNamespaceSkipped(t *testing.T) {
+	n := newNode(t)
+	app, data, _ := n.appContainer("app")
+	ready := filepath.Join(n.dir, "nested.ready")
+	nested := exec.Command("nsenter", "-t", strconv.Itoa(app.pid), "-m", "unshare", "-U", "--map-root-user", "-m", "--propagation", "private",
+		"sh", "-ec", "touch "+ready+"\nexec sleep 3600")
+	must(t, nested.Start())
+	t.Cleanup(func() { _ = nested.Process.Kill(); _ = nested.Wait() })
+	testenv.WaitFor(t, 10*time.Second, "tenant's nested namespace", testenv.Until(func() bool { _, err := os.Stat(ready); return err == nil }))
+	tenant := &container{pid: nested.Process.Pid, cmd: nested}
+	if nsOf(t, tenant.pid) == nsOf(t, app.pid) {
+		t.Fatal("the nested process shares app's mount namespace")
+	}
+	n.kill()
+	n.restore()
+	before := tenant.table(t).Stack(data)
+	if len(before) == 0 || before[len(before)-1].Dev != n.deadDev {
+		t.Fatalf("tenant's namespace before the pass: stack at %s = %+v, want the dead mount on top", data, before)
+	}
+
+	r, rec := n.remounter(inPod(map[int]string{app.pid: "app", tenant.pid: "app"}))
+	res, err := r.RemountInContainers(logr.NewContext(context.Background(), testr.New(t)), n.request("app"))
+	must(t, err)
+	ev := drain(rec)
+	t.Logf("result %+v, events %q", res, ev)
+	if !slices.Contains(res.Fixed, "app:"+data) {
+		t.Errorf("app:%s not fixed: %+v", data, res)
+	}
+	var skippedKey string
+	for k, err := range res.Failed {
+		if strings.Contains(k, "of pid "+strconv.Itoa(tenant.pid)+")") && errors.Is(err, containermount.ErrNotRuntimeNamespace) {
+			skippedKey = k
+		} else {
+			t.Errorf("unexpected failure %s: %v", k, err)
+		}
+	}
+	if skippedKey == "" {
+		t.Errorf("the tenant's namespace is not reported as skipped: %v", res.Failed)
+	}
+	after := tenant.table(t).Stack(data)
+	if !slices.EqualFunc(before, after, func(a, b containermount.Mount) bool { return a.ID == b.ID }) {
+		t.Errorf("the tenant's namespace changed: stack %+v -> %+v", before, after)
+	}
+	if _, err := os.Stat(tenant.path(data) + "/root.txt"); !errors.Is(err, syscall.ENOTCONN) {
+		t.Errorf("tenant's namespace: stat = %v, want ENOTCONN (left to the probe)", err)
+	}
+	if got := read(t, app.path(data)+"/root.txt"); got != "volume root\n" {
+		t.Errorf("app's /data/root.txt = %q", got)
+	}
+	var skipped int
+	for _, e := range ev {
+		if strings.HasPrefix(e, "Warning "+containermount.ReasonSkipped) && strings.Contains(e, "of pid "+strconv.Itoa(tenant.pid)) {
+			skipped++
+		}
+	}
+	if skipped != 1 {
+		t.Errorf("events %q, want one %s naming pid %d", ev, containermount.ReasonSkipped, tenant.pid)
 	}
 }

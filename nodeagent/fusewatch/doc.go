@@ -22,6 +22,17 @@
 // kernel does not name the connection, every /dev/fuse holder is watched (a spurious wake only
 // costs the rescue one check).
 //
+// The walk treats what it finds as a tenant's: a descriptor counts only when its link
+// (readlink of /proc/<pid>/fd/<n>) is exactly /dev/fuse (FuseDeviceLink), and only then is its
+// fdinfo read. Nothing a descriptor points to is ever stat'ed or opened — a tenant's open file
+// named fuse on a hung NFS or FUSE volume would otherwise stall the watcher (a stat through the
+// magic link reaches the file's filesystem; readlink and fdinfo are answered from the kernel's
+// own structures). A device node elsewhere than /dev, or a tenant's plain file at /dev/fuse in
+// its own /dev, is handled by what the kernel says in fdinfo: no fuse_connection line makes it
+// a holder watched whatever it serves (an exit then costs one check). The cost of a walk is
+// bounded: at most OSOptions.MaxFDsPerProcess (16384) descriptors of each process, their names
+// read 1024 at a time, one readlink each, plus one fdinfo read per /dev/fuse descriptor.
+//
 // The daemons of other pods (a CSI node plugin's s3fs) are visible only when the agent shares
 // the host's PID namespace (hostPID, as the container remount needs); without it the Watcher
 // sees the agent's own bridges and the periodic check remains the safety net for the rest.

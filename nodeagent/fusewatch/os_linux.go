@@ -14,9 +14,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// fuseRdev is /dev/fuse's device number (misc 10:229).
-var fuseRdev = unix.Mkdev(10, 229)
-
 // NewOS returns the real OS.
 func NewOS(opts OSOptions) OS {
 	opts.defaults()
@@ -33,8 +30,12 @@ func (r realOS) Connections() (map[Connection][]string, error) {
 	return Connections(string(b)), nil
 }
 
-// Holders walks <proc>/<pid>/fd: a readlink per descriptor, and a stat and an fdinfo read only
-// for those that name a "fuse" device. Processes that exit meanwhile are skipped.
+// Holders walks <proc>/<pid>/fd: a readlink per descriptor (at most MaxFDsPerProcess of each
+// process, listed fdBatch names at a time), and an fdinfo read only for those whose link is
+// exactly /dev/fuse (FuseDeviceLink). No file a descriptor points to is ever stat'ed or opened:
+// readlink of the magic link and fdinfo are answered from the kernel's own structures, so a
+// tenant's file on a hung NFS or FUSE volume cannot stall the walk. Processes that exit
+// meanwhile are skipped.
 func (r realOS) Holders() ([]Holder, error) {
 	ents, err := os.ReadDir(r.opts.Proc)
 	if err != nil {
@@ -46,25 +47,36 @@ func (r realOS) Holders() ([]Holder, error) {
 		if err != nil || pid <= 0 {
 			continue
 		}
-		fdDir := filepath.Join(r.opts.Proc, e.Name(), "fd")
-		fds, err := os.ReadDir(fdDir)
-		if err != nil {
-			continue
+		if h, ok := r.holder(pid, e.Name()); ok {
+			out = append(out, h)
 		}
-		h := Holder{PID: pid}
-		found, named := false, true
+	}
+	return out, nil
+}
+
+// fdBatch is how many descriptor names are read from /proc/<pid>/fd at once.
+const fdBatch = 1024
+
+// holder looks at pid's descriptors; ok when one of them is /dev/fuse.
+func (r realOS) holder(pid int, name string) (Holder, bool) {
+	fdDir := filepath.Join(r.opts.Proc, name, "fd")
+	d, err := os.Open(fdDir)
+	if err != nil {
+		return Holder{}, false
+	}
+	defer func() { _ = d.Close() }() // a directory read only
+	h := Holder{PID: pid}
+	found, named := false, true
+	for seen := 0; seen < r.opts.MaxFDsPerProcess; {
+		fds, err := d.Readdirnames(min(fdBatch, r.opts.MaxFDsPerProcess-seen))
+		seen += len(fds)
 		for _, fd := range fds {
-			p := filepath.Join(fdDir, fd.Name())
-			target, err := os.Readlink(p)
-			if err != nil || filepath.Base(target) != "fuse" {
-				continue
-			}
-			var st unix.Stat_t
-			if unix.Stat(p, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFCHR || st.Rdev != fuseRdev {
+			target, err := os.Readlink(filepath.Join(fdDir, fd))
+			if err != nil || !FuseDeviceLink(target) {
 				continue
 			}
 			found = true
-			info, err := os.ReadFile(filepath.Join(r.opts.Proc, e.Name(), "fdinfo", fd.Name()))
+			info, err := os.ReadFile(filepath.Join(r.opts.Proc, name, "fdinfo", fd))
 			if err != nil {
 				named = false
 				continue
@@ -75,15 +87,17 @@ func (r realOS) Holders() ([]Holder, error) {
 				named = false
 			}
 		}
-		if !found {
-			continue
+		if err != nil || len(fds) == 0 {
+			break // io.EOF at the end, or the process went
 		}
-		if !named {
-			h.Connections = nil // one descriptor the kernel did not name: watch it whatever it serves
-		}
-		out = append(out, h)
 	}
-	return out, nil
+	if !found {
+		return Holder{}, false
+	}
+	if !named {
+		h.Connections = nil // one descriptor the kernel did not name: watch it whatever it serves
+	}
+	return h, true
 }
 
 func (r realOS) Events() (Events, error) {

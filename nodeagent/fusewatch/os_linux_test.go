@@ -5,7 +5,9 @@ package fusewatch
 import (
 	"context"
 	"errors"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -93,5 +95,48 @@ func TestHoldersFindsDevFuse(t *testing.T) {
 			t.Fatalf("holder %d not found in %+v", holder.Process.Pid, hs)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A process whose descriptor points to a file named fuse that is not the device is not a
+// holder; a walk looks at no more than MaxFDsPerProcess descriptors of a process.
+func TestHoldersIgnoresFilesNamedFuse(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "fuse"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	named := exec.Command("sh", "-c", "exec 3<"+filepath.Join(dir, "fuse")+"; exec sleep 60")
+	// /dev/fuse as its 40th descriptor or so: beyond a bound of 8, found with the default.
+	late := exec.Command("bash", "-c", "for i in $(seq 3 40); do eval \"exec $i</dev/null\"; done; exec 41</dev/fuse; exec sleep 60")
+	for _, c := range []*exec.Cmd{named, late} {
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = c.Process.Kill(); _ = c.Wait() }()
+	}
+	find := func(opts OSOptions, pid int) bool {
+		hs, err := NewOS(opts).Holders()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range hs {
+			if h.PID == pid {
+				return true
+			}
+		}
+		return false
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !find(OSOptions{}, late.Process.Pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the holder of /dev/fuse as descriptor 41 was not found with the default bound")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if find(OSOptions{}, named.Process.Pid) {
+		t.Errorf("a process holding %s/fuse (a plain file) is listed as a /dev/fuse holder", dir)
+	}
+	if find(OSOptions{MaxFDsPerProcess: 8}, late.Process.Pid) {
+		t.Errorf("with MaxFDsPerProcess 8 the walk still reached descriptor 41")
 	}
 }

@@ -57,3 +57,12 @@ func FDInfoConnection(fdinfo string) (Connection, bool) {
 	}
 	return 0, false
 }
+
+// FuseDevice is the link text of a descriptor of the FUSE device.
+const FuseDevice = "/dev/fuse"
+
+// FuseDeviceLink reports whether a /proc/<pid>/fd/<n> link text names the FUSE device: exactly
+// /dev/fuse, nothing else. A tenant's own file named fuse anywhere else (or "/dev/fuse
+// (deleted)") is not looked at further: the walk never stats what a descriptor points to, and
+// reads fdinfo (where the kernel names the connection) only for these.
+func FuseDeviceLink(target string) bool { return target == FuseDevice }

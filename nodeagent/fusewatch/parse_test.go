@@ -47,3 +47,30 @@ func TestFDInfoConnection(t *testing.T) {
 		})
 	}
 }
+
+// Only the FUSE device's exact link text passes: a tenant's file named fuse anywhere else is
+// never looked at further (no stat, no fdinfo).
+func TestFuseDeviceLink(t *testing.T) {
+	for _, tc := range []struct {
+		link string
+		want bool
+	}{
+		{"/dev/fuse", true},
+		{"/data/fuse", false},          // a tenant's file on a volume
+		{"/mnt/nfs/dev/fuse", false},   // named like the device, elsewhere
+		{"fuse", false},                // relative
+		{"/dev/fuse (deleted)", false}, // an unlinked node
+		{"/dev//fuse", false},
+		{"/dev/fuse/", false},
+		{"/dev/fuse\n", false},
+		{"/dev/fusectl", false},
+		{"/proc/1/root/dev/fuse", false},
+		{"anon_inode:[eventpoll]", false},
+		{"socket:[12345]", false},
+		{"", false},
+	} {
+		if got := FuseDeviceLink(tc.link); got != tc.want {
+			t.Errorf("FuseDeviceLink(%q) = %t, want %t", tc.link, got, tc.want)
+		}
+	}
+}

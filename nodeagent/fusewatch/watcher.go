@@ -22,9 +22,20 @@ type OSOptions struct {
 	// Mountinfo is the mount table to watch (default /proc/self/mountinfo: the agent's own mount
 	// namespace, where the mounts it restores are).
 	Mountinfo string
+	// MaxFDsPerProcess bounds the descriptors looked at in each process per walk (default
+	// DefaultMaxFDsPerProcess): a walk costs at most that many readlinks per process, and an
+	// fdinfo read per /dev/fuse descriptor. A daemon whose /dev/fuse descriptor lies beyond it
+	// is not found (FUSE daemons get theirs at mount time, among their first descriptors).
+	MaxFDsPerProcess int
 }
 
+// DefaultMaxFDsPerProcess is OSOptions.MaxFDsPerProcess's default.
+const DefaultMaxFDsPerProcess = 16384
+
 func (o *OSOptions) defaults() {
+	if o.MaxFDsPerProcess <= 0 {
+		o.MaxFDsPerProcess = DefaultMaxFDsPerProcess
+	}
 	if o.Proc == "" {
 		o.Proc = "/proc"
 	}

@@ -56,6 +56,19 @@ type FakeProc struct {
 	Cgroup  string
 	MountNS uint64
 	UserNS  uint64
+	// PPid and StartTime are /proc/<pid>/stat's (zero: a tie the lowest pid wins).
+	PPid      int
+	StartTime uint64
+	// MountNSOwner owns MountNS (0: UserNS, as for every namespace a runtime makes);
+	// UserNSParent is UserNS's parent (0: the initial user namespace).
+	MountNSOwner, UserNSParent uint64
+}
+
+func (p FakeProc) owner() uint64 {
+	if p.MountNSOwner != 0 {
+		return p.MountNSOwner
+	}
+	return p.UserNS
 }
 
 // FakeCall is one recorded AttachInNamespace call and what it did.
@@ -164,6 +177,21 @@ func (p fakeProc) UserNS(pid int) (uint64, error) {
 	return pr.UserNS, err
 }
 
+func (p fakeProc) Stat(pid int) (containermount.ProcStat, error) {
+	pr, err := p.get(pid)
+	return containermount.ProcStat{PPid: pr.PPid, StartTime: pr.StartTime}, err
+}
+
+func (p fakeProc) MountNSOwner(pid int) (uint64, uint64, error) {
+	pr, err := p.get(pid)
+	return pr.MountNS, pr.owner(), err
+}
+
+func (p fakeProc) UserNSParent(pid int) (uint64, uint64, error) {
+	pr, err := p.get(pid)
+	return pr.UserNS, pr.UserNSParent, err
+}
+
 type fakeNS struct{ f *FakeNode }
 
 func (n fakeNS) AttachInNamespace(ctx context.Context, ref containermount.NamespaceRef, livePath string, attaches []containermount.Attach) ([]containermount.Outcome, error) {
@@ -187,6 +215,9 @@ func (n fakeNS) AttachInNamespace(ctx context.Context, ref containermount.Namesp
 	for _, pid := range ref.Pids {
 		if p, ok := f.procs[pid]; ok && p.MountNS == ref.Inode {
 			entered = true
+			if ref.Owner == 0 || p.owner() != ref.Owner {
+				return nil, fmt.Errorf("%w: mount namespace %d is owned by %d, want %d", containermount.ErrNotRuntimeNamespace, ref.Inode, p.owner(), ref.Owner)
+			}
 			break
 		}
 	}

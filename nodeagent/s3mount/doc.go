@@ -121,21 +121,26 @@
 //
 // Before anything goes on top of a target, dead mounts of ours there (recognised by our fsname,
 // pvrescue-s3:<pv>, which binds inherit) are removed, so a target holds at most the driver's dead
-// mount plus one live mount. When a pod is gone
-// (deleted, or every container ended), its targets are emptied top down: our binds, then a dead
-// FUSE mount of a configured S3 driver below them (kubelet keeps the pod until its target holds no
-// mount, and a driver whose NodeUnpublish unmounts only the top leaves that dead mount behind).
-// Live mounts that are not ours are never touched. The mount we put at a target (a replayed
-// driver mount, a bridge bind) is recorded by device (stack.Placed, in handed.json); when it vanishes from a gone
-// pod's target without us removing it, kubelet's teardown took it (the driver's NodeUnpublish
-// unmounts the top only), found the dead mount below and left its directory; once the agent has
-// removed that dead mount it finishes kubelet's removeMountDir: the empty mount directory,
-// vol_data.json and the empty volume directory, so kubelet's orphan cleanup can remove the pod's
-// directory. When the agent empties the target first, kubelet's own teardown cleans up. Both
-// kinds of help are counted, pvrescue_s3_teardown_help_total{action="emptied"|"finished"}: with
-// the live mount put beneath the dead one a target holds one mount, the driver's NodeUnpublish
-// takes it and kubelet finishes alone, so the counter moves only for stacks (left by earlier
-// agents, or where the kernel refused to replace).
+// mount plus one live mount.
+//
+// A teardown is never worse than without us. When a pod is gone (deleted, or every container
+// ended), the agent removes only its own mounts from the top of its targets — our bridge binds
+// (our fsname) and dead mounts we put there (stack.Placed) — and never the last mount at a
+// target: kubelet's teardown calls the driver's NodeUnpublishVolume there, and a driver whose
+// unpublish is a plain umount of the target (k8s-csi-s3: codes.Internal on EINVAL, retried by
+// kubelet for ever) needs a mount to find. The driver's mounts, dead or alive, stay for the
+// driver. The mount we put at a target (a replayed driver mount, a bridge bind) is recorded by
+// device (stack.Placed, in handed.json; every removal of ours forgets it); when it vanishes from
+// a gone pod's target without us removing it, kubelet's teardown took it (the driver's
+// NodeUnpublish unmounts the top only, and succeeded), found the dead mount below and left its
+// directory, and kubelet will not call the driver again for it. Only then does the agent remove
+// what is left (our binds, the dead FUSE mount of a configured S3 driver) and finish kubelet's
+// removeMountDir: the empty mount directory, vol_data.json and the empty volume directory, so
+// kubelet's orphan cleanup can remove the pod's directory. Both kinds of help are counted,
+// pvrescue_s3_teardown_help_total{action="emptied"|"finished"}: with the live mount put beneath
+// the dead one a target holds one mount, the driver's NodeUnpublish takes it and kubelet
+// finishes alone, so the counter moves only for stacks (left by earlier agents, or where the
+// kernel refused to replace).
 //
 // # Bridges outlive the agent
 //

@@ -442,8 +442,8 @@ func TestRestorerCleansUpAfterPodDeletion(t *testing.T) {
 	l := s3fs.Layout{StateDir: testState}
 	w.waitFor("bind removed, staging stopped", func() bool {
 		_, _, pw := w.node.File(l.PasswdFile("pv-a"))
-		// Our bind and the dead driver mount under it are gone: kubelet's teardown can finish.
-		return len(w.node.Table().Stack(target)) == 0 &&
+		// Our bind is gone; the dead driver mount under it stays for the driver's NodeUnpublish.
+		return leftForTheDriver(w, target) &&
 			len(w.node.Table().Stack(l.MountPoint("pv-a"))) == 0 && !pw && w.node.Processes()[0].Exited()
 	})
 }
@@ -458,7 +458,8 @@ func TestRestorerTerminalPodIsGone(t *testing.T) {
 	p := podObj("app", "uid-1", "data", false)
 	p.Status.Phase = corev1.PodSucceeded
 	w.view.Set(p)
-	w.waitFor("bind and dead driver mount removed", func() bool { return len(w.node.Table().Stack(target)) == 0 })
+	w.waitFor("our bind removed, the dead driver mount left for the driver", func() bool { return leftForTheDriver(w, target) })
+	strictUnpublish(t, w, target)
 }
 
 func TestRestorerAdoptsOnStart(t *testing.T) {

@@ -29,6 +29,16 @@
 //     bucket:/<prefix>/csi-fs unless usePrefix). Anything else is
 //     reported (Event reason CannotReproduce), not guessed.
 //
+// # Identity, not names
+//
+// A pod's volume counts only along a chain matched by UID (chain.go): the pod's claim must be
+// Bound, and the PV it names must have a claimRef naming that claim (namespace, name, UID) — a
+// Pending claim naming another tenant's PV counts for nothing. Only the PV's own driver
+// (spec.csi.driver) makes it an S3 volume, never a claim's provisioner annotation. Discovery
+// reads the chain from the view's cache and reads both ends again when they do not match (a
+// claim or PV recreated under its name); a replay, a bridge or a hand-back reads the chain live
+// first, so none ever uses a deleted PV's attributes; the Secret is always read live.
+//
 // # Covering the dead mount
 //
 // Drivers refuse a target whose mount check fails with ENOTCONN, and unmounting the dead mount

@@ -236,6 +236,28 @@ func (e *nodeEnv) volume(name string, secret *corev1.SecretReference, readOnly b
 		},
 	}, metav1.CreateOptions{})
 	must(e.t, err)
+	e.bind(name)
+}
+
+// bind does what the PV controller (not running here) does for the PV and claim named name: the
+// PV's claimRef gets the claim's UID and the claim becomes Bound. The agent counts a claim only
+// when both ends name each other.
+func (e *nodeEnv) bind(name string) {
+	e.t.Helper()
+	ctx := context.Background()
+	pvc, err := e.client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+	must(e.t, err)
+	pv, err := e.client.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
+	must(e.t, err)
+	pv.Spec.ClaimRef.UID = pvc.UID
+	pv, err = e.client.CoreV1().PersistentVolumes().Update(ctx, pv, metav1.UpdateOptions{})
+	must(e.t, err)
+	pv.Status.Phase = corev1.VolumeBound
+	_, err = e.client.CoreV1().PersistentVolumes().UpdateStatus(ctx, pv, metav1.UpdateOptions{})
+	must(e.t, err)
+	pvc.Status.Phase = corev1.ClaimBound
+	_, err = e.client.CoreV1().PersistentVolumeClaims(ns).UpdateStatus(ctx, pvc, metav1.UpdateOptions{})
+	must(e.t, err)
 }
 
 // pod creates a pod on the node using the claim, with a Running status as kubelet would report.

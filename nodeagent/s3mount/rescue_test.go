@@ -60,6 +60,8 @@ type world struct {
 	configure func(*config.Config)
 	// replacer is OS.Replacer of the restorers start makes (nil: stacked, as on an old kernel).
 	replacer stack.Replacer
+	// cache, when set, is the restorers' view in front of view (a cache that can be stale).
+	cache nodeagent.ClusterView
 	client   *fake.Clientset
 }
 
@@ -84,6 +86,9 @@ func (w *world) deps() nodeagent.Deps {
 	}
 	d := nodeagent.Deps{NodeName: testNode, Config: cfg, Client: w.client, View: w.view,
 		Recorder: w.events.Recorder, Registerer: prometheus.NewRegistry(), Clock: w.clock}
+	if w.cache != nil {
+		d.View = w.cache
+	}
 	if w.remount != nil {
 		d.Remounter = w.remount
 	}
@@ -172,11 +177,13 @@ func storageClass() *storagev1.StorageClass {
 			"csi.storage.k8s.io/node-publish-secret-namespace": "default"}}
 }
 
+// pvObj is a PV bound to the claim "data" of namespace default (pvcObj("data", name)).
 func pvObj(name, driver string, readOnly bool) *corev1.PersistentVolume {
 	return &corev1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("pv-uid-" + name)},
 		Spec: corev1.PersistentVolumeSpec{
 			StorageClassName: "s3",
+			ClaimRef:         &corev1.ObjectReference{Namespace: "default", Name: "data", UID: pvcUID("data")},
 			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
 				Driver: driver, VolumeHandle: "bkt/" + name, ReadOnly: readOnly,
 				VolumeAttributes:     map[string]string{"mounter": "s3fs"},
@@ -185,10 +192,13 @@ func pvObj(name, driver string, readOnly bool) *corev1.PersistentVolume {
 	}
 }
 
+// pvcObj is a claim of namespace default, Bound to pv.
 func pvcObj(name, pv string) *corev1.PersistentVolumeClaim {
-	return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-		Spec: corev1.PersistentVolumeClaimSpec{VolumeName: pv}}
+	return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: pvcUID(name)},
+		Spec: corev1.PersistentVolumeClaimSpec{VolumeName: pv}, Status: corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound}}
 }
+
+func pvcUID(name string) types.UID { return types.UID("pvc-uid-" + name) }
 
 func podObj(name, uid, claim string, readOnly bool) *corev1.Pod {
 	return &corev1.Pod{

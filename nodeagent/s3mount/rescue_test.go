@@ -61,8 +61,8 @@ type world struct {
 	// replacer is OS.Replacer of the restorers start makes (nil: stacked, as on an old kernel).
 	replacer stack.Replacer
 	// cache, when set, is the restorers' view in front of view (a cache that can be stale).
-	cache nodeagent.ClusterView
-	client   *fake.Clientset
+	cache  nodeagent.ClusterView
+	client *fake.Clientset
 }
 
 func newWorld(t *testing.T, objs ...runtime.Object) *world {

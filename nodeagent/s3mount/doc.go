@@ -204,6 +204,14 @@
 // which a restarted agent watches again (s3fs/retiring.go). A bind of the bridge left under the
 // driver's mount keeps s3fs alive until kubelet's teardown of that pod.
 //
+// A bridge is hung, not dead, when its statfs times out: s3fs under heavy writes is slow, and a
+// daemon that died gives ENOTCONN at once. Neither adoption nor Ensure ever stops or unmounts a
+// bridge for a timeout (s3fs.ErrBridgeBusy); only ENOTCONN/ECONNABORTED-class answers
+// (stack.IsDead), or no running process of it, do. A read-only PV's bridge runs s3fs with -o
+// ro (read-only kept by the daemon, not only by the binds' mount flag), and every bridge gets
+// -o ensure_diskfree=<s3.bridgeDiskFreeMB>: its temporary files never fill the node's disk
+// below that.
+//
 // The bridge's mount namespace and root stay the agent container's: s3fs and its libraries
 // (libfuse, libcurl, libssl, NSS modules loaded at run time, CA certificates read at each TLS
 // handshake) come from the agent image, and running it in the host's namespace would load the

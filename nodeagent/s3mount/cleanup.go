@@ -54,10 +54,32 @@ func (r *Restorer) cleanupTargets(ctx context.Context, table stack.Table, live m
 		if tornDown && r.rules.ClearAfterTeardown(ctx, m.MountPoint, r.deadDriverMount) > 0 {
 			r.finishTeardown(ctx, m.MountPoint)
 		}
-		if fresh, err := r.os.Mounter.MountTable(); err != nil || fresh.IsMountPoint(m.MountPoint) {
-			left++ // kubelet's teardown is to come or under way: look again soon (nextCheckIn)
+		if r.oursLeftAt(m.MountPoint) {
+			left++ // our part of the teardown waits for kubelet's: look again soon (nextCheckIn)
 		}
 	}
+}
+
+// oursLeftAt reports whether a gone pod's target still holds something the agent will act on
+// once kubelet's teardown has run: a mount of ours (our fsname), or a recorded mount (Placed)
+// whose removal by kubelet's teardown the agent finishes. A target holding only the driver's
+// mounts is the driver's alone, however long its plugin stays away: no fast cadence for it.
+func (r *Restorer) oursLeftAt(path string) bool {
+	table, err := r.os.Mounter.MountTable()
+	if err != nil {
+		return true
+	}
+	mounts := table.Stack(path)
+	if len(mounts) == 0 {
+		return false
+	}
+	if r.rules.Placed.Dev(path) != "" {
+		return true
+	}
+	return slices.ContainsFunc(mounts, func(m stack.Mount) bool {
+		_, ours := stack.PVFromFSName(m.Source)
+		return ours
+	})
 }
 
 // finishTeardown does for an emptied target what kubelet's CSI TearDownAt (removeMountDir) does

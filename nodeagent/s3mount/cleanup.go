@@ -47,12 +47,13 @@ func (r *Restorer) cleanupTargets(ctx context.Context, table stack.Table, live m
 		rec := r.rules.Placed.Dev(m.MountPoint)
 		mounts := table.Stack(m.MountPoint)
 		tornDown := rec != "" && !slices.ContainsFunc(mounts, func(x stack.Mount) bool { return x.Dev == rec })
-		if ours := r.rules.Empty(ctx, m.MountPoint, table, !tornDown); ours > 0 {
+		ours := r.rules.Empty(ctx, m.MountPoint, table, !tornDown)
+		if ours > 0 {
 			r.metrics.TeardownHelp.WithLabelValues(TeardownEmptied).Inc()
 			log.Info("removed our own mounts from the target of a gone pod; the driver's stay for its NodeUnpublish", "podUID", uid, "path", m.MountPoint, "ourMounts", ours, "left", len(mounts)-ours)
 		}
-		if tornDown && r.rules.ClearAfterTeardown(ctx, m.MountPoint, r.deadDriverMount) > 0 {
-			r.finishTeardown(ctx, m.MountPoint)
+		if tornDown && ours+r.rules.ClearAfterTeardown(ctx, m.MountPoint, r.deadDriverMount) > 0 {
+			r.finishTeardown(ctx, m.MountPoint) // only once nothing is mounted there any more
 		}
 		if r.oursLeftAt(m.MountPoint) {
 			left++ // our part of the teardown waits for kubelet's: look again soon (nextCheckIn)

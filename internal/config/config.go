@@ -115,7 +115,9 @@ type S3 struct {
 	AbortHungAfter metav1.Duration `json:"abortHungAfter"`
 	// BridgeDiskFreeMB bounds the node disk a bridge's s3fs may fill with its temporary files
 	// (<state>/s3/tmp/<pv>): s3fs's ensure_diskfree, the free space in MB it leaves on that
-	// filesystem (below it s3fs stops caching and uploads from memory). Must be at least 1.
+	// filesystem (below it s3fs stops caching and uploads from memory). s3fs 1.90 refuses to
+	// start when less than this plus one multipart batch (about 50 MB) is free: the bridge then
+	// fails (S3fsFailed) rather than fill the node's disk. Must be at least 1.
 	BridgeDiskFreeMB int64 `json:"bridgeDiskFreeMB"`
 	// Profiles say, per CSI driver, how its mount is laid out, so the bridge reproduces it.
 	// Built in: ru.yandex.s3.csi and ch.ctrox.csi.s3-driver (Default). A profile given here

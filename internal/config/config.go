@@ -113,6 +113,12 @@ type S3 struct {
 	// write late, and then restores it like a dead one. 0 (the default): a hung mount is
 	// reported and waited for, never replaced.
 	AbortHungAfter metav1.Duration `json:"abortHungAfter"`
+	// BridgeDiskFreeMB bounds the node disk a bridge's s3fs may fill with its temporary files
+	// (<state>/s3/tmp/<pv>): s3fs's ensure_diskfree, the free space in MB it leaves on that
+	// filesystem (below it s3fs stops caching and uploads from memory). s3fs 1.90 refuses to
+	// start when less than this plus one multipart batch (about 50 MB) is free: the bridge then
+	// fails (S3fsFailed) rather than fill the node's disk. Must be at least 1.
+	BridgeDiskFreeMB int64 `json:"bridgeDiskFreeMB"`
 	// Profiles say, per CSI driver, how its mount is laid out, so the bridge reproduces it.
 	// Built in: ru.yandex.s3.csi and ch.ctrox.csi.s3-driver (Default). A profile given here
 	// replaces the driver's built-in one as a whole; drivers without one get GenericS3Profile.
@@ -323,6 +329,7 @@ func Default() *Config {
 			ReplayDrivers:      []string{"ru.yandex.s3.csi", "ch.ctrox.csi.s3-driver", "csi-s3"},
 			BridgeAfter:        metav1.Duration{Duration: 10 * time.Second},
 			HungConditionAfter: metav1.Duration{Duration: 30 * time.Second},
+			BridgeDiskFreeMB:   1024,
 			Profiles: map[string]S3Profile{
 				// Runs geesefs unless the volume says "mounter: s3fs".
 				"ru.yandex.s3.csi": {FUSEType: "fuse.s3fs", MounterAttribute: "mounter", DefaultMounter: "geesefs",
@@ -473,6 +480,9 @@ func (c *Config) Validate() error {
 	}
 	if c.S3.BridgeAfter.Duration < 0 {
 		add("s3.bridgeAfter: must not be negative, got %s", c.S3.BridgeAfter.Duration)
+	}
+	if c.S3.BridgeDiskFreeMB < 1 {
+		add("s3.bridgeDiskFreeMB: must be at least 1 (MB of node disk a bridge's s3fs leaves free), got %d", c.S3.BridgeDiskFreeMB)
 	}
 	if c.S3.HungConditionAfter.Duration < 0 {
 		add("s3.hungConditionAfter: must not be negative, got %s", c.S3.HungConditionAfter.Duration)

@@ -94,6 +94,20 @@ kubeletDir: relative/path
 			wantErr: []string{"s3.hungConditionAfter: must not be negative", "s3.abortHungAfter: must be 0 (off) or at least s3.statfsTimeout"},
 		},
 		{
+			name:    "bridge disk limit below 1 MB",
+			yaml:    "apiVersion: pvrescue.io/v1alpha1\nkind: Config\ns3:\n  bridgeDiskFreeMB: 0\n",
+			wantErr: []string{"s3.bridgeDiskFreeMB: must be at least 1"},
+		},
+		{
+			name: "bridge disk limit: default, and set",
+			yaml: "apiVersion: pvrescue.io/v1alpha1\nkind: Config\ns3:\n  bridgeDiskFreeMB: 256\n",
+			check: func(t *testing.T, c *Config) {
+				if c.S3.BridgeDiskFreeMB != 256 || Default().S3.BridgeDiskFreeMB != 1024 {
+					t.Errorf("bridgeDiskFreeMB %d (want 256), default %d (want 1024)", c.S3.BridgeDiskFreeMB, Default().S3.BridgeDiskFreeMB)
+				}
+			},
+		},
+		{
 			name: "abortHungAfter set",
 			yaml: "apiVersion: pvrescue.io/v1alpha1\nkind: Config\ns3:\n  abortHungAfter: 5m\n",
 			check: func(t *testing.T, c *Config) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/pvrescue/pvrescue/internal/contract"
@@ -24,13 +25,9 @@ func (r *Restorer) bindTarget(ctx context.Context, bridgeMount string, t target)
 	return nil
 }
 
-// resolve reads the PV and its credentials secret (the PV's own references only) into what s3fs
-// needs.
-func (r *Restorer) resolve(ctx context.Context, pvName string) (s3fs.Volume, s3fs.Credentials, error) {
-	pv, err := r.d.View.PersistentVolume(ctx, pvName)
-	if err != nil {
-		return s3fs.Volume{}, s3fs.Credentials{}, fmt.Errorf("get PV %s: %w", pvName, err)
-	}
+// resolve turns the PV (read live along the chain by the caller) and its credentials secret
+// (the PV's own references only, always read live) into what s3fs needs.
+func (r *Restorer) resolve(ctx context.Context, pv *corev1.PersistentVolume) (s3fs.Volume, s3fs.Credentials, error) {
 	vol, err := s3fs.ResolveVolume(pv, r.cfg.S3.Parameters, r.cfg.S3.Profile(pv.Spec.CSI.Driver))
 	if err != nil {
 		return s3fs.Volume{}, s3fs.Credentials{}, err

@@ -12,11 +12,15 @@ import (
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
-// cleanupTargets empties the targets of pods that are gone (deleted, or every container ended),
-// top down: first our binds, then a dead FUSE mount of a configured S3 driver left under them
-// (a driver whose NodeUnpublish unmounts only the top mount leaves it, and kubelet keeps the pod
-// until the target holds no mount). A live mount that is not ours is never touched: kubelet and
-// the driver tear it down.
+// cleanupTargets removes our own mounts from the targets of pods that are gone (deleted, or
+// every container ended) and leaves the driver's mounts, dead or alive, for the driver's own
+// NodeUnpublishVolume: a teardown is never worse than without us. A driver whose unpublish is a
+// plain umount of the target (k8s-csi-s3, Internal on EINVAL) fails for ever when the agent has
+// emptied the target before it, so the last mount at a target stays (stack.Rules.Empty) until
+// kubelet's teardown is provably over: the mount we put at the target vanished without us
+// removing it — the driver's NodeUnpublish took it and succeeded, and kubelet will not call it
+// again. Only then does the agent remove what is left (our binds below, then the driver's dead
+// FUSE mount) and finish kubelet's removeMountDir.
 func (r *Restorer) cleanupTargets(ctx context.Context, table stack.Table, live map[string]bool) {
 	log := logr.FromContextOrDiscard(ctx)
 	done := map[string]bool{}
@@ -36,24 +40,47 @@ func (r *Restorer) cleanupTargets(ctx context.Context, table stack.Table, live m
 		}
 		done[m.MountPoint] = true
 		// The mount we put at this target (a replayed driver mount or a bridge bind) is gone
-		// although we did not remove it: kubelet's teardown took it (the driver's NodeUnpublish
-		// unmounts the top only) and found the dead driver mount below, so kubelet left its
-		// mount directory and vol_data.json behind and will not come back for them.
+		// although we did not remove it (every removal of ours forgets the record): kubelet's
+		// teardown took it (the driver's NodeUnpublish unmounts the top only) and found the dead
+		// driver mount below, so kubelet left its mount directory and vol_data.json behind and
+		// will not come back for them.
 		rec := r.rules.Placed.Dev(m.MountPoint)
 		mounts := table.Stack(m.MountPoint)
 		tornDown := rec != "" && !slices.ContainsFunc(mounts, func(x stack.Mount) bool { return x.Dev == rec })
-		ours, driver := r.rules.Empty(ctx, m.MountPoint, table, r.deadDriverMount)
-		if ours+driver > 0 {
+		ours := r.rules.Empty(ctx, m.MountPoint, table, !tornDown)
+		if ours > 0 {
 			r.metrics.TeardownHelp.WithLabelValues(TeardownEmptied).Inc()
-			log.Info("emptied the target of a gone pod", "podUID", uid, "path", m.MountPoint, "ourBinds", ours, "deadDriverMounts", driver)
+			log.Info("removed our own mounts from the target of a gone pod; the driver's stay for its NodeUnpublish", "podUID", uid, "path", m.MountPoint, "ourMounts", ours, "left", len(mounts)-ours)
 		}
-		if ours+driver == len(mounts) && tornDown && driver > 0 {
-			r.finishTeardown(ctx, m.MountPoint)
+		if tornDown && ours+r.rules.ClearAfterTeardown(ctx, m.MountPoint, r.deadDriverMount) > 0 {
+			r.finishTeardown(ctx, m.MountPoint) // only once nothing is mounted there any more
 		}
-		if ours+driver < len(mounts) {
-			left++ // kubelet's teardown is under way: look again soon (nextCheckIn)
+		if r.oursLeftAt(m.MountPoint) {
+			left++ // our part of the teardown waits for kubelet's: look again soon (nextCheckIn)
 		}
 	}
+}
+
+// oursLeftAt reports whether a gone pod's target still holds something the agent will act on
+// once kubelet's teardown has run: a mount of ours (our fsname), or a recorded mount (Placed)
+// whose removal by kubelet's teardown the agent finishes. A target holding only the driver's
+// mounts is the driver's alone, however long its plugin stays away: no fast cadence for it.
+func (r *Restorer) oursLeftAt(path string) bool {
+	table, err := r.os.Mounter.MountTable()
+	if err != nil {
+		return true
+	}
+	mounts := table.Stack(path)
+	if len(mounts) == 0 {
+		return false
+	}
+	if r.rules.Placed.Dev(path) != "" {
+		return true
+	}
+	return slices.ContainsFunc(mounts, func(m stack.Mount) bool {
+		_, ours := stack.PVFromFSName(m.Source)
+		return ours
+	})
 }
 
 // finishTeardown does for an emptied target what kubelet's CSI TearDownAt (removeMountDir) does
@@ -81,6 +108,7 @@ func (r *Restorer) finishTeardown(ctx context.Context, path string) {
 
 // deadDriverMount: top, the top mount at a gone pod's target path, is a FUSE mount whose
 // filesystem is gone, of a volume kubelet recorded (vol_data.json) for a configured S3 driver.
+// Asked only after kubelet's teardown of that target is over (ClearAfterTeardown).
 func (r *Restorer) deadDriverMount(ctx context.Context, path string, top stack.Mount) bool {
 	if top.FSType != "fuse" && !strings.HasPrefix(top.FSType, "fuse.") {
 		return false

@@ -78,8 +78,9 @@ func TestBridgeAdoptedAcrossAgentRestart(t *testing.T) {
 	w.waitFor("adopted bridge retired", func() bool {
 		_, _, rec := w.node.File(l.BridgeRecordFile("pv-a"))
 		_, cg := w.node.Cgroup(group)
-		return proc.Exited() && !rec && !cg && len(w.node.Table().Stack(target)) == 0
+		return proc.Exited() && !rec && !cg && leftForTheDriver(w, target)
 	})
+	strictUnpublish(t, w, target)
 }
 
 // A record whose process is gone and whose bridge mount is dead is dropped at start; a record

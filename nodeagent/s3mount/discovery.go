@@ -11,14 +11,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
 // target is one pod's mount of one S3 PV.
 type target struct {
-	pod         *corev1.Pod
+	pod *corev1.Pod
+	// claim is the pod's claim (in its namespace) that leads to pv (chain).
+	claim       string
 	pv          string
 	driver      string
 	path        string
@@ -49,15 +50,14 @@ func (r *Restorer) discover(ctx context.Context) ([]target, map[string]bool) {
 			if src == nil {
 				continue
 			}
-			pvc, err := r.d.View.PersistentVolumeClaim(ctx, pod.Namespace, src.ClaimName)
-			if err != nil || pvc.Spec.VolumeName == "" {
-				continue
-			}
-			pv, err := r.d.View.PersistentVolume(ctx, pvc.Spec.VolumeName)
+			_, pv, err := r.chain(ctx, pod.Namespace, src.ClaimName, false)
 			if err != nil {
+				if errors.Is(err, ErrClaimChain) {
+					log.V(1).Info("skipping claim", "pod", klogRef(pod), "claim", src.ClaimName, "err", err.Error())
+				}
 				continue
 			}
-			if _, ok := S3Driver(r.cfg, pv, pvc); !ok {
+			if _, ok := S3Driver(r.cfg, pv); !ok {
 				continue
 			}
 			path := csiclient.TargetPath(r.cfg.KubeletDir, string(pod.UID), pv.Name)
@@ -73,35 +73,25 @@ func (r *Restorer) discover(ctx context.Context) ([]target, map[string]bool) {
 				err = vd.Check(pv.Name, pv.Spec.CSI.Driver, pv.Spec.CSI.VolumeHandle)
 			}
 			if err != nil {
+				// A cached PV (and claim) may be an earlier object of the same name: read both
+				// live once before giving up on the target.
+				if _, fresh, ferr := r.chain(ctx, pod.Namespace, src.ClaimName, true); ferr == nil && fresh.UID != pv.UID {
+					if _, ok := S3Driver(r.cfg, fresh); ok && fresh.Name == pv.Name && vd.Check(fresh.Name, fresh.Spec.CSI.Driver, fresh.Spec.CSI.VolumeHandle) == nil {
+						pv, err = fresh, nil
+					}
+				}
+			}
+			if err != nil {
 				log.Info("skipping volume whose vol_data.json does not match", "pod", klogRef(pod), "pv", pv.Name, "err", err.Error())
 				continue
 			}
 			ro := src.ReadOnly || pv.Spec.CSI.ReadOnly || slices.Contains(pv.Spec.MountOptions, "ro")
 			// A terminating pod keeps its mounts while its containers run, but gets no new restores.
-			out = append(out, target{pod: pod, pv: pv.Name, driver: pv.Spec.CSI.Driver, path: path, readOnly: ro, terminating: pod.DeletionTimestamp != nil,
+			out = append(out, target{pod: pod, claim: src.ClaimName, pv: pv.Name, driver: pv.Spec.CSI.Driver, path: path, readOnly: ro, terminating: pod.DeletionTimestamp != nil,
 				staging: csiclient.KubeletStagingPath(r.cfg.KubeletDir, pv.Spec.CSI.Driver, pv.Spec.CSI.VolumeHandle)})
 		}
 	}
 	return out, live
-}
-
-// S3Driver returns the S3 driver name of a PV: spec.csi.driver when it is a configured S3 driver,
-// else the provisioner annotation of its claim. ok=false when the PV is not an S3 volume.
-func S3Driver(cfg *config.Config, pv *corev1.PersistentVolume, pvc *corev1.PersistentVolumeClaim) (string, bool) {
-	if pv == nil || pv.Spec.CSI == nil {
-		return "", false
-	}
-	if cfg.IsS3Driver(pv.Spec.CSI.Driver) {
-		return pv.Spec.CSI.Driver, true
-	}
-	if pvc != nil {
-		for _, k := range []string{"volume.kubernetes.io/storage-provisioner", "volume.beta.kubernetes.io/storage-provisioner"} {
-			if p := pvc.Annotations[k]; p != "" && cfg.IsS3Driver(p) {
-				return pv.Spec.CSI.Driver, true
-			}
-		}
-	}
-	return "", false
 }
 
 // podGone: the pod no longer runs anything that could use its volumes.

@@ -29,6 +29,16 @@
 //     bucket:/<prefix>/csi-fs unless usePrefix). Anything else is
 //     reported (Event reason CannotReproduce), not guessed.
 //
+// # Identity, not names
+//
+// A pod's volume counts only along a chain matched by UID (chain.go): the pod's claim must be
+// Bound, and the PV it names must have a claimRef naming that claim (namespace, name, UID) — a
+// Pending claim naming another tenant's PV counts for nothing. Only the PV's own driver
+// (spec.csi.driver) makes it an S3 volume, never a claim's provisioner annotation. Discovery
+// reads the chain from the view's cache and reads both ends again when they do not match (a
+// claim or PV recreated under its name); a replay, a bridge or a hand-back reads the chain live
+// first, so none ever uses a deleted PV's attributes; the Secret is always read live.
+//
 // # Covering the dead mount
 //
 // Drivers refuse a target whose mount check fails with ENOTCONN, and unmounting the dead mount
@@ -121,21 +131,26 @@
 //
 // Before anything goes on top of a target, dead mounts of ours there (recognised by our fsname,
 // pvrescue-s3:<pv>, which binds inherit) are removed, so a target holds at most the driver's dead
-// mount plus one live mount. When a pod is gone
-// (deleted, or every container ended), its targets are emptied top down: our binds, then a dead
-// FUSE mount of a configured S3 driver below them (kubelet keeps the pod until its target holds no
-// mount, and a driver whose NodeUnpublish unmounts only the top leaves that dead mount behind).
-// Live mounts that are not ours are never touched. The mount we put at a target (a replayed
-// driver mount, a bridge bind) is recorded by device (stack.Placed, in handed.json); when it vanishes from a gone
-// pod's target without us removing it, kubelet's teardown took it (the driver's NodeUnpublish
-// unmounts the top only), found the dead mount below and left its directory; once the agent has
-// removed that dead mount it finishes kubelet's removeMountDir: the empty mount directory,
-// vol_data.json and the empty volume directory, so kubelet's orphan cleanup can remove the pod's
-// directory. When the agent empties the target first, kubelet's own teardown cleans up. Both
-// kinds of help are counted, pvrescue_s3_teardown_help_total{action="emptied"|"finished"}: with
-// the live mount put beneath the dead one a target holds one mount, the driver's NodeUnpublish
-// takes it and kubelet finishes alone, so the counter moves only for stacks (left by earlier
-// agents, or where the kernel refused to replace).
+// mount plus one live mount.
+//
+// A teardown is never worse than without us. When a pod is gone (deleted, or every container
+// ended), the agent removes only its own mounts from the top of its targets — our bridge binds
+// (our fsname) and dead mounts we put there (stack.Placed) — and never the last mount at a
+// target: kubelet's teardown calls the driver's NodeUnpublishVolume there, and a driver whose
+// unpublish is a plain umount of the target (k8s-csi-s3: codes.Internal on EINVAL, retried by
+// kubelet for ever) needs a mount to find. The driver's mounts, dead or alive, stay for the
+// driver. The mount we put at a target (a replayed driver mount, a bridge bind) is recorded by
+// device (stack.Placed, in handed.json; every removal of ours forgets it); when it vanishes from
+// a gone pod's target without us removing it, kubelet's teardown took it (the driver's
+// NodeUnpublish unmounts the top only, and succeeded), found the dead mount below and left its
+// directory, and kubelet will not call the driver again for it. Only then does the agent remove
+// what is left (our binds, the dead FUSE mount of a configured S3 driver) and finish kubelet's
+// removeMountDir: the empty mount directory, vol_data.json and the empty volume directory, so
+// kubelet's orphan cleanup can remove the pod's directory. Both kinds of help are counted,
+// pvrescue_s3_teardown_help_total{action="emptied"|"finished"}: with the live mount put beneath
+// the dead one a target holds one mount, the driver's NodeUnpublish takes it and kubelet
+// finishes alone, so the counter moves only for stacks (left by earlier agents, or where the
+// kernel refused to replace).
 //
 // # Bridges outlive the agent
 //
@@ -188,6 +203,14 @@
 // and cgroup after it exited. Until then the record is <state>/s3/bridges/<pv>.<pid>.retiring,
 // which a restarted agent watches again (s3fs/retiring.go). A bind of the bridge left under the
 // driver's mount keeps s3fs alive until kubelet's teardown of that pod.
+//
+// A bridge is hung, not dead, when its statfs times out: s3fs under heavy writes is slow, and a
+// daemon that died gives ENOTCONN at once. Neither adoption nor Ensure ever stops or unmounts a
+// bridge for a timeout (s3fs.ErrBridgeBusy); only ENOTCONN/ECONNABORTED-class answers
+// (stack.IsDead), or no running process of it, do. A read-only PV's bridge runs s3fs with -o
+// ro (read-only kept by the daemon, not only by the binds' mount flag), and every bridge gets
+// -o ensure_diskfree=<s3.bridgeDiskFreeMB>: its temporary files never fill the node's disk
+// below that.
 //
 // The bridge's mount namespace and root stay the agent container's: s3fs and its libraries
 // (libfuse, libcurl, libssl, NSS modules loaded at run time, CA certificates read at each TLS

@@ -9,8 +9,8 @@ import (
 
 // Teardown help actions (label action of pvrescue_s3_teardown_help_total).
 const (
-	TeardownEmptied  = "emptied"  // a gone pod's target emptied of our binds and a dead driver mount
-	TeardownFinished = "finished" // kubelet's teardown finished for it (mount dir, vol_data.json)
+	TeardownEmptied  = "emptied"  // our own mounts removed from a gone pod's target (never its last mount)
+	TeardownFinished = "finished" // after kubelet's teardown: the dead driver mount it left, mount dir, vol_data.json
 )
 
 // Restore methods (label method of pvrescue_s3_restores_total).
@@ -101,7 +101,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"result"})),
 		TeardownHelp: metrics.Add(r, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pvrescue_s3_teardown_help_total",
-			Help: "Gone pods' S3 volume targets the agent helped kubelet tear down, by action (emptied: our binds and a dead driver mount removed; finished: kubelet's mount dir and vol_data.json removed after a top-only NodeUnpublish).",
+			Help: "Gone pods' S3 volume targets the agent helped kubelet tear down, by action (emptied: our own mounts removed, the driver's and the last mount left for the driver's NodeUnpublish; finished: after a top-only NodeUnpublish took our mount, the dead driver mount it left, kubelet's mount dir and vol_data.json removed).",
 		}, []string{"action"})),
 	}
 	if err := r.Err(); err != nil {

@@ -94,6 +94,7 @@ func TestLongPVBridgeAdoptedAcrossAgentRestart(t *testing.T) {
 	w.view.DeletePod("default", "app")
 	w.waitFor("adopted bridge retired", func() bool {
 		_, _, rec := w.node.File(l.BridgeRecordFile(pv))
-		return w.node.Processes()[0].Exited() && !rec && len(w.node.Table().Stack(target)) == 0
+		return w.node.Processes()[0].Exited() && !rec && leftForTheDriver(w, target)
 	})
+	strictUnpublish(t, w, target)
 }

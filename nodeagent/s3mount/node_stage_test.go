@@ -155,4 +155,5 @@ func (e *nodeEnv) stagedVolume(name string) {
 		},
 	}, metav1.CreateOptions{})
 	must(e.t, err)
+	e.bind(name)
 }

@@ -37,6 +37,7 @@ import (
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3mounttest"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
 // The survival test runs the agent as a separate process (this test binary again, role
@@ -257,11 +258,18 @@ func TestNodeBridgeSurvivesAgentContainer(t *testing.T) {
 		t.Errorf("adopted s3fs is the new agent's child")
 	}
 
-	// The pod goes: the adopted bridge retires.
+	// The pod goes: the adopted bridge retires; our bind goes and the driver's dead mount stays
+	// for the driver's NodeUnpublish.
 	view.DeletePod(ns, pod.Name)
-	waitFor(t, 15*time.Second, "target emptied and bridge gone", func() bool {
-		return len(stackAt(target)) == 0 && !alive(s3fsPid)
+	waitFor(t, 15*time.Second, "our bind removed, the driver's mount left, bridge gone", func() bool {
+		st := stackAt(target)
+		if len(st) != 1 || alive(s3fsPid) {
+			return false
+		}
+		_, ours := stack.PVFromFSName(st[0].Source)
+		return !ours
 	})
+	must(t, unix.Unmount(target, 0)) // kubelet's teardown: the driver's plain umount
 	// Record and cgroup go once the process has exited and been reaped (by the shim).
 	waitFor(t, 5*time.Second, "bridge record and cgroup removed", func() bool {
 		if _, err := os.Stat(filepath.Join(e.state, "s3", "bridges", "pv-s.json")); !errors.Is(err, os.ErrNotExist) {

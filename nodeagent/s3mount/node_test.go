@@ -236,6 +236,28 @@ func (e *nodeEnv) volume(name string, secret *corev1.SecretReference, readOnly b
 		},
 	}, metav1.CreateOptions{})
 	must(e.t, err)
+	e.bind(name)
+}
+
+// bind does what the PV controller (not running here) does for the PV and claim named name: the
+// PV's claimRef gets the claim's UID and the claim becomes Bound. The agent counts a claim only
+// when both ends name each other.
+func (e *nodeEnv) bind(name string) {
+	e.t.Helper()
+	ctx := context.Background()
+	pvc, err := e.client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+	must(e.t, err)
+	pv, err := e.client.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
+	must(e.t, err)
+	pv.Spec.ClaimRef.UID = pvc.UID
+	pv, err = e.client.CoreV1().PersistentVolumes().Update(ctx, pv, metav1.UpdateOptions{})
+	must(e.t, err)
+	pv.Status.Phase = corev1.VolumeBound
+	_, err = e.client.CoreV1().PersistentVolumes().UpdateStatus(ctx, pv, metav1.UpdateOptions{})
+	must(e.t, err)
+	pvc.Status.Phase = corev1.ClaimBound
+	_, err = e.client.CoreV1().PersistentVolumeClaims(ns).UpdateStatus(ctx, pvc, metav1.UpdateOptions{})
+	must(e.t, err)
 }
 
 // pod creates a pod on the node using the claim, with a Running status as kubelet would report.
@@ -423,15 +445,20 @@ func TestNodeRestoreAfterS3fsDeath(t *testing.T) {
 	}
 	assertNoSecrets(t, e.rec)
 
-	// Pod deleted: our bind and the driver's dead mount under it go, so kubelet's teardown
-	// completes; the bridge mount, its s3fs and the passwd file go too.
+	// Pod deleted: the bridge retires (its mount and passwd file go), and the target keeps one
+	// mount for kubelet's teardown, whose NodeUnpublishVolume (a plain umount, as k8s-csi-s3's)
+	// must find one; after it, nothing is left and the bridge's s3fs exits.
 	e.stopContainers()
 	must(t, e.client.CoreV1().Pods(ns).Delete(context.Background(), pod.Name, *metav1.NewDeleteOptions(0)))
-	waitFor(t, 10*time.Second, "target empty after pod deletion", func() bool { return len(stackAt(target)) == 0 })
 	waitFor(t, 10*time.Second, "bridge mount and passwd file removed", func() bool {
 		_, err := os.Stat(filepath.Join(e.state, "s3", "creds", "pv-a.passwd"))
 		return len(stackAt(e.bridgeDir("pv-a"))) == 0 && errors.Is(err, os.ErrNotExist)
 	})
+	time.Sleep(time.Second) // five more passes: the agent must still leave the target's last mount
+	if n := len(stackAt(target)); n != 1 {
+		t.Fatalf("target of the deleted pod holds %d mounts, want 1 (left for the driver's NodeUnpublish)", n)
+	}
+	must(t, unix.Unmount(target, 0)) // kubelet's teardown: the driver's plain umount
 	waitFor(t, 10*time.Second, "no s3fs left", func() bool { return len(s3fsPidsUnder(e.dir)) == 0 })
 }
 

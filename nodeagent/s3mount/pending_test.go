@@ -48,24 +48,40 @@ func TestNextCheckInNeverExceedsCheckInterval(t *testing.T) {
 	}
 }
 
-// A gone pod's target that still holds a mount (kubelet's teardown under way) keeps the fast
-// cadence, so our part of the teardown does not wait for the safety-net pass.
+// A gone pod's target that still holds a mount we put there (kubelet's teardown under way)
+// keeps the fast cadence, so our part of the teardown does not wait for the safety-net pass; one
+// holding only the driver's mount (nothing of ours to act on) does not.
 func TestNextCheckInWhileAGonePodIsTornDown(t *testing.T) {
-	w := newWorld(t, standard(false)...)
-	target := w.publish("uid-1", "pv-a")
-	w.start()
-	w.view.DeletePod("default", "app")
-	w.sync()
-	if got := w.r.nextCheckIn(); got != time.Second {
-		t.Fatalf("gone pod's target still mounted: next check in %s, want 1s", got)
-	}
-	if err := fakeOS(w.node).Mounter.Unmount(target, false); err != nil {
-		t.Fatal(err)
-	}
-	w.sync()
-	if got := w.r.nextCheckIn(); got != time.Minute {
-		t.Fatalf("gone pod's target torn down: next check in %s, want 1m", got)
-	}
+	t.Run("the driver's mount only", func(t *testing.T) {
+		w := newWorld(t, standard(false)...)
+		w.publish("uid-1", "pv-a")
+		w.start()
+		w.view.DeletePod("default", "app")
+		w.sync()
+		if got := w.r.nextCheckIn(); got != time.Minute {
+			t.Fatalf("gone pod's target holding only the driver's mount: next check in %s, want 1m", got)
+		}
+	})
+	t.Run("our replayed mount", func(t *testing.T) {
+		w, target := replayWorld(t, false)
+		w.node.KillMount(target)
+		w.start()
+		w.view.DeletePod("default", "app")
+		w.sync()
+		if got := w.r.nextCheckIn(); got != time.Second {
+			t.Fatalf("gone pod's target still holding our replayed mount: next check in %s, want 1s", got)
+		}
+		if err := fakeOS(w.node).Mounter.Unmount(target, false); err != nil { // the driver's top-only unpublish
+			t.Fatal(err)
+		}
+		w.sync() // the agent finishes kubelet's teardown
+		if n := len(w.node.Table().Stack(target)); n != 0 {
+			t.Fatalf("target after the finished teardown: %d mounts", n)
+		}
+		if got := w.r.nextCheckIn(); got != time.Minute {
+			t.Fatalf("gone pod's target torn down: next check in %s, want 1m", got)
+		}
+	})
 }
 
 // A restore that failed while the API server was away (its Secret unreadable) is retried as

@@ -27,6 +27,7 @@ func Reason(err error) string {
 		{s3fs.ErrBadOptions, "BadVolumeAttributes"},
 		{s3fs.ErrS3fs, "S3fsFailed"},
 		{s3fs.ErrCannotReproduce, "CannotReproduce"},
+		{s3fs.ErrBridgeBusy, "BridgeBusy"},
 		{csiclient.ErrNotAttached, "NotAttached"},
 		{csiclient.ErrReplay, "ReplayFailed"},
 		{csiclient.ErrDriverDown, "DriverDown"},

@@ -121,8 +121,8 @@ type Restorer struct {
 	bridges *s3fs.Supervisor
 	// csi talks to the node plugins (nil Dialer: replay off).
 	csi *csiclient.Client
-	// goneTargetsMounted counts the targets of gone pods that the last pass left mounted
-	// (kubelet's teardown under way, or a mount not ours).
+	// goneTargetsMounted counts the targets of gone pods that the last pass left holding
+	// something of ours (a mount, or a recorded one) to act on after kubelet's teardown.
 	goneTargetsMounted int
 }
 

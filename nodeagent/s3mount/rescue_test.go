@@ -60,7 +60,9 @@ type world struct {
 	configure func(*config.Config)
 	// replacer is OS.Replacer of the restorers start makes (nil: stacked, as on an old kernel).
 	replacer stack.Replacer
-	client   *fake.Clientset
+	// cache, when set, is the restorers' view in front of view (a cache that can be stale).
+	cache  nodeagent.ClusterView
+	client *fake.Clientset
 }
 
 func newWorld(t *testing.T, objs ...runtime.Object) *world {
@@ -84,6 +86,9 @@ func (w *world) deps() nodeagent.Deps {
 	}
 	d := nodeagent.Deps{NodeName: testNode, Config: cfg, Client: w.client, View: w.view,
 		Recorder: w.events.Recorder, Registerer: prometheus.NewRegistry(), Clock: w.clock}
+	if w.cache != nil {
+		d.View = w.cache
+	}
 	if w.remount != nil {
 		d.Remounter = w.remount
 	}
@@ -172,11 +177,13 @@ func storageClass() *storagev1.StorageClass {
 			"csi.storage.k8s.io/node-publish-secret-namespace": "default"}}
 }
 
+// pvObj is a PV bound to the claim "data" of namespace default (pvcObj("data", name)).
 func pvObj(name, driver string, readOnly bool) *corev1.PersistentVolume {
 	return &corev1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("pv-uid-" + name)},
 		Spec: corev1.PersistentVolumeSpec{
 			StorageClassName: "s3",
+			ClaimRef:         &corev1.ObjectReference{Namespace: "default", Name: "data", UID: pvcUID("data")},
 			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
 				Driver: driver, VolumeHandle: "bkt/" + name, ReadOnly: readOnly,
 				VolumeAttributes:     map[string]string{"mounter": "s3fs"},
@@ -185,10 +192,13 @@ func pvObj(name, driver string, readOnly bool) *corev1.PersistentVolume {
 	}
 }
 
+// pvcObj is a claim of namespace default, Bound to pv.
 func pvcObj(name, pv string) *corev1.PersistentVolumeClaim {
-	return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-		Spec: corev1.PersistentVolumeClaimSpec{VolumeName: pv}}
+	return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: pvcUID(name)},
+		Spec: corev1.PersistentVolumeClaimSpec{VolumeName: pv}, Status: corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound}}
 }
+
+func pvcUID(name string) types.UID { return types.UID("pvc-uid-" + name) }
 
 func podObj(name, uid, claim string, readOnly bool) *corev1.Pod {
 	return &corev1.Pod{
@@ -442,8 +452,8 @@ func TestRestorerCleansUpAfterPodDeletion(t *testing.T) {
 	l := s3fs.Layout{StateDir: testState}
 	w.waitFor("bind removed, staging stopped", func() bool {
 		_, _, pw := w.node.File(l.PasswdFile("pv-a"))
-		// Our bind and the dead driver mount under it are gone: kubelet's teardown can finish.
-		return len(w.node.Table().Stack(target)) == 0 &&
+		// Our bind is gone; the dead driver mount under it stays for the driver's NodeUnpublish.
+		return leftForTheDriver(w, target) &&
 			len(w.node.Table().Stack(l.MountPoint("pv-a"))) == 0 && !pw && w.node.Processes()[0].Exited()
 	})
 }
@@ -458,7 +468,8 @@ func TestRestorerTerminalPodIsGone(t *testing.T) {
 	p := podObj("app", "uid-1", "data", false)
 	p.Status.Phase = corev1.PodSucceeded
 	w.view.Set(p)
-	w.waitFor("bind and dead driver mount removed", func() bool { return len(w.node.Table().Stack(target)) == 0 })
+	w.waitFor("our bind removed, the dead driver mount left for the driver", func() bool { return leftForTheDriver(w, target) })
+	strictUnpublish(t, w, target)
 }
 
 func TestRestorerAdoptsOnStart(t *testing.T) {

@@ -25,7 +25,9 @@ func (r *Restorer) restore(ctx context.Context, pvName string, ts []target) {
 		delete(r.inflight, pvName)
 		r.mu.Unlock()
 	}()
-	pv, err := r.d.View.PersistentVolume(ctx, pvName)
+	// Read live along the chain (claim → PV naming that claim's UID): a replay or a bridge never
+	// uses a deleted PV's attributes, nor the cached copy of a PV recreated under the name.
+	pv, err := r.livePV(ctx, pvName, ts)
 	if err != nil || pv.Spec.CSI == nil {
 		err = fmt.Errorf("get PV %s: %w", pvName, errors.Join(err, s3fs.ErrNotS3))
 		r.failed(ts, err)
@@ -70,7 +72,7 @@ func (r *Restorer) restore(ctx context.Context, pvName string, ts []target) {
 		return
 	}
 	bridgeMount := r.layout.MountPoint(pvName)
-	if serr := r.bridges.Ensure(ctx, pvName, func(ctx context.Context) (s3fs.Volume, s3fs.Credentials, error) { return r.resolve(ctx, pvName) }); serr != nil {
+	if serr := r.bridges.Ensure(ctx, pvName, func(ctx context.Context) (s3fs.Volume, s3fs.Credentials, error) { return r.resolve(ctx, pv) }); serr != nil {
 		log.Error(serr, "restore failed", "reason", Reason(serr))
 		r.metrics.Restores.WithLabelValues(MethodBridge, "failure").Inc()
 		r.failed(bridgeable, serr)

@@ -2,6 +2,7 @@ package s3mount
 
 import (
 	"context"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -122,4 +123,14 @@ func TestRetireOfATargetHoldingOnlyOurBridge(t *testing.T) {
 		_, _, rec := w.node.File(s3fs.Layout{StateDir: testState}.RetiringRecordFile("pv-a", p[0].Pid()))
 		return p[0].Exited() && !rec
 	})
+	// kubelet's teardown is over (the driver's unpublish took the driver's mount, which we had
+	// put there, and succeeded): the agent finishes it, kubelet will not come back.
+	volDir := filepath.Dir(target)
+	if n := len(w.node.Table().Stack(target)); n != 0 {
+		t.Errorf("target stack %d after the teardown, want 0", n)
+	}
+	if _, _, ok := w.node.File(filepath.Join(volDir, csiclient.VolDataFile)); ok {
+		t.Error("vol_data.json left after kubelet's teardown: kubelet's orphan cleanup would refuse the pod's directory for ever")
+	}
+	checkTeardownHelp(t, w, 1, 1)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/pvrescue/pvrescue/internal/mountreplace"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3mounttest"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
 // A driver whose NodeUnpublish unmounts only the top mount. The pod of a replayed target is
@@ -43,7 +44,7 @@ func TestTeardownFinishedAfterTopOnlyUnpublish(t *testing.T) {
 	if _, _, ok := w.node.File(filepath.Join(volDir, csiclient.VolDataFile)); ok {
 		t.Error("vol_data.json left")
 	}
-	checkTeardownHelp(t, w, 1, 1)
+	checkTeardownHelp(t, w, 0, 1)
 }
 
 // While the replayed mount is still at the deleted pod's target (kubelet has not torn it down),
@@ -70,23 +71,29 @@ func TestTeardownWaitsForKubelet(t *testing.T) {
 	if !slices.Contains(w.node.Removed(), volDir) || len(w.node.Table().Stack(target)) != 0 {
 		t.Errorf("after kubelet's teardown: removed %q, stack %d", w.node.Removed(), len(w.node.Table().Stack(target)))
 	}
-	checkTeardownHelp(t, w, 1, 1)
+	checkTeardownHelp(t, w, 0, 1)
 }
 
-// A bridged target whose pod goes: the agent removes its own bind and the dead driver mount
-// itself, before kubelet's teardown, so kubelet's teardown finds the target empty and cleans up
+// A bridged target whose pod goes: the agent removes its own bind before kubelet's teardown and
+// leaves the driver's dead mount below it for the driver: a NodeUnpublish that is a plain umount
+// of the target (k8s-csi-s3, Internal on EINVAL) then succeeds, and kubelet's teardown cleans up
 // itself: the agent leaves kubelet's files alone.
-func TestTeardownLeftToKubeletWhenWeEmptiedFirst(t *testing.T) {
+func TestTeardownLeavesTheDriversDeadMount(t *testing.T) {
 	w := newWorld(t, standard(false)...)
 	target := w.publish("uid-1", "pv-a")
+	dead, _ := w.node.Table().Top(target)
 	w.node.KillMount(target)
 	w.start()
 	w.waitFor("bridged", func() bool { return len(w.node.Table().Stack(target)) == 2 })
 	w.view.DeletePod("default", "app")
 	w.sync()
-	if n := len(w.node.Table().Stack(target)); n != 0 {
-		t.Errorf("target stack %d, want 0", n)
+	w.clock.Step(time.Second)
+	w.sync()
+	if st := w.node.Table().Stack(target); len(st) != 1 || st[0].ID != dead.ID {
+		t.Errorf("target stack %v, want exactly the driver's dead mount %d (ours removed, the driver's left)", sources(st), dead.ID)
 	}
+	strictUnpublish(t, w, target)
+	w.sync()
 	volDir := filepath.Dir(target)
 	if got := w.node.Removed(); slices.Contains(got, volDir) || slices.Contains(got, filepath.Join(volDir, csiclient.VolDataFile)) {
 		t.Errorf("removed kubelet's files although kubelet's teardown is still to come: %q", got)
@@ -141,6 +148,76 @@ func (b *beneathReplacer) Replace(source, target string, old int, readOnly, _ bo
 	}
 	top, _ := b.node.Table().Top(target)
 	return mountreplace.Result{Mode: mountreplace.Beneath, Old: old, New: top.ID}, nil
+}
+
+// The mount we replayed at a target (beneath the dead one: the only mount there) dies again and
+// the pod is deleted while the driver is down: the agent leaves that last mount, dead and ours,
+// for the driver's NodeUnpublish, whose plain umount then succeeds.
+func TestTeardownLeavesTheLastMountEvenWhenOurs(t *testing.T) {
+	w, target := replayWorld(t, false)
+	w.remount = &fakeRemounter{}
+	w.replacer = &beneathReplacer{node: w.node}
+	w.node.KillMount(target)
+	w.start()
+	st := w.node.Table().Stack(target)
+	if len(st) != 1 || !w.r.rules.Placed.Is(target, st[0]) {
+		t.Fatalf("replayed target: stack %v, want one mount, recorded as ours", sources(st))
+	}
+	w.csi.Down = true
+	w.node.KillMount(target)
+	w.view.DeletePod("default", "app")
+	w.sync()
+	w.clock.Step(time.Second)
+	w.sync()
+	if got := w.node.Table().Stack(target); len(got) != 1 || got[0].ID != st[0].ID {
+		t.Fatalf("target stack %v after the pod went, want our dead replayed mount %d left for the driver", sources(got), st[0].ID)
+	}
+	strictUnpublish(t, w, target)
+	checkTeardownHelp(t, w, 0, 0)
+}
+
+// Our dead binds stacked on the driver's dead mount (left by earlier agents): all of ours go,
+// top down, and the driver's stays.
+func TestTeardownRemovesEveryMountOfOursAboveTheDrivers(t *testing.T) {
+	w := newWorld(t, standard(false)...)
+	target := w.publish("uid-1", "pv-a")
+	dead, _ := w.node.Table().Top(target)
+	w.node.KillMount(target)
+	w.node.AddMount(target, "fuse", stack.FSName("pv-a"))
+	w.node.KillMount(target)
+	w.node.AddMount(target, "fuse", stack.FSName("pv-a"))
+	w.node.KillMount(target)
+	w.view.DeletePod("default", "app")
+	w.start()
+	w.settle()
+	if st := w.node.Table().Stack(target); len(st) != 1 || st[0].ID != dead.ID {
+		t.Errorf("target stack %v, want exactly the driver's dead mount %d", sources(st), dead.ID)
+	}
+	strictUnpublish(t, w, target)
+	checkTeardownHelp(t, w, 1, 0)
+}
+
+// leftForTheDriver reports whether target holds exactly one mount, and not one of our bridge's:
+// what the driver's NodeUnpublish (a plain umount of the target) must find.
+func leftForTheDriver(w *world, target string) bool {
+	st := w.node.Table().Stack(target)
+	if len(st) != 1 {
+		return false
+	}
+	_, ours := stack.PVFromFSName(st[0].Source)
+	return !ours
+}
+
+// strictUnpublish is k8s-csi-s3's NodeUnpublishVolume: a plain umount of the target, an error
+// (Internal, retried by kubelet for ever) when nothing is mounted there.
+func strictUnpublish(t *testing.T, w *world, target string) {
+	t.Helper()
+	if err := fakeOS(w.node).Mounter.Unmount(target, false); err != nil {
+		t.Fatalf("the driver's plain-umount NodeUnpublish at %s failed (kubelet would retry it for ever): %v", target, err)
+	}
+	if n := len(w.node.Table().Stack(target)); n != 0 {
+		t.Errorf("after the driver's NodeUnpublish: %d mounts left at the target", n)
+	}
 }
 
 // checkTeardownHelp compares pvrescue_s3_teardown_help_total by action.

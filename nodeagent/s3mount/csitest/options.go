@@ -31,6 +31,10 @@ const (
 	// LayoutCtrox: as ch.ctrox.csi.s3-driver — s3fs of bucket:/<prefix>/csi-fs (bucket:/<prefix>
 	// with usePrefix) directly at the target; NodeUnpublish unmounts the top mount only.
 	LayoutCtrox = "ctrox"
+	// LayoutStrict: as LayoutPlain, but NodeUnpublish is k8s-csi-s3's: a plain umount of the
+	// target, not idempotent — codes.Internal on any error, EINVAL when nothing is mounted there
+	// (kubelet then retries for ever and the pod stays Terminating).
+	LayoutStrict = "strict"
 )
 
 // Options configures the plugin. Start and Run take an empty field as NewOptions' value.
@@ -58,7 +62,7 @@ type Options struct {
 	// names the path to exit (k8s-csi-s3's FuseUnmount); past it the call fails and kubelet retries.
 	UnmountWait time.Duration
 	// Layout is the field layout the plugin imitates (LayoutPlain, LayoutDirect, LayoutYandex,
-	// LayoutCtrox).
+	// LayoutCtrox, LayoutStrict).
 	Layout string
 }
 
@@ -109,7 +113,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.S3fs, "s3fs", o.S3fs, "s3fs executable")
 	fs.DurationVar(&o.MountTimeout, "mount-timeout", o.MountTimeout, "bound of the wait for s3fs to mount")
 	fs.DurationVar(&o.UnmountWait, "unmount-wait", o.UnmountWait, "bound of the wait for a FUSE process to exit after its unmount")
-	fs.StringVar(&o.Layout, "layout", o.Layout, "field layout: plain (top-only unpublish), direct (unpublish everything stacked), yandex (staging + bind, top-only unpublish) or ctrox (<prefix>/csi-fs, top-only unpublish)")
+	fs.StringVar(&o.Layout, "layout", o.Layout, "field layout: plain (top-only unpublish), direct (unpublish everything stacked), yandex (staging + bind, top-only unpublish), ctrox (<prefix>/csi-fs, top-only unpublish) or strict (plain umount of the target, Internal when not mounted)")
 }
 
 // ErrInvalidOptions is wrapped by Validate's errors.
@@ -121,9 +125,9 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("%w: --driver, --node-id, --kubelet-dir and --state-dir are required", ErrInvalidOptions)
 	}
 	switch o.Layout {
-	case LayoutPlain, LayoutDirect, LayoutYandex, LayoutCtrox:
+	case LayoutPlain, LayoutDirect, LayoutYandex, LayoutCtrox, LayoutStrict:
 	default:
-		return fmt.Errorf("%w: --layout %q (plain, direct, yandex or ctrox)", ErrInvalidOptions, o.Layout)
+		return fmt.Errorf("%w: --layout %q (plain, direct, yandex, ctrox or strict)", ErrInvalidOptions, o.Layout)
 	}
 	return nil
 }

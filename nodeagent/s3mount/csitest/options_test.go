@@ -90,7 +90,7 @@ func TestTopAt(t *testing.T) {
 func TestOptionsValidateLayout(t *testing.T) {
 	o := NewOptions()
 	o.NodeID = "n"
-	for _, l := range []string{LayoutPlain, LayoutDirect, LayoutYandex, LayoutCtrox} {
+	for _, l := range []string{LayoutPlain, LayoutDirect, LayoutYandex, LayoutCtrox, LayoutStrict} {
 		o.Layout = l
 		if err := o.Validate(); err != nil {
 			t.Errorf("layout %q: %v", l, err)

@@ -160,7 +160,8 @@ func (p *Plugin) Pids() []int {
 	return out
 }
 
-// CallCount returns how many times method (NodeStageVolume, NodePublishVolume) was called.
+// CallCount returns how many times method (NodeStageVolume, NodePublishVolume,
+// NodeUnpublishVolume; NodeUnpublishVolumeFailed for the strict layout's failures) was called.
 func (p *Plugin) CallCount(method string) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -274,11 +275,23 @@ func (p *Plugin) NodeUnstageVolume(_ context.Context, req *csi.NodeUnstageVolume
 
 // NodeUnpublishVolume unmounts the target and waits for its FUSE process (fuseUnmount). The
 // direct layout unmounts every mount stacked there (pvrescue's binds included); the others only
-// the top one, as the field drivers do, so a dead mount below stays.
+// the top one, as the field drivers do, so a dead mount below stays. The strict layout does it
+// as k8s-csi-s3 does: umount without looking first, codes.Internal on any error (EINVAL when the
+// target is no mount point), so a target someone else emptied fails for ever.
 func (p *Plugin) NodeUnpublishVolume(_ context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
+	p.count("NodeUnpublishVolume")
 	target := req.GetTargetPath()
 	if target == "" || req.GetVolumeId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume id and target path are required")
+	}
+	if p.o.Layout == LayoutStrict {
+		if err := p.fuseUnmount(target, 0); err != nil {
+			p.count("NodeUnpublishVolumeFailed")
+			p.log.Info("unpublish failed (strict: plain umount)", "volume", req.GetVolumeId(), "target", target, "err", err.Error())
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+		p.log.Info("unpublished (plain umount)", "volume", req.GetVolumeId(), "target", target)
+		return &csi.NodeUnpublishVolumeResponse{}, nil
 	}
 	if p.o.Layout != LayoutDirect {
 		if isMountPoint(target) {

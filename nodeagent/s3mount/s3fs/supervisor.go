@@ -135,11 +135,34 @@ type bridge struct {
 // credsTmpfsSize bounds the tmpfs holding passwd files (a few hundred bytes each).
 const credsTmpfsSize = 1 << 20
 
-// Adopt takes over the healthy bridges an earlier agent left (their mount answers; the
-// s3fs recorded in <state>/s3/bridges/<pv>.json still runs, watched from now on through a
-// pidfd) and drops the dead ones: a recorded s3fs still running behind a dead mount is stopped,
-// the mount removed, record and cgroup deleted. Records without a mount are dropped the same
-// way.
+// ErrBridgeBusy: the bridge's mount does not answer statfs in time (or answers with an error
+// that does not say its filesystem is gone) while its s3fs runs. A busy s3fs (heavy writes, its
+// workers saturated) is slow, not dead: it is never killed nor unmounted for that, which would
+// give every pod on the PV ENOTCONN and lose what it had not uploaded yet.
+var ErrBridgeBusy = errors.New("bridge s3fs does not answer in time: busy, not dead")
+
+// bridgeGone reports whether a bridge whose mount answered statfs with err may be stopped and
+// unmounted: only when its filesystem is gone (ENOTCONN, ECONNABORTED, ...: stack.IsDead), or
+// when no process of it runs and the error is not a timeout. A timeout never is: the kernel
+// answers at once for a FUSE mount whose daemon died, so a timeout means a live daemon.
+func bridgeGone(err error, running bool) bool {
+	switch {
+	case err == nil:
+		return false
+	case stack.IsDead(err):
+		return true
+	case errors.Is(err, stack.ErrTimeout):
+		return false
+	default:
+		return !running
+	}
+}
+
+// Adopt takes over the live bridges an earlier agent left (their mount answers; or it is busy —
+// statfs timed out — the s3fs recorded in <state>/s3/bridges/<pv>.json still runs, watched from
+// now on through a pidfd) and drops the dead ones: a recorded s3fs still running behind a dead
+// mount (ENOTCONN, ECONNABORTED) is stopped, the mount removed, record and cgroup deleted.
+// Records without a mount are dropped the same way. A timeout never drops a bridge.
 func (s *Supervisor) Adopt(ctx context.Context) error {
 	log := logr.FromContextOrDiscard(ctx)
 	table, err := s.os.Mounter.MountTable()
@@ -154,7 +177,10 @@ func (s *Supervisor) Adopt(ctx context.Context) error {
 		}
 		seen[pv] = true
 		rec, proc := s.adoptProcess(ctx, pv, m.MountPoint)
-		if err := s.os.Statfs.Statfs(ctx, m.MountPoint, s.cfg.S3.StatfsTimeout.Duration); err == nil {
+		if serr := s.os.Statfs.Statfs(ctx, m.MountPoint, s.cfg.S3.StatfsTimeout.Duration); !bridgeGone(serr, proc != nil) {
+			if serr != nil {
+				log.Info("bridge left by an earlier agent does not answer in time: busy, not dead; adopted, not stopped", "pv", pv, "path", m.MountPoint, "err", serr.Error())
+			}
 			st := &bridge{proc: proc, started: s.clk.Now()}
 			if proc != nil {
 				st.cgroup = rec.Cgroup
@@ -241,11 +267,18 @@ func (s *Supervisor) Ensure(ctx context.Context, pvName string, resolve func(con
 		return err
 	}
 	if table.IsMountPoint(path) {
-		if s.os.Statfs.Statfs(ctx, path, s.cfg.S3.StatfsTimeout.Duration) == nil {
+		serr := s.os.Statfs.Statfs(ctx, path, s.cfg.S3.StatfsTimeout.Duration)
+		if serr == nil {
 			return nil
 		}
+		s.mu.Lock()
+		_, running := s.bridges[pvName]
+		s.mu.Unlock()
+		if !bridgeGone(serr, running) {
+			return fmt.Errorf("%w: %s: %w", ErrBridgeBusy, path, serr)
+		}
 		// A dead bridge mount: binds made from it keep their own reference, so it can go.
-		log.Info("bridge mount is dead, mounting again", "path", path)
+		log.Info("bridge mount is dead, mounting again", "path", path, "err", serr.Error())
 		s.Stop(ctx, pvName, false)
 		stack.UnmountAll(s.os.Mounter, path, table)
 	}
@@ -254,7 +287,7 @@ func (s *Supervisor) Ensure(ctx context.Context, pvName string, resolve func(con
 		return err
 	}
 	passwd := s.layout.PasswdFile(pvName)
-	args, err := Args(vol, creds, path, passwd, s.layout.TmpDir(pvName))
+	args, err := Args(vol, creds, path, passwd, s.layout.TmpDir(pvName), s.cfg.S3.BridgeDiskFreeMB)
 	if err != nil {
 		return err // refused by the allowlists: nothing is written or started
 	}

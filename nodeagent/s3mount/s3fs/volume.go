@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -238,9 +239,10 @@ func PasswdContent(c Credentials) []byte {
 
 // Args builds the s3fs command line (without the program). s3fs runs in the foreground (-f)
 // so the agent owns and supervises it; nosuid and nodev are always set, and its temporary files
-// go to tmpDir. The secret's endpoint and region override the volume's, and pass the same
-// allowlists; a refused value starts nothing.
-func Args(v Volume, c Credentials, mountPoint, passwdFile, tmpDir string) ([]string, error) {
+// go to tmpDir, of whose filesystem it leaves diskFreeMB free (ensure_diskfree); a read-only
+// volume (the PV's own flag) gets -o ro. The secret's endpoint and region override the
+// volume's, and pass the same allowlists; a refused value starts nothing.
+func Args(v Volume, c Credentials, mountPoint, passwdFile, tmpDir string, diskFreeMB int64) ([]string, error) {
 	if err := CheckBucket(v.Bucket); err != nil {
 		return nil, err
 	}
@@ -273,6 +275,12 @@ func Args(v Volume, c Credentials, mountPoint, passwdFile, tmpDir string) ([]str
 		"-o", "nosuid",
 		"-o", "nodev",
 		"-o", "tmpdir=" + tmpDir,
+		// Bounded temp space: s3fs leaves this much of tmpDir's filesystem free.
+		"-o", "ensure_diskfree=" + strconv.FormatInt(max(diskFreeMB, 1), 10),
+	}
+	if v.ReadOnly {
+		// Read-only kept by the daemon we own, not only by the mount flag of the binds.
+		args = append(args, "-o", "ro")
 	}
 	if endpoint != "" {
 		args = append(args, "-o", "url="+endpoint)
@@ -283,6 +291,9 @@ func Args(v Volume, c Credentials, mountPoint, passwdFile, tmpDir string) ([]str
 	for _, o := range v.Options {
 		if err := CheckOption(o); err != nil {
 			return nil, err
+		}
+		if o == "ro" && v.ReadOnly {
+			continue // given above
 		}
 		args = append(args, "-o", o)
 	}

@@ -248,13 +248,13 @@ func TestParseCredentials(t *testing.T) {
 
 func TestArgs(t *testing.T) {
 	v := Volume{PV: "pv-a", Bucket: "bkt", Prefix: "p/q", Endpoint: "http://sc", Region: "eu", Options: []string{"retries=2"}}
-	got, err := Args(v, Credentials{AccessKeyID: "AK", SecretAccessKey: "SK", Endpoint: "http://secret"}, "/st/pv-a", "/cr/pv-a.passwd", "/tmp/pv-a")
+	got, err := Args(v, Credentials{AccessKeyID: "AK", SecretAccessKey: "SK", Endpoint: "http://secret"}, "/st/pv-a", "/cr/pv-a.passwd", "/tmp/pv-a", 512)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []string{"bkt:/p/q", "/st/pv-a", "-f", "-o", "passwd_file=/cr/pv-a.passwd", "-o", "fsname=pvrescue-s3:pv-a",
 		"-o", "use_path_request_style", "-o", "allow_other", "-o", "nosuid", "-o", "nodev", "-o", "tmpdir=/tmp/pv-a",
-		"-o", "url=http://secret", "-o", "endpoint=eu", "-o", "retries=2"}
+		"-o", "ensure_diskfree=512", "-o", "url=http://secret", "-o", "endpoint=eu", "-o", "retries=2"}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("(-want +got):\n%s", d)
 	}
@@ -268,12 +268,51 @@ func TestArgs(t *testing.T) {
 		{AccessKeyID: "AK", SecretAccessKey: "SK", Endpoint: "http://h,passwd_file=/etc/shadow"},
 		{AccessKeyID: "AK", SecretAccessKey: "SK", Region: "eu,use_cache=/"},
 	} {
-		if args, err := Args(v, c, "/st", "/pw", "/tmp"); !errors.Is(err, ErrUnsafe) || args != nil {
+		if args, err := Args(v, c, "/st", "/pw", "/tmp", 512); !errors.Is(err, ErrUnsafe) || args != nil {
 			t.Errorf("S3fsArgs with %+v = %v, %v; want ErrUnsafe and no args", c, args, err)
 		}
 	}
-	if _, err := Args(Volume{PV: "x", Bucket: "-ourl=http://evil"}, Credentials{}, "/st", "/pw", "/tmp"); !errors.Is(err, ErrUnsafe) {
+	if _, err := Args(Volume{PV: "x", Bucket: "-ourl=http://evil"}, Credentials{}, "/st", "/pw", "/tmp", 512); !errors.Is(err, ErrUnsafe) {
 		t.Errorf("bucket flag accepted: %v", err)
+	}
+}
+
+// A read-only volume's bridge is read-only in s3fs itself (-o ro, once, even when the PV's mount
+// options say ro too); a writable one never gets ro. The temp space bound is always given.
+func TestArgsReadOnlyAndDiskFree(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		v        Volume
+		diskFree int64
+		wantRO   int
+		wantFree string
+	}{
+		{"writable", Volume{PV: "pv", Bucket: "bkt"}, 1024, 0, "ensure_diskfree=1024"},
+		{"read-only PV", Volume{PV: "pv", Bucket: "bkt", ReadOnly: true}, 1024, 1, "ensure_diskfree=1024"},
+		{"read-only by mount option", Volume{PV: "pv", Bucket: "bkt", ReadOnly: true, Options: []string{"ro"}}, 64, 1, "ensure_diskfree=64"},
+		{"no limit given: at least 1 MB", Volume{PV: "pv", Bucket: "bkt"}, 0, 0, "ensure_diskfree=1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args, err := Args(tc.v, Credentials{AccessKeyID: "AK", SecretAccessKey: "SK", Endpoint: "http://h"}, "/st", "/pw", "/tmp", tc.diskFree)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ro, free := 0, 0
+			for i := 1; i < len(args); i++ {
+				if args[i-1] != "-o" {
+					continue
+				}
+				if args[i] == "ro" {
+					ro++
+				}
+				if args[i] == tc.wantFree {
+					free++
+				}
+			}
+			if ro != tc.wantRO || free != 1 {
+				t.Errorf("args %q: -o ro %d times (want %d), %s %d times (want 1)", args, ro, tc.wantRO, tc.wantFree, free)
+			}
+		})
 	}
 }
 

@@ -9,8 +9,9 @@ import (
 var ErrTimeout = errors.New("statfs timed out")
 
 // deadErrnos are the answers of a mount whose filesystem is gone: a killed FUSE daemon gives
-// ENOTCONN, a broken connection EIO, network filesystems ESTALE/EHOSTDOWN, a vanished device ENODEV.
-var deadErrnos = []error{syscall.ENOTCONN, syscall.EIO, syscall.ESTALE, syscall.ENODEV, syscall.EHOSTDOWN}
+// ENOTCONN, an aborted FUSE connection ECONNABORTED, a broken connection EIO, network
+// filesystems ESTALE/EHOSTDOWN, a vanished device ENODEV.
+var deadErrnos = []error{syscall.ENOTCONN, syscall.ECONNABORTED, syscall.EIO, syscall.ESTALE, syscall.ENODEV, syscall.EHOSTDOWN}
 
 // IsDead reports whether a statfs error means the mount's filesystem is gone. Other errors
 // (ENOENT, EACCES, ...) say nothing about the filesystem and are not treated as dead, nor is a

@@ -73,6 +73,7 @@ func (r *Rules) DropOurTops(ctx context.Context, path string) error {
 		if err := r.Mounter.Unmount(path, true); err != nil {
 			return fmt.Errorf("%w: removing our mount at %s: %w", ErrMount, path, err)
 		}
+		r.removedPlaced(ctx, path, top)
 		logr.FromContextOrDiscard(ctx).Info("removed our mount before the driver's", "path", path, "dev", top.Dev, "source", top.Source)
 	}
 }
@@ -122,6 +123,7 @@ func (r *Rules) Cover(ctx context.Context, source, path string, readOnly bool, a
 		if err := r.Mounter.Unmount(path, true); err != nil {
 			return nil, false, false, fmt.Errorf("%w: removing our dead bind at %s: %w", ErrMount, path, err)
 		}
+		r.removedPlaced(ctx, path, top)
 		dead = append(dead, top)
 		log.Info("removed our dead bind before restoring", "path", path, "dev", top.Dev)
 		if table, err = r.Mounter.MountTable(); err != nil {
@@ -148,34 +150,71 @@ func (r *Rules) Cover(ctx context.Context, source, path string, readOnly bool, a
 	return dead, ro, true, nil
 }
 
-// Empty removes our mounts, and the mounts deadDriver accepts, from the top of path's stack (a
-// gone pod's target), and forgets path's record when it named a mount removed here: its absence
-// then says nothing about kubelet's teardown.
-func (r *Rules) Empty(ctx context.Context, path string, table Table, deadDriver func(ctx context.Context, path string, top Mount) bool) (ours, driver int) {
+// Empty removes our own mounts from the top of path's stack (a gone pod's target): our bridge
+// binds (our fsname, live or dead) and dead mounts we put there (Placed). It stops at the first
+// mount that is not ours. With keepLast it never removes the last mount at path, ours or not:
+// kubelet's teardown is still to come and calls the driver's NodeUnpublishVolume there, and a
+// driver whose unpublish is a plain umount of the target (k8s-csi-s3) fails with EINVAL, for
+// ever, when it finds no mount. So the driver's mounts, dead or alive, stay for the driver, and
+// so does a mount of ours that is the only one (the driver's umount takes it). keepLast is off
+// only once kubelet's teardown is over. A removed mount's record is forgotten: its absence then
+// says nothing about kubelet's teardown.
+func (r *Rules) Empty(ctx context.Context, path string, table Table, keepLast bool) (ours int) {
 	log := logr.FromContextOrDiscard(ctx)
 	stack := table.Stack(path)
-	for i := len(stack) - 1; i >= 0; i-- {
+	last := 0
+	if keepLast {
+		last = 1
+	}
+	for i := len(stack) - 1; i >= last; i-- {
 		top := stack[i]
-		if _, mine := PVFromFSName(top.Source); mine {
-			if err := r.Mounter.Unmount(path, true); err != nil {
-				log.Error(err, "removing our bind from a gone pod's target", "path", path)
-				return ours, driver
-			}
-			r.removedPlaced(ctx, path, top)
-			ours++
-			continue
-		}
-		if !deadDriver(ctx, path, top) {
-			return ours, driver
+		if !r.ours(ctx, path, top) {
+			return ours
 		}
 		if err := r.Mounter.Unmount(path, true); err != nil {
-			log.Error(err, "removing a dead driver mount from a gone pod's target", "path", path)
-			return ours, driver
+			log.Error(err, "removing our mount from a gone pod's target", "path", path)
+			return ours
 		}
 		r.removedPlaced(ctx, path, top)
-		driver++
+		ours++
 	}
-	return ours, driver
+	return ours
+}
+
+// ours reports whether top, the top mount at path, is provably one we put there: our fsname (a
+// bridge bind, which keeps it even after its s3fs died), or the device we recorded when we put
+// the driver's replayed mount there, dead (a live one serves until kubelet's teardown takes it).
+func (r *Rules) ours(ctx context.Context, path string, top Mount) bool {
+	if _, mine := PVFromFSName(top.Source); mine {
+		return true
+	}
+	return r.Placed.Is(path, top) && IsDead(r.statfs(ctx, path))
+}
+
+// ClearAfterTeardown removes, from the top of path's stack, the mounts dead accepts, and
+// returns how many. Only for a gone pod's target whose kubelet teardown is over: the mount we
+// put there was taken by the driver's NodeUnpublishVolume, which succeeded, so kubelet calls it
+// no more and what it left below (the driver's own dead mount) has nobody else to remove it.
+func (r *Rules) ClearAfterTeardown(ctx context.Context, path string, dead func(ctx context.Context, path string, top Mount) bool) int {
+	log := logr.FromContextOrDiscard(ctx)
+	n := 0
+	for {
+		table, err := r.Mounter.MountTable()
+		if err != nil {
+			log.Error(err, "reading the mount table")
+			return n
+		}
+		top, ok := table.Top(path)
+		if !ok || !dead(ctx, path, top) {
+			return n
+		}
+		if err := r.Mounter.Unmount(path, true); err != nil {
+			log.Error(err, "removing a dead driver mount left after kubelet's teardown", "path", path)
+			return n
+		}
+		r.removedPlaced(ctx, path, top)
+		n++
+	}
 }
 
 // removedPlaced forgets path's record when we ourselves removed the mount it names.

@@ -1,0 +1,126 @@
+//go:build e2e
+
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/pvrescue/pvrescue/e2e/framework"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csitest"
+)
+
+// lostFUSEMountStrictTeardown: a driver whose NodeUnpublishVolume is not idempotent (the test
+// plugin's strict layout, as k8s-csi-s3: a plain umount of the target, codes.Internal on EINVAL
+// when nothing is mounted there). The plugin goes down (its s3fs die with its pod), the app pod
+// is deleted while its mount is dead and the plugin down, and the plugin stays down a while (the
+// agent runs many passes over the gone pod's target meanwhile). The agent must leave the target's
+// mount for the driver: the target is still a mount point while the plugin is down. The plugin
+// comes back → kubelet's retried NodeUnpublishVolume succeeds, the pod is gone within 60 s, nothing
+// is left on the node nor in the plugin's container, and the new plugin logged no failed
+// unpublish.
+func lostFUSEMountStrictTeardown(t *testing.T, e *env) {
+	ctx := context.Background()
+	l := &fieldLayout{
+		name: "strict", driver: "ru.yandex.s3.csi", layout: csitest.LayoutStrict,
+		ns: "e2e-fuse-strict", pv: "e2e-fuse-strict-pv", handle: s3Bucket + "/strict",
+		attrs: map[string]string{"mounter": "s3fs"},
+		files: map[string]string{"strict/app.txt": "strict app data\n"},
+		want:  "strict app data\n", dataDir: "strict/", src: s3Bucket + ":/strict",
+	}
+	pod := fusePodSetup(t, e, l)
+	uid := string(pod.UID)
+	target := podTarget(e, uid, l.pv)
+	before := mountsAt(target)
+	if len(before) != 1 || !isFUSE(before[0].FSType) {
+		t.Fatalf("before the failure: want the driver's one FUSE mount at %s, got %s", target, describeStack(before))
+	}
+	driverMount := before[0]
+	driverS3fs := pluginS3fs(l.plugin)
+	if len(driverS3fs) != 1 {
+		t.Fatalf("before the failure: the plugin runs s3fs %v, want exactly one", driverS3fs)
+	}
+	agent, helpBefore := teardownHelp(t, e)
+
+	if err := l.plugin.Stop(ctx); err != nil {
+		t.Fatalf("stop the plugin's DaemonSet: %v", err)
+	}
+	// A failure while the plugin is down must not leave the pod's teardown without its driver.
+	t.Cleanup(func() { _ = l.plugin.Start(context.Background()) })
+	// Evidence of the death: the driver's s3fs process is gone (not a failed stat, which the
+	// agent may have undone already).
+	waitFor(t, 30*time.Second, "the driver's s3fs to exit with its plugin pod", func() (bool, string) {
+		if pidRuns(driverS3fs[0]) {
+			return false, fmt.Sprintf("pid %d still runs", driverS3fs[0])
+		}
+		return true, ""
+	})
+	tDel := time.Now()
+	if err := e.c.Client.CoreV1().Pods(l.ns).Delete(ctx, "app", metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("delete pod %s/app: %v", l.ns, err)
+	}
+	t.Logf("plugin %s (layout strict) down, its s3fs %v gone; pod %s/app (uid %s) deleted", l.driver, driverS3fs, l.ns, uid)
+
+	// The plugin stays down for 20 s: kubelet's NodeUnpublishVolume fails (driver not
+	// registered) and is retried; the agent, checking every second while a gone pod's target is
+	// mounted, must leave the mount kubelet's unpublish will need.
+	time.Sleep(20 * time.Second)
+	down := mountsAt(target)
+	if len(down) == 0 {
+		t.Errorf("20 s after the deletion with the plugin down, the target %s is no mount point any more: the driver's plain-umount NodeUnpublish will fail with EINVAL for ever", target)
+	}
+	kept := len(down) == 1 && down[0].ID == driverMount.ID
+	t.Logf("with the plugin down %s after the deletion: target %s (the driver's own mount %d still there: %v)",
+		time.Since(tDel).Round(100*time.Millisecond), describeStack(down), driverMount.ID, kept)
+
+	t1 := time.Now()
+	if err := l.plugin.Start(ctx); err != nil {
+		t.Fatalf("bring the plugin's pod back: %v", err)
+	}
+	back := time.Since(t1).Round(100 * time.Millisecond)
+	waitFor(t, 60*time.Second, fmt.Sprintf("pod %s/app (uid %s) to be gone once the plugin is back", l.ns, uid), func() (bool, string) {
+		got, err := e.c.Client.CoreV1().Pods(l.ns).Get(ctx, "app", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || (err == nil && string(got.UID) != uid) {
+			return true, ""
+		}
+		if err != nil {
+			return false, err.Error()
+		}
+		return false, framework.DescribePod(e.c.Client, got) + "\nmounts of the pod: " + strings.Join(mountsUnder(uid), "; ")
+	})
+	gone := time.Since(t1).Round(100 * time.Millisecond)
+	checkPodLeftNothing(t, e, l.ns+"/app", uid)
+	checkNothingLeft(t, e, l.pv, l.src)
+	checkPluginMounts(t, e, l.plugin, "after the pod is gone")
+	logCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if log := l.plugin.Log(logCtx); strings.Contains(log, "unpublish failed") {
+		t.Errorf("the strict plugin's NodeUnpublishVolume failed after it came back (kubelet retries it for ever):\n%s", log)
+	}
+	agentAfter, helpAfter := teardownHelp(t, e)
+	if kept {
+		// Nothing of ours was at the target: the agent had nothing to remove, nor to finish.
+		checkNoTeardownHelp(t, agent, agentAfter, helpBefore, helpAfter, "the strict pod's deletion")
+	}
+	t.Logf("RESULT strict: pod deleted with its mount dead and the plugin down; plugin back (registered after %s) → pod gone %s later, nothing left; teardown help %v → %v",
+		back, gone, helpBefore, helpAfter)
+}
+
+// pidRuns reports whether pid runs (a zombie does not).
+func pidRuns(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	return len(f) > 0 && f[0] != "Z"
+}

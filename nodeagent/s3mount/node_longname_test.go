@@ -29,10 +29,10 @@ func TestNodeLongPVName(t *testing.T) {
 	pod := e.pod("app-long", pv)
 	target, driverProc := e.publish(pod, pv)
 	_, stop := e.agent(30 * time.Second)
+	served := topMountID(target)
 	must(t, driverProc.Signal(syscall.SIGKILL))
 	waitFor(t, 30*time.Second, "target restored", func() bool {
-		var st unix.Statfs_t
-		return unix.Statfs(target, &st) == nil && len(stackAt(target)) == 1 // the bridge bind replaced the dead mount
+		return restoredSince(target, served) && len(stackAt(target)) == 1 // the bridge bind replaced the dead mount
 	})
 
 	l := s3fs.Layout{StateDir: e.state}

@@ -69,15 +69,16 @@ node: kube-binaries node-deps versitygw ## Privileged tests: real loop devices, 
 .PHONY: e2e
 e2e: kube-binaries-all e2e-deps versitygw ## End-to-end suite on a real kubelet + containerd node (root).
 	@[ "$$(id -u)" = 0 ] || { echo "make e2e needs root" >&2; exit 1; }
-	cd e2e && $(GO) test $(GOTEST_FLAGS) -p 1 -tags e2e -timeout 40m ./...
+	# TestDemo is make demo's narrated subset of TestPVRescue's scenarios: not run twice here.
+	cd e2e && $(GO) test $(GOTEST_FLAGS) -p 1 -tags e2e -timeout 40m -skip '^TestDemo$$' ./...
 
 # The demo cluster's admin kubeconfig (e2e/cluster writes it into the run's work dir).
 DEMO_KUBECONFIG   ?= $(CURDIR)/e2e/.work/suite/admin.kubeconfig
 
 .PHONY: demo
-demo: kube-binaries-all e2e-deps versitygw ## Narrated end-to-end run on a real node; leaves the cluster up (root).
+demo: kube-binaries-all e2e-deps versitygw ## The two rescues, narrated, on a real node (TestDemo, ~3 min); leaves the cluster up (root).
 	@[ "$$(id -u)" = 0 ] || { echo "make demo needs root" >&2; exit 1; }
-	cd e2e && PVRESCUE_DEMO=1 $(GO) test -count=1 -tags e2e -timeout 40m -v -run '^TestPVRescue$$' ./scenarios/
+	cd e2e && PVRESCUE_DEMO=1 $(GO) test -count=1 -tags e2e -timeout 20m -v -run '^TestDemo$$' ./scenarios/
 	@$(MAKE) -s demo-status
 
 .PHONY: demo-status

@@ -98,15 +98,23 @@ func (r *failRecorder) failures() []string {
 	return slices.Clone(r.msgs)
 }
 
-func (r *failRecorder) Error(args ...any) { r.TB.Helper(); r.note(fmt.Sprint(args...)); r.TB.Error(args...) }
-func (r *failRecorder) Fatal(args ...any) { r.TB.Helper(); r.note(fmt.Sprint(args...)); r.TB.Fatal(args...) }
+func (r *failRecorder) Error(args ...any) {
+	r.Helper()
+	r.note(fmt.Sprint(args...))
+	r.TB.Error(args...)
+}
+func (r *failRecorder) Fatal(args ...any) {
+	r.Helper()
+	r.note(fmt.Sprint(args...))
+	r.TB.Fatal(args...)
+}
 func (r *failRecorder) Errorf(format string, args ...any) {
-	r.TB.Helper()
+	r.Helper()
 	r.note(fmt.Sprintf(format, args...))
 	r.TB.Errorf(format, args...)
 }
 func (r *failRecorder) Fatalf(format string, args ...any) {
-	r.TB.Helper()
+	r.Helper()
 	r.note(fmt.Sprintf(format, args...))
 	r.TB.Fatalf(format, args...)
 }

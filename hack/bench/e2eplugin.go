@@ -83,7 +83,7 @@ func e2ePlugin(ctx context.Context, o *Options, s *Section) error {
 	took := time.Since(started)
 	logPath, err := writeLog(o, "e2e-go-test.log", log.String())
 	if err != nil {
-		return fmt.Errorf("go test -bench %s (in e2e/): %v; its output could not be kept: %w", e2eBenchName, runErr, err)
+		return errors.Join(fmt.Errorf("keep the output of go test -bench %s (in e2e/): %w", e2eBenchName, err), runErr)
 	}
 	// The benchmark writes its result after every run and when it ends, failed or not.
 	var r pluginBenchResult

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -63,8 +64,9 @@ type PluginBenchResult struct {
 
 // PluginBenchRun is one plugin pod deletion's evidence.
 type PluginBenchRun struct {
-	// DeadPids are the host pids of the s3fs that served the volume before the deletion (all
-	// exited); LivePids those serving it after the rescue.
+	// DeadPids are the host pids of the FUSE daemons (s3fs) in the plugin's container before the
+	// deletion, the processes holding /dev/fuse (all exited); LivePids those in the new plugin
+	// pod's container after the rescue.
 	DeadPids []int `json:"deadPids"`
 	LivePids []int `json:"livePids"`
 	// MountIDBefore and MountIDAfter are the statx mount IDs at the pod's target before the
@@ -185,9 +187,9 @@ func BenchmarkPluginPodDeleted(b *testing.B) {
 			t.Fatalf("run %d: before the deletion: %v", i, err)
 		}
 		res.MountIDKind = kind
-		run.DeadPids = volumeS3fs(l.plugin, l.src)
-		if len(run.DeadPids) == 0 {
-			t.Fatalf("run %d: no s3fs of %s runs in the %s plugin's container before the deletion (s3fs of that source on the node: %v)", i, l.src, l.driver, s3fsOf(l.src))
+		var why string
+		if run.DeadPids, why = fuseDaemons(l.plugin); len(run.DeadPids) == 0 {
+			t.Fatalf("run %d: no process of the %s plugin's container holds /dev/fuse before the deletion; %s", i, l.driver, why)
 		}
 		exited, err := pidsExited(run.DeadPids)
 		if err != nil {
@@ -220,7 +222,7 @@ func BenchmarkPluginPodDeleted(b *testing.B) {
 				i, kind, run.MountIDBefore, run.DeadPids, describeStack(mountsAt(mnt)))
 		}
 		checkTopFUSE(t, mnt, fmt.Sprintf("run %d, the pod's target after the rescue", i))
-		run.LivePids = s3fsOf(l.src)
+		run.LivePids, _ = fuseDaemons(l.plugin)
 		run.DeadFound, run.Restored = agentCounted(t, e, agent, deadBefore, restoredBefore, fmt.Sprintf("run %d", i))
 		if _, err := l.plugin.WaitRegistered(ctx, old.UID); err != nil {
 			t.Fatalf("run %d: the DaemonSet's new plugin pod: %v", i, err)
@@ -239,17 +241,30 @@ func BenchmarkPluginPodDeleted(b *testing.B) {
 	checkKubeletMounts(t, e, "after the runs")
 }
 
-// volumeS3fs lists the s3fs of source src (bucket:/prefix) running in the plugin's csi-s3
-// container: the daemons that serve the volume.
-func volumeS3fs(p *stack.CSI, src string) []int {
-	in := pluginS3fs(p)
-	var out []int
-	for _, pid := range s3fsOf(src) {
-		if slices.Contains(in, pid) {
-			out = append(out, pid)
+// fuseDaemons lists the processes of the plugin's csi-s3 container that hold /dev/fuse open:
+// the FUSE daemons (s3fs) serving its volumes, found by what they hold rather than by name or
+// command line. why describes the container's processes when there are none.
+func fuseDaemons(p *stack.CSI) (pids []int, why string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	all, err := p.ContainerPids(ctx, "")
+	if err != nil {
+		return nil, err.Error()
+	}
+	var seen []string
+	for _, pid := range all {
+		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		seen = append(seen, fmt.Sprintf("%d %s %q", pid, strings.TrimSpace(string(comm)), strings.ReplaceAll(strings.TrimRight(string(cmd), "\x00"), "\x00", " ")))
+		fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+		for _, fd := range fds {
+			if dst, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); err == nil && dst == "/dev/fuse" {
+				pids = append(pids, pid)
+				break
+			}
 		}
 	}
-	return out
+	return pids, fmt.Sprintf("processes of its csi-s3 container: %v", seen)
 }
 
 // pidsExited opens a pidfd for each pid now and returns a channel that receives the time the

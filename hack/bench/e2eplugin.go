@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -16,16 +18,33 @@ import (
 var hostReplay []time.Duration
 
 // pluginBenchResult mirrors e2e/scenarios.PluginBenchResult (the e2e module's test package
-// cannot be imported).
+// cannot be imported): every figure is timed from the plugin pod's delete request.
 type pluginBenchResult struct {
-	Layout       string    `json:"layout"`
-	Driver       string    `json:"driver"`
-	ReadableMs   []float64 `json:"readableMs"`
-	DeadMs       []float64 `json:"deadMs"`
-	RegisteredMs []float64 `json:"registeredMs"`
-	SetupSeconds float64   `json:"setupSeconds"`
-	GraceSeconds int64     `json:"graceSeconds"`
+	Layout       string           `json:"layout"`
+	Driver       string           `json:"driver"`
+	ExitMs       []float64        `json:"exitMs"`
+	ReadableMs   []float64        `json:"readableMs"`
+	RegisteredMs []float64        `json:"registeredMs"`
+	Runs         []pluginBenchRun `json:"runs"`
+	MountIDKind  string           `json:"mountIdKind"`
+	SetupSeconds float64          `json:"setupSeconds"`
+	GraceSeconds int64            `json:"graceSeconds"`
+	Failures     []string         `json:"failures"`
 }
+
+// pluginBenchRun mirrors e2e/scenarios.PluginBenchRun: one run's evidence that the volume died
+// and another mount stands in its place.
+type pluginBenchRun struct {
+	DeadPids      []int   `json:"deadPids"`
+	LivePids      []int   `json:"livePids"`
+	MountIDBefore uint64  `json:"mountIdBefore"`
+	MountIDAfter  uint64  `json:"mountIdAfter"`
+	DeadFound     float64 `json:"deadFound"`
+	Restored      float64 `json:"restored"`
+}
+
+// e2eBenchName is the benchmark the section runs, in e2e/scenarios.
+const e2eBenchName = "BenchmarkPluginPodDeleted"
 
 func runE2EPlugin(ctx context.Context, o *Options) Section {
 	s := Section{
@@ -34,7 +53,7 @@ func runE2EPlugin(ctx context.Context, o *Options) Section {
 			", containerd) with pvrescue installed from manifests/ (webhook Deployment, agent DaemonSet, shipped config), " +
 			"a real S3 server (versitygw) and the test CSI plugin running as a DaemonSet pod with the mounts of k8s-csi-s3's " +
 			"upstream node manifest (yandex layout: s3fs at kubelet's staging path, a bind per target, s3fs as the plugin's " +
-			"child in its container). Run by `make bench` as e2e/scenarios' BenchmarkPluginPodDeleted (its own cluster, " +
+			"child in its container). Run by `make bench` as e2e/scenarios' " + e2eBenchName + " (its own cluster, " +
 			"brought up and torn down by it).",
 	}
 	if err := e2ePlugin(ctx, o, &s); err != nil {
@@ -54,24 +73,66 @@ func e2ePlugin(ctx context.Context, o *Options, s *Section) error {
 	defer func() { _ = os.RemoveAll(tmp) }() // best effort: a temporary directory
 	out := filepath.Join(tmp, "result.json")
 	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-tags", "e2e", "-run", "^$",
-		"-bench", "^BenchmarkPluginPodDeleted$", "-benchtime", "1x", "-timeout", "20m", "./scenarios/")
+		"-bench", "^"+e2eBenchName+"$", "-benchtime", "1x", "-timeout", "20m", "./scenarios/")
 	cmd.Dir = filepath.Join(o.Root, "e2e")
 	cmd.Env = append(os.Environ(), "PVRESCUE_BENCH_OUT="+out, fmt.Sprintf("PVRESCUE_BENCH_REPEATS=%d", o.E2ERepeats))
 	var log bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &log, &log
 	started := time.Now()
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("go test -bench BenchmarkPluginPodDeleted (in e2e/): %w\n%s", err, tail(log.String(), 3000))
-	}
+	runErr := cmd.Run()
 	took := time.Since(started)
-	b, err := os.ReadFile(out)
+	logPath, err := writeLog(o, "e2e-go-test.log", log.String())
 	if err != nil {
-		return fmt.Errorf("the e2e benchmark wrote no result: %w\n%s", err, tail(log.String(), 2000))
+		return errors.Join(fmt.Errorf("keep the output of go test -bench %s (in e2e/): %w", e2eBenchName, err), runErr)
 	}
+	// The benchmark writes its result after every run and when it ends, failed or not.
 	var r pluginBenchResult
-	if err := json.Unmarshal(b, &r); err != nil {
-		return fmt.Errorf("parse %s: %w", out, err)
+	b, readErr := os.ReadFile(out)
+	if readErr == nil {
+		readErr = json.Unmarshal(b, &r)
 	}
+	if readErr == nil {
+		e2eFigures(s, &r, took)
+	}
+	if runErr != nil {
+		return errors.New(e2eFailure(runErr, readErr, &r, o.E2ERepeats, log.String(), logPath))
+	}
+	if readErr != nil {
+		return fmt.Errorf("%s passed but its result is unreadable: %w (whole output: %s)", e2eBenchName, readErr, logPath)
+	}
+	s.Notes = append(s.Notes, fmt.Sprintf("go test's whole output: `%s`.", logPath))
+	return nil
+}
+
+// e2eFailure says what failed in the e2e benchmark, first: its first failure message (from its
+// result file, else from go test's output) and how many runs it had measured, then go test's
+// failure lines (GoTestFailure: the failing messages with the runs' logs, log dumps reduced to
+// their first line), then where go test's whole output is.
+func e2eFailure(runErr, readErr error, r *pluginBenchResult, repeats int, out, logPath string) string {
+	lines := GoTestFailure(out)
+	what := ""
+	if readErr == nil && len(r.Failures) > 0 {
+		what, _, _ = strings.Cut(r.Failures[0], "\n")
+		if n := len(r.Failures); n > 1 {
+			what += fmt.Sprintf(" (and %d more failure(s), below)", n-1)
+		}
+	} else {
+		what = goTestHeadline(lines)
+		if what == "" {
+			what = runErr.Error()
+		}
+	}
+	runs := "no result file"
+	if readErr == nil {
+		runs = fmt.Sprintf("%d of %d runs measured", len(r.ReadableMs), repeats)
+	}
+	head := fmt.Sprintf("%s (e2e/scenarios, go test %v; %s): %s", e2eBenchName, runErr, runs, what)
+	return failureText(head, lines, logPath)
+}
+
+// e2eFigures fills the section's table, notes and raw samples from the benchmark's result (all
+// of it, or the runs before a failure).
+func e2eFigures(s *Section, r *pluginBenchResult, took time.Duration) {
 	toDur := func(ms []float64) []time.Duration {
 		ds := make([]time.Duration, len(ms))
 		for i, m := range ms {
@@ -79,9 +140,17 @@ func e2ePlugin(ctx context.Context, o *Options, s *Section) error {
 		}
 		return ds
 	}
-	readable, dead, registered := toDur(r.ReadableMs), toDur(r.DeadMs), toDur(r.RegisteredMs)
-	s.Raw = RawSamples([]string{"containerized-readable", "containerized-dead", "containerized-registered", "host-replay"},
-		map[string][]time.Duration{"containerized-readable": readable, "containerized-dead": dead, "containerized-registered": registered, "host-replay": hostReplay})
+	readable, exit, registered := toDur(r.ReadableMs), toDur(r.ExitMs), toDur(r.RegisteredMs)
+	var outage []time.Duration
+	for i := range min(len(readable), len(exit)) {
+		outage = append(outage, readable[i]-exit[i])
+	}
+	s.Raw = RawSamples([]string{"containerized-readable", "containerized-exit", "containerized-outage", "containerized-registered", "host-replay"},
+		map[string][]time.Duration{"containerized-readable": readable, "containerized-exit": exit, "containerized-outage": outage,
+			"containerized-registered": registered, "host-replay": hostReplay}) + e2eEvidence(r)
+	if len(readable) == 0 {
+		return
+	}
 	s.Header = []string{"figure", "samples", "p50", "p99", "max", "p50 / p99 ratio to the host plugin's replay"}
 	ratio := func(xs []time.Duration) string {
 		if len(hostReplay) == 0 {
@@ -98,15 +167,44 @@ func e2ePlugin(ctx context.Context, o *Options, s *Section) error {
 	}
 	s.Rows = [][]string{
 		row("containerized plugin: pod deleted → the node's target reads the file again", readable, true),
-		row("  of which: pod deleted → the target dead (ENOTCONN)", dead, false),
+		row("  of which: pod deleted → the volume's s3fs exited (the volume dead)", exit, false),
+		row("  the outage: the volume's s3fs exited → the target reads the file again", outage, true),
 		row("  for comparison: pod deleted → the DaemonSet's new plugin pod ready", registered, false),
 	}
 	if len(hostReplay) > 0 {
 		s.Rows = append(s.Rows, row("host plugin (lost-mount section, this run): plugin restarted → readable", hostReplay, true))
 	}
+	kind := map[string]string{"unique": "statx STATX_MNT_ID_UNIQUE, never reused", "reusable": "statx STATX_MNT_ID; this kernel has no unique mount ID, so an ID could come back"}[r.MountIDKind]
+	if kind == "" {
+		kind = "statx, kind " + r.MountIDKind
+	}
 	s.Notes = append(s.Notes,
-		fmt.Sprintf("Each run deletes the plugin's pod (grace period %d s) and polls `<pod target>/app.txt` on the node every 10 ms: first until it answers ENOTCONN (the s3fs died with the container), then until it reads the file again (the DaemonSet's new pod registered, the agent replayed NodeStageVolume/NodePublishVolume through it and put the driver's new mounts in place of the dead ones at the staging path and the target: beneath them, the dead ones then detached, as the agent deployed from manifests/ does on this kernel with its container remounter on). The next run starts 1 s after the new plugin pod is ready.", r.GraceSeconds),
+		fmt.Sprintf("Each run deletes the plugin's pod (grace period %d s). Every figure is timed from the delete request. The FUSE daemons in the plugin's container (its processes holding /dev/fuse: the s3fs serving the volume, the only volume of this plugin instance) are watched by pidfds opened before the deletion: \"exited\" is when the last of them exited, the instant the volume died (a pidfd cannot miss it, however soon the rescue follows). From then `<pod target>/app.txt` is read on the node every 10 ms: \"reads again\" is the first read that gives the file back (the DaemonSet's new pod registered, the agent replayed NodeStageVolume/NodePublishVolume through it and put the driver's new mounts beneath the dead ones at the staging path and the target, the dead ones then detached, as the agent deployed from manifests/ does on this kernel with its container remounter on); the outage is the difference, per run. The next run starts 1 s after the new plugin pod is ready.", r.GraceSeconds),
+		fmt.Sprintf("Evidence that each run's volume died and was put back, none of it racing the rescue: the old s3fs exited (pidfd), the mount at the target after the rescue is another one (mount ID, %s, differs from the one before the deletion), and the agent counted it (its pvrescue_s3_dead_mounts_found_total and pvrescue_s3_restores_total{method=\"replay\",result=\"success\"} each rose by at least 1, read on its /metrics). %s", kind, evidenceSummary(r)),
 		"The containerized figure includes what the host plugin's does not: the pod's termination, the DaemonSet controller creating a new pod, kubelet starting its sandbox and two containers, and the registrar registering the plugin again. The ratio says how much of the user-visible outage is the plugin's own restart rather than the agent.",
 		fmt.Sprintf("Cluster bring-up and pvrescue install (no cert-manager: package certs makes the webhook's certificate) took %s of the section's %s.", time.Duration(r.SetupSeconds*float64(time.Second)).Round(time.Second), took.Round(time.Second)))
-	return nil
+}
+
+// evidenceSummary sums the runs' evidence up in one sentence.
+func evidenceSummary(r *pluginBenchResult) string {
+	changed, counted := 0, 0
+	for _, run := range r.Runs {
+		if run.MountIDAfter != run.MountIDBefore {
+			changed++
+		}
+		if run.DeadFound >= 1 && run.Restored >= 1 {
+			counted++
+		}
+	}
+	return fmt.Sprintf("Mount ID changed in %d of %d runs, the agent counted the death and the replay in %d of %d (each run's pids, IDs and counts in the raw file).", changed, len(r.Runs), counted, len(r.Runs))
+}
+
+// e2eEvidence renders each run's evidence, one line per run, for the raw file.
+func e2eEvidence(r *pluginBenchResult) string {
+	var b strings.Builder
+	for i, run := range r.Runs {
+		fmt.Fprintf(&b, "run %d: s3fs %v exited; s3fs %v serve after; mount ID (%s) %d → %d; agent: dead mounts found +%v, replays restored +%v\n",
+			i, run.DeadPids, run.LivePids, r.MountIDKind, run.MountIDBefore, run.MountIDAfter, run.DeadFound, run.Restored)
+	}
+	return b.String()
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -106,7 +107,12 @@ func runGoBench(ctx context.Context, o *Options) Section {
 		return s
 	}
 	if err != nil {
-		s.Err = fmt.Errorf("go test -bench: %w (output in %s)", err, raw)
+		lines := GoTestFailure(string(out))
+		what := goTestHeadline(lines)
+		if what == "" {
+			what = "no failure line in its output"
+		}
+		s.Err = errors.New(failureText(fmt.Sprintf("go test -bench (%s): %v: %s", strings.Join(pkgs, " "), err, what), lines, raw))
 		return s
 	}
 	results := ParseBenchOutput(string(out))

@@ -48,13 +48,22 @@ func (r *Report) Write(w io.Writer) error {
 	p("run are the more stable comparison.\n\n")
 	for _, s := range r.Sections {
 		p("## %s\n\n", s.Title)
+		// What failed comes first: its first line, then its detail as it was written (go test's
+		// failure lines keep their indentation); logs are in files the error names.
+		if s.Err != nil {
+			head, detail, _ := strings.Cut(s.Err.Error(), "\n")
+			p("**FAILED:** %s\n\n", head)
+			if detail = strings.TrimRight(detail, "\n"); detail != "" {
+				p("~~~text\n%s\n~~~\n\n", detail)
+			}
+			if len(s.Rows) > 0 {
+				p("The figures below are those measured before the failure.\n\n")
+			}
+		}
 		if s.RanAgainst != "" {
 			p("Ran against: %s\n\n", s.RanAgainst)
 		}
 		p("Load average at start: %s · section took %s\n\n", s.Load, s.Elapsed.Round(100*time.Millisecond))
-		if s.Err != nil {
-			p("**FAILED:** %s\n\n", strings.ReplaceAll(s.Err.Error(), "\n", " "))
-		}
 		if len(s.Header) > 0 && len(s.Rows) > 0 {
 			p("| %s |\n|%s\n", strings.Join(s.Header, " | "), strings.Repeat(" --- |", len(s.Header)))
 			for _, row := range s.Rows {

@@ -276,7 +276,7 @@ func measureAgent(ctx context.Context, o *Options, cs kubernetes.Interface, bin,
 	read := func() (uint64, int64, error) {
 		select {
 		case <-a.done:
-			return 0, 0, fmt.Errorf("agent for %s exited: %s", a.name, tail(a.log.String(), 600))
+			return 0, 0, agentExited(o, a, label)
 		default:
 		}
 		pid := a.cmd.Process.Pid
@@ -411,6 +411,19 @@ func tail(s string, n int) string {
 		return "…" + s[len(s)-n:]
 	}
 	return s
+}
+
+// agentExited says that the measured agent exited, with its last log line, and keeps its whole
+// log in <raw dir>/scale-agent-<label>.log.
+func agentExited(o *Options, a *agentProc, label string) error {
+	logText := a.log.String()
+	last := strings.TrimSpace(logText)
+	last = last[strings.LastIndexByte(last, '\n')+1:]
+	where, err := writeLog(o, "scale-agent-"+fileSafe(label)+".log", logText)
+	if err != nil {
+		where = "not kept: " + err.Error()
+	}
+	return fmt.Errorf("agent for %s exited (%s); its last log line: %q; its whole log: %s", a.name, a.cmd.ProcessState, last, where)
 }
 
 // seedScale creates the PVs (present paths under devDir) and the S3 pods of node, 8 at a time.

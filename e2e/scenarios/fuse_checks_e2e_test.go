@@ -174,15 +174,26 @@ func checkPluginMounts(t testing.TB, e *env, p *stack.CSI, when string) {
 // s3fsOf lists the host's s3fs processes (any owner: the driver's, the agent's) mounting src
 // (bucket or bucket:/prefix, one whole argument).
 func s3fsOf(src string) []int {
-	return procs("s3fs", func(_, _ int, cmd []byte) bool {
-		args := bytes.Split(bytes.TrimRight(cmd, "\x00"), []byte{0})
-		for _, a := range args[min(1, len(args)):] {
-			if string(a) == src {
-				return true
-			}
+	return procs("s3fs", func(_, _ int, cmd []byte) bool { return cmdlineNamesSource(cmd, src) })
+}
+
+// cmdlineNamesSource reports whether an s3fs command line (NUL-separated, as in /proc/PID/cmdline)
+// names src ("bucket" or "bucket:/prefix") as an argument. s3fs splits a "bucket:/prefix"
+// argument in place (the ':' becomes a NUL), so such a source shows as two arguments, "bucket"
+// and "/prefix": matching only the whole argument would never find it.
+func cmdlineNamesSource(cmd []byte, src string) bool {
+	args := bytes.Split(bytes.TrimRight(cmd, "\x00"), []byte{0})
+	args = args[min(1, len(args)):]
+	bucket, prefix, split := strings.Cut(src, ":")
+	for i, a := range args {
+		if string(a) == src {
+			return true
 		}
-		return false
-	})
+		if split && i+1 < len(args) && string(a) == bucket && string(args[i+1]) == prefix {
+			return true
+		}
+	}
+	return false
 }
 
 // replayDirs are the fresh directories the agent may ask a driver to publish or stage a PV at:

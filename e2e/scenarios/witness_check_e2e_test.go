@@ -120,3 +120,23 @@ func TestMountIdentityOnThisKernel(t *testing.T) {
 	}
 	_ = cmd.Wait()
 }
+
+// TestCmdlineNamesSource: s3fs's own rewrite of "bucket:/prefix" (two arguments) is found, as is a
+// plain bucket; another prefix, or the bucket as an option's value, is not.
+func TestCmdlineNamesSource(t *testing.T) {
+	for _, c := range []struct {
+		cmd, src string
+		want     bool
+	}{
+		{"s3fs\x00e2e-bucket\x00/yandex\x00/mnt/t\x00-o\x00ro\x00", "e2e-bucket:/yandex", true},
+		{"s3fs\x00e2e-bucket:/yandex\x00/mnt/t\x00", "e2e-bucket:/yandex", true},
+		{"s3fs\x00e2e-bucket\x00/mnt/t\x00", "e2e-bucket", true},
+		{"s3fs\x00e2e-bucket\x00/other\x00/mnt/t\x00", "e2e-bucket:/yandex", false},
+		{"s3fs\x00-o\x00bucket=e2e-bucket\x00/mnt/t\x00", "e2e-bucket", false},
+		{"e2e-bucket\x00/yandex\x00", "e2e-bucket:/yandex", false}, // argv[0] is the program
+	} {
+		if got := cmdlineNamesSource([]byte(c.cmd), c.src); got != c.want {
+			t.Errorf("cmdlineNamesSource(%q, %q) = %t, want %t", c.cmd, c.src, got, c.want)
+		}
+	}
+}

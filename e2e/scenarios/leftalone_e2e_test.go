@@ -164,6 +164,6 @@ func webhookDown(t *testing.T, e *env) {
 	if m := mutated(got); len(m) > 0 {
 		t.Errorf("pod admitted while the webhook is down carries mutations: %v", m)
 	}
-	t.Logf("RESULT webhook down: pod admitted in %s without injection (failurePolicy Ignore) and Running; it has no probe and no HostToContainer, so a lost FUSE mount would not heal in it until it is recreated",
+	t.Logf("RESULT webhook down: pod admitted in %s without injection (failurePolicy Ignore) and Running; it has no probe and no HostToContainer, so if the agent cannot restore a lost FUSE mount in it (it still tries, as for any pod), nothing restarts its containers until it is recreated",
 		admitted.Round(time.Millisecond))
 }

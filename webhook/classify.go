@@ -32,12 +32,19 @@ const (
 // ErrNotFound is returned by a Lookup when the object exists neither in the cache nor live.
 var ErrNotFound = errors.New("not found")
 
+// ErrForeignPV is returned when the PersistentVolume a claim names does not name that claim back
+// (claimRef namespace, name and UID), in the cache nor live: the volume is not classified by it.
+var ErrForeignPV = errors.New("persistentvolume does not name the claim")
+
 // Lookup reads the objects classification needs. Implementations: ReaderLookup (informer cache with
 // a live fallback) and StaticLookup (fixed objects, for tests and benchmarks). The objects returned
 // may be shared with the cache: callers only read them (classification does).
 type Lookup interface {
 	PVC(ctx context.Context, namespace, name string) (*corev1.PersistentVolumeClaim, error)
 	StorageClass(ctx context.Context, name string) (*storagev1.StorageClass, error)
+	// PV reads a PersistentVolume; fresh asks the API server past the cache (a cached PV that
+	// does not name the claim bound to it: the PV informer may lag the PVC informer).
+	PV(ctx context.Context, name string, fresh bool) (*corev1.PersistentVolume, error)
 }
 
 // VolumeClass is the classification of one pod volume.
@@ -96,6 +103,15 @@ func (c *Classifier) classifyVolume(ctx context.Context, ns, podName string, v *
 		if err != nil {
 			return VolumeClass{}, fmt.Errorf("persistentvolumeclaim %s/%s: %w", ns, claim, err)
 		}
+		if pvc.Spec.VolumeName != "" {
+			// Bound, or bound in advance by name: that PV alone decides (no provisioning follows).
+			pv, err := c.claimedPV(ctx, pvc)
+			if err != nil {
+				return VolumeClass{}, fmt.Errorf("persistentvolumeclaim %s/%s: %w", ns, claim, err)
+			}
+			return ClassifyPV(c.Config, claim, pv), nil
+		}
+		// No PV yet (WaitForFirstConsumer, or provisioning): the admin's StorageClass decides.
 		return c.classifyClaim(ctx, claim, storageClassOf(pvc), pvc.Spec.VolumeMode)
 	case v.Ephemeral != nil:
 		if v.Ephemeral.VolumeClaimTemplate == nil {
@@ -127,6 +143,63 @@ func (c *Classifier) classifyClaim(ctx context.Context, claim, class string, mod
 		return VolumeClass{}, fmt.Errorf("storageclass %s of claim %s: %w", class, claim, err)
 	}
 	return ClassifyClaim(c.Config, claim, class, sc.Provisioner, mode), nil
+}
+
+// claimedPV returns the PV pvc names when that PV names pvc back (claimRefNames). A cached PV
+// that does not is read once more from the API server before the claim is given up.
+func (c *Classifier) claimedPV(ctx context.Context, pvc *corev1.PersistentVolumeClaim) (*corev1.PersistentVolume, error) {
+	name := pvc.Spec.VolumeName
+	pv, err := c.Lookup.PV(ctx, name, false)
+	if err != nil {
+		return nil, fmt.Errorf("persistentvolume %s: %w", name, err)
+	}
+	if claimRefNames(pv, pvc) {
+		return pv, nil
+	}
+	if pv, err = c.Lookup.PV(ctx, name, true); err != nil {
+		return nil, fmt.Errorf("persistentvolume %s: %w", name, err)
+	}
+	if !claimRefNames(pv, pvc) {
+		return nil, fmt.Errorf("%w: %s has claimRef %s, the claim has uid %q", ErrForeignPV, name, refString(pv.Spec.ClaimRef), pvc.UID)
+	}
+	return pv, nil
+}
+
+// claimRefNames reports whether pv's claimRef names pvc. A Bound claim must be named exactly
+// (namespace, name, UID), as kubelet checks before it mounts; a claim bound in advance by
+// spec.volumeName (still Pending) fits a PV that is free or reserved for it, since that is the
+// only PV it can bind to.
+func claimRefNames(pv *corev1.PersistentVolume, pvc *corev1.PersistentVolumeClaim) bool {
+	ref := pv.Spec.ClaimRef
+	if pvc.Status.Phase == corev1.ClaimBound {
+		return ref != nil && pvc.UID != "" && ref.UID == pvc.UID && ref.Namespace == pvc.Namespace && ref.Name == pvc.Name
+	}
+	return ref == nil || ref.Namespace == pvc.Namespace && ref.Name == pvc.Name && (ref.UID == "" || ref.UID == pvc.UID)
+}
+
+func refString(ref *corev1.ObjectReference) string {
+	if ref == nil {
+		return "none"
+	}
+	return fmt.Sprintf("%s/%s uid %q", ref.Namespace, ref.Name, ref.UID)
+}
+
+// ClassifyPV is the pure decision for a claim bound to pv, from the PV's own fields only (what
+// the node agent acts on too): a local PV of a configured local class, by the PV's volumeMode;
+// a CSI PV of a configured S3 driver. Nothing of the claim counts: its annotations (e.g.
+// volume.kubernetes.io/storage-provisioner) are written by whoever made it.
+func ClassifyPV(cfg *config.Config, claim string, pv *corev1.PersistentVolume) VolumeClass {
+	switch {
+	case pv.Spec.Local != nil && cfg.IsLocalClass(pv.Spec.StorageClassName):
+		src := "persistentvolume " + pv.Name + " storageclass " + pv.Spec.StorageClassName
+		if pv.Spec.VolumeMode != nil && *pv.Spec.VolumeMode == corev1.PersistentVolumeBlock {
+			return VolumeClass{Kind: KindLocalBlock, Claim: claim, Source: src}
+		}
+		return VolumeClass{Kind: KindLocalFilesystem, Claim: claim, Source: src}
+	case pv.Spec.CSI != nil && cfg.IsS3Driver(pv.Spec.CSI.Driver):
+		return VolumeClass{Kind: KindS3, Claim: claim, Source: "persistentvolume " + pv.Name + " csi driver " + pv.Spec.CSI.Driver}
+	}
+	return VolumeClass{Kind: KindOther, Claim: claim}
 }
 
 // ClassifyClaim is the pure decision for a claim of StorageClass class with that provisioner.
@@ -184,16 +257,16 @@ type Store interface {
 	GetByKey(key string) (item any, exists bool, err error)
 }
 
-// InformerStores are the stores of the PVC and StorageClass informers.
+// InformerStores are the stores of the PVC, StorageClass and PV informers.
 type InformerStores struct {
-	PVCs, StorageClasses Store
+	PVCs, StorageClasses, PVs Store
 }
 
-// StoresOf returns the stores behind informers' PVC and StorageClass informers (which it
+// StoresOf returns the stores behind informers' PVC, StorageClass and PV informers (which it
 // registers, as GetInformer does), or an error when its informers do not expose one.
 func StoresOf(ctx context.Context, informers ctrlcache.Informers) (*InformerStores, error) {
-	var stores [2]Store
-	for i, obj := range []client.Object{&corev1.PersistentVolumeClaim{}, &storagev1.StorageClass{}} {
+	var stores [3]Store
+	for i, obj := range []client.Object{&corev1.PersistentVolumeClaim{}, &storagev1.StorageClass{}, &corev1.PersistentVolume{}} {
 		inf, err := informers.GetInformer(ctx, obj, ctrlcache.BlockUntilSynced(false))
 		if err != nil {
 			return nil, fmt.Errorf("informer for %T: %w", obj, err)
@@ -204,7 +277,7 @@ func StoresOf(ctx context.Context, informers ctrlcache.Informers) (*InformerStor
 		}
 		stores[i] = withStore.GetStore()
 	}
-	return &InformerStores{PVCs: stores[0], StorageClasses: stores[1]}, nil
+	return &InformerStores{PVCs: stores[0], StorageClasses: stores[1], PVs: stores[2]}, nil
 }
 
 // PVC implements Lookup.
@@ -231,6 +304,27 @@ func (r ReaderLookup) StorageClass(ctx context.Context, name string) (*storagev1
 		return nil, err
 	}
 	return sc, nil
+}
+
+// PV implements Lookup.
+func (r ReaderLookup) PV(ctx context.Context, name string, fresh bool) (*corev1.PersistentVolume, error) {
+	key := client.ObjectKey{Name: name}
+	pv := &corev1.PersistentVolume{}
+	switch {
+	case fresh && r.Live == nil:
+		return nil, ErrNotFound
+	case fresh:
+		if err := r.Live.Get(ctx, key, pv); err != nil {
+			return nil, notFound(err)
+		}
+		return pv, nil
+	case r.Stores != nil && r.Stores.PVs != nil:
+		return fromStore[corev1.PersistentVolume](ctx, r, r.Stores.PVs, key)
+	}
+	if err := r.get(ctx, key, pv); err != nil {
+		return nil, err
+	}
+	return pv, nil
 }
 
 // fromStore reads key from store (its key is namespace/name, or name when cluster-scoped), and
@@ -287,13 +381,20 @@ func notFound(err error) error {
 type StaticLookup struct {
 	PVCs           map[string]*corev1.PersistentVolumeClaim // key: namespace/name
 	StorageClasses map[string]*storagev1.StorageClass
+	PVs            map[string]*corev1.PersistentVolume
+	// LivePVs, when set, answers PV reads with fresh (what the API server holds); PVs is then the
+	// cache, which may be stale.
+	LivePVs map[string]*corev1.PersistentVolume
 }
 
-// NewStaticLookup indexes the given PVCs and StorageClasses.
+// NewStaticLookup indexes the given PVCs, StorageClasses and PVs.
 func NewStaticLookup(objs ...client.Object) *StaticLookup {
-	s := &StaticLookup{PVCs: map[string]*corev1.PersistentVolumeClaim{}, StorageClasses: map[string]*storagev1.StorageClass{}}
+	s := &StaticLookup{PVCs: map[string]*corev1.PersistentVolumeClaim{}, StorageClasses: map[string]*storagev1.StorageClass{},
+		PVs: map[string]*corev1.PersistentVolume{}}
 	for _, o := range objs {
 		switch o := o.(type) {
+		case *corev1.PersistentVolume:
+			s.PVs[o.Name] = o
 		case *corev1.PersistentVolumeClaim:
 			s.PVCs[o.Namespace+"/"+o.Name] = o
 		case *storagev1.StorageClass:
@@ -315,6 +416,18 @@ func (s *StaticLookup) PVC(_ context.Context, namespace, name string) (*corev1.P
 func (s *StaticLookup) StorageClass(_ context.Context, name string) (*storagev1.StorageClass, error) {
 	if sc, ok := s.StorageClasses[name]; ok {
 		return sc, nil
+	}
+	return nil, ErrNotFound
+}
+
+// PV implements Lookup.
+func (s *StaticLookup) PV(_ context.Context, name string, fresh bool) (*corev1.PersistentVolume, error) {
+	pvs := s.PVs
+	if fresh && s.LivePVs != nil {
+		pvs = s.LivePVs
+	}
+	if pv, ok := pvs[name]; ok {
+		return pv, nil
 	}
 	return nil, ErrNotFound
 }

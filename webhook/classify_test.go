@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -126,6 +127,8 @@ func (r *countingReader) Get(_ context.Context, key client.ObjectKey, obj client
 		*dst = *o.(*corev1.PersistentVolumeClaim)
 	case *storagev1.StorageClass:
 		*dst = *o.(*storagev1.StorageClass)
+	case *corev1.PersistentVolume:
+		*dst = *o.(*corev1.PersistentVolume)
 	}
 	return nil
 }
@@ -253,3 +256,140 @@ func TestReaderLookupStores(t *testing.T) {
 type failingStore struct{ err error }
 
 func (f failingStore) GetByKey(string) (any, bool, error) { return nil, false, f.err }
+
+func boundPVC(name, class, pv string, uid types.UID, mode corev1.PersistentVolumeMode) *corev1.PersistentVolumeClaim {
+	p := pvcObj(name, class, mode)
+	p.UID = uid
+	p.Spec.VolumeName = pv
+	p.Status.Phase = corev1.ClaimBound
+	return p
+}
+
+func pvObj(name, class string, ref *corev1.PersistentVolumeClaim, src corev1.PersistentVolumeSource, mode corev1.PersistentVolumeMode) *corev1.PersistentVolume {
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PersistentVolumeSpec{StorageClassName: class, PersistentVolumeSource: src, VolumeMode: ptr.To(mode)}}
+	if ref != nil {
+		pv.Spec.ClaimRef = &corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: ref.Namespace, Name: ref.Name, UID: ref.UID}
+	}
+	return pv
+}
+
+func csiSource(driver string) corev1.PersistentVolumeSource {
+	return corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: "h"}}
+}
+
+var localSource = corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: "/mnt/disks/a"}}
+
+// A claim with a PV is classified by that PV alone, and only when the PV's claimRef names the
+// claim (issue 32 item 5): no annotation or class of the claim makes another driver's PV S3.
+func TestClassifyBoundClaims(t *testing.T) {
+	block, fs := corev1.PersistentVolumeBlock, corev1.PersistentVolumeFilesystem
+	s3Driver, other := "ru.yandex.s3.csi", "ebs.csi.aws.com"
+
+	// The tenant's claim asks for the S3 class and says the S3 provisioner made it; its PV is EBS.
+	liar := boundPVC("liar", "s3", "pv-liar", "uid-liar", fs)
+	liar.Annotations = map[string]string{"volume.kubernetes.io/storage-provisioner": s3Driver, "volume.beta.kubernetes.io/storage-provisioner": s3Driver}
+	// Bound (phase and volumeName) to a PV whose claimRef names another claim's UID.
+	foreign := boundPVC("foreign", "s3", "pv-victim", "uid-foreign", fs)
+	victim := boundPVC("foreign", "s3", "pv-victim", "uid-victim", fs) // same namespace/name, the former claim
+	// A local-class claim bound to a PV that is not a local volume: no guard.
+	notLocal := boundPVC("notlocal", "local-ssd", "pv-notlocal", "uid-notlocal", block)
+	// A static S3 PV bound to a claim without class: S3 (the StorageClass path could not tell).
+	static := boundPVC("static", "", "pv-static", "uid-static", fs)
+	blk := boundPVC("blk", "local-ssd", "pv-blk", "uid-blk", block)
+	// A local-class claim in Block mode... on a Filesystem local PV: the PV's mode counts.
+	fsPV := boundPVC("fspv", "local-ssd", "pv-fspv", "uid-fspv", block)
+	// Pending, no PV: WaitForFirstConsumer or provisioning; the admin's StorageClass decides.
+	pending := pvcObj("pending", "s3", fs)
+	pending.UID, pending.Status.Phase = "uid-pending", corev1.ClaimPending
+	// Pending, bound in advance by name to a free S3 PV / to one reserved for another claim.
+	prebound := pvcObj("prebound", "", fs)
+	prebound.UID, prebound.Spec.VolumeName, prebound.Status.Phase = "uid-prebound", "pv-free", corev1.ClaimPending
+	preTaken := pvcObj("pretaken", "", fs)
+	preTaken.UID, preTaken.Spec.VolumeName, preTaken.Status.Phase = "uid-pretaken", "pv-liar", corev1.ClaimPending
+	noPV := boundPVC("nopv", "s3", "pv-gone", "uid-nopv", fs)
+
+	lookup := NewStaticLookup(liar, foreign, notLocal, static, blk, fsPV, pending, prebound, preTaken, noPV,
+		scObj("s3", s3Driver), scObj("gp3", other),
+		pvObj("pv-liar", "s3", liar, csiSource(other), fs),
+		pvObj("pv-victim", "s3", victim, csiSource(s3Driver), fs),
+		pvObj("pv-notlocal", "local-ssd", notLocal, csiSource(other), block),
+		pvObj("pv-static", "", static, csiSource(s3Driver), fs),
+		pvObj("pv-blk", "local-ssd", blk, localSource, block),
+		pvObj("pv-fspv", "local-ssd", fsPV, localSource, fs),
+		pvObj("pv-free", "", nil, csiSource(s3Driver), fs),
+	)
+	c := &Classifier{Config: testConfig(), Lookup: lookup}
+	tests := []struct {
+		name    string
+		claim   string
+		want    *VolumeClass // nil: not of interest
+		skipped bool
+	}{
+		{"s3 provisioner annotation and class over another driver's PV", "liar", nil, false},
+		{"PV's claimRef names another uid", "foreign", nil, true},
+		{"local class over a non-local PV", "notlocal", nil, false},
+		{"static S3 PV without class", "static", &VolumeClass{Kind: KindS3, Claim: "static", Source: "persistentvolume pv-static csi driver " + s3Driver}, false},
+		{"local block PV", "blk", &VolumeClass{Kind: KindLocalBlock, Claim: "blk", Source: "persistentvolume pv-blk storageclass local-ssd"}, false},
+		{"local PV's own volumeMode", "fspv", &VolumeClass{Kind: KindLocalFilesystem, Claim: "fspv", Source: "persistentvolume pv-fspv storageclass local-ssd"}, false},
+		{"pending with an S3 StorageClass", "pending", &VolumeClass{Kind: KindS3, Claim: "pending", Source: "storageclass s3 provisioner " + s3Driver}, false},
+		{"pending, bound in advance to a free S3 PV", "prebound", &VolumeClass{Kind: KindS3, Claim: "prebound", Source: "persistentvolume pv-free csi driver " + s3Driver}, false},
+		{"pending, bound in advance to another claim's PV", "pretaken", nil, true},
+		{"bound, PV missing", "nopv", nil, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "pod"}, Spec: corev1.PodSpec{Volumes: []corev1.Volume{claimVol("v", tt.claim)}}}
+			got := c.Classify(context.Background(), "apps", pod)
+			vc, ok := got.Volumes["v"]
+			switch {
+			case tt.want == nil && ok:
+				t.Errorf("got %+v, want not of interest", vc)
+			case tt.want != nil && !ok:
+				t.Errorf("volume not classified (skipped: %+v), want %+v", got.Skipped, *tt.want)
+			case tt.want != nil && vc != *tt.want:
+				t.Errorf("got %+v, want %+v", vc, *tt.want)
+			}
+			if (len(got.Skipped) == 1) != tt.skipped {
+				t.Errorf("skipped = %+v, want skipped=%v", got.Skipped, tt.skipped)
+			}
+		})
+	}
+}
+
+// A cached PV that does not name its claim is read again past the cache: the PV informer may
+// lag the PVC's (static binding: the cached PV still has no claimRef). What the API server
+// holds decides, both ways.
+func TestClaimedPVRereadsAStaleCache(t *testing.T) {
+	fs := corev1.PersistentVolumeFilesystem
+	pvc := boundPVC("data", "", "pv-data", "uid-data", fs)
+	ctx := context.Background()
+	stale := pvObj("pv-data", "", nil, csiSource("ru.yandex.s3.csi"), fs)
+	fresh := pvObj("pv-data", "", pvc, csiSource("ru.yandex.s3.csi"), fs)
+	other := pvObj("pv-data", "", boundPVC("data", "", "pv-data", "uid-before", fs), csiSource("ru.yandex.s3.csi"), fs)
+
+	l := NewStaticLookup(pvc, stale)
+	l.LivePVs = map[string]*corev1.PersistentVolume{"pv-data": fresh}
+	c := &Classifier{Config: testConfig(), Lookup: l}
+	if got, err := c.claimedPV(ctx, pvc); err != nil || got != fresh {
+		t.Errorf("stale cache, fresh PV names the claim: got %v, %v; want the live PV", got, err)
+	}
+	l.LivePVs["pv-data"] = other
+	if _, err := c.claimedPV(ctx, pvc); !errors.Is(err, ErrForeignPV) {
+		t.Errorf("live PV names uid-before: err = %v, want ErrForeignPV", err)
+	}
+	// Through ReaderLookup: a store hit that does not fit goes to Live once.
+	pvs := toolscache.NewStore(toolscache.MetaNamespaceKeyFunc)
+	if err := pvs.Add(stale); err != nil {
+		t.Fatal(err)
+	}
+	live := &countingReader{objs: map[client.ObjectKey]client.Object{{Name: "pv-data"}: fresh}}
+	c.Lookup = ReaderLookup{Live: live, Stores: &InformerStores{PVs: pvs}}
+	got, err := c.claimedPV(ctx, pvc)
+	if err != nil || got.Spec.ClaimRef == nil || got.Spec.ClaimRef.UID != "uid-data" {
+		t.Errorf("ReaderLookup: got %v, %v; want the live PV naming uid-data", got, err)
+	}
+	if live.calls != 1 {
+		t.Errorf("live reads = %d, want 1", live.calls)
+	}
+}

@@ -3,8 +3,9 @@
 // A pod goes through three steps, each in its own file:
 //
 //   - classify.go: every volume is classified (Classifier): a local block claim, an S3 volume,
-//     or one pvrescue does nothing for. PVCs and StorageClasses come from a Lookup (an informer
-//     cache in the server, fixed objects in tests).
+//     or one pvrescue does nothing for. A claim with a PV is classified by that PV (its
+//     own driver, its claimRef naming the claim), one without by its StorageClass. PVCs, PVs and
+//     StorageClasses come from a Lookup (informer caches in the server, fixed objects in tests).
 //   - inject.go: Inject, the pure mutation. It decides what the pod gets (guard and install init
 //     containers, exec wrapper, S3 mount probe, mount propagation, the shared volume) and applies
 //     it as JSON patch operations, which it returns. containers.go builds the injected pieces;

@@ -64,6 +64,8 @@ func loadCase(t testing.TB, file string) (*corev1.Pod, []client.Object) {
 			obj = pod
 		case "PersistentVolumeClaim":
 			obj = &corev1.PersistentVolumeClaim{}
+		case "PersistentVolume":
+			obj = &corev1.PersistentVolume{}
 		case "StorageClass":
 			obj = &storagev1.StorageClass{}
 		default:

@@ -23,6 +23,10 @@ func (panickingLookup) PVC(context.Context, string, string) (*corev1.PersistentV
 	panic("lookup bug")
 }
 
+func (panickingLookup) PV(context.Context, string, bool) (*corev1.PersistentVolume, error) {
+	panic("lookup bug")
+}
+
 func (panickingLookup) StorageClass(context.Context, string) (*storagev1.StorageClass, error) {
 	panic("lookup bug")
 }

@@ -233,15 +233,21 @@ func createGuardedPod(ctx context.Context, cs kubernetes.Interface, cfg *config.
 		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			StorageClassName: &class, VolumeName: name, VolumeMode: &block,
 			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("64Mi")}}}}
-	if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+	pvc, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{})
+	if err != nil {
 		return fmt.Errorf("create PVC %s: %w", name, err)
+	}
+	// The webhook classifies a claim with a PV by that PV (still free here: bindClaim follows).
+	pv, err := cs.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("get PV %s: %w", name, err)
 	}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "app", Image: "busybox",
 			Command:       []string{"sleep", "infinity"},
 			VolumeDevices: []corev1.VolumeDevice{{Name: "data", DevicePath: "/dev/data"}}}},
 			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: name}}}}}}
-	d := &webhook.Defaulter{Config: cfg, Classifier: &webhook.Classifier{Config: cfg, Lookup: webhook.NewStaticLookup(pvc)}, Namespace: contract.Namespace}
+	d := &webhook.Defaulter{Config: cfg, Classifier: &webhook.Classifier{Config: cfg, Lookup: webhook.NewStaticLookup(pvc, pv)}, Namespace: contract.Namespace}
 	if in := d.Default(ctx, ns, pod); !localdisk.Guarded(pod, "data") {
 		return fmt.Errorf("pod %s: the webhook did not guard it (%s/%s, warnings %q)", name, in.Result, in.Reason, in.Warnings)
 	}

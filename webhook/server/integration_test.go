@@ -32,6 +32,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -209,8 +210,46 @@ func TestIntegrationWebhook(t *testing.T) {
 		if err != nil || sc.Provisioner != "ru.yandex.s3.csi" {
 			t.Errorf("StorageClass s3 from the store: %v, %v", sc, err)
 		}
+		if _, err := l.PV(ctx, "no-such-pv", false); !errors.Is(err, webhook.ErrNotFound) {
+			t.Errorf("missing PV: %v, want ErrNotFound", err)
+		}
 		if _, err := l.PVC(ctx, "apps", "no-such-claim"); !errors.Is(err, webhook.ErrNotFound) {
 			t.Errorf("missing claim: %v, want ErrNotFound", err)
+		}
+	})
+
+	// A claim with a PV is classified by that PV alone (issue 32 item 5), objects as the PV
+	// controller leaves them (claimRef with the claim's UID, the claim's status Bound).
+	t.Run("bound claims: classified by their PV, only when it names them", func(t *testing.T) {
+		// The claim asks for the S3 class and its annotation names the S3 provisioner; the PV is EBS.
+		liar := bindClaim(t, cs, "liar", "s3", "pv-liar", "ebs.csi.aws.com", "",
+			map[string]string{"volume.kubernetes.io/storage-provisioner": "ru.yandex.s3.csi"})
+		// A static S3 PV for a claim without class: the StorageClass path could not tell.
+		static := bindClaim(t, cs, "static", "", "pv-static", "ru.yandex.s3.csi", "", nil)
+		// An S3 PV whose claimRef names another UID.
+		foreign := bindClaim(t, cs, "foreign", "s3", "pv-foreign", "ru.yandex.s3.csi", "00000000-0000-4000-8000-0000000000aa", nil)
+
+		l := webhook.ReaderLookup{Cache: mgr.GetCache(), Live: mgr.GetAPIReader()}
+		if pv, err := l.PV(ctx, "pv-static", true); err != nil || pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.UID != static.UID {
+			t.Fatalf("PV pv-static live: %v, %v", pv, err)
+		}
+		for _, tc := range []struct {
+			claim   string
+			probe   bool
+			skipped bool
+		}{{liar.Name, false, false}, {static.Name, true, false}, {foreign.Name, false, true}} {
+			warnings.take()
+			p, err := cs.CoreV1().Pods("apps").Create(ctx, s3Pod("pod-"+tc.claim, tc.claim), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			if err != nil {
+				t.Fatalf("%s: %v", tc.claim, err)
+			}
+			app := p.Spec.Containers[0]
+			if got := app.LivenessProbe != nil; got != tc.probe {
+				t.Errorf("claim %s: probe injected = %v, want %v (probe %+v)", tc.claim, got, tc.probe, app.LivenessProbe)
+			}
+			if msgs := warnings.take(); containsSub(msgs, `volume "data" skipped`) != tc.skipped {
+				t.Errorf("claim %s: warnings %q, want skipped=%v", tc.claim, msgs, tc.skipped)
+			}
 		}
 	})
 
@@ -354,6 +393,51 @@ func claim(name, class string, mode corev1.PersistentVolumeMode) *corev1.Persist
 			StorageClassName: ptr.To(class), VolumeMode: ptr.To(mode),
 			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+		},
+	}
+}
+
+// bindClaim creates in namespace apps claim name (class, annotations) and a CSI PV pvName of
+// driver bound to it as the PV controller binds: claimRef with the claim's UID (or refUID when
+// set), spec.volumeName, then the claim's status Bound.
+func bindClaim(t *testing.T, cs kubernetes.Interface, name, class, pvName, driver string, refUID types.UID, ann map[string]string) *corev1.PersistentVolumeClaim {
+	t.Helper()
+	ctx := context.Background()
+	c := claim(name, class, corev1.PersistentVolumeFilesystem)
+	c.Annotations = ann
+	c.Spec.VolumeName = pvName
+	c, err := cs.CoreV1().PersistentVolumeClaims("apps").Create(ctx, c, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if refUID == "" {
+		refUID = c.UID
+	}
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: pvName}, Spec: corev1.PersistentVolumeSpec{
+		StorageClassName: class, AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+		Capacity:               corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+		PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: pvName}},
+		ClaimRef:               &corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: "apps", Name: name, UID: refUID},
+	}}
+	if _, err := cs.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.Status.Phase = corev1.ClaimBound
+	if c, err = cs.CoreV1().PersistentVolumeClaims("apps").UpdateStatus(ctx, c, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// s3Pod mounts claim at /data in one container.
+func s3Pod(name, claim string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "app", Image: "example.test/app:1", Command: []string{"/app"},
+				VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}}},
+			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}},
 		},
 	}
 }

@@ -1,5 +1,5 @@
 // Package server runs pvrescue's admission webhook: a controller-runtime manager with the TLS
-// webhook server, informers for PVCs and StorageClasses, health endpoints and metrics. It is kept
+// webhook server, informers for PVCs, StorageClasses and PVs, health endpoints and metrics. It is kept
 // apart from package webhook so the admission logic (and its fuzz build) stays free of the manager.
 package server
 
@@ -46,8 +46,8 @@ type Options struct {
 // ErrInvalidOptions is wrapped by NewManager's validation errors.
 var ErrInvalidOptions = errors.New("invalid webhook server options")
 
-// NewManager assembles the webhook server: a controller-runtime manager whose cache holds PVCs and
-// StorageClasses, the TLS webhook server at webhook.Path, /healthz, /readyz and /metrics.
+// NewManager assembles the webhook server: a controller-runtime manager whose cache holds PVCs,
+// StorageClasses and PVs, the TLS webhook server at webhook.Path, /healthz, /readyz and /metrics.
 func NewManager(restCfg *rest.Config, o Options) (manager.Manager, error) {
 	if o.Config == nil || o.CertDir == "" || o.Port <= 0 || o.Port > 65535 {
 		return nil, fmt.Errorf("%w: config, cert dir and a port in 1..65535 are required", ErrInvalidOptions)
@@ -111,7 +111,7 @@ func NewManager(restCfg *rest.Config, o Options) (manager.Manager, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
 		if !mgr.GetCache().WaitForCacheSync(ctx) {
-			return errors.New("PVC and StorageClass informers not synced")
+			return errors.New("PVC, StorageClass and PV informers not synced")
 		}
 		return nil
 	}); err != nil {

@@ -71,7 +71,11 @@ func Gather(ctx context.Context, c kubernetes.Interface, installNS, webhookConfi
 	}
 	s.Events = evs.Items
 
-	var objs []client.Object
+	// PVs too: the webhook's classification reads a bound claim's PV.
+	objs := make([]client.Object, 0, len(s.PVs))
+	for i := range s.PVs {
+		objs = append(objs, &s.PVs[i])
+	}
 	pvcs, err := c.CoreV1().PersistentVolumeClaims(namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("list persistentvolumeclaims: %w", err)

@@ -126,9 +126,9 @@ func codeMetrics(t *testing.T) map[string]string {
 			return err
 		}
 		if d.IsDir() {
-			// e2e/ is its own module (test harness); bin/ and testdata hold no product code.
-			switch d.Name() {
-			case "e2e", "bin", "testdata", ".git":
+			// e2e/ is its own module (test harness); bin/, testdata and hidden directories (e2e/.work,
+			// .demo: run state) hold no product code.
+			if n := d.Name(); n == "e2e" || n == "bin" || n == "testdata" || (n != ".." && strings.HasPrefix(n, ".")) {
 				return filepath.SkipDir
 			}
 			return nil
@@ -441,7 +441,8 @@ func goIdentifiers(t *testing.T) map[string]bool {
 		if err != nil {
 			return err
 		}
-		if d.IsDir() && (d.Name() == "bin" || d.Name() == ".git" || d.Name() == ".work") {
+		// bin/ and hidden directories (.git, e2e/.work, .demo: run state) hold no source.
+		if n := d.Name(); d.IsDir() && (n == "bin" || (n != ".." && strings.HasPrefix(n, "."))) {
 			return filepath.SkipDir
 		}
 		if d.IsDir() || !strings.HasSuffix(p, ".go") {

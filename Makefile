@@ -38,6 +38,10 @@ build: ## Build the webhook, agent and (static) helper binaries into bin/.
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/pvrescue-sidecar ./cmd/pvrescue-sidecar
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/kubectl-pvrescue ./cmd/kubectl-pvrescue
 
+.PHONY: generate
+generate: ## Regenerate generated files (docs/config-reference.md from internal/config); a unit test fails while they are stale.
+	$(GO) generate ./internal/config/
+
 .PHONY: docker-build
 docker-build: ## Build the container images with docker or podman (needs a running engine).
 	@b=$$(command -v docker || command -v podman || true); \

@@ -33,8 +33,10 @@ var ErrInvalid = errors.New("invalid pvrescue configuration")
 
 // Config is the whole configuration file.
 type Config struct {
+	// APIVersion must be pvrescue.io/v1alpha1, stated by the file itself.
 	APIVersion string `json:"apiVersion"`
-	Kind       string `json:"kind"`
+	// Kind must be Config, stated by the file itself.
+	Kind string `json:"kind"`
 
 	// LocalBlock configures the lost-local-disk rescue.
 	LocalBlock LocalBlock `json:"localBlock"`
@@ -133,17 +135,24 @@ type S3Profile struct {
 	// BucketAttribute and PrefixAttribute name the volume attributes holding bucket and prefix
 	// (empty: s3.parameters' names); a volume handle "bucket/prefix" fills what they leave empty.
 	BucketAttribute string `json:"bucketAttribute,omitempty"`
+	// PrefixAttribute names the volume attribute holding the prefix (empty: s3.parameters.prefix);
+	// see bucketAttribute.
 	PrefixAttribute string `json:"prefixAttribute,omitempty"`
 	// Subdir is appended to the prefix (ctrox's csi-fs), unless the volume attribute named by
 	// UsePrefixAttribute is "true".
-	Subdir             string `json:"subdir,omitempty"`
+	Subdir string `json:"subdir,omitempty"`
+	// UsePrefixAttribute names the volume attribute that, when "true", mounts the prefix itself
+	// without subdir (only meaningful with subdir).
 	UsePrefixAttribute string `json:"usePrefixAttribute,omitempty"`
 	// MounterAttribute names the volume attribute choosing the FUSE program; DefaultMounter is
 	// the program the driver runs without it ("" unknown: the volume must name one); S3fsMounters
 	// are the values that mean s3fs.
-	MounterAttribute string   `json:"mounterAttribute"`
-	DefaultMounter   string   `json:"defaultMounter,omitempty"`
-	S3fsMounters     []string `json:"s3fsMounters"`
+	MounterAttribute string `json:"mounterAttribute"`
+	// DefaultMounter is the FUSE program the driver runs when the volume names none ("" unknown:
+	// the volume must name one).
+	DefaultMounter string `json:"defaultMounter,omitempty"`
+	// S3fsMounters are the values of the mounter attribute that mean s3fs (at least one).
+	S3fsMounters []string `json:"s3fsMounters"`
 }
 
 // GenericS3Profile is the layout assumed for a driver without a profile: s3fs only when the
@@ -221,35 +230,49 @@ func (c *Config) MayReplay(driver string) bool {
 
 // Probe holds livenessProbe timings.
 type Probe struct {
+	// InitialDelaySeconds of the injected livenessProbe (at least 0).
 	InitialDelaySeconds int32 `json:"initialDelaySeconds"`
-	PeriodSeconds       int32 `json:"periodSeconds"`
-	TimeoutSeconds      int32 `json:"timeoutSeconds"`
-	FailureThreshold    int32 `json:"failureThreshold"`
+	// PeriodSeconds of the injected livenessProbe (at least 1).
+	PeriodSeconds int32 `json:"periodSeconds"`
+	// TimeoutSeconds of the injected livenessProbe (at least 1).
+	TimeoutSeconds int32 `json:"timeoutSeconds"`
+	// FailureThreshold of the injected livenessProbe (at least 1).
+	FailureThreshold int32 `json:"failureThreshold"`
 	// StatfsTimeout is passed to the helper's probe (must be below TimeoutSeconds).
 	StatfsTimeout metav1.Duration `json:"statfsTimeout"`
 }
 
 // SecretKeys are the key names inside an S3 credentials secret.
 type SecretKeys struct {
-	AccessKeyID     string `json:"accessKeyID"`
+	// AccessKeyID is the secret's key holding the S3 access key ID (must not be empty).
+	AccessKeyID string `json:"accessKeyID"`
+	// SecretAccessKey is the secret's key holding the S3 secret key (must not be empty).
 	SecretAccessKey string `json:"secretAccessKey"`
 	// Endpoint, when present in the secret, overrides the StorageClass parameter.
 	Endpoint string `json:"endpoint"`
-	Region   string `json:"region"`
+	// Region is the secret's key holding the S3 region, when present.
+	Region string `json:"region"`
 }
 
 // S3Parameters are the names of StorageClass parameters / PV volume attributes.
 type S3Parameters struct {
-	Bucket       string `json:"bucket"`
-	Prefix       string `json:"prefix"`
-	Endpoint     string `json:"endpoint"`
-	Region       string `json:"region"`
+	// Bucket names the parameter holding the bucket (must not be empty).
+	Bucket string `json:"bucket"`
+	// Prefix names the parameter holding the prefix inside the bucket.
+	Prefix string `json:"prefix"`
+	// Endpoint names the parameter holding the S3 endpoint URL.
+	Endpoint string `json:"endpoint"`
+	// Region names the parameter holding the S3 region.
+	Region string `json:"region"`
+	// MountOptions names the parameter holding extra s3fs options.
 	MountOptions string `json:"mountOptions"`
 }
 
 // Helper is the injected helper binary.
 type Helper struct {
-	Image           string `json:"image"`
+	// Image holds the helper binary (pvrescue-sidecar); the chart defaults it to the webhook image.
+	Image string `json:"image"`
+	// ImagePullPolicy of the injected containers: Always, IfNotPresent or Never.
 	ImagePullPolicy string `json:"imagePullPolicy"`
 	// MountPath is where the shared emptyDir is mounted in every container.
 	MountPath string `json:"mountPath"`
@@ -265,8 +288,10 @@ type Helper struct {
 
 // Resources are the requests and limits of the injected containers.
 type Resources struct {
+	// Requests of every injected container (cpu, memory, ephemeral-storage; each positive).
 	Requests corev1.ResourceList `json:"requests"`
-	Limits   corev1.ResourceList `json:"limits"`
+	// Limits of every injected container (no request above its limit).
+	Limits corev1.ResourceList `json:"limits"`
 }
 
 // keepText has each quantity of l keep its canonical text: every admission encodes the

@@ -20,7 +20,7 @@ const (
 	// ReasonLocalDiskMissing: the PV's path is missing and no fake is made (pods use it without
 	// the guard, or fake devices are disabled on the node).
 	ReasonLocalDiskMissing = "LocalDiskMissing"
-	// ReasonLocalDiskMissingTooLong: the PV's path has been missing for localBlock.missingTooLongAfter.
+	// ReasonLocalDiskMissingTooLong: the PV's path has been missing for localBlock.missingWarningAfter.
 	ReasonLocalDiskMissingTooLong = "LocalDiskMissingTooLong"
 	// ReasonFakeDeviceFailed: a fake device could not be created.
 	ReasonFakeDeviceFailed = "FakeDeviceFailed"

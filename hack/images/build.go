@@ -139,7 +139,7 @@ func Build(ctx context.Context, o *BuildOptions, compile Compiler) ([]Built, err
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(work)
+	defer func() { _ = os.RemoveAll(work) }()
 	var built []Built
 	for _, s := range Specs(o.AgentBase) {
 		idx, err := buildIndex(ctx, o, s, work, compile)

@@ -323,7 +323,7 @@ func TestGoBuildCrossStatic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	if f.Machine != elf.EM_AARCH64 {
 		t.Errorf("machine %v, want EM_AARCH64", f.Machine)
 	}

@@ -167,7 +167,9 @@ func runCommand(ctx context.Context, args []string, out io.Writer, compile Compi
 			return err
 		}
 		for _, b := range built {
-			fmt.Fprintf(out, "%s:%s  %s  %s  (%s)\n", b.Name, o.Version, b.Dir, b.Digest, strings.Join(o.Platforms, ", "))
+			if _, err := fmt.Fprintf(out, "%s:%s  %s  %s  (%s)\n", b.Name, o.Version, b.Dir, b.Digest, strings.Join(o.Platforms, ", ")); err != nil {
+				return err
+			}
 		}
 		return nil
 	case "push":
@@ -181,7 +183,9 @@ func runCommand(ctx context.Context, args []string, out io.Writer, compile Compi
 		}
 		refs, err := Push(ctx, o)
 		for _, r := range refs {
-			fmt.Fprintln(out, "pushed", r)
+			if _, werr := fmt.Fprintln(out, "pushed", r); werr != nil && err == nil {
+				err = werr
+			}
 		}
 		return err
 	default:

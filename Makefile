@@ -18,6 +18,14 @@ GO                ?= go
 GOTEST_FLAGS      ?= -count=1
 IMG_WEBHOOK       ?= pvrescue-webhook:dev
 IMG_AGENT         ?= pvrescue-agent:dev
+# The tag of `make images` / `make push` (the chart's appVersion names the release's tag).
+VERSION           ?= $(shell git describe --tags --always --dirty)
+PLATFORMS         ?= linux/amd64,linux/arm64
+# make push: REGISTRY=host[:port]/path; INSECURE=1 for plain http to a non-local registry.
+REGISTRY          ?=
+INSECURE          ?=
+# Optional multi-platform base for the agent image (with s3fs, fuse3, util-linux); empty: none.
+AGENT_BASE        ?=
 
 export KUBEBUILDER_ASSETS := $(KUBE_BIN)
 
@@ -47,6 +55,15 @@ docker-build: ## Build the container images with docker or podman (needs a runni
 	@b=$$(command -v docker || command -v podman || true); \
 	if [ -z "$$b" ]; then echo "no docker or podman client found" >&2; exit 1; fi; \
 	$$b build -f Dockerfile.webhook -t $(IMG_WEBHOOK) . && $$b build -f Dockerfile.agent -t $(IMG_AGENT) .
+
+.PHONY: images
+images: ## Build the webhook, agent and helper images (linux/amd64+arm64) without an engine: OCI layouts in bin/images/, tagged `git describe`.
+	$(GO) run ./hack/images build -out $(BIN)/images -version $(VERSION) -platforms $(PLATFORMS) $(if $(AGENT_BASE),-agent-base $(AGENT_BASE)) $(if $(INSECURE),-insecure)
+
+.PHONY: push
+push: ## Push the images of `make images` to REGISTRY=host[:port]/path as <image>:VERSION (INSECURE=1: plain http).
+	@[ -n "$(REGISTRY)" ] || { echo "make push needs REGISTRY=host[:port]/path" >&2; exit 1; }
+	$(GO) run ./hack/images push -in $(BIN)/images -version $(VERSION) -registry $(REGISTRY) $(if $(INSECURE),-insecure)
 
 ##@ Test
 

@@ -26,6 +26,7 @@ import (
 
 	"github.com/pvrescue/pvrescue/charts"
 	"github.com/pvrescue/pvrescue/internal/config"
+	"github.com/pvrescue/pvrescue/internal/contract"
 )
 
 // Value sets the golden files and the lint cover: every TLS mode, monitoring on, and every knob.
@@ -432,23 +433,191 @@ func TestRenderedObjectsDecodeStrictly(t *testing.T) {
 	}
 }
 
-// Bad values fail the render with a message naming the value.
+// NOTES.txt (printed by `helm install`) names the images with the one version, says what to label
+// next with the labels the webhook and the agent act on, and how to check it works. Golden files:
+// testdata/NOTES-<case>.txt (UPDATE_GOLDEN=1 rewrites them).
+func TestNotes(t *testing.T) {
+	ch := load(t)
+	for _, name := range []string{"default", "custom"} {
+		t.Run(name, func(t *testing.T) {
+			notes, err := charts.RenderNotes(ch, values(t, name), charts.DefaultRelease())
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden := filepath.Join("testdata", "NOTES-"+name+".txt")
+			if os.Getenv("UPDATE_GOLDEN") != "" {
+				if err := os.WriteFile(golden, []byte(notes), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (create it with UPDATE_GOLDEN=1 go test ./charts/ and review it)", err)
+			}
+			if d := cmp.Diff(string(want), notes); d != "" {
+				t.Errorf("NOTES.txt differs from %s (UPDATE_GOLDEN=1 to accept) (-golden +render):\n%s", golden, d)
+			}
+		})
+	}
+	notes, err := charts.RenderNotes(ch, nil, charts.DefaultRelease())
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := config.Default()
+	for _, want := range []string{
+		"ghcr.io/pvrescue/pvrescue-webhook:" + ch.Metadata.AppVersion,
+		"ghcr.io/pvrescue/pvrescue-agent:" + ch.Metadata.AppVersion,
+		"kubectl label namespace <app-namespace> " + contract.LabelInject + "=" + contract.LabelInjectEnabled,
+		"kubectl label node <node> " + def.LocalBlock.NodeLabel + "=" + contract.LabelFakeDevicesEnabled,
+		"kubectl pvrescue status\n",
+	} {
+		if !strings.Contains(notes, want) {
+			t.Errorf("default NOTES.txt lacks %q:\n%s", want, notes)
+		}
+	}
+	rel := charts.DefaultRelease()
+	rel.Namespace = "storage"
+	if notes, err = charts.RenderNotes(ch, values(t, "custom"), rel); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(notes, "kubectl pvrescue status --pvrescue-namespace storage") {
+		t.Errorf("NOTES.txt in namespace storage does not pass it to kubectl pvrescue:\n%s", notes)
+	}
+}
+
+// With the tags left empty, the webhook, agent and helper images all carry the chart's appVersion,
+// and the chart's pull secrets reach every pod it renders (webhook, agent, certificate bootstrap).
+func TestImagesFollowAppVersion(t *testing.T) {
+	ch := load(t)
+	v := map[string]any{"tls": map[string]any{"mode": "bootstrap"}, "imagePullSecrets": []any{map[string]any{"name": "my-registry"}}}
+	objs := render(t, v, charts.DefaultRelease())
+	wantImages := map[string]bool{
+		"ghcr.io/pvrescue/pvrescue-webhook:" + ch.Metadata.AppVersion: true,
+		"ghcr.io/pvrescue/pvrescue-agent:" + ch.Metadata.AppVersion:   true,
+	}
+	pods := 0
+	for _, o := range objs {
+		var spec *corev1.PodSpec
+		switch o.GetKind() {
+		case "Deployment", "DaemonSet":
+			var w struct {
+				Spec struct{ Template corev1.PodTemplateSpec } `json:"spec"`
+			}
+			b, _ := json.Marshal(o.Object)
+			if err := json.Unmarshal(b, &w); err != nil {
+				t.Fatal(err)
+			}
+			spec = &w.Spec.Template.Spec
+		case "Job":
+			var j batchv1.Job
+			decode(t, o, &j)
+			spec = &j.Spec.Template.Spec
+		case "CronJob":
+			var j batchv1.CronJob
+			decode(t, o, &j)
+			spec = &j.Spec.JobTemplate.Spec.Template.Spec
+		case "ConfigMap":
+			if o.GetName() == "pvrescue-config" {
+				data, _, _ := unstructured.NestedString(o.Object, "data", "config.yaml")
+				cfg, err := config.Parse([]byte(data))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !wantImages[cfg.Helper.Image] || !strings.Contains(cfg.Helper.Image, "webhook") {
+					t.Errorf("helper.image %s: want the webhook image at appVersion %s", cfg.Helper.Image, ch.Metadata.AppVersion)
+				}
+			}
+		}
+		if spec == nil {
+			continue
+		}
+		pods++
+		for _, c := range append(spec.InitContainers, spec.Containers...) {
+			if !wantImages[c.Image] {
+				t.Errorf("%s %s container %s: image %s, want one tagged appVersion %s", o.GetKind(), o.GetName(), c.Name, c.Image, ch.Metadata.AppVersion)
+			}
+		}
+		if d := cmp.Diff([]corev1.LocalObjectReference{{Name: "my-registry"}}, spec.ImagePullSecrets); d != "" {
+			t.Errorf("%s %s imagePullSecrets (-want +got):\n%s", o.GetKind(), o.GetName(), d)
+		}
+	}
+	if pods != 4 {
+		t.Errorf("checked %d pod templates, want 4 (webhook, agent, bootstrap Job and CronJob)", pods)
+	}
+}
+
+// A wrong value fails `helm install/upgrade/template` at values.schema.json with the path of the
+// value and what is allowed; the template's own checks say the same when the schema is skipped
+// (`--skip-schema-validation`).
 func TestBadValuesFail(t *testing.T) {
-	for _, tc := range []struct{ values, want string }{
-		{`tls: {mode: selfsigned}`, "tls.mode must be"},
-		{`tls: {mode: existingSecret}`, "tls.existingSecret.name is required"},
-		{`tls: {mode: existingSecret, existingSecret: {name: x}}`, "tls.existingSecret.caBundle"},
-		{`webhook: {failurePolicy: Sometimes}`, "webhook.failurePolicy must be"},
-		{`webhook: {timeoutSeconds: 31}`, "webhook.timeoutSeconds must be within 1..30"},
+	for _, tc := range []struct{ values, schema, template string }{
+		{`tls: {mode: bogus}`, "at '/tls/mode': value must be one of 'cert-manager', 'bootstrap', 'existingSecret'", "tls.mode must be"},
+		{`tls: {mode: existingSecret}`, "at '/tls/existingSecret/name': minLength: got 0, want 1", "tls.existingSecret.name is required"},
+		{`tls: {mode: existingSecret, existingSecret: {name: x}}`, "at '/tls/existingSecret/caBundle': '' does not match pattern", "tls.existingSecret.caBundle"},
+		{`webhook: {failurePolicy: Sometimes}`, "at '/webhook/failurePolicy': value must be one of 'Ignore', 'Fail'", "webhook.failurePolicy must be"},
+		{`webhook: {timeoutSeconds: 31}`, "at '/webhook/timeoutSeconds': maximum: got 31, want 30", "webhook.timeoutSeconds must be within 1..30"},
+		{`namespace: {create: "yes"}`, "at '/namespace/create': got string, want boolean", ""},
+		{`agent: {hostPID: "false"}`, "at '/agent/hostPID': got string, want boolean", ""},
+		{`agent: {image: {tag: "v1:2"}}`, "at '/agent/image/tag'", ""},
+		{`webhook: {image: {repository: "registry.example/pvrescue-webhook:v1"}}`, "at '/webhook/image/repository'", ""},
+		{`webhook: {image: {pullPolicy: Sometimes}}`, "at '/webhook/image/pullPolicy': value must be one of 'Always', 'IfNotPresent', 'Never'", ""},
+		{`imagePullSecrets: [my-registry]`, "at '/imagePullSecrets/0': got string, want object", ""},
+		{`webhok: {replicas: 3}`, "additional properties 'webhok' not allowed", ""},
+		{`config: {helper: {imagePullPolicy: Sometimes}}`, "at '/config/helper/imagePullPolicy'", ""},
 	} {
 		v := map[string]any{}
 		if err := yaml.Unmarshal([]byte(tc.values), &v); err != nil {
 			t.Fatal(err)
 		}
 		_, err := charts.RenderFiles(load(t), v, charts.DefaultRelease())
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("values %s: error %v, want one containing %q", tc.values, err, tc.want)
+		if err == nil || !strings.Contains(err.Error(), "values don't meet the specifications of the schema") || !strings.Contains(err.Error(), tc.schema) {
+			t.Errorf("values %s: error %v, want the schema's message containing %q", tc.values, err, tc.schema)
 		}
+		if tc.template == "" {
+			continue
+		}
+		noSchema := load(t)
+		noSchema.Schema = nil
+		_, err = charts.RenderFiles(noSchema, v, charts.DefaultRelease())
+		if err == nil || !strings.Contains(err.Error(), tc.template) {
+			t.Errorf("values %s without the schema: error %v, want one containing %q", tc.values, err, tc.template)
+		}
+	}
+}
+
+// Every value set of the golden files passes the schema, and so does every key of values.yaml
+// (the schema forbids unknown keys, so a value added to values.yaml must be added to it too).
+func TestSchemaAcceptsDefaults(t *testing.T) {
+	ch := load(t)
+	if len(ch.Schema) == 0 {
+		t.Fatal("chart has no values.schema.json")
+	}
+	for name := range cases {
+		if _, err := charts.RenderFiles(ch, values(t, name), charts.DefaultRelease()); err != nil {
+			t.Errorf("values %s: %v", name, err)
+		}
+	}
+	// What the e2e suite's Helm install and upgrade pass (e2e/stack.HelmValues and helm_e2e_test.go):
+	// images in a local registry with a port, TLS bootstrap, a changed timeout and cpu request.
+	e2e := `
+namespace: {create: false}
+webhook:
+  image: {repository: 127.0.0.1:40123/pvrescue/pvrescue-webhook, tag: e2e}
+  timeoutSeconds: 10
+  resources: {requests: {cpu: 60m}}
+agent:
+  image: {repository: 127.0.0.1:40123/pvrescue/pvrescue-agent, tag: e2e}
+tls: {mode: bootstrap}
+imagePullSecrets: [{name: my-registry}]
+config:
+  helper: {image: 127.0.0.1:40123/pvrescue/pvrescue-helper:e2e}
+`
+	v := map[string]any{}
+	if err := yaml.Unmarshal([]byte(e2e), &v); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := charts.RenderFiles(ch, v, charts.DefaultRelease()); err != nil {
+		t.Errorf("e2e values: %v", err)
 	}
 }
 

@@ -105,6 +105,28 @@ func RenderFiles(ch *chartv2.Chart, values map[string]any, rel Release) (map[str
 	return files, nil
 }
 
+// RenderNotes renders templates/NOTES.txt, what `helm install` prints after the install.
+func RenderNotes(ch *chartv2.Chart, values map[string]any, rel Release) (string, error) {
+	if values == nil {
+		values = map[string]any{}
+	}
+	vals, err := util.ToRenderValues(ch, values, common.ReleaseOptions{
+		Name: rel.Name, Namespace: rel.Namespace, Revision: 1, IsInstall: !rel.IsUpgrade, IsUpgrade: rel.IsUpgrade,
+	}, common.DefaultCapabilities)
+	if err != nil {
+		return "", fmt.Errorf("values: %w", err)
+	}
+	out, err := engine.Render(ch, vals)
+	if err != nil {
+		return "", fmt.Errorf("render chart: %w", err)
+	}
+	notes, ok := out[path.Join(ch.Name(), "templates", "NOTES.txt")]
+	if !ok {
+		return "", errors.New("chart has no templates/NOTES.txt")
+	}
+	return notes, nil
+}
+
 // Render renders the chart and decodes every object, in the order of the template file names.
 func Render(ch *chartv2.Chart, values map[string]any, rel Release) ([]*unstructured.Unstructured, error) {
 	files, err := RenderFiles(ch, values, rel)

@@ -4,11 +4,11 @@ app.kubernetes.io/part-of: pvrescue
 {{- end -}}
 
 {{- define "pvrescue.webhookImage" -}}
-{{ .Values.webhook.image.repository }}:{{ .Values.webhook.image.tag }}
+{{ .Values.webhook.image.repository }}:{{ .Values.webhook.image.tag | default .Chart.AppVersion }}
 {{- end -}}
 
 {{- define "pvrescue.agentImage" -}}
-{{ .Values.agent.image.repository }}:{{ .Values.agent.image.tag }}
+{{ .Values.agent.image.repository }}:{{ .Values.agent.image.tag | default .Chart.AppVersion }}
 {{- end -}}
 
 {{/* The pvrescue config file; helper.image defaults to the webhook image. */}}
@@ -47,3 +47,4 @@ pvrescue-webhook-tls
 {{- fail (printf "webhook.timeoutSeconds must be within 1..30 (the apiserver's limit), not %v" .Values.webhook.timeoutSeconds) -}}
 {{- end -}}
 {{- end -}}
+

@@ -430,6 +430,9 @@ func (r *s3Rig) seed(ctx context.Context, spec corev1.PodSpec) (*corev1.Pod, err
 					Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}, metav1.CreateOptions{})
 			return err
 		},
+		// The agent acts on a claim only once Bound with the PV's claimRef naming its UID
+		// (envtest runs no PV binder).
+		func() error { return bindClaim(ctx, r.cs, n.ns, n.pv, n.pv) },
 	}
 	for _, f := range objs {
 		if err := f(); err != nil {

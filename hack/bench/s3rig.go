@@ -96,8 +96,8 @@ type s3RigOptions struct {
 	remounter func(nodeagent.Deps) (nodeagent.ContainerRemounter, error)
 	// checkInterval, when set, replaces the shipped s3.checkInterval.
 	checkInterval time.Duration
-	// pollOnly leaves fusewatch out (the agent before event-driven detection: the periodic
-	// check alone notices a loss).
+	// pollOnly leaves fusewatch and the plugin-socket watch out (the agent before event-driven
+	// detection: the periodic check alone notices a loss).
 	pollOnly bool
 	// stacking takes s3mount's Replacer out (the agent before replace-beneath, and its fallback):
 	// restored mounts are bound on top of the dead ones at kubelet's paths.
@@ -300,6 +300,11 @@ func (r *s3Rig) startAgent(ctx context.Context, ro s3RigOptions) error {
 		go func() { fuseDone <- fw.Run(cctx) }()
 	}
 	sos := s3mount.NewOS()
+	if ro.pollOnly {
+		// The plugin-socket watch would wake it too (the bench's restart makes a new socket):
+		// the baseline is the agent before event-driven detection, the periodic check alone.
+		sos.Plugins = nil
+	}
 	if ro.stacking {
 		sos.Replacer = nil
 	}

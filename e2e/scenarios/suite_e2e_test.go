@@ -39,6 +39,7 @@ func TestPVRescue(t *testing.T) {
 	t.Run("LostFUSEMountStrictTeardown", func(t *testing.T) { lostFUSEMountStrictTeardown(t, e) })
 	t.Run("LostFUSEMountHung", func(t *testing.T) { lostFUSEMountHung(t, e) })
 	t.Run("LostFUSEMountOpenFile", func(t *testing.T) { lostFUSEMountOpenFile(t, e) })
+	t.Run("BusyBridge", func(t *testing.T) { busyBridge(t, e) })
 	t.Run("HostileTenant", func(t *testing.T) { hostileTenant(t, e) })
 	t.Run("LeftAlone", func(t *testing.T) { leftAlone(t, e) })
 	t.Run("APIServerAway", func(t *testing.T) { apiServerAway(t, e) })

@@ -47,8 +47,9 @@ const (
 // racerContainer holds the volume at /w/x/<under> (w: an emptyDir of its own) and swaps /w/x
 // with a symlink to /proc on every change of its mount table: an agent that checks the mount
 // point's path and then resolves it again to act (umount2 by name) detaches /proc/<under>
-// instead when a swap lands in between — runc's read-only bind of /proc/sys, or its /dev/null
-// binds masking /proc/kcore, /proc/keys, /proc/timer_list.
+// instead when a swap lands in between — runc's read-only bind of /proc/sys, or one of its masks:
+// /dev/null bound over /proc/keys and /proc/timer_list, a read-only tmpfs over /proc/acpi (the
+// masked paths this node's kernel has; it has no /proc/kcore).
 type racerContainer struct{ name, under string }
 
 func (r racerContainer) mountPath() string { return "/w/x/" + r.under }
@@ -58,7 +59,7 @@ func (r racerContainer) victim() string    { return "/proc/" + r.under }
 // /proc/sys, three at masks.
 var racers = []racerContainer{
 	{"racer-sys", "sys"}, {"racer-sys2", "sys"}, {"racer-sys3", "sys"},
-	{"racer-kcore", "kcore"}, {"racer-keys", "keys"}, {"racer-timers", "timer_list"},
+	{"racer-keys", "keys"}, {"racer-timers", "timer_list"}, {"racer-acpi", "acpi"},
 }
 
 // corePatternProbe rewrites kernel.core_pattern with its own value: it must fail with EROFS in a
@@ -100,7 +101,8 @@ func hostileTenantRacing(t *testing.T, e *env) {
 	vols := dataVolume()
 	for i, r := range racers {
 		w := fmt.Sprintf("w%d", i)
-		vols = append(vols, corev1.Volume{Name: w, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+		// In memory: a rename on tmpfs takes microseconds, as fast as a tenant can swap.
+		vols = append(vols, corev1.Volume{Name: w, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}})
 		cts = append(cts, corev1.Container{Name: r.name, Image: img, ImagePullPolicy: corev1.PullIfNotPresent,
 			Args: []string{"-dir", "/w/x", "-to", "/proc", "-burst", racerBurst},
 			VolumeMounts: []corev1.VolumeMount{

@@ -186,6 +186,9 @@ const RacerPkg = "./images/racer"
 // BuildStatic compiles the package pkg of the Go module in moduleDir into out as a static binary
 // (CGO_ENABLED=0), for images without a libc.
 func BuildStatic(ctx context.Context, moduleDir, pkg, out string) error {
+	if err := os.MkdirAll(path.Dir(out), 0o755); err != nil {
+		return err
+	}
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
 	cmd.Dir = moduleDir
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")

@@ -180,6 +180,35 @@ func BusyboxFiles() ([]File, error) {
 	return files, nil
 }
 
+// RacerPkg is the hostile tenant's racer (package main of the e2e module, see racer/main.go).
+const RacerPkg = "./images/racer"
+
+// BuildStatic compiles the package pkg of the Go module in moduleDir into out as a static binary
+// (CGO_ENABLED=0), for images without a libc.
+func BuildStatic(ctx context.Context, moduleDir, pkg, out string) error {
+	if err := os.MkdirAll(path.Dir(out), 0o755); err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
+	cmd.Dir = moduleDir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
+	}
+	return nil
+}
+
+// Racer is the hostile tenant's image: the busybox shell image (for exec) plus the racer binary
+// (built with BuildStatic from RacerPkg) at /racer, its entrypoint.
+func Racer(racerBin string) (v1.Image, error) {
+	files, err := BusyboxFiles()
+	if err != nil {
+		return nil, err
+	}
+	files = append(files, File{Path: "/racer", Src: racerBin})
+	return Build(files, []string{"/racer"}, nil)
+}
+
 // Registry is an in-process OCI registry on 127.0.0.1 (go-containerregistry's pkg/registry).
 type Registry struct {
 	Host string // 127.0.0.1:port

@@ -41,6 +41,8 @@ func TestPVRescue(t *testing.T) {
 	t.Run("LostFUSEMountOpenFile", func(t *testing.T) { lostFUSEMountOpenFile(t, e) })
 	t.Run("BusyBridge", func(t *testing.T) { busyBridge(t, e) })
 	t.Run("HostileTenant", func(t *testing.T) { hostileTenant(t, e) })
+	t.Run("HostileTenantRacing", func(t *testing.T) { hostileTenantRacing(t, e) })
+	t.Run("HostileTenantNestedUserNS", func(t *testing.T) { hostileTenantNestedUserNS(t, e) })
 	t.Run("LeftAlone", func(t *testing.T) { leftAlone(t, e) })
 	t.Run("APIServerAway", func(t *testing.T) { apiServerAway(t, e) })
 	t.Run("WebhookDown", func(t *testing.T) { webhookDown(t, e) })

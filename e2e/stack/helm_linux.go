@@ -45,6 +45,10 @@ func HelmValues(img Images) map[string]any {
 // Namespace (by the helm CLI, from the README's commands), which runs img.
 func AttachHelm(c *cluster.Cluster, img Images) (*Helm, error) {
 	h := &Helm{c: c, Images: img}
+	// Helm names its field manager after the program (os.Args[0]); the CLI that installed the
+	// release is "helm", this test binary is not: server-side apply would then refuse the upgrade
+	// as a conflict over every field the install set. Upgrade as the CLI does.
+	kube.ManagedFieldsManager = "helm"
 	var err error
 	if h.chart, err = charts.Load(); err != nil {
 		return nil, err

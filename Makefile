@@ -8,6 +8,10 @@ SHELL := /usr/bin/env bash -o pipefail
 KUBE_VERSION      ?= v1.37.2
 VERSITYGW_VERSION ?= v1.8.0
 GOLANGCI_LINT_VERSION ?= v2.15.0
+# The Helm CLIs the README install e2e runs (TestInstallHelm3, TestHelm): the last approved of each
+# major, built from the Go module proxy (make helm-clis). The e2e reads these two lines.
+HELM3_VERSION     ?= v3.21.4
+HELM4_VERSION     ?= v4.3.2
 BIN               := $(CURDIR)/bin
 KUBE_BIN          := $(BIN)/k8s/$(KUBE_VERSION)
 # Built binaries are also kept outside the checkout, keyed by version, so a fresh clone on the
@@ -88,7 +92,7 @@ node: kube-binaries node-deps versitygw ## Privileged tests: real loop devices, 
 	$(GO) test $(GOTEST_FLAGS) -p 1 -tags node ./...
 
 .PHONY: e2e
-e2e: kube-binaries-all e2e-deps versitygw ## End-to-end suite on a real kubelet + containerd node (root).
+e2e: kube-binaries-all kubectl helm-clis e2e-deps versitygw ## End-to-end suite on a real kubelet + containerd node (root).
 	@[ "$$(id -u)" = 0 ] || { echo "make e2e needs root" >&2; exit 1; }
 	# TestDemo is make demo's narrated subset of TestPVRescue's scenarios: not run twice here.
 	cd e2e && $(GO) test $(GOTEST_FLAGS) -p 1 -tags e2e -timeout 40m -skip '^TestDemo$$' ./...
@@ -113,6 +117,7 @@ demo-down: ## Remove every process, mount, loop device and file make demo (or a 
 	cd e2e && $(GO) run ./cmd/pvrescue-e2e down --work-dir $(CURDIR)/e2e/.work/suite
 	cd e2e && $(GO) run ./cmd/pvrescue-e2e down --work-dir $(CURDIR)/e2e/.work/cluster
 	cd e2e && $(GO) run ./cmd/pvrescue-e2e down --work-dir $(CURDIR)/e2e/.work/helm
+	cd e2e && $(GO) run ./cmd/pvrescue-e2e down --work-dir $(CURDIR)/e2e/.work/install
 	@rmdir $(CURDIR)/e2e/.work 2>/dev/null || true
 
 .PHONY: fuzz
@@ -147,7 +152,12 @@ kube-binaries: $(KUBE_BIN)/kube-apiserver $(KUBE_BIN)/etcd ## Build kube-apiserv
 .PHONY: kube-binaries-all
 kube-binaries-all: kube-binaries $(KUBE_BIN)/kube-controller-manager $(KUBE_BIN)/kube-scheduler $(KUBE_BIN)/kubelet ## Also build controller-manager, scheduler, kubelet.
 
-$(KUBE_BIN)/kube-apiserver $(KUBE_BIN)/kube-controller-manager $(KUBE_BIN)/kube-scheduler $(KUBE_BIN)/kubelet:
+# kubectl: the README's install commands run verbatim in the e2e (TestInstallHelm3, TestHelm), and
+# kubectl may be absent from the machine.
+.PHONY: kubectl
+kubectl: $(KUBE_BIN)/kubectl ## Build kubectl (same version) from the Go module proxy into bin/.
+
+$(KUBE_BIN)/kube-apiserver $(KUBE_BIN)/kube-controller-manager $(KUBE_BIN)/kube-scheduler $(KUBE_BIN)/kubelet $(KUBE_BIN)/kubectl:
 	KUBE_VERSION=$(KUBE_VERSION) hack/build-kube-binaries.sh $(KUBE_CACHE) $(@F)
 	mkdir -p $(KUBE_BIN)
 	cp $(KUBE_CACHE)/$(@F) $@.tmp && mv $@.tmp $@
@@ -172,6 +182,26 @@ $(GOLANGCI_LINT):
 	  mv $(BIN)/.golangci-lint-build/golangci-lint $@ && rmdir $(BIN)/.golangci-lint-build; \
 	  mkdir -p $(CACHE_DIR) && cp $@ $(CACHE_DIR)/golangci-lint-$(GOLANGCI_LINT_VERSION); \
 	fi
+
+# Each Helm CLI in bin/helm/<version>/helm, built with `go install helm.sh/helm/<major>/cmd/helm@<version>`
+# and cached outside the checkout like the kube binaries. The version ldflag is what Helm's release
+# builds set (without it `helm version` names no patch release).
+HELM_CACHE := $(CACHE_DIR)/helm
+HELM3      := $(BIN)/helm/$(HELM3_VERSION)/helm
+HELM4      := $(BIN)/helm/$(HELM4_VERSION)/helm
+
+.PHONY: helm-clis
+helm-clis: $(HELM3) $(HELM4) ## Build the Helm 3 and Helm 4 CLIs (HELM3_VERSION, HELM4_VERSION) from the Go module proxy into bin/helm/<version>/.
+$(BIN)/helm/%/helm:
+	@if [ ! -x $(HELM_CACHE)/$*/helm ]; then \
+	  v=$*; major=$${v%%.*}; build=$(HELM_CACHE)/.build-$*; \
+	  echo ">> building helm $* from helm.sh/helm/$$major (cold: a few minutes on 2 cores)" >&2; \
+	  GOBIN=$$build GOFLAGS= CGO_ENABLED=0 $(GO) install -trimpath \
+	    -ldflags "-s -w -X helm.sh/helm/$$major/internal/version.version=$*" helm.sh/helm/$$major/cmd/helm@$*; \
+	  mkdir -p $(HELM_CACHE)/$* && mv $$build/helm $(HELM_CACHE)/$*/helm && rmdir $$build; \
+	fi
+	mkdir -p $(@D)
+	cp $(HELM_CACHE)/$*/helm $@.tmp && mv $@.tmp $@
 
 .PHONY: versitygw
 versitygw: $(BIN)/versitygw ## Build the versitygw S3 server used by the tests.

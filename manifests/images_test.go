@@ -87,4 +87,8 @@ func TestDockerfilesMatchManifests(t *testing.T) {
 	if cfg.Helper.Image != d.Spec.Template.Spec.Containers[0].Image {
 		t.Errorf("helper.image %q differs from the webhook image %q (the helper ships in the webhook image)", cfg.Helper.Image, d.Spec.Template.Spec.Containers[0].Image)
 	}
+	// A config that leaves helper.image out gets the same release tag, never a drifting :latest.
+	if def := config.Default().Helper.Image; def != cfg.Helper.Image {
+		t.Errorf("internal/config's default helper.image %q differs from manifests/config.yaml's %q", def, cfg.Helper.Image)
+	}
 }

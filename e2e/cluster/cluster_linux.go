@@ -39,6 +39,8 @@ type Cluster struct {
 	Client     kubernetes.Interface
 	PKI        *PKI
 	Registry   *images.Registry
+	// PullRegistry is the empty recording registry of Options.PullRegistry (nil without it).
+	PullRegistry *PullRegistry
 	// PauseImage and BusyboxImage are references in Registry.
 	PauseImage, BusyboxImage string
 	// ContainerdSocket is the CRI endpoint of the node.
@@ -121,6 +123,13 @@ func Up(ctx context.Context, o *Options) (c *Cluster, err error) {
 	}
 	if c.BusyboxImage, err = c.Registry.Push(ctx, "e2e/busybox", "e2e", bb); err != nil {
 		return c, err
+	}
+
+	if o.PullRegistry {
+		if c.PullRegistry, err = ServePullRegistry(); err != nil {
+			return c, err
+		}
+		o.logf("pull registry (empty, recording what it serves): %s", c.PullRegistry.Host)
 	}
 
 	svcIP, err := FirstServiceIP(o.ServiceCIDR)
@@ -456,11 +465,15 @@ func (c *Cluster) startContainerd(ctx context.Context) error {
 	if err := os.WriteFile(o.path("cni", "net.d", "10-pvrescue-e2e.conflist"), []byte(cni), 0o644); err != nil {
 		return err
 	}
-	conf := RenderContainerd(ContainerdConfig{
+	cc := ContainerdConfig{
 		Root: o.path("containerd", "root"), State: o.path("containerd", "state"), Socket: c.ContainerdSocket,
 		RuncRoot: o.path("containerd", "runc"), SandboxImage: c.PauseImage,
 		CNIBinDir: o.CNIBinDir, CNIConfDir: o.path("cni", "net.d"), Registry: c.Registry.Host,
-	})
+	}
+	if c.PullRegistry != nil {
+		cc.MoreRegistries = []string{c.PullRegistry.Host}
+	}
+	conf := RenderContainerd(cc)
 	confPath := o.path("containerd.toml")
 	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
 		return err

@@ -15,6 +15,9 @@ type ContainerdConfig struct {
 	CNIConfDir          string
 	// Registry is host:port of the local image registry, reached over plain http.
 	Registry string
+	// MoreRegistries are further host:port registries on this host, reached over plain http too
+	// (the pull registry of Options.PullRegistry).
+	MoreRegistries []string
 }
 
 // RenderContainerd renders containerd's config.toml (version 2, containerd 1.6).
@@ -30,7 +33,9 @@ func RenderContainerd(c ContainerdConfig) string {
 	fmt.Fprintf(&b, "      [%s.containerd.runtimes.runc]\n        runtime_type = \"io.containerd.runc.v2\"\n", cri)
 	fmt.Fprintf(&b, "        [%s.containerd.runtimes.runc.options]\n          SystemdCgroup = false\n          Root = %q\n", cri, c.RuncRoot)
 	fmt.Fprintf(&b, "    [%s.cni]\n      bin_dir = %q\n      conf_dir = %q\n", cri, c.CNIBinDir, c.CNIConfDir)
-	fmt.Fprintf(&b, "    [%s.registry.mirrors.%q]\n      endpoint = [%q]\n", cri, c.Registry, "http://"+c.Registry)
+	for _, r := range append([]string{c.Registry}, c.MoreRegistries...) {
+		fmt.Fprintf(&b, "    [%s.registry.mirrors.%q]\n      endpoint = [%q]\n", cri, r, "http://"+r)
+	}
 	fmt.Fprintf(&b, "  [plugins.\"io.containerd.internal.v1.opt\"]\n    path = %q\n", c.Root+"/opt")
 	return b.String()
 }

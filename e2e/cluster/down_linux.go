@@ -45,6 +45,10 @@ func (c *Cluster) Down() error {
 		errs = append(errs, c.Registry.Close())
 		c.Registry = nil
 	}
+	if c.PullRegistry != nil {
+		errs = append(errs, c.PullRegistry.Close())
+		c.PullRegistry = nil
+	}
 	errs = append(errs, detachNewForeignLoops(o.path(loopsBefore)))
 	removeNewLoopNodes(o.path(loopsBefore))
 	errs = append(errs, CleanHost(o.Bridge, append([]string{o.WorkDir, o.KubeletDir}, o.HostDirs...)...))

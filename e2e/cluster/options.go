@@ -44,6 +44,9 @@ type Options struct {
 	// dir): teardown unmounts what is under them, detaches loop devices backed by files there, and
 	// removes them when they did not exist before Up.
 	HostDirs []string
+	// PullRegistry starts a second, empty registry (Cluster.PullRegistry) that containerd pulls
+	// from and that records what it serves, for images a test pushes itself (`make push`).
+	PullRegistry bool
 	// Timeout bounds each wait for a component to become ready.
 	Timeout time.Duration
 	// KeepLogs leaves WorkDir/logs after teardown (tests set it when they failed).

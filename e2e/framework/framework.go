@@ -47,9 +47,19 @@ func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 // On failure the components' logs stay in e2e/.work/<name>/logs and their tails are printed.
 func Up(t testing.TB, name string) *cluster.Cluster {
 	t.Helper()
+	return UpWith(t, name, nil)
+}
+
+// UpWith is Up with the cluster options changed by configure first (nil: none), e.g. to start
+// the pull registry.
+func UpWith(t testing.TB, name string, configure func(*cluster.Options)) *cluster.Cluster {
+	t.Helper()
 	testenv.RequireRoot(t)
 	ctrllog.SetLogger(logr.Discard()) // controller-runtime's client is used quietly
 	o := ClusterOptions(name)
+	if configure != nil {
+		configure(o)
+	}
 	o.Logf = t.Logf
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

@@ -22,7 +22,6 @@ import (
 	"github.com/pvrescue/pvrescue/e2e/framework"
 	"github.com/pvrescue/pvrescue/e2e/stack"
 	"github.com/pvrescue/pvrescue/internal/contract"
-	"github.com/pvrescue/pvrescue/internal/testenv"
 	"github.com/pvrescue/pvrescue/monitoring"
 )
 
@@ -56,21 +55,11 @@ var (
 //     pod's mount goes dead, and neither the replay through the driver nor the agent's bridge can
 //     restore it while S3 is down (a mount restored within seconds never alerts, by design); the
 //     server and the plugin come back, the agent restores the mount, its health gauge returns to 1.
-func alertsOnFailures(ctx context.Context, t *testing.T, c *cluster.Cluster, prom *stack.Prometheus, rules []byte) {
+//
+// e holds the cluster, its S3 server and the test CSI plugin (running).
+func alertsOnFailures(ctx context.Context, t *testing.T, e *env, prom *stack.Prometheus, rules []byte) {
+	c := e.c
 	cs := c.Client
-	e := &env{c: c}
-	var err error
-	if e.s3, err = stack.StartS3(ctx, c, testenv.Binary(t, "versitygw", "versitygw")); err != nil {
-		t.Fatalf("start versitygw: %v", err)
-	}
-	t.Cleanup(func() { _ = e.s3.Stop() })
-	if e.csi, err = stack.BuildCSI(ctx, c, filepath.Join(testenv.RepoRoot(), "e2e")); err != nil {
-		t.Fatalf("build the test CSI plugin: %v", err)
-	}
-	if err := e.csi.Start(ctx); err != nil {
-		t.Fatalf("start the test CSI plugin: %v", err)
-	}
-
 	framework.Namespace(t, cs, alertsNS, map[string]string{contract.LabelInject: contract.LabelInjectEnabled})
 	disk := alertsLocalDisk(ctx, t, c)
 	if _, err := e.s3.Bucket(s3Bucket); err != nil { // an empty bucket: only the mount's health matters here

@@ -7,6 +7,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/pvrescue/pvrescue/cmd/kubectl-pvrescue/app"
+	"github.com/pvrescue/pvrescue/e2e/cluster"
 	"github.com/pvrescue/pvrescue/e2e/framework"
 	"github.com/pvrescue/pvrescue/e2e/stack"
 	"github.com/pvrescue/pvrescue/internal/contract"
@@ -26,35 +29,42 @@ import (
 	"github.com/pvrescue/pvrescue/monitoring"
 )
 
-// TestHelm installs pvrescue through charts/pvrescue on its own cluster (tls.mode=bootstrap: the
-// chart's post-install Job issues the certificate), then runs an in-place `helm upgrade` that
-// changes values (webhook timeout and resources: the webhook Deployment rolls) while pods are being
-// admitted continuously. Every admission during the roll must be mutated (zero failed admissions:
-// failurePolicy Ignore would hide a failure, so an unmutated pod counts as one), and the serving
-// CA, the caBundle and the serving certificate must be the same after the upgrade. A real
-// Prometheus scrapes the webhook, the agent and the apiserver throughout, with the alert rules
-// loaded: every target is up, every rule evaluates, no alert fires on the healthy install, and every
-// dashboard query runs (those over always-exported metrics return series). Then
-// `kubectl pvrescue status` runs against the cluster. Last, a local disk and an S3 mount are lost
-// and brought back, and the lost-disk and lost-mount alerts fire and resolve (alertsOnFailures).
+// TestHelm installs pvrescue as the README says with the Helm 4 CLI (readmeInstall: the README's
+// install commands as written, images built by `make images` and pushed by `make push` to a
+// registry on the node, which the node pulls from), with the flag the README gives for a cluster
+// without cert-manager (tls.mode=bootstrap: the chart's post-install Job issues the certificate).
+// Then an in-place `helm upgrade` (Helm's Go SDK, the CLI's code) changes values (webhook timeout
+// and resources: the webhook Deployment rolls) while pods are being admitted continuously. Every
+// admission during the roll must be mutated (zero failed admissions: failurePolicy Ignore would
+// hide a failure, so an unmutated pod counts as one), and the serving CA, the caBundle and the
+// serving certificate must be the same after the upgrade. A real Prometheus scrapes the webhook,
+// the agent and the apiserver throughout, with the alert rules loaded: every target is up, every
+// rule evaluates, no alert fires on the healthy install, and every dashboard query runs (those over
+// always-exported metrics return series). Then `kubectl pvrescue status` runs against the cluster.
+// Then both rescues run on the upgraded install (a lost local disk: the pod starts on a fake; a lost
+// FUSE mount restored), and last a local disk and an S3 mount are lost and brought back, and the
+// lost-disk and lost-mount alerts fire and resolve (alertsOnFailures).
 func TestHelm(t *testing.T) {
-	c := framework.Up(t, "helm")
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	c := framework.UpWith(t, "helm", func(o *cluster.Options) { o.PullRegistry = true })
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
-	h, err := stack.NewHelm(ctx, c, testenv.RepoRoot())
+	e := rescueEnv(ctx, t, c)
+	readme, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "README.md"))
 	if err != nil {
-		t.Fatalf("prepare the chart install: %v", err)
+		t.Fatal(err)
+	}
+	noCertManager, err := stack.ReadmeBootstrapFlag(string(readme))
+	if err != nil {
+		t.Fatal(err)
 	}
 	start := time.Now()
-	if err := h.Install(ctx, map[string]any{"tls": map[string]any{"mode": "bootstrap"}}); err != nil {
-		t.Fatalf("%v", err)
-	}
-	t.Logf("installed through the chart in %s; deviations from `helm install pvrescue charts/pvrescue -n pvrescue-system`:", time.Since(start).Round(100*time.Millisecond))
-	for _, d := range h.Deviations {
-		t.Logf("  - %s", d)
+	img := readmeInstall(ctx, t, e, 4, "e2e-helm", strings.Fields(noCertManager))
+	t.Logf("installed from the README with Helm 4 in %s", time.Since(start).Round(100*time.Millisecond))
+	h, err := stack.AttachHelm(c, img)
+	if err != nil {
+		t.Fatalf("prepare the helm upgrade: %v", err)
 	}
 	cs := c.Client
-	framework.Namespace(t, cs, "e2e-helm", map[string]string{contract.LabelInject: contract.LabelInjectEnabled})
 	rules, err := monitoring.FS.ReadFile(monitoring.RulesFile)
 	if err != nil {
 		t.Fatal(err)
@@ -189,7 +199,8 @@ func TestHelm(t *testing.T) {
 		t.Errorf("kubectl pvrescue status on the chart install: %s", out.String())
 	}
 
-	alertsOnFailures(ctx, t, c, prom, rules)
+	installRescues(t, e)
+	alertsOnFailures(ctx, t, e, prom, rules)
 }
 
 type tlsSnapshot struct{ caBundle, caCert, servingCert []byte }

@@ -10,31 +10,27 @@ import (
 	"helm.sh/helm/v4/pkg/action"
 	"helm.sh/helm/v4/pkg/kube"
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 
 	"github.com/pvrescue/pvrescue/charts"
 	"github.com/pvrescue/pvrescue/e2e/cluster"
-	"github.com/pvrescue/pvrescue/manifests"
 )
 
 // ReleaseName of the chart install the suite makes.
 const ReleaseName = "pvrescue"
 
-// Helm installs and upgrades pvrescue through charts/pvrescue with Helm's own Go SDK (the same code
-// as the helm CLI: server-side apply, hooks, release records in Secrets).
+// Helm upgrades a pvrescue release with Helm's own Go SDK (the same code as the helm CLI:
+// server-side apply, hooks, release records in Secrets).
 type Helm struct {
 	c      *cluster.Cluster
 	cfg    *action.Configuration
 	chart  *charts.Chart
 	Images Images
-	// Deviations from `helm install pvrescue charts/pvrescue -n pvrescue-system`, for the narration.
-	Deviations []string
 }
 
-// HelmValues are the values every chart install of the suite needs on this machine: the images
-// from the local registry (nothing can be pulled here).
+// HelmValues are the values every chart install of the suite needs on this machine: the
+// namespace made beforehand (from manifests/namespace.yaml, as the README says) and the images
+// from a registry on the node (nothing can be pulled from the internet here).
 func HelmValues(img Images) map[string]any {
 	wName, wTag := splitRef(img.Webhook)
 	aName, aTag := splitRef(img.Agent)
@@ -45,37 +41,26 @@ func HelmValues(img Images) map[string]any {
 	}
 }
 
-// NewHelm builds the images and prepares a Helm client for the cluster. It creates the release
-// namespace from manifests/namespace.yaml (Helm keeps its release record there, so it must exist).
-func NewHelm(ctx context.Context, c *cluster.Cluster, repo string) (*Helm, error) {
-	h := &Helm{c: c}
+// AttachHelm prepares a Helm SDK client for the release ReleaseName already installed in
+// Namespace (by the helm CLI, from the README's commands), which runs img.
+func AttachHelm(c *cluster.Cluster, img Images) (*Helm, error) {
+	h := &Helm{c: c, Images: img}
+	// Helm names its field manager after the program (os.Args[0]); the CLI that installed the
+	// release is "helm", this test binary is not: server-side apply would then refuse the upgrade
+	// as a conflict over every field the install set. Upgrade as the CLI does.
+	kube.ManagedFieldsManager = "helm"
 	var err error
-	if h.Images, err = BuildAndPushImages(ctx, c, repo); err != nil {
-		return nil, err
-	}
 	if h.chart, err = charts.Load(); err != nil {
 		return nil, err
 	}
-	var ns corev1.Namespace
-	if err := manifests.Find("namespace.yaml", corev1.SchemeGroupVersion.WithKind("Namespace"), Namespace, &ns); err != nil {
-		return nil, err
-	}
-	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &ns, metav1.CreateOptions{}); err != nil {
-		return nil, fmt.Errorf("create namespace %s: %w", Namespace, err)
-	}
 	flags := genericclioptions.NewConfigFlags(false)
 	flags.KubeConfig = &c.Kubeconfig
-	ns2 := Namespace
-	flags.Namespace = &ns2
+	ns := Namespace
+	flags.Namespace = &ns
 	h.cfg = action.NewConfiguration()
 	if err := h.cfg.Init(flags, Namespace, "secret"); err != nil {
 		return nil, fmt.Errorf("helm configuration: %w", err)
 	}
-	h.Deviations = append(h.Deviations,
-		"images: webhook.image and agent.image point at the local registry "+c.Registry.Host+" (no pulls from the internet here)",
-		"namespace: created from manifests/namespace.yaml before the install, namespace.create=false",
-		"helm: the Helm v4 Go SDK (helm.sh/helm/v4/pkg/action, what the helm CLI runs) instead of the helm binary",
-	)
 	return h, nil
 }
 
@@ -95,24 +80,6 @@ func merge(base, over map[string]any) map[string]any {
 		out[k] = v
 	}
 	return out
-}
-
-// Install runs `helm install` with HelmValues plus values, waits for the hooks (the certificate
-// bootstrap Job in tls.mode=bootstrap), labels the node for fake devices and waits for both
-// workloads.
-func (h *Helm) Install(ctx context.Context, values map[string]any) error {
-	in := action.NewInstall(h.cfg)
-	in.ReleaseName = ReleaseName
-	in.Namespace = Namespace
-	in.WaitStrategy = kube.HookOnlyStrategy
-	in.Timeout = 4 * time.Minute
-	if _, err := in.RunWithContext(ctx, h.chart, merge(HelmValues(h.Images), values)); err != nil {
-		return fmt.Errorf("helm install: %w", err)
-	}
-	if err := EnableFakeDevices(ctx, h.c); err != nil {
-		return err
-	}
-	return WaitWorkloads(ctx, h.c)
 }
 
 // Upgrade runs `helm upgrade` in place with HelmValues plus values (not reusing earlier values),

@@ -366,7 +366,7 @@ func Default() *Config {
 			},
 		},
 		Helper: Helper{
-			Image:           "ghcr.io/pvrescue/pvrescue-webhook:latest",
+			Image:           "ghcr.io/pvrescue/pvrescue-webhook:v0.1.0",
 			ImagePullPolicy: "IfNotPresent",
 			MountPath:       "/pvrescue",
 			RunAsUser:       65532,

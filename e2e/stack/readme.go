@@ -1,0 +1,132 @@
+package stack
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// The README's install commands sit between these HTML comments (invisible when rendered), in one
+// ```sh fence, so a test can run what an operator copies.
+const (
+	readmeInstallBegin = "<!-- install-commands:"
+	readmeInstallEnd   = "<!-- /install-commands -->"
+)
+
+// ErrReadme is wrapped by the errors of reading the README's install commands.
+var ErrReadme = errors.New("README install commands")
+
+// The placeholders of the README's install commands, each replaced for a test cluster.
+const (
+	ReadmeRegistry  = "registry.example:5000/pvrescue"
+	ReadmeNamespace = "my-app"
+	ReadmeNode      = "my-node"
+)
+
+// ReadmeInstallCommands returns the shell commands of README.md's install block (the ```sh fence
+// between the install-commands markers), as written.
+func ReadmeInstallCommands(readme string) (string, error) {
+	_, rest, ok := strings.Cut(readme, readmeInstallBegin)
+	if !ok {
+		return "", fmt.Errorf("%w: no %q marker in README.md", ErrReadme, readmeInstallBegin)
+	}
+	block, _, ok := strings.Cut(rest, readmeInstallEnd)
+	if !ok {
+		return "", fmt.Errorf("%w: no %q after the begin marker", ErrReadme, readmeInstallEnd)
+	}
+	_, fence, ok := strings.Cut(block, "\n```sh\n")
+	if !ok {
+		return "", fmt.Errorf("%w: no ```sh fence between the markers", ErrReadme)
+	}
+	cmds, after, ok := strings.Cut(fence, "\n```")
+	if !ok || strings.TrimSpace(after) != "" {
+		return "", fmt.Errorf("%w: the markers must hold exactly one ```sh fence", ErrReadme)
+	}
+	return cmds + "\n", nil
+}
+
+// readmeNoCertManager is the README's advice for a cluster without cert-manager: the flag to add
+// to the helm install line.
+var readmeNoCertManager = regexp.MustCompile("Add `(--set tls\\.mode=bootstrap)` to the `helm install` line on a cluster without cert-manager")
+
+// ReadmeBootstrapFlag returns the flag the README says to add to the helm install line on a
+// cluster without cert-manager (read from the README, so the test follows its advice as written).
+func ReadmeBootstrapFlag(readme string) (string, error) {
+	m := readmeNoCertManager.FindStringSubmatch(readme)
+	if m == nil {
+		return "", fmt.Errorf("%w: the README no longer says %q", ErrReadme, readmeNoCertManager.String())
+	}
+	return m[1], nil
+}
+
+// ReadmeSubst is what the install commands get on a test cluster in place of the README's
+// placeholders; every placeholder must be in the commands (a README that drifts fails the test).
+type ReadmeSubst struct {
+	Registry  string // host:port/path for registry.example:5000/pvrescue
+	Namespace string // the application namespace for my-app
+	Node      string // the node for my-node
+	// HelmArgs are appended to the helm install command (after its last continuation line).
+	HelmArgs []string
+}
+
+// Apply returns the commands with the placeholders replaced and HelmArgs added.
+func (s ReadmeSubst) Apply(cmds string) (string, error) {
+	for _, r := range []struct{ placeholder, value string }{
+		{ReadmeRegistry, s.Registry}, {ReadmeNamespace + " ", s.Namespace + " "}, {ReadmeNode + " ", s.Node + " "},
+	} {
+		if !strings.Contains(cmds, r.placeholder) {
+			return "", fmt.Errorf("%w: placeholder %q not found in:\n%s", ErrReadme, strings.TrimSpace(r.placeholder), cmds)
+		}
+		cmds = strings.ReplaceAll(cmds, r.placeholder, r.value)
+	}
+	if len(s.HelmArgs) == 0 {
+		return cmds, nil
+	}
+	lines := strings.Split(cmds, "\n")
+	for i, l := range lines {
+		if !strings.HasPrefix(l, "helm install ") {
+			continue
+		}
+		for i < len(lines)-1 && strings.HasSuffix(lines[i], "\\") {
+			i++
+		}
+		code, comment, _ := strings.Cut(lines[i], " #")
+		lines[i] = strings.TrimRight(code, " ") + " " + strings.Join(s.HelmArgs, " ")
+		if comment != "" {
+			lines[i] += "   #" + comment
+		}
+		return strings.Join(lines, "\n"), nil
+	}
+	return "", fmt.Errorf("%w: no line starts with \"helm install \"", ErrReadme)
+}
+
+// ParsePushed returns the references `make push` printed ("pushed HOST/PATH/NAME:TAG@DIGEST"),
+// by image name (pvrescue-webhook, …).
+func ParsePushed(out string) map[string]PushedImage {
+	m := map[string]PushedImage{}
+	for _, l := range strings.Split(out, "\n") {
+		ref, ok := strings.CutPrefix(strings.TrimSpace(l), "pushed ")
+		if !ok {
+			continue
+		}
+		tagged, digest, ok := strings.Cut(ref, "@")
+		if !ok {
+			continue
+		}
+		repo, tag := splitRef(tagged)
+		m[repo[strings.LastIndexByte(repo, '/')+1:]] = PushedImage{Repo: repo, Tag: tag, Digest: digest}
+	}
+	return m
+}
+
+// PushedImage is one image `make push` pushed.
+type PushedImage struct {
+	Repo, Tag, Digest string // 127.0.0.1:5000/pvrescue/pvrescue-webhook, v0.1.0-3-gabc, sha256:…
+}
+
+// Ref is repo:tag.
+func (p PushedImage) Ref() string { return p.Repo + ":" + p.Tag }
+
+// ByDigest is repo@digest, the image ID the kubelet reports for a container pulled from it.
+func (p PushedImage) ByDigest() string { return p.Repo + "@" + p.Digest }

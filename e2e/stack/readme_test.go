@@ -1,0 +1,101 @@
+package stack
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/pvrescue/pvrescue/internal/testenv"
+)
+
+// The real README: its install block is found, holds every placeholder the e2e replaces, and
+// says which flag a cluster without cert-manager adds.
+func TestReadmeInstallCommands(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmds, err := ReadmeInstallCommands(string(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"make images", "make push REGISTRY=", "kubectl apply -f manifests/namespace.yaml", "helm install pvrescue charts/pvrescue", "kubectl pvrescue status"} {
+		if !strings.Contains(cmds, want) {
+			t.Errorf("the README's install commands lack %q:\n%s", want, cmds)
+		}
+	}
+	flag, err := ReadmeBootstrapFlag(string(b))
+	if err != nil || flag != "--set tls.mode=bootstrap" {
+		t.Errorf("bootstrap flag %q, %v", flag, err)
+	}
+	out, err := ReadmeSubst{Registry: "127.0.0.1:1/p", Namespace: "ns1", Node: "n1", HelmArgs: []string{flag}}.Apply(cmds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, gone := range []string{ReadmeRegistry, ReadmeNamespace, ReadmeNode} {
+		if strings.Contains(out, gone) {
+			t.Errorf("%q left in:\n%s", gone, out)
+		}
+	}
+}
+
+func TestReadmeInstallCommandsMarkers(t *testing.T) {
+	const fence = "```"
+	for _, tc := range []struct {
+		name, readme, want string
+		err                bool
+	}{
+		{"ok", "# x\n<!-- install-commands: e2e -->\n" + fence + "sh\na \\\n  b\nc # d\n" + fence + "\n<!-- /install-commands -->\nrest", "a \\\n  b\nc # d\n", false},
+		{"no begin", "# x\n" + fence + "sh\na\n" + fence + "\n<!-- /install-commands -->", "", true},
+		{"no end", "<!-- install-commands: e2e -->\n" + fence + "sh\na\n" + fence + "\n", "", true},
+		{"no fence", "<!-- install-commands: e2e -->\na\n<!-- /install-commands -->", "", true},
+		{"two fences", "<!-- install-commands: e2e -->\n" + fence + "sh\na\n" + fence + "\n" + fence + "sh\nb\n" + fence + "\n<!-- /install-commands -->", "", true},
+	} {
+		got, err := ReadmeInstallCommands(tc.readme)
+		if (err != nil) != tc.err || (err != nil && !errors.Is(err, ErrReadme)) {
+			t.Errorf("%s: err %v, want error %v", tc.name, err, tc.err)
+		}
+		if got != tc.want {
+			t.Errorf("%s: got %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestReadmeSubstApply(t *testing.T) {
+	const cmds = "make push REGISTRY=registry.example:5000/pvrescue   # or not\n" +
+		"helm install pvrescue charts/pvrescue -n ns \\\n  --set a=registry.example:5000/pvrescue/x \\\n  --set b=c   # comment\n" +
+		"kubectl label namespace my-app l=v\nkubectl label node my-node l=v\n"
+	got, err := ReadmeSubst{Registry: "127.0.0.1:9/p", Namespace: "app", Node: "n", HelmArgs: []string{"--set tls.mode=bootstrap"}}.Apply(cmds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "make push REGISTRY=127.0.0.1:9/p   # or not\n" +
+		"helm install pvrescue charts/pvrescue -n ns \\\n  --set a=127.0.0.1:9/p/x \\\n  --set b=c --set tls.mode=bootstrap   # comment\n" +
+		"kubectl label namespace app l=v\nkubectl label node n l=v\n"
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("(-want +got):\n%s", d)
+	}
+	if _, err := (ReadmeSubst{Registry: "r", Namespace: "a", Node: "n"}).Apply("make push REGISTRY=elsewhere\n"); !errors.Is(err, ErrReadme) {
+		t.Errorf("a missing placeholder: %v, want ErrReadme", err)
+	}
+}
+
+func TestParsePushed(t *testing.T) {
+	out := "go run ./hack/images push ...\npushed 127.0.0.1:9/p/pvrescue-webhook:v0.1.0-2-gabc@sha256:aa\n" +
+		"pushed 127.0.0.1:9/p/pvrescue-agent:v0.1.0-2-gabc@sha256:bb\nnoise pushed x\n"
+	got := ParsePushed(out)
+	want := map[string]PushedImage{
+		"pvrescue-webhook": {Repo: "127.0.0.1:9/p/pvrescue-webhook", Tag: "v0.1.0-2-gabc", Digest: "sha256:aa"},
+		"pvrescue-agent":   {Repo: "127.0.0.1:9/p/pvrescue-agent", Tag: "v0.1.0-2-gabc", Digest: "sha256:bb"},
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("(-want +got):\n%s", d)
+	}
+	if w := got["pvrescue-webhook"]; w.ByDigest() != "127.0.0.1:9/p/pvrescue-webhook@sha256:aa" || w.Ref() != "127.0.0.1:9/p/pvrescue-webhook:v0.1.0-2-gabc" {
+		t.Errorf("refs %s %s", w.ByDigest(), w.Ref())
+	}
+}

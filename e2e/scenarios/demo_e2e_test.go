@@ -261,15 +261,7 @@ func demoBridge(t *testing.T, e *env) {
 		t.Fatalf("bring the plugin's pod back: %v", err)
 	}
 	started = true
-	waitFor(t, 90*time.Second, "the volume to move back to the driver's mount", func() (bool, string) {
-		if onOurMount(target, l.pv) {
-			return false, "top mount still the agent's bridge: " + describeStack(mountsAt(target))
-		}
-		if len(pluginS3fs(l.plugin)) == 0 {
-			return false, "the plugin runs no s3fs yet"
-		}
-		return true, ""
-	})
+	waitHandedBack(t, target, l.pv, l.plugin)
 	back := time.Since(t1).Round(100 * time.Millisecond)
 	const afterBack = "put on the S3 server's side after the hand-back\n"
 	putInBucket(t, e, l.dataDir+"after-back.txt", afterBack)

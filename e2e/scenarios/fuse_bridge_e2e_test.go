@@ -95,16 +95,7 @@ func lostFUSEMountBridge(t *testing.T, e *env) {
 	// Retiring the bridge detaches it lazily and never signals its s3fs: it exits once nothing
 	// uses it any more; here once the pod's binds go (the bridge binds stay covered by the
 	// driver's mount while the pod runs), checked after the pod's deletion below.
-	waitFor(t, 90*time.Second, "the volume to move back to the driver's mount", func() (bool, string) {
-		st := mountsAt(target)
-		if len(st) == 0 || st[len(st)-1].Source == ourFSName(l.pv) {
-			return false, "top mount still ours: " + describeStack(st)
-		}
-		if len(pluginS3fs(l.plugin)) == 0 {
-			return false, "the plugin runs no s3fs yet"
-		}
-		return true, ""
-	})
+	waitHandedBack(t, target, l.pv, l.plugin)
 	back := time.Since(t1).Round(100 * time.Millisecond)
 	const afterBack = "put on the S3 server's side after the hand-back\n"
 	putInBucket(t, e, l.dataDir+"after-back.txt", afterBack)

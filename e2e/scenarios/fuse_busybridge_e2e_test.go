@@ -397,16 +397,7 @@ func busyBridge(t *testing.T, e *env) {
 	if err := l.plugin.Start(ctx); err != nil {
 		t.Fatalf("bring the plugin's pod back: %v", err)
 	}
-	waitFor(t, 90*time.Second, "the volume to move back to the driver's mount", func() (bool, string) {
-		st := mountsAt(target)
-		if len(st) == 0 || st[len(st)-1].Source == ourFSName(l.pv) {
-			return false, "top mount still ours: " + describeStack(st)
-		}
-		if len(pluginS3fs(l.plugin)) == 0 {
-			return false, "the plugin runs no s3fs yet"
-		}
-		return true, ""
-	})
+	waitHandedBack(t, target, l.pv, l.plugin)
 	back := time.Since(t1).Round(100 * time.Millisecond)
 	const last = "/data/writes/w1/f1"
 	if out, err := execIn(e, l.ns, "app", "app", "sha256sum", last); err != nil || !strings.HasPrefix(out, fmt.Sprintf("%x", sha256.Sum256(busyFile(1, 1)))) {

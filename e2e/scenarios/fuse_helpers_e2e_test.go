@@ -79,6 +79,22 @@ func onOurMount(path, pv string) bool {
 	return len(ms) > 0 && ms[len(ms)-1].Source == ourFSName(pv)
 }
 
+// waitHandedBack waits (90 s at most) until the agent has handed a bridged volume back: the top
+// mount at target is no longer the agent's bridge and the returned plugin runs an s3fs.
+func waitHandedBack(t *testing.T, target, pv string, plugin *stack.CSI) {
+	t.Helper()
+	waitFor(t, 90*time.Second, "the volume to move back to the driver's mount", func() (bool, string) {
+		st := mountsAt(target)
+		if len(st) == 0 || st[len(st)-1].Source == ourFSName(pv) {
+			return false, "top mount still ours: " + describeStack(st)
+		}
+		if len(pluginS3fs(plugin)) == 0 {
+			return false, "the plugin runs no s3fs yet"
+		}
+		return true, ""
+	})
+}
+
 // procs lists host processes named comm (as /proc/<pid>/comm) matching keep.
 func procs(comm string, keep func(pid int, ppid int, cmdline []byte) bool) []int {
 	ents, _ := os.ReadDir("/proc")

@@ -108,16 +108,7 @@ func lostFUSEMountOpenFile(t *testing.T, e *env) {
 	if err := l.plugin.Start(ctx); err != nil {
 		t.Fatalf("bring the plugin's pod back: %v", err)
 	}
-	waitFor(t, 90*time.Second, "the volume to move back to the driver's mount", func() (bool, string) {
-		st := mountsAt(target)
-		if len(st) == 0 || st[len(st)-1].Source == ourFSName(l.pv) {
-			return false, "top mount still ours: " + describeStack(st)
-		}
-		if len(pluginS3fs(l.plugin)) == 0 {
-			return false, "the plugin runs no s3fs yet"
-		}
-		return true, ""
-	})
+	waitHandedBack(t, target, l.pv, l.plugin)
 	back := time.Since(t1).Round(100 * time.Millisecond)
 	atBack, _ := lines()
 	waitFor(t, 30*time.Second, "the writer to append 5 more lines through its open descriptor after the hand-back", func() (bool, string) {

@@ -117,12 +117,7 @@ func lostFUSEMountBridge(t *testing.T, e *env) {
 	// NodeUnpublish leaves nothing and kubelet's teardown completes without the agent's help.
 	agent, helpBefore := teardownHelp(t, e)
 	gone := deletePodGone(t, e, l.ns, "app", 30*time.Second)
-	waitFor(t, 30*time.Second, "the retired bridge's s3fs to exit once the pod is gone", func() (bool, string) {
-		if p := ourS3fs(l.pv); len(p) > 0 {
-			return false, fmt.Sprintf("agent s3fs still running: %v", p)
-		}
-		return true, ""
-	})
+	waitBridgeExited(t, l.pv)
 	checkNothingLeft(t, e, l.pv, l.src)
 	checkPluginMounts(t, e, l.plugin, "after the pod is gone")
 	agentAfter, helpAfter := teardownHelp(t, e)

@@ -407,12 +407,7 @@ func busyBridge(t *testing.T, e *env) {
 	checkTopFUSE(t, target, "after the hand-back")
 	checkRestarts(t, e, l.ns, restarts)
 	gone := deletePodGone(t, e, l.ns, "app", 30*time.Second)
-	waitFor(t, 30*time.Second, "the retired bridge's s3fs to exit once the pod is gone", func() (bool, string) {
-		if p := ourS3fs(l.pv); len(p) > 0 {
-			return false, fmt.Sprintf("agent s3fs still running: %v", p)
-		}
-		return true, ""
-	})
+	waitBridgeExited(t, l.pv)
 	checkNothingLeft(t, e, l.pv, l.src)
 	t.Logf("RESULT busy bridge handed back: plugin back → volume on the driver's mount after %s; pod deleted and gone in %s, the bridge's s3fs exited, nothing left", back, gone)
 }

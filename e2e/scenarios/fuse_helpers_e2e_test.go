@@ -95,6 +95,18 @@ func waitHandedBack(t *testing.T, target, pv string, plugin *stack.CSI) {
 	})
 }
 
+// waitBridgeExited waits (30 s at most) until no s3fs of the agent serves pv: a retired bridge
+// exits once the pod that used it is gone.
+func waitBridgeExited(t *testing.T, pv string) {
+	t.Helper()
+	waitFor(t, 30*time.Second, "the retired bridge's s3fs to exit once the pod is gone", func() (bool, string) {
+		if p := ourS3fs(pv); len(p) > 0 {
+			return false, fmt.Sprintf("agent s3fs still running: %v", p)
+		}
+		return true, ""
+	})
+}
+
 // procs lists host processes named comm (as /proc/<pid>/comm) matching keep.
 func procs(comm string, keep func(pid int, ppid int, cmdline []byte) bool) []int {
 	ents, _ := os.ReadDir("/proc")

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/pvrescue/pvrescue/charts"
@@ -157,7 +158,12 @@ func StartCertManager(ctx context.Context, cfg *rest.Config, o CertManagerOption
 	// The cainjector's server-side apply field manager is derived from the user agent.
 	mgrCfg := rest.CopyConfig(cfg)
 	mgrCfg.UserAgent = "cert-manager-cainjector/v1.21.2"
-	mgr, err := ctrl.NewManager(mgrCfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
+	mgr, err := ctrl.NewManager(mgrCfg, ctrl.Options{
+		Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+		// controller-runtime refuses a controller name already used in this process; every cluster a
+		// test binary brings up (TestInstallHelm3, then TestPVRescue) starts its own cainjector.
+		Controller: ctrlconfig.Controller{SkipNameValidation: ptr(true)},
+	})
 	if err != nil {
 		m.stop()
 		return nil, err

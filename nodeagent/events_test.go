@@ -1,0 +1,67 @@
+package nodeagent
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+func TestSpamKeySeparatesReasons(t *testing.T) {
+	ev := func(reason, typ, uid string) *corev1.Event {
+		return &corev1.Event{Reason: reason, Type: typ,
+			Source:         corev1.EventSource{Component: Component, Host: "node-1"},
+			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: "ns", Name: "p", UID: types.UID("u" + uid)}}
+	}
+	base := spamKey(ev("ContainersRemounted", corev1.EventTypeWarning, "1"))
+	for _, tc := range []struct {
+		name string
+		e    *corev1.Event
+		same bool
+	}{
+		{"same reason, type and object", ev("ContainersRemounted", corev1.EventTypeWarning, "1"), true},
+		{"other reason", ev("MountRestoreInContainerFailed", corev1.EventTypeWarning, "1"), false},
+		{"other type", ev("ContainersRemounted", corev1.EventTypeNormal, "1"), false},
+		{"other object", ev("ContainersRemounted", corev1.EventTypeWarning, "2"), false},
+	} {
+		if got := spamKey(tc.e) == base; got != tc.same {
+			t.Errorf("%s: same key = %v, want %v", tc.name, got, tc.same)
+		}
+	}
+}
+
+// After the spam filter's burst is spent on one reason, an Event of another reason about the
+// same pod still reaches the API server.
+func TestRecorderKeepsAFailureAfterManySuccesses(t *testing.T) {
+	client := fake.NewClientset()
+	rec, stop := NewRecorder(client, "node-1")
+	defer stop()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "uid-1"}}
+	for i := 0; i < 40; i++ {
+		// Distinct messages so the aggregator does not fold them into one before the filter.
+		rec.Eventf(pod, corev1.EventTypeWarning, "ContainersRemounted", "restored into %d container(s), 1 failed", i)
+	}
+	rec.Eventf(pod, corev1.EventTypeWarning, "MountRestoreInContainerFailed", `"app:/data" left dead`)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		list, err := client.CoreV1().Events("ns").List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reasons := map[string]int{}
+		for _, e := range list.Items {
+			reasons[e.Reason]++
+		}
+		if reasons["MountRestoreInContainerFailed"] == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the failure Event never reached the API server; Events by reason: %v", reasons)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

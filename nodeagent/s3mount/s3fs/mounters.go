@@ -3,6 +3,7 @@ package s3fs
 import (
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/pvrescue/pvrescue/internal/config"
@@ -119,7 +120,7 @@ func MapOptions(program, s string) ([]string, error) {
 			val, hasVal = f[i], true
 		}
 		switch {
-		case rule.format == nil && hasVal && !(val == "true" && rule.drop):
+		case rule.format == nil && hasVal && (val != "true" || !rule.drop):
 			return nil, fmt.Errorf("%w: %w: %s flag --%s takes no value", ErrBadOptions, ErrUnsafe, program, key)
 		case rule.format != nil && !rule.format.MatchString(val):
 			return nil, fmt.Errorf("%w: %w: %s flag --%s: value not of the allowed form", ErrBadOptions, ErrUnsafe, program, key)
@@ -158,10 +159,7 @@ func modeUmask(program, dirMode, fileMode string) (string, error) {
 		if s == "" {
 			s = def
 		}
-		var v uint64
-		for _, c := range strings.TrimPrefix(s, "0") {
-			v = v*8 + uint64(c-'0')
-		}
+		v, _ := strconv.ParseUint(s, 8, 12) // modeValueRe checked the form
 		return v
 	}
 	d, f := parse(dirMode, "0755"), parse(fileMode, "0644")

@@ -213,6 +213,16 @@ func (p S3Profile) Mounter(attrs map[string]string) (value string, m S3Mounter, 
 	return value, m, known
 }
 
+// FUSETypeOf is the mount type of the driver's mount of a volume with attributes attrs: its
+// mounter's (fuse.geesefs for a geesefs volume), else the profile's s3fs type. A driver mount
+// handed a volume back (replayed) must be of it.
+func (p S3Profile) FUSETypeOf(attrs map[string]string) string {
+	if _, m, known := p.Mounter(attrs); known && m.FUSEType != "" {
+		return m.FUSEType
+	}
+	return p.FUSEType
+}
+
 // BridgedFUSETypes are the mount types of the driver's mounts the agent's s3fs may stand in for:
 // its s3fs type and that of every mounter bridged with s3fs, sorted.
 func (p S3Profile) BridgedFUSETypes() []string {

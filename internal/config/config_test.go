@@ -329,6 +329,11 @@ func TestS3ProfileMounter(t *testing.T) {
 			}
 		})
 	}
+	for attrs, want := range map[string]string{"s3fs": "fuse.s3fs", "geesefs": "fuse.geesefs", "": "fuse.geesefs", "rclone": "fuse.rclone", "goofys": "fuse.s3fs"} {
+		if got := yandex.FUSETypeOf(map[string]string{"mounter": attrs}); got != want {
+			t.Errorf("FUSETypeOf(mounter %q) = %q, want %q", attrs, got, want)
+		}
+	}
 	if got, want := yandex.BridgedFUSETypes(), []string{"fuse.geesefs", "fuse.rclone", "fuse.s3fs"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("yandex bridges %v, want %v", got, want)
 	}

@@ -37,6 +37,7 @@ func TestPVRescue(t *testing.T) {
 	t.Run("LostFUSEMountBridge", func(t *testing.T) { lostFUSEMountBridge(t, e) })
 	t.Run("LostFUSEMountKilled10", func(t *testing.T) { lostFUSEMountKilled10(t, e) })
 	t.Run("LostFUSEMountStrictTeardown", func(t *testing.T) { lostFUSEMountStrictTeardown(t, e) })
+	t.Run("LostFUSEMountMounters", func(t *testing.T) { lostFUSEMountMounters(t, e) })
 	t.Run("LostFUSEMountHung", func(t *testing.T) { lostFUSEMountHung(t, e) })
 	t.Run("LostFUSEMountOpenFile", func(t *testing.T) { lostFUSEMountOpenFile(t, e) })
 	t.Run("BusyBridge", func(t *testing.T) { busyBridge(t, e) })

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -153,6 +154,86 @@ type S3Profile struct {
 	DefaultMounter string `json:"defaultMounter,omitempty"`
 	// S3fsMounters are the values of the mounter attribute that mean s3fs (at least one).
 	S3fsMounters []string `json:"s3fsMounters"`
+	// Mounters are the driver's other FUSE programs, by the value of the mounter attribute that
+	// selects each: the mount type the driver's mount of it shows, and whether the agent bridges
+	// a dead one with its own s3fs (the same objects, read and written as s3fs does: see the
+	// differences in docs/operations.md, "Bridging geesefs and rclone volumes"). A value in
+	// neither list is reported (CannotReproduce), never guessed.
+	Mounters map[string]S3Mounter `json:"mounters,omitempty"`
+}
+
+// Bridge choices of an S3Mounter.
+const (
+	// BridgeS3fs: a dead mount of the program is served by the agent's s3fs over the same
+	// bucket/prefix, its options mapped to s3fs's (ProgramGeesefs, ProgramRclone).
+	BridgeS3fs = "s3fs"
+	// BridgeNone: a dead mount of the program is reported (CannotReproduce) and left for the
+	// driver, as for a program pvrescue does not know.
+	BridgeNone = "none"
+)
+
+// FUSE programs an S3Mounter may name: how the volume's options attribute is read.
+const (
+	// ProgramGeesefs: geesefs (k8s-csi-s3's default), options as geesefs flags.
+	ProgramGeesefs = "geesefs"
+	// ProgramRclone: rclone mount of an :s3: remote, options as rclone flags.
+	ProgramRclone = "rclone"
+)
+
+// S3Mounter is one FUSE program of a driver other than s3fs.
+type S3Mounter struct {
+	// Program is the FUSE program the driver runs for this value: geesefs or rclone. It says how
+	// the volume's options attribute is read (that program's flags) before being mapped to s3fs
+	// options; a flag without a mapping leaves the volume unbridged (CannotReproduce).
+	Program string `json:"program"`
+	// FUSEType is the mount type of the driver's mount with this program (e.g. "fuse.geesefs"):
+	// a dead mount of this type is the one the bridge may stand in for.
+	FUSEType string `json:"fuseType"`
+	// Bridge is how the agent stands in for a dead mount of it while the driver is down:
+	// "s3fs" (its own s3fs over the same objects) or "none" (reported, left for the driver).
+	Bridge string `json:"bridge"`
+}
+
+// Mounter says which FUSE program a volume with attributes attrs runs under this profile: the
+// attribute's value (the default when absent, "" when unknown), and how the agent bridges it
+// (known=false: neither s3fs nor one of Mounters). An s3fs value reads as Program "s3fs" with the
+// profile's FUSEType, bridged by s3fs.
+func (p S3Profile) Mounter(attrs map[string]string) (value string, m S3Mounter, known bool) {
+	value = attrs[p.MounterAttribute]
+	if value == "" {
+		value = p.DefaultMounter
+	}
+	if value == "" {
+		return "", S3Mounter{}, false
+	}
+	if slices.Contains(p.S3fsMounters, value) {
+		return value, S3Mounter{Program: "s3fs", FUSEType: p.FUSEType, Bridge: BridgeS3fs}, true
+	}
+	m, known = p.Mounters[value]
+	return value, m, known
+}
+
+// FUSETypeOf is the mount type of the driver's mount of a volume with attributes attrs: its
+// mounter's (fuse.geesefs for a geesefs volume), else the profile's s3fs type. A driver mount
+// handed a volume back (replayed) must be of it.
+func (p S3Profile) FUSETypeOf(attrs map[string]string) string {
+	if _, m, known := p.Mounter(attrs); known && m.FUSEType != "" {
+		return m.FUSEType
+	}
+	return p.FUSEType
+}
+
+// BridgedFUSETypes are the mount types of the driver's mounts the agent's s3fs may stand in for:
+// its s3fs type and that of every mounter bridged with s3fs, sorted.
+func (p S3Profile) BridgedFUSETypes() []string {
+	out := []string{p.FUSEType}
+	for _, m := range p.Mounters {
+		if m.Bridge == BridgeS3fs {
+			out = append(out, m.FUSEType)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // GenericS3Profile is the layout assumed for a driver without a profile: s3fs only when the
@@ -213,6 +294,29 @@ func (p S3Profile) validate(where string) []string {
 	for i, m := range p.S3fsMounters {
 		if !profileProgRe.MatchString(m) {
 			add("s3fsMounters[%d]: %q is not a program name", i, m)
+		}
+	}
+	values := make([]string, 0, len(p.Mounters))
+	for v := range p.Mounters {
+		values = append(values, v)
+	}
+	sort.Strings(values)
+	for _, v := range values {
+		m := p.Mounters[v]
+		switch {
+		case !profileProgRe.MatchString(v):
+			add("mounters: %q is not a program name", v)
+		case slices.Contains(p.S3fsMounters, v):
+			add("mounters[%q]: also in s3fsMounters (a value means one program)", v)
+		}
+		if m.Program != ProgramGeesefs && m.Program != ProgramRclone {
+			add("mounters[%q].program: must be %s or %s, got %q", v, ProgramGeesefs, ProgramRclone, m.Program)
+		}
+		if !profileFUSERe.MatchString(m.FUSEType) {
+			add("mounters[%q].fuseType: must be fuse or fuse.<name>, got %q", v, m.FUSEType)
+		}
+		if m.Bridge != BridgeS3fs && m.Bridge != BridgeNone {
+			add("mounters[%q].bridge: must be %s or %s, got %q", v, BridgeS3fs, BridgeNone, m.Bridge)
 		}
 	}
 	return errs
@@ -356,9 +460,14 @@ func Default() *Config {
 			HungConditionAfter: metav1.Duration{Duration: 30 * time.Second},
 			BridgeDiskFreeMB:   1024,
 			Profiles: map[string]S3Profile{
-				// Runs geesefs unless the volume says "mounter: s3fs".
+				// Runs geesefs unless the volume says "mounter: s3fs" (or rclone). geesefs and
+				// rclone store one object per file under bucket/prefix as s3fs does: a dead mount
+				// of either is bridged by our s3fs (docs/operations.md lists what differs).
 				"ru.yandex.s3.csi": {FUSEType: "fuse.s3fs", MounterAttribute: "mounter", DefaultMounter: "geesefs",
-					S3fsMounters: []string{"s3fs"}},
+					S3fsMounters: []string{"s3fs"}, Mounters: map[string]S3Mounter{
+						"geesefs": {Program: ProgramGeesefs, FUSEType: "fuse.geesefs", Bridge: BridgeS3fs},
+						"rclone":  {Program: ProgramRclone, FUSEType: "fuse.rclone", Bridge: BridgeS3fs},
+					}},
 				// Mounts bucket:/<prefix>/csi-fs unless usePrefix is "true"; its default mounter
 				// is not assumed.
 				"ch.ctrox.csi.s3-driver": {FUSEType: "fuse.s3fs", Subdir: "csi-fs", UsePrefixAttribute: "usePrefix",

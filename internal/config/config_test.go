@@ -260,6 +260,12 @@ func TestS3Profiles(t *testing.T) {
 		{"subdir with a comma", "    d:\n      fuseType: fuse.s3fs\n      mounterAttribute: m\n      s3fsMounters: [s3fs]\n      subdir: a,use_cache=/\n", "subdir"},
 		{"usePrefix without subdir", "    d:\n      fuseType: fuse.s3fs\n      mounterAttribute: m\n      s3fsMounters: [s3fs]\n      usePrefixAttribute: p\n", "usePrefixAttribute"},
 		{"mounter value with a flag", "    d:\n      fuseType: fuse.s3fs\n      mounterAttribute: m\n      s3fsMounters: [\"-o x\"]\n", "s3fsMounters[0]"},
+		{"geesefs left to the driver", "    ru.yandex.s3.csi:\n      fuseType: fuse.s3fs\n      mounterAttribute: mounter\n      s3fsMounters: [s3fs]\n      mounters:\n        geesefs: {program: geesefs, fuseType: fuse.geesefs, bridge: none}\n", ""},
+		{"unknown program", "    d:\n      fuseType: fuse.s3fs\n      mounterAttribute: m\n      s3fsMounters: [s3fs]\n      mounters:\n        goofys: {program: goofys, fuseType: fuse.goofys, bridge: s3fs}\n", `mounters["goofys"].program`},
+		{"unknown bridge", "    d:\n      fuseType: fuse.s3fs\n      mounterAttribute: m\n      s3fsMounters: [s3fs]\n      mounters:\n        rclone: {program: rclone, fuseType: fuse.rclone, bridge: rclone}\n", `mounters["rclone"].bridge`},
+		{"mounter type not fuse", "    d:\n      fuseType: fuse.s3fs\n      mounterAttribute: m\n      s3fsMounters: [s3fs]\n      mounters:\n        rclone: {program: rclone, fuseType: nfs, bridge: s3fs}\n", `mounters["rclone"].fuseType`},
+		{"a value meaning two programs", "    d:\n      fuseType: fuse.s3fs\n      mounterAttribute: m\n      s3fsMounters: [s3fs]\n      mounters:\n        s3fs: {program: rclone, fuseType: fuse.rclone, bridge: s3fs}\n", `mounters["s3fs"]: also in s3fsMounters`},
+		{"mounter value with a flag", "    d:\n      fuseType: fuse.s3fs\n      mounterAttribute: m\n      s3fsMounters: [s3fs]\n      mounters:\n        \"-o x\": {program: rclone, fuseType: fuse.rclone, bridge: s3fs}\n", "is not a program name"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -294,6 +300,46 @@ func TestS3Profiles(t *testing.T) {
 	}
 	if got := Default().S3.Profile("ch.ctrox.csi.s3-driver"); got.Subdir != "csi-fs" || got.UsePrefixAttribute != "usePrefix" {
 		t.Errorf("built-in ctrox profile %+v", got)
+	}
+}
+
+// Which program a volume runs, and how the agent bridges it, per the built-in profiles.
+func TestS3ProfileMounter(t *testing.T) {
+	yandex, ctrox := Default().S3.Profile("ru.yandex.s3.csi"), Default().S3.Profile("ch.ctrox.csi.s3-driver")
+	tests := []struct {
+		name      string
+		prof      S3Profile
+		attrs     map[string]string
+		value     string
+		want      S3Mounter
+		wantKnown bool
+	}{
+		{"yandex s3fs", yandex, map[string]string{"mounter": "s3fs"}, "s3fs", S3Mounter{Program: "s3fs", FUSEType: "fuse.s3fs", Bridge: BridgeS3fs}, true},
+		{"yandex default is geesefs", yandex, nil, "geesefs", S3Mounter{Program: ProgramGeesefs, FUSEType: "fuse.geesefs", Bridge: BridgeS3fs}, true},
+		{"yandex rclone", yandex, map[string]string{"mounter": "rclone"}, "rclone", S3Mounter{Program: ProgramRclone, FUSEType: "fuse.rclone", Bridge: BridgeS3fs}, true},
+		{"yandex unknown program", yandex, map[string]string{"mounter": "goofys"}, "goofys", S3Mounter{}, false},
+		{"ctrox without attribute: default not assumed", ctrox, nil, "", S3Mounter{}, false},
+		{"ctrox rclone not assumed", ctrox, map[string]string{"mounter": "rclone"}, "rclone", S3Mounter{}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			value, m, known := tt.prof.Mounter(tt.attrs)
+			if value != tt.value || m != tt.want || known != tt.wantKnown {
+				t.Errorf("Mounter(%v) = %q %+v %v, want %q %+v %v", tt.attrs, value, m, known, tt.value, tt.want, tt.wantKnown)
+			}
+		})
+	}
+	for attrs, want := range map[string]string{"s3fs": "fuse.s3fs", "geesefs": "fuse.geesefs", "": "fuse.geesefs", "rclone": "fuse.rclone", "goofys": "fuse.s3fs"} {
+		if got := yandex.FUSETypeOf(map[string]string{"mounter": attrs}); got != want {
+			t.Errorf("FUSETypeOf(mounter %q) = %q, want %q", attrs, got, want)
+		}
+	}
+	if got, want := yandex.BridgedFUSETypes(), []string{"fuse.geesefs", "fuse.rclone", "fuse.s3fs"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("yandex bridges %v, want %v", got, want)
+	}
+	yandex.Mounters = map[string]S3Mounter{"rclone": {Program: ProgramRclone, FUSEType: "fuse.rclone", Bridge: BridgeNone}}
+	if got, want := yandex.BridgedFUSETypes(), []string{"fuse.s3fs"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("with rclone bridged by none: bridges %v, want %v", got, want)
 	}
 }
 

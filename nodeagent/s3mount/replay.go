@@ -3,6 +3,7 @@ package s3mount
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 
 	"github.com/go-logr/logr"
@@ -90,7 +91,7 @@ func (r *Restorer) republish(ctx context.Context, session *csiclient.Session, t 
 			dead = withPrior(dead, prior, top)
 		}
 	}
-	r.restored(ctx, t, MethodReplay, contract.ReasonMountReplayed, ro, dead, "driver "+pv.Spec.CSI.Driver+" replayed, its own mount moved over the dead one")
+	r.restored(ctx, t, MethodReplay, contract.ReasonMountReplayed, ro, dead, "driver "+pv.Spec.CSI.Driver+" replayed "+r.replayedWith(pv)+", its own mount moved over the dead one")
 	return nil
 }
 
@@ -106,7 +107,18 @@ func (r *Restorer) revivedByStaging(ctx context.Context, pv *corev1.PersistentVo
 		logr.FromContextOrDiscard(ctx).Error(err, "recording the replayed mount", "path", t.path)
 	}
 	r.restored(ctx, t, MethodReplay, contract.ReasonMountReplayed, t.readOnly || top.ReadOnly(), withPrior(mounts[:len(mounts)-1], prior, top),
-		"driver "+pv.Spec.CSI.Driver+" staged again; its mount reached the target through kubelet's shared staging path")
+		"driver "+pv.Spec.CSI.Driver+" staged again "+r.replayedWith(pv)+"; its mount reached the target through kubelet's shared staging path")
+}
+
+// replayedWith names what the replay passed the driver, from the PV read live along the chain:
+// its volume handle and the mounter its attributes select (a PV recreated under the same name
+// shows its own values here, not the deleted one's).
+func (r *Restorer) replayedWith(pv *corev1.PersistentVolume) string {
+	m, _, _ := r.cfg.S3.Profile(pv.Spec.CSI.Driver).Mounter(pv.Spec.CSI.VolumeAttributes)
+	if m == "" {
+		m = "the driver's default"
+	}
+	return fmt.Sprintf("with volume %s (PV uid %s), mounter %s", pv.Spec.CSI.VolumeHandle, pv.UID, m)
 }
 
 // withPrior adds to dead the mounts of prior (a target's earlier stack) that are not in dead and

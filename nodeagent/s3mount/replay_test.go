@@ -150,18 +150,19 @@ func TestBridgeOnlyWhileTheDriverStaysDown(t *testing.T) {
 	}
 }
 
-// A dead mount that is not fuse.s3fs is reported, never bridged.
+// A dead mount of a type the driver's profile does not bridge (neither s3fs nor a mounter bridged
+// with s3fs: geesefs, rclone) is reported, never bridged.
 func TestNoBridgeForAMountWeCannotReproduce(t *testing.T) {
 	w := newWorld(t, standard(false)...)
 	target := csiclient.TargetPath(testKubelet, "uid-1", "pv-a")
 	w.publish("uid-1", "pv-a")
 	_ = fakeOS(w.node).Mounter.Unmount(target, false)
-	w.node.AddMount(target, "fuse.geesefs", "geesefs")
+	w.node.AddMount(target, "fuse.goofys", "goofys")
 	w.node.KillMount(target)
 	w.start()
 	w.settle()
 	if n := len(w.node.Started()); n != 0 {
-		t.Errorf("bridged a geesefs mount with s3fs")
+		t.Errorf("bridged a goofys mount with s3fs")
 	}
 	if n := w.events.Count(corev1.EventTypeWarning, contract.ReasonMountRestoreFailed, "CannotReproduce:"); n == 0 {
 		t.Errorf("not reported; events %+v", w.events.All())

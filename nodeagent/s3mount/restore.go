@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -122,20 +124,25 @@ func (r *Restorer) bridgeWait(ts []target) time.Duration {
 	return wait
 }
 
-// bridgeable: our s3fs can stand in only for a dead mount of the driver of the type its profile
-// gives for s3fs (fuse.s3fs).
+// bridgeable: our s3fs can stand in only for a dead mount of the driver of a type its profile
+// bridges: its s3fs type (fuseType) or that of a mounter bridged with s3fs (geesefs's
+// fuse.geesefs, rclone's fuse.rclone). Whether the PV's current mounter is one of them is
+// resolve's question (s3fs.ResolveVolume, on the PV read live).
 func (r *Restorer) bridgeable(t target, fuseType string) error {
 	table, err := r.os.Mounter.MountTable()
 	if err != nil {
 		return err
 	}
+	prof := r.cfg.S3.Profile(t.driver)
+	types := append(prof.BridgedFUSETypes(), fuseType)
 	mounts := table.Stack(t.path)
 	for i := len(mounts) - 1; i >= 0; i-- {
 		if _, ours := stack.PVFromFSName(mounts[i].Source); ours {
 			continue
 		}
-		if mounts[i].FSType != fuseType {
-			return fmt.Errorf("%w: the driver's dead mount is %q, not %s", s3fs.ErrCannotReproduce, mounts[i].FSType, fuseType)
+		if !slices.Contains(types, mounts[i].FSType) {
+			return fmt.Errorf("%w: the driver's dead mount is %q; the profile of %s bridges %s", s3fs.ErrCannotReproduce,
+				mounts[i].FSType, t.driver, strings.Join(prof.BridgedFUSETypes(), ", "))
 		}
 		return nil
 	}

@@ -124,7 +124,7 @@ func (r *Restorer) swap(ctx context.Context, session *csiclient.Session, t targe
 	}
 	// Our bridge (live) and the driver's dead mount are both in the target's stack: the
 	// driver's result must be neither.
-	if _, err := r.rules.Check(ctx, fresh, stack.CheckFor(table, t.path, r.cfg.S3.Profile(pv.Spec.CSI.Driver).FUSEType)); err != nil {
+	if _, err := r.rules.Check(ctx, fresh, stack.CheckFor(table, t.path, r.cfg.S3.Profile(pv.Spec.CSI.Driver).FUSETypeOf(pv.Spec.CSI.VolumeAttributes))); err != nil {
 		session.Undo(ctx, fresh)
 		return err
 	}
@@ -165,7 +165,7 @@ func (r *Restorer) swap(ctx context.Context, session *csiclient.Session, t targe
 		if err := r.os.Mounter.Bind(fresh, t.path, ro); err != nil {
 			// Put the bridge back rather than leave the dead mount on top — checked like any
 			// other mount going over a kubelet path.
-			back := stack.CheckFor(table, t.path, r.cfg.S3.Profile(pv.Spec.CSI.Driver).FUSEType)
+			back := stack.CheckFor(table, t.path, r.cfg.S3.Profile(pv.Spec.CSI.Driver).FUSETypeOf(pv.Spec.CSI.VolumeAttributes))
 			back.Dead = slices.DeleteFunc(back.Dead, func(m stack.Mount) bool { return m.ID == ourBind.ID })
 			back.FUSETypes = append(back.FUSETypes, stack.OurFUSETypes...)
 			if _, cerr := r.rules.Check(ctx, r.layout.MountPoint(pv.Name), back); cerr == nil {

@@ -183,7 +183,7 @@ func (c *Client) restage(ctx context.Context, node Node, pv *corev1.PersistentVo
 		c.undoFresh(ctx, node, pv.Spec.CSI.VolumeHandle, fresh, true)
 		return fmt.Errorf("%w: NodeStageVolume: %w", ErrReplay, err)
 	}
-	if _, err := c.Rules.Check(ctx, fresh, stack.CheckFor(table, stagingPath, c.Config.S3.Profile(pv.Spec.CSI.Driver).FUSEType)); err != nil {
+	if _, err := c.Rules.Check(ctx, fresh, stack.CheckFor(table, stagingPath, c.Config.S3.Profile(pv.Spec.CSI.Driver).FUSETypeOf(pv.Spec.CSI.VolumeAttributes))); err != nil {
 		c.undoFresh(ctx, node, pv.Spec.CSI.VolumeHandle, fresh, true)
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -178,12 +179,39 @@ func MountArgs(layout, handle string, attrs, secrets map[string]string, target, 
 	}
 	args := []string{src, target, "-f",
 		"-o", "passwd_file=" + passwdFile, "-o", "url=" + endpoint, "-o", "use_path_request_style", "-o", "allow_other"}
+	fsType, err := MountType(attrs)
+	if err != nil {
+		return nil, err
+	}
+	if sub := strings.TrimPrefix(fsType, "fuse."); sub != "s3fs" {
+		// Another mounter (k8s-csi-s3's geesefs, rclone) is served by s3fs over the same
+		// objects, under that program's mount type (libfuse's subtype), so the node sees what
+		// the real driver's mount shows.
+		args = append(args, "-o", "subtype="+sub)
+	}
 	for _, o := range strings.Fields(attrs[keys.Parameters.MountOptions]) {
 		if o = strings.TrimPrefix(o, "-o"); o != "" {
 			args = append(args, "-o", o)
 		}
 	}
 	return args, nil
+}
+
+// mounterRe is the form of a mounter attribute's value the plugin accepts.
+var mounterRe = regexp.MustCompile(`^[a-z0-9]{1,32}$`)
+
+// MountType is the mount type of the plugin's mount of a volume with attributes attrs: the
+// volume's "mounter" attribute chooses the program k8s-csi-s3 would run; the plugin always runs
+// s3fs, presenting the mount as fuse.<mounter> (fuse.s3fs without the attribute).
+func MountType(attrs map[string]string) (string, error) {
+	m := attrs["mounter"]
+	if m == "" {
+		return "fuse.s3fs", nil
+	}
+	if !mounterRe.MatchString(m) {
+		return "", fmt.Errorf("mounter %q: want lowercase letters and digits", m)
+	}
+	return "fuse." + m, nil
 }
 
 // TopAt returns the top mount of table at path, from the bottom-to-top stack mountinfo.Stack

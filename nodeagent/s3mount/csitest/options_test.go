@@ -46,6 +46,22 @@ func TestMountArgs(t *testing.T) {
 			layout: LayoutYandex, handle: "data/pvc-1", attrs: map[string]string{"endpoint": "http://h"},
 			want: []string{"data:/pvc-1", "/t", "-f", "-o", "passwd_file=/p", "-o", "url=http://h", "-o", "use_path_request_style", "-o", "allow_other"},
 		},
+		{
+			name:   "mounter geesefs: s3fs under geesefs's mount type",
+			layout: LayoutStrict, handle: "data/g", attrs: map[string]string{"endpoint": "http://h", "mounter": "geesefs"},
+			want: []string{"data:/g", "/t", "-f", "-o", "passwd_file=/p", "-o", "url=http://h", "-o", "use_path_request_style", "-o", "allow_other", "-o", "subtype=geesefs"},
+		},
+		{
+			name:   "mounter rclone: s3fs under rclone's mount type",
+			layout: LayoutYandex, handle: "data/r", attrs: map[string]string{"endpoint": "http://h", "mounter": "rclone"},
+			want: []string{"data:/r", "/t", "-f", "-o", "passwd_file=/p", "-o", "url=http://h", "-o", "use_path_request_style", "-o", "allow_other", "-o", "subtype=rclone"},
+		},
+		{
+			name:   "mounter s3fs: no subtype",
+			handle: "data/s", attrs: map[string]string{"endpoint": "http://h", "mounter": "s3fs"},
+			want: []string{"data:/s", "/t", "-f", "-o", "passwd_file=/p", "-o", "url=http://h", "-o", "use_path_request_style", "-o", "allow_other"},
+		},
+		{name: "mounter smuggling an option", handle: "b", attrs: map[string]string{"endpoint": "http://h", "mounter": "x,allow_root"}, wantErr: true},
 		{name: "no endpoint", handle: "b", wantErr: true},
 		{name: "no bucket", handle: "", attrs: map[string]string{"endpoint": "http://a"}, wantErr: true},
 	}

@@ -381,8 +381,9 @@ func (p *Plugin) mountS3fs(ctx context.Context, volumeID string, volCtx, secrets
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }() // how it ended shows at the mount
+	fsType, _ := MountType(volCtx)                // checked by MountArgs
 	deadline := time.After(p.o.MountTimeout)
-	for !s3fsAnswers(path) {
+	for !s3fsAnswers(path, fsType) {
 		select {
 		case <-exited:
 			return status.Error(codes.Internal, fmt.Sprintf("s3fs exited before mounting: %s", stderr.String()))
@@ -428,9 +429,10 @@ func isMountPoint(path string) bool {
 	return ok
 }
 
-// s3fsAnswers reports whether the top mount at path is an s3fs mount whose statfs answers.
-func s3fsAnswers(path string) bool {
+// s3fsAnswers reports whether the top mount at path is our s3fs mount (of type fsType) whose
+// statfs answers.
+func s3fsAnswers(path, fsType string) bool {
 	top, ok := TopAt(mountTable(), filepath.Clean(path))
 	var st unix.Statfs_t
-	return ok && top.FSType == "fuse.s3fs" && unix.Statfs(path, &st) == nil
+	return ok && top.FSType == fsType && unix.Statfs(path, &st) == nil
 }

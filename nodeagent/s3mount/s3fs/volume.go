@@ -35,7 +35,11 @@ type Volume struct {
 	Prefix   string
 	Endpoint string
 	Region   string
-	// Options are extra s3fs -o options from the StorageClass / volume attributes.
+	// Mounter is the value of the volume's mounter attribute (or the driver's default): the
+	// FUSE program the driver runs, which the bridge's s3fs stands in for.
+	Mounter string
+	// Options are extra s3fs -o options from the volume attributes (a geesefs or rclone
+	// volume's flags mapped to s3fs's: MapOptions).
 	Options []string
 	// ReadOnly is the PV's own read-only flag (spec.csi.readOnly or an "ro" mount option).
 	ReadOnly  bool
@@ -69,17 +73,21 @@ func ResolveVolume(pv *corev1.PersistentVolume, p config.S3Parameters, prof conf
 		Region:   get(p.Region),
 		ReadOnly: csi.ReadOnly || slices.Contains(pv.Spec.MountOptions, "ro"),
 	}
-	m := get(prof.MounterAttribute)
-	if m == "" {
-		m = prof.DefaultMounter
+	// The PV's own attributes (read live by the caller) say which program the driver runs; the
+	// profile says whether our s3fs may stand in for it.
+	m, mounter, known := prof.Mounter(csi.VolumeAttributes)
+	switch {
+	case !known && get(prof.MounterAttribute) == "":
+		return Volume{}, fmt.Errorf("%w: %s has no %q attribute and the driver's default (%s) is not one the profile bridges", ErrCannotReproduce,
+			pv.Name, prof.MounterAttribute, orUnknown(prof.DefaultMounter))
+	case !known:
+		return Volume{}, fmt.Errorf("%w: mounter %q of %s is not in the driver's profile (s3fsMounters %v, mounters %v)", ErrCannotReproduce,
+			m, pv.Name, prof.S3fsMounters, mounterNames(prof))
+	case mounter.Bridge != config.BridgeS3fs:
+		return Volume{}, fmt.Errorf("%w: mounter %q of %s (%s): the profile bridges it with %q", ErrCannotReproduce,
+			m, pv.Name, mounter.FUSEType, mounter.Bridge)
 	}
-	if !slices.Contains(prof.S3fsMounters, m) {
-		if get(prof.MounterAttribute) == "" {
-			return Volume{}, fmt.Errorf("%w: %s has no %q attribute; the driver's default (%s) is not s3fs", ErrCannotReproduce,
-				pv.Name, prof.MounterAttribute, orUnknown(prof.DefaultMounter))
-		}
-		return Volume{}, fmt.Errorf("%w: mounter %q (only s3fs can be bridged)", ErrCannotReproduce, m)
-	}
+	v.Mounter = m
 	// Common s3fs drivers use "bucket/prefix" or "bucket" as the volume handle.
 	hBucket, hPrefix, _ := strings.Cut(csi.VolumeHandle, "/")
 	bucketAttr, prefixAttr := p.Bucket, p.Prefix
@@ -118,9 +126,9 @@ func ResolveVolume(pv *corev1.PersistentVolume, p config.S3Parameters, prof conf
 	if err := CheckRegion(v.Region); err != nil {
 		return Volume{}, err
 	}
-	opts, err := ParseOptions(get(p.MountOptions))
+	opts, err := MapOptions(mounter.Program, get(p.MountOptions))
 	if err != nil {
-		return Volume{}, err
+		return Volume{}, fmt.Errorf("mounter %q of %s: %w", m, pv.Name, err)
 	}
 	v.Options = opts
 	ref, err := CredentialsRef(pv)
@@ -129,6 +137,15 @@ func ResolveVolume(pv *corev1.PersistentVolume, p config.S3Parameters, prof conf
 	}
 	v.SecretRef = ref
 	return v, nil
+}
+
+func mounterNames(prof config.S3Profile) []string {
+	names := make([]string, 0, len(prof.Mounters))
+	for n := range prof.Mounters {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
 }
 
 func orUnknown(s string) string {

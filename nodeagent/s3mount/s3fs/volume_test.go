@@ -72,40 +72,64 @@ func TestResolveVolume(t *testing.T) {
 		{
 			name: "handle bucket/prefix, secret from PV",
 			pv:   pvFixture("bkt/pvc-1", map[string]string{"mounter": "s3fs"}, ref),
-			want: Volume{PV: "pv-a", Driver: "ru.yandex.s3.csi", Handle: "bkt/pvc-1", Bucket: "bkt", Prefix: "pvc-1", SecretRef: ref},
+			want: Volume{PV: "pv-a", Driver: "ru.yandex.s3.csi", Mounter: "s3fs", Handle: "bkt/pvc-1", Bucket: "bkt", Prefix: "pvc-1", SecretRef: ref},
 		},
 		{
 			name: "bucket only handle, endpoint, region and options from attributes",
 			pv:   pvFixture("bkt", map[string]string{"endpoint": "http://s3:9000", "region": "eu", "options": "-o retries=2"}, ref),
-			want: Volume{PV: "pv-a", Driver: "ru.yandex.s3.csi", Handle: "bkt", Bucket: "bkt", Endpoint: "http://s3:9000", Region: "eu",
+			want: Volume{PV: "pv-a", Driver: "ru.yandex.s3.csi", Mounter: "s3fs", Handle: "bkt", Bucket: "bkt", Endpoint: "http://s3:9000", Region: "eu",
 				Options: []string{"retries=2"}, SecretRef: ref},
 		},
 		{
 			name: "bucket attribute with handle bucket/prefix",
 			pv:   pvFixture("shared/pvc-2", map[string]string{"bucket": "shared", "endpoint": "http://attr"}, ref),
-			want: Volume{PV: "pv-a", Driver: "ru.yandex.s3.csi", Handle: "shared/pvc-2", Bucket: "shared", Prefix: "pvc-2", Endpoint: "http://attr", SecretRef: ref},
+			want: Volume{PV: "pv-a", Driver: "ru.yandex.s3.csi", Mounter: "s3fs", Handle: "shared/pvc-2", Bucket: "shared", Prefix: "pvc-2", Endpoint: "http://attr", SecretRef: ref},
 		},
 		{
 			name: "explicit prefix attribute",
 			pv:   pvFixture("opaque-id", map[string]string{"bucket": "bbb", "prefix": "/some/dir/"}, ref),
-			want: Volume{PV: "pv-a", Driver: "ru.yandex.s3.csi", Handle: "opaque-id", Bucket: "bbb", Prefix: "some/dir", SecretRef: ref},
+			want: Volume{PV: "pv-a", Driver: "ru.yandex.s3.csi", Mounter: "s3fs", Handle: "opaque-id", Bucket: "bbb", Prefix: "some/dir", SecretRef: ref},
 		},
-		{name: "geesefs mounter", pv: pvFixture("bbb", map[string]string{"mounter": "geesefs"}, ref), wantErr: ErrCannotReproduce},
-		{name: "yandex without mounter attribute runs geesefs", pv: func() *corev1.PersistentVolume {
-			pv := pvFixture("bbb", nil, ref)
-			delete(pv.Spec.CSI.VolumeAttributes, "mounter")
-			return pv
-		}(), wantErr: ErrCannotReproduce},
+		{
+			name: "geesefs mounter: bridged by s3fs, geesefs's default modes",
+			pv:   pvFixture("bbb/g", map[string]string{"mounter": "geesefs"}, ref),
+			want: Volume{PV: "pv-a", Driver: "ru.yandex.s3.csi", Mounter: "geesefs", Handle: "bbb/g", Bucket: "bbb", Prefix: "g",
+				Options: []string{"umask=0022"}, SecretRef: ref},
+		},
+		{
+			name: "geesefs options mapped: tuning dropped, owner and modes kept",
+			pv: pvFixture("bbb/g", map[string]string{"mounter": "geesefs",
+				"options": "--memory-limit 1000 --dir-mode 0777 --file-mode 0666 --uid=1000 -o allow_other"}, ref),
+			want: Volume{PV: "pv-a", Driver: "ru.yandex.s3.csi", Mounter: "geesefs", Handle: "bbb/g", Bucket: "bbb", Prefix: "g",
+				Options: []string{"uid=1000", "allow_other", "umask=0000"}, SecretRef: ref},
+		},
+		{
+			name: "rclone mounter: bridged by s3fs, its umask and read-only kept",
+			pv:   pvFixture("bbb/r", map[string]string{"mounter": "rclone", "options": "--vfs-cache-mode full --umask 0027 --read-only"}, ref),
+			want: Volume{PV: "pv-a", Driver: "ru.yandex.s3.csi", Mounter: "rclone", Handle: "bbb/r", Bucket: "bbb", Prefix: "r",
+				Options: []string{"umask=0027", "ro"}, SecretRef: ref},
+		},
+		{
+			name: "yandex without mounter attribute runs geesefs",
+			pv: func() *corev1.PersistentVolume {
+				pv := pvFixture("bbb", nil, ref)
+				delete(pv.Spec.CSI.VolumeAttributes, "mounter")
+				return pv
+			}(),
+			want: Volume{PV: "pv-a", Driver: "ru.yandex.s3.csi", Mounter: "geesefs", Handle: "bbb", Bucket: "bbb", Options: []string{"umask=0022"}, SecretRef: ref},
+		},
+		{name: "geesefs flag touching the node's disk", pv: pvFixture("bbb", map[string]string{"mounter": "geesefs", "options": "--cache /tmp/x"}, ref), wantErr: ErrCannotReproduce},
+		{name: "a mounter the profile does not know", pv: pvFixture("bbb", map[string]string{"mounter": "goofys"}, ref), wantErr: ErrCannotReproduce},
 		{name: "ctrox mounts <prefix>/csi-fs", pv: func() *corev1.PersistentVolume {
 			pv := pvFixture("bbb/pvc-3", nil, ref)
 			pv.Spec.CSI.Driver = "ch.ctrox.csi.s3-driver"
 			return pv
-		}(), want: Volume{PV: "pv-a", Driver: "ch.ctrox.csi.s3-driver", Handle: "bbb/pvc-3", Bucket: "bbb", Prefix: "pvc-3/csi-fs", SecretRef: ref}},
+		}(), want: Volume{PV: "pv-a", Driver: "ch.ctrox.csi.s3-driver", Mounter: "s3fs", Handle: "bbb/pvc-3", Bucket: "bbb", Prefix: "pvc-3/csi-fs", SecretRef: ref}},
 		{name: "ctrox with usePrefix mounts the prefix itself", pv: func() *corev1.PersistentVolume {
 			pv := pvFixture("bbb/pvc-3", map[string]string{"usePrefix": "true"}, ref)
 			pv.Spec.CSI.Driver = "ch.ctrox.csi.s3-driver"
 			return pv
-		}(), want: Volume{PV: "pv-a", Driver: "ch.ctrox.csi.s3-driver", Handle: "bbb/pvc-3", Bucket: "bbb", Prefix: "pvc-3", SecretRef: ref}},
+		}(), want: Volume{PV: "pv-a", Driver: "ch.ctrox.csi.s3-driver", Mounter: "s3fs", Handle: "bbb/pvc-3", Bucket: "bbb", Prefix: "pvc-3", SecretRef: ref}},
 		{name: "ctrox without mounter attribute", pv: func() *corev1.PersistentVolume {
 			pv := pvFixture("bbb", nil, ref)
 			pv.Spec.CSI.Driver = "ch.ctrox.csi.s3-driver"
@@ -377,6 +401,65 @@ func TestResolveVolumeWithConfiguredProfile(t *testing.T) {
 			}
 			if err == nil && (v.Bucket != c.bucket || v.Prefix != c.prefix) {
 				t.Errorf("bucket %q prefix %q, want %q %q", v.Bucket, v.Prefix, c.bucket, c.prefix)
+			}
+		})
+	}
+}
+
+// A profile whose mounter is bridged with "none": reported, never served by s3fs.
+func TestResolveVolumeMounterNotBridged(t *testing.T) {
+	prof := config.Default().S3.Profile("ru.yandex.s3.csi")
+	prof.Mounters = map[string]config.S3Mounter{"rclone": {Program: config.ProgramRclone, FUSEType: "fuse.rclone", Bridge: config.BridgeNone}}
+	pv := pvFixture("bbb/r", map[string]string{"mounter": "rclone"}, &corev1.SecretReference{Name: "s", Namespace: "ns"})
+	_, err := ResolveVolume(pv, config.Default().S3.Parameters, prof)
+	if !errors.Is(err, ErrCannotReproduce) || !strings.Contains(err.Error(), `mounter "rclone"`) {
+		t.Fatalf("err = %v, want CannotReproduce naming the mounter", err)
+	}
+}
+
+// Each program's flags map to s3fs options, or leave the volume unbridged with the reason.
+func TestMapOptions(t *testing.T) {
+	tests := []struct {
+		program, in string
+		want        []string
+		wantErr     error
+	}{
+		{"s3fs", "-o umask=000,uid=1000", []string{"umask=000", "uid=1000"}, nil},
+		{"s3fs", "--memory-limit 1000", nil, ErrBadOptions},
+		{config.ProgramGeesefs, "", []string{"umask=0022"}, nil},
+		{config.ProgramGeesefs, "--memory-limit 1000 --max-flushers=4 --no-checksum --stat-cache-ttl 1m", []string{"umask=0022"}, nil},
+		{config.ProgramGeesefs, "--uid 1000 --gid 2000", []string{"uid=1000", "gid=2000", "umask=0022"}, nil},
+		{config.ProgramGeesefs, "--dir-mode 0750 --file-mode 0640", []string{"umask=0027"}, nil},
+		{config.ProgramGeesefs, "--dir-mode 0777", []string{"umask=0000"}, nil},
+		{config.ProgramGeesefs, "--file-mode 0666", nil, ErrCannotReproduce}, // files above the default dirs' 0755
+		{config.ProgramGeesefs, "-o allow_other,ro", []string{"allow_other", "ro", "umask=0022"}, nil},
+		{config.ProgramGeesefs, "-oro", []string{"ro", "umask=0022"}, nil},
+		{config.ProgramGeesefs, "--cache /var/cache", nil, ErrCannotReproduce},
+		{config.ProgramGeesefs, "--shared-config /root/.aws/config", nil, ErrCannotReproduce},
+		{config.ProgramGeesefs, "--uid 0,allow_root", nil, ErrUnsafe},
+		{config.ProgramGeesefs, "--memory-limit", nil, ErrBadOptions},
+		{config.ProgramGeesefs, "bucket:prefix", nil, ErrBadOptions},
+		{config.ProgramGeesefs, "-o passwd_file=/etc/shadow", nil, ErrUnsafe},
+		{config.ProgramGeesefs, "--no-checksum=yes", nil, ErrUnsafe},
+		{config.ProgramRclone, "--vfs-cache-mode=writes --allow-other --s3-provider AWS", []string{"umask=0022"}, nil},
+		{config.ProgramRclone, "--umask 0002 --uid 1000 --read-only", []string{"umask=0002", "uid=1000", "ro"}, nil},
+		{config.ProgramRclone, "--s3-endpoint http://evil", nil, ErrCannotReproduce},
+		{config.ProgramRclone, "--config /etc/rclone.conf", nil, ErrCannotReproduce},
+		{"goofys", "", nil, ErrCannotReproduce},
+	}
+	for _, tt := range tests {
+		t.Run(tt.program+" "+tt.in, func(t *testing.T) {
+			got, err := MapOptions(tt.program, tt.in)
+			if !errors.Is(err, tt.wantErr) || (tt.wantErr == nil) != (err == nil) {
+				t.Fatalf("err = %v, want %v", err, tt.wantErr)
+			}
+			if d := cmp.Diff(tt.want, got); d != "" {
+				t.Errorf("(-want +got):\n%s", d)
+			}
+			for _, o := range got {
+				if err := CheckOption(o); err != nil {
+					t.Errorf("mapped option %q fails the s3fs allowlist: %v", o, err)
+				}
 			}
 		})
 	}

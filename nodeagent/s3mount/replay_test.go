@@ -18,6 +18,7 @@ import (
 
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/internal/contract"
+	"github.com/pvrescue/pvrescue/nodeagent"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3mounttest"
@@ -242,6 +243,33 @@ func TestBridgeFlapLimit(t *testing.T) {
 	handBack()
 	die(11 * time.Minute)
 	started(5, "a death after a calm flap window: at once again")
+}
+
+// Many pods of one PV: every target is bound to the bridge before the containers of any pod are
+// remounted, so the last pod's target does not wait for the other pods' remounts.
+func TestBridgeBindsEveryTargetBeforeRemounting(t *testing.T) {
+	w, target := replayWorld(t, false, podObj("app2", "uid-2", "data", false), podObj("app3", "uid-3", "data", false))
+	targets := []string{target, w.publish("uid-2", "pv-a"), w.publish("uid-3", "pv-a")}
+	var unbound []string
+	w.remount = &fakeRemounter{before: func(nodeagent.RemountRequest) {
+		for _, tg := range targets {
+			if top, _ := w.node.Table().Top(tg); top.Source != stack.FSName("pv-a") && !slices.Contains(unbound, tg) {
+				unbound = append(unbound, tg)
+			}
+		}
+	}}
+	w.csi.Down = true
+	for _, tg := range targets {
+		w.node.KillMount(tg)
+	}
+	w.start()
+	if n := len(w.remount.reqs); n != 3 {
+		t.Fatalf("remount requests %d, want one per pod (3)", n)
+	}
+	if len(unbound) > 0 {
+		t.Errorf("containers remounted while targets %v were not bound to the bridge yet", unbound)
+	}
+	assertReasons(t, w.events, map[string]int{contract.ReasonMountBridged: 3})
 }
 
 // A dead mount that is not fuse.s3fs is reported, never bridged.

@@ -84,11 +84,18 @@ func (r *Restorer) restore(ctx context.Context, pvName string, ts []target) {
 		r.backoff(pvName)
 		return
 	}
-	for _, t := range bridgeable {
-		if berr := r.bindTarget(ctx, bridgeMount, t); berr != nil {
+	dead := make([][]stack.Mount, len(bridgeable))
+	for i, t := range bridgeable {
+		var berr error
+		if dead[i], berr = r.bindTarget(ctx, bridgeMount, t); berr != nil {
 			err = errors.Join(err, berr)
 			r.metrics.Restores.WithLabelValues(MethodBridge, "failure").Inc()
 			r.failed([]target{t}, berr)
+		}
+	}
+	for i, t := range bridgeable {
+		if len(dead[i]) > 0 {
+			r.remount(ctx, t, dead[i])
 		}
 	}
 	if driverDown {

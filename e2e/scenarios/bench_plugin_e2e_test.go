@@ -442,6 +442,9 @@ type WindowCase struct {
 	// scanned every 50 ms); DaemonRSSKB the largest resident set one of them reached.
 	Daemons     int `json:"daemons"`
 	DaemonRSSKB int `json:"daemonRssKB"`
+	// DaemonsLeft are those still running when the incident settled (a retired bridge exits
+	// once nothing holds its mount).
+	DaemonsLeft int `json:"daemonsLeft"`
 	// PluginBackMs: from the death to the new plugin pod registered; SettledMs: to every target
 	// on the driver's own mount again (handed back, or replayed).
 	PluginBackMs float64 `json:"pluginBackMs"`
@@ -519,8 +522,8 @@ func windowMatrix(t *failRecorder, e *env, l *fieldLayout, res *PluginBenchResul
 				c.Behaviour, c.Config = b.name, b.config
 				res.Window = append(res.Window, c)
 				save()
-				t.Logf("window %s %s %d pods: window p50 %.0f ms max %.0f ms; failed reads %d/%d, writes %d/%d; daemons %d (RSS %d kB); plugin back %.0f ms, settled %.0f ms",
-					b.name, kind, n, percentileMs(c.WindowMs, 50), percentileMs(c.WindowMs, 100), c.FailedReads, c.Reads, c.FailedWrites, c.Writes, c.Daemons, c.DaemonRSSKB, c.PluginBackMs, c.SettledMs)
+				t.Logf("window %s %s %d pods: window p50 %.0f ms max %.0f ms; failed reads %d/%d, writes %d/%d; daemons %d (RSS %d kB, %d left); plugin back %.0f ms, settled %.0f ms",
+					b.name, kind, n, percentileMs(c.WindowMs, 50), percentileMs(c.WindowMs, 100), c.FailedReads, c.Reads, c.FailedWrites, c.Writes, c.Daemons, c.DaemonRSSKB, c.DaemonsLeft, c.PluginBackMs, c.SettledMs)
 			}
 		}
 	}
@@ -834,6 +837,11 @@ func windowIncident(t *failRecorder, e *env, l *fieldLayout, kind string, names 
 	close(stopScan)
 	<-scanned
 	c.Daemons = len(started)
+	for p := range started {
+		if pidRuns(p) {
+			c.DaemonsLeft++
+		}
+	}
 	end := time.Now()
 	for _, p := range pods {
 		var firstFail, goodAfter time.Time

@@ -49,6 +49,7 @@ type windowCase struct {
 	Writes       int       `json:"writes"`
 	Daemons      int       `json:"daemons"`
 	DaemonRSSKB  int       `json:"daemonRssKB"`
+	DaemonsLeft  int       `json:"daemonsLeft"`
 	PluginBackMs float64   `json:"pluginBackMs"`
 	SettledMs    float64   `json:"settledMs"`
 }
@@ -276,8 +277,8 @@ func windowRows(s *Section, r *pluginBenchResult) {
 		s.Rows = append(s.Rows, []string{
 			fmt.Sprintf("window, %s, %d pod(s), %s: the last plugin s3fs exited → the pod's target reads the file", c.Behaviour, c.Pods, name),
 			fmt.Sprint(len(w)), Ms(Percentile(w, 50)), Ms(Percentile(w, 99)), Ms(Percentile(w, 100)),
-			fmt.Sprintf("failed ops (all pods): reads %d of ≈%d, writes %d of %d; in the pods, death → first good read after a failure: %s; agent s3fs started: %d (max RSS %d kB); plugin back %s, every target on the driver's mount %s after the death%s",
-				c.FailedReads, c.Reads, c.FailedWrites, c.Writes, pod, c.Daemons, c.DaemonRSSKB,
+			fmt.Sprintf("failed ops (all pods): reads %d of ≈%d, writes %d of %d; in the pods, death → first good read after a failure: %s; agent s3fs started: %d (max RSS %d kB; %d still running when settled); plugin back %s, every target on the driver's mount %s after the death%s",
+				c.FailedReads, c.Reads, c.FailedWrites, c.Writes, pod, c.Daemons, c.DaemonRSSKB, c.DaemonsLeft,
 				Ms(time.Duration(c.PluginBackMs*float64(time.Millisecond))), Ms(time.Duration(c.SettledMs*float64(time.Millisecond))), verdict),
 		})
 		fmt.Fprintf(&raw, "window %s %s %d pods: windowMs %v podWindowMs %v\n", c.Behaviour, c.Case, c.Pods, c.WindowMs, c.PodWindowMs)

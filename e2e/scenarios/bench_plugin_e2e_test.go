@@ -177,6 +177,7 @@ func BenchmarkPluginPodDeleted(b *testing.B) {
 	target := filepath.Join(mnt, "app.txt")
 	res.SetupSeconds = time.Since(start).Seconds()
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	var lastDelete time.Time
 	for i := 0; i < repeats; i++ {
 		old, err := l.plugin.Pod(ctx)
 		if err != nil {
@@ -204,7 +205,11 @@ func BenchmarkPluginPodDeleted(b *testing.B) {
 		}
 		agent, deadBefore, restoredBefore := agentRecord(t, e, fmt.Sprintf("run %d, before the deletion", i))
 
+		// Deaths closer than this are a flapping plugin to the agent (s3.bridgeFlapLimit per
+		// s3.bridgeFlapWindow), which waits s3.bridgeAfter before bridging: not this case.
+		time.Sleep(time.Until(lastDelete.Add(benchDeathSpacing)))
 		t0 := time.Now()
+		lastDelete = t0
 		if err := e.c.Client.CoreV1().Pods(stack.CSINamespace).Delete(ctx, old.Name, metav1.DeleteOptions{}); err != nil {
 			t.Fatalf("run %d: delete plugin pod %s: %v", i, old.Name, err)
 		}
@@ -402,6 +407,11 @@ func pollEvery(interval, timeout time.Duration, cond func() bool) bool {
 	}
 	return false
 }
+
+// benchDeathSpacing is the least time between two plugin deaths of the benchmark: the agent's
+// default flap limit is 5 driver-down bridges of a PV per minute (config s3.bridgeFlapLimit,
+// s3.bridgeFlapWindow); every 13 s stays under it.
+const benchDeathSpacing = 13 * time.Second
 
 // Environment of the window matrix of BenchmarkPluginPodDeleted (issue 34).
 const (
@@ -719,6 +729,9 @@ func loadLog(t testing.TB, e *env, ns string, p *corev1.Pod, from, to time.Time)
 	return out
 }
 
+// lastWindowDeath is when the last window incident began (benchDeathSpacing).
+var lastWindowDeath time.Time
+
 // windowIncident makes the plugin go away (kind) and measures the window, the pods' failed
 // operations and the agent's daemons, until every target is on the driver's mount again.
 func windowIncident(t *failRecorder, e *env, l *fieldLayout, kind string, names []string, down time.Duration) WindowCase {
@@ -775,7 +788,9 @@ func windowIncident(t *failRecorder, e *env, l *fieldLayout, kind string, names 
 			}
 		}
 	}()
+	time.Sleep(time.Until(lastWindowDeath.Add(benchDeathSpacing)))
 	t0 := time.Now()
+	lastWindowDeath = t0
 	switch kind {
 	case "deleted":
 		err = e.c.Client.CoreV1().Pods(stack.CSINamespace).Delete(ctx, old.Name, metav1.DeleteOptions{})

@@ -115,7 +115,7 @@ type S3 struct {
 	// behaviour (wait for a restarting plugin, then bridge).
 	DriverDownBridgeAfter metav1.Duration `json:"driverDownBridgeAfter"`
 	// BridgeFlapLimit bounds the bridges of one PV started because its driver did not answer:
-	// after this many within bridgeFlapWindow (a plugin in a crash loop), the next waits
+	// after this many within bridgeFlapWindow (a plugin dying every few seconds), the next waits
 	// bridgeAfter instead of driverDownBridgeAfter. 0: no limit.
 	BridgeFlapLimit int `json:"bridgeFlapLimit"`
 	// BridgeFlapWindow is the window over which bridgeFlapLimit counts a PV's bridges.
@@ -366,8 +366,8 @@ func Default() *Config {
 			S3fsPath:           "s3fs",
 			ReplayDrivers:      []string{"ru.yandex.s3.csi", "ch.ctrox.csi.s3-driver", "csi-s3"},
 			BridgeAfter:        metav1.Duration{Duration: 10 * time.Second},
-			BridgeFlapLimit:    3,
-			BridgeFlapWindow:   metav1.Duration{Duration: 10 * time.Minute},
+			BridgeFlapLimit:    5,
+			BridgeFlapWindow:   metav1.Duration{Duration: time.Minute},
 			HungConditionAfter: metav1.Duration{Duration: 30 * time.Second},
 			BridgeDiskFreeMB:   1024,
 			Profiles: map[string]S3Profile{

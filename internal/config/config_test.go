@@ -109,7 +109,7 @@ kubeletDir: relative/path
 			check: func(t *testing.T, c *Config) {
 				d := Default().S3
 				if c.S3.DriverDownBridgeAfter.Duration != 10*time.Second || d.DriverDownBridgeAfter.Duration != 0 || d.BridgeAfter.Duration != 10*time.Second ||
-					d.BridgeFlapLimit != 3 || d.BridgeFlapWindow.Duration != 10*time.Minute {
+					d.BridgeFlapLimit != 5 || d.BridgeFlapWindow.Duration != time.Minute {
 					t.Errorf("driverDownBridgeAfter %s; defaults %+v", c.S3.DriverDownBridgeAfter.Duration, d)
 				}
 			},

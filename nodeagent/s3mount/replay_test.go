@@ -199,10 +199,12 @@ func TestBridgeAfterTheReplayFails(t *testing.T) {
 }
 
 // A plugin in a crash loop: each death of the driver's mount with the driver down is bridged
-// at once and handed back when the driver answers, up to s3.bridgeFlapLimit (3) bridges within
-// s3.bridgeFlapWindow; the next waits s3.bridgeAfter. Past the window, at once again.
+// at once and handed back when the driver answers, up to s3.bridgeFlapLimit (3 here) bridges
+// within s3.bridgeFlapWindow (10m here); the next waits s3.bridgeAfter. Past the window, at once
+// again.
 func TestBridgeFlapLimit(t *testing.T) {
 	w, target := replayWorld(t, false)
+	w.configure = func(c *config.Config) { c.S3.BridgeFlapLimit, c.S3.BridgeFlapWindow.Duration = 3, 10*time.Minute }
 	w.csi.Down = true
 	w.node.KillMount(target)
 	w.start()

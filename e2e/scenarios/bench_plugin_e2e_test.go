@@ -20,7 +20,9 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/pvrescue/pvrescue/e2e/framework"
 	"github.com/pvrescue/pvrescue/e2e/stack"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount"
 )
@@ -60,6 +62,10 @@ type PluginBenchResult struct {
 	// Failures are the benchmark's failure messages (t.Errorf/t.Fatalf, its helpers' included),
 	// in order; empty when it passed. Runs holds the runs completed before them.
 	Failures []string `json:"failures,omitempty"`
+	// Window is the window matrix (issue 34): per behaviour, pod count and way the plugin goes
+	// away, one incident; WindowWrites the server-side check of the load's writes after it.
+	Window       []WindowCase  `json:"window,omitempty"`
+	WindowWrites *WindowWrites `json:"windowWrites,omitempty"`
 }
 
 // PluginBenchRun is one plugin pod deletion's evidence.
@@ -74,8 +80,9 @@ type PluginBenchRun struct {
 	MountIDBefore uint64 `json:"mountIdBefore"`
 	MountIDAfter  uint64 `json:"mountIdAfter"`
 	// DeadFound and Restored are the agent's own record of the run: the increase of
-	// pvrescue_s3_dead_mounts_found_total and of pvrescue_s3_restores_total{method="replay",
-	// result="success"} on its /metrics.
+	// pvrescue_s3_dead_mounts_found_total and of pvrescue_s3_restores_total{method="replay"
+	// or "bridge", result="success"} on its /metrics (the plugin away, the agent bridges at
+	// once, then hands back through the new plugin: a replay in its count).
 	DeadFound float64 `json:"deadFound"`
 	Restored  float64 `json:"restored"`
 }
@@ -170,6 +177,7 @@ func BenchmarkPluginPodDeleted(b *testing.B) {
 	target := filepath.Join(mnt, "app.txt")
 	res.SetupSeconds = time.Since(start).Seconds()
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	var lastDelete time.Time
 	for i := 0; i < repeats; i++ {
 		old, err := l.plugin.Pod(ctx)
 		if err != nil {
@@ -197,7 +205,11 @@ func BenchmarkPluginPodDeleted(b *testing.B) {
 		}
 		agent, deadBefore, restoredBefore := agentRecord(t, e, fmt.Sprintf("run %d, before the deletion", i))
 
+		// Deaths closer than this are a flapping plugin to the agent (s3.bridgeFlapLimit per
+		// s3.bridgeFlapWindow), which waits s3.bridgeAfter before bridging: not this case.
+		time.Sleep(time.Until(lastDelete.Add(benchDeathSpacing)))
 		t0 := time.Now()
+		lastDelete = t0
 		if err := e.c.Client.CoreV1().Pods(stack.CSINamespace).Delete(ctx, old.Name, metav1.DeleteOptions{}); err != nil {
 			t.Fatalf("run %d: delete plugin pod %s: %v", i, old.Name, err)
 		}
@@ -236,9 +248,16 @@ func BenchmarkPluginPodDeleted(b *testing.B) {
 		b.Logf("run %d: plugin pod %s deleted → its s3fs %v exited %s, target readable %s (mount ID %d → %d, s3fs %v; agent: %v found dead, %v restored); new plugin pod ready by %s",
 			i, old.Name, run.DeadPids, exit.Round(time.Millisecond), readable.Round(time.Millisecond), run.MountIDBefore, run.MountIDAfter, run.LivePids,
 			run.DeadFound, run.Restored, registered.Round(time.Millisecond))
+		// With the plugin away the agent bridged; the next run starts once the volume is back
+		// on the new plugin's mount.
+		waitFor(t, 90*time.Second, fmt.Sprintf("run %d: the target back on the driver's mount", i), func() (bool, string) {
+			return !onOurMount(mnt, l.pv) && len(pluginS3fs(l.plugin)) > 0, describeStack(mountsAt(mnt))
+		})
 		time.Sleep(time.Second)
 	}
 	checkKubeletMounts(t, e, "after the runs")
+	windowMatrix(t, e, l, &res, save)
+	checkKubeletMounts(t, e, "after the window matrix")
 }
 
 // fuseDaemons lists the processes of the plugin's csi-s3 container that hold /dev/fuse open:
@@ -318,8 +337,11 @@ func mountID(path string) (id uint64, kind string, err error) {
 	return st.Mnt_id, "reusable", nil
 }
 
-// restoredSeries is the agent's counter of successful replays.
-var restoredSeries = fmt.Sprintf("pvrescue_s3_restores_total{method=%q,result=\"success\"}", s3mount.MethodReplay)
+// restoredSeries and bridgedSeries are the agent's counters of successful replays and bridges.
+var (
+	restoredSeries = fmt.Sprintf("pvrescue_s3_restores_total{method=%q,result=\"success\"}", s3mount.MethodReplay)
+	bridgedSeries  = fmt.Sprintf("pvrescue_s3_restores_total{method=%q,result=\"success\"}", s3mount.MethodBridge)
+)
 
 // agentRecord reads the running agent's dead-mounts-found and replays-restored counters.
 func agentRecord(t testing.TB, e *env, when string) (*corev1.Pod, float64, float64) {
@@ -340,9 +362,10 @@ func agentCounters(agent *corev1.Pod) (dead, restored float64, err error) {
 	if dead, err = agentMetric(url, "pvrescue_s3_dead_mounts_found_total"); err != nil {
 		return 0, 0, err
 	}
-	// Absent until the first restore.
-	restored, _ = agentMetric(url, restoredSeries)
-	return dead, restored, nil
+	// Absent until the first restore. A bridge (the plugin did not answer) or a replay.
+	replayed, _ := agentMetric(url, restoredSeries)
+	bridged, _ := agentMetric(url, bridgedSeries)
+	return dead, replayed + bridged, nil
 }
 
 // agentCounted waits (10 s: the counters follow the mount by a moment) until the same agent pod
@@ -364,7 +387,7 @@ func agentCounted(t testing.TB, e *env, before *corev1.Pod, dead0, restored0 flo
 			return false
 		}
 		dead, restored = d-dead0, r-restored0
-		why = fmt.Sprintf("%s +%v, %s +%v", "pvrescue_s3_dead_mounts_found_total", dead, restoredSeries, restored)
+		why = fmt.Sprintf("%s +%v, %s and %s +%v", "pvrescue_s3_dead_mounts_found_total", dead, restoredSeries, bridgedSeries, restored)
 		return dead >= 1 && restored >= 1
 	})
 	if !ok {
@@ -383,4 +406,497 @@ func pollEvery(interval, timeout time.Duration, cond func() bool) bool {
 		time.Sleep(interval)
 	}
 	return false
+}
+
+// benchDeathSpacing is the least time between two plugin deaths of the benchmark: the agent's
+// default flap limit is 5 driver-down bridges of a PV per minute (config s3.bridgeFlapLimit,
+// s3.bridgeFlapWindow); every 13 s stays under it.
+const benchDeathSpacing = 13 * time.Second
+
+// Environment of the window matrix of BenchmarkPluginPodDeleted (issue 34).
+const (
+	// BenchWindowPodsEnv lists the pod counts of the window matrix (default "1,20"; "" or "0"
+	// skips it).
+	BenchWindowPodsEnv = "PVRESCUE_BENCH_WINDOW_PODS"
+	// BenchWindowDownEnv is how long the plugin is kept down in the "kept down" case (default 30s).
+	BenchWindowDownEnv = "PVRESCUE_BENCH_WINDOW_DOWN"
+)
+
+// WindowCase is one cell of the window matrix: an agent configuration, a way the plugin goes
+// away, a number of pods reading and writing the volume; one incident.
+type WindowCase struct {
+	// Behaviour is "shipped" (the agent's defaults) or "baseline" (s3.driverDownBridgeAfter 10s:
+	// the wait for a plugin that does not answer as shipped before issue 34); Config says it.
+	Behaviour string `json:"behaviour"`
+	Config    string `json:"config"`
+	// Case is "deleted" (plugin pod deleted, the DaemonSet brings another), "down" (kept down
+	// DownSeconds, then back) or "rolled" (the DaemonSet's template changed: kubectl rollout
+	// restart).
+	Case        string  `json:"case"`
+	DownSeconds float64 `json:"downSeconds,omitempty"`
+	Pods        int     `json:"pods"`
+	// WindowMs, one per pod: from the death (the last of the plugin's s3fs exited, pidfd) to the
+	// first read of the file at the pod's target on the node that gives it back (each target
+	// polled every 10 ms from the death).
+	WindowMs []float64 `json:"windowMs"`
+	// PodWindowMs, one per pod that saw a failed operation: from the death to the pod's own first
+	// successful read after its failures (its log's CRI timestamps; its load reads every 200 ms).
+	PodWindowMs []float64 `json:"podWindowMs"`
+	// FailedReads and FailedWrites are the pods' failed operations of the incident (all pods), of
+	// Reads and Writes attempted from the death until the incident settled.
+	FailedReads  int `json:"failedReads"`
+	FailedWrites int `json:"failedWrites"`
+	Reads        int `json:"reads"`
+	Writes       int `json:"writes"`
+	// Daemons are the agent's s3fs processes for the PV that started during the incident (/proc
+	// scanned every 50 ms); DaemonRSSKB the largest resident set one of them reached.
+	Daemons     int `json:"daemons"`
+	DaemonRSSKB int `json:"daemonRssKB"`
+	// DaemonsLeft are those still running when the incident settled (a retired bridge exits
+	// once nothing holds its mount).
+	DaemonsLeft int `json:"daemonsLeft"`
+	// PluginBackMs: from the death to the new plugin pod registered; SettledMs: to every target
+	// on the driver's own mount again (handed back, or replayed).
+	PluginBackMs float64 `json:"pluginBackMs"`
+	SettledMs    float64 `json:"settledMs"`
+}
+
+// WindowWrites is the server-side check of the load's writes after the whole matrix.
+type WindowWrites struct {
+	Acknowledged int      `json:"acknowledged"`
+	Lost         int      `json:"lost"`
+	LostExamples []string `json:"lostExamples,omitempty"`
+}
+
+// loadScript is each load pod's steady load: a read of app.txt every 200 ms (the shell's read
+// built-in: no process per read) and, every fifth, an appended line of its own object
+// (load-<pod>.txt) flushed with fsync (dd conv=fsync: s3fs uploads on fsync and reports its
+// failure), so "W <n> ok" is a write acknowledged after it reached S3. It prints failures, each
+// write's result, and the first good read after failures.
+const loadScript = `i=0; bad=0
+while true; do
+  i=$((i+1)); x=
+  if read -r x 2>/dev/null < /data/app.txt || [ -n "$x" ]; then
+    if [ $bad = 1 ]; then echo "R $i ok"; bad=0; fi
+  else
+    echo "R $i fail"; bad=1
+  fi
+  if [ $((i % 5)) = 0 ]; then
+    if echo "$HOSTNAME $i" | dd of=/data/load-$HOSTNAME.txt oflag=append conv=notrunc,fsync 2>/dev/null; then echo "W $i ok"; else echo "W $i fail"; fi
+  fi
+  sleep 0.2
+done`
+
+// windowMatrix runs the window matrix on the benchmark's cluster (l's plugin and PV): for each
+// behaviour (shipped, then baseline) and pod count, the three ways the plugin goes away.
+func windowMatrix(t *failRecorder, e *env, l *fieldLayout, res *PluginBenchResult, save func()) {
+	counts := []int{1, 20}
+	if v, ok := os.LookupEnv(BenchWindowPodsEnv); ok {
+		counts = nil
+		for _, f := range strings.Split(v, ",") {
+			if n, err := strconv.Atoi(strings.TrimSpace(f)); err == nil && n > 0 {
+				counts = append(counts, n)
+			}
+		}
+	}
+	if len(counts) == 0 {
+		return
+	}
+	down := 30 * time.Second
+	if v := os.Getenv(BenchWindowDownEnv); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			t.Fatalf("%s=%q: want a positive duration", BenchWindowDownEnv, v)
+		}
+		down = d
+	}
+	behaviours := []struct{ name, config, yaml string }{
+		{"shipped", "the agent's defaults: s3.driverDownBridgeAfter 0s (bridge at once), s3.bridgeAfter 10s", ""},
+		{"baseline", "s3.driverDownBridgeAfter 10s: the wait for a plugin that does not answer as shipped before issue 34", "  driverDownBridgeAfter: 10s\n"},
+	}
+	var pods []string
+	current := ""
+	for i, n := range counts {
+		pods = ensureLoadPods(t, e, l, pods, n)
+		order := behaviours
+		if i%2 == 1 { // one configuration change per pod count: shipped, baseline | baseline, shipped | …
+			order = []struct{ name, config, yaml string }{behaviours[1], behaviours[0]}
+		}
+		for _, b := range order {
+			if b.yaml != current {
+				setAgentS3Config(t, e, b.yaml)
+				current = b.yaml
+			}
+			for _, kind := range []string{"deleted", "down", "rolled"} {
+				c := windowIncident(t, e, l, kind, pods, down)
+				c.Behaviour, c.Config = b.name, b.config
+				res.Window = append(res.Window, c)
+				save()
+				t.Logf("window %s %s %d pods: window p50 %.0f ms max %.0f ms; failed reads %d/%d, writes %d/%d; daemons %d (RSS %d kB, %d left); plugin back %.0f ms, settled %.0f ms",
+					b.name, kind, n, percentileMs(c.WindowMs, 50), percentileMs(c.WindowMs, 100), c.FailedReads, c.Reads, c.FailedWrites, c.Writes, c.Daemons, c.DaemonRSSKB, c.DaemonsLeft, c.PluginBackMs, c.SettledMs)
+			}
+		}
+	}
+	if current != "" {
+		setAgentS3Config(t, e, "")
+	}
+	// No acknowledged write lost: every "W <n> ok" a load pod printed is in its object on the
+	// S3 server's side (read from versitygw's directory, not through any mount).
+	var w WindowWrites
+	for _, p := range loadPodsNamed(t, e, l) {
+		acked := loadLog(t, e, l.ns, p, time.Time{}, time.Now().Add(time.Hour))
+		obj := bucketObject(e, l.dataDir+"load-"+p.Name+".txt")
+		have := map[string]bool{}
+		for _, line := range strings.Split(obj, "\n") {
+			have[strings.TrimSpace(line)] = true
+		}
+		for _, ev := range acked {
+			if ev.op != "W" || !ev.ok {
+				continue
+			}
+			w.Acknowledged++
+			if want := p.Name + " " + ev.n; !have[want] {
+				w.Lost++
+				if len(w.LostExamples) < 5 {
+					w.LostExamples = append(w.LostExamples, want)
+				}
+			}
+		}
+	}
+	res.WindowWrites = &w
+	save()
+	if w.Lost > 0 {
+		t.Errorf("%d of %d acknowledged writes are not in their objects on the S3 server, e.g. %v", w.Lost, w.Acknowledged, w.LostExamples)
+	}
+}
+
+func percentileMs(xs []float64, p float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	i := int(float64(len(s))*p/100+0.5) - 1
+	return s[max(0, min(i, len(s)-1))]
+}
+
+// agentConfigAsInstalled is the agent ConfigMap's data before setAgentS3Config first changed it.
+var agentConfigAsInstalled map[string]string
+
+// setAgentS3Config sets the agent's ConfigMap to the installed one with lines added under s3:
+// ("" for the installed one) and replaces the agent pod, so the DaemonSet's new pod reads it.
+func setAgentS3Config(t testing.TB, e *env, lines string) {
+	t.Helper()
+	ctx := context.Background()
+	cs := e.c.Client
+	ds, err := cs.AppsV1().DaemonSets(stack.Namespace).Get(ctx, stack.AgentDS, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get the agent DaemonSet: %v", err)
+	}
+	var name string
+	for _, v := range ds.Spec.Template.Spec.Volumes {
+		if v.ConfigMap != nil && v.Name == "config" {
+			name = v.ConfigMap.Name
+		}
+	}
+	cm, err := cs.CoreV1().ConfigMaps(stack.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get the agent's ConfigMap %q: %v", name, err)
+	}
+	if agentConfigAsInstalled == nil {
+		agentConfigAsInstalled = maps.Clone(cm.Data)
+	}
+	changed := false
+	for k, v := range agentConfigAsInstalled {
+		cm.Data[k] = v
+		if lines != "" && strings.Contains(v, "\ns3:\n") {
+			cm.Data[k], changed = strings.Replace(v, "\ns3:\n", "\ns3:\n"+lines, 1), true
+		}
+	}
+	if lines != "" && !changed {
+		t.Fatalf("the agent's ConfigMap %s has no s3: section to add %q to", name, lines)
+	}
+	if _, err := cs.CoreV1().ConfigMaps(stack.Namespace).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("update the agent's ConfigMap: %v", err)
+	}
+	old, why := runningAgent(e)
+	if old == nil {
+		t.Fatal(why)
+	}
+	if err := cs.CoreV1().Pods(stack.Namespace).Delete(ctx, old.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("delete the agent pod: %v", err)
+	}
+	waitFor(t, 2*time.Minute, "the agent's new pod with the changed configuration", func() (bool, string) {
+		p, why := runningAgent(e)
+		if p == nil || p.UID == old.UID {
+			return false, why
+		}
+		for _, s := range p.Status.ContainerStatuses {
+			if !s.Ready {
+				return false, "not ready"
+			}
+		}
+		return true, ""
+	})
+}
+
+// ensureLoadPods creates load pods "load-<i>" on l's claim until there are n, and returns their names.
+func ensureLoadPods(t testing.TB, e *env, l *fieldLayout, have []string, n int) []string {
+	t.Helper()
+	ctx := context.Background()
+	for i := len(have); i < n; i++ {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("load-%d", i)},
+			Spec: corev1.PodSpec{
+				AutomountServiceAccountToken: ptr(false), TerminationGracePeriodSeconds: ptr(int64(1)),
+				Containers: []corev1.Container{{Name: "load", Image: e.c.BusyboxImage, Command: []string{"sh", "-c", loadScript},
+					VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}}},
+				Volumes: dataVolume(),
+			},
+		}
+		if _, err := e.c.Client.CoreV1().Pods(l.ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create load pod %s: %v", p.Name, err)
+		}
+		have = append(have, p.Name)
+	}
+	for _, name := range have {
+		framework.WaitPod(t, e.c.Client, l.ns, name, 3*time.Minute, "Running", framework.Running)
+	}
+	// Every pod has written once: its log holds a good write.
+	waitFor(t, time.Minute, "every load pod's first acknowledged write", func() (bool, string) {
+		for _, p := range loadPodsNamed(t, e, l) {
+			ok := false
+			for _, ev := range loadLog(t, e, l.ns, p, time.Time{}, time.Now().Add(time.Hour)) {
+				ok = ok || (ev.op == "W" && ev.ok)
+			}
+			if !ok {
+				return false, p.Name + " has no acknowledged write yet"
+			}
+		}
+		return true, ""
+	})
+	return have
+}
+
+func loadPodsNamed(t testing.TB, e *env, l *fieldLayout) []*corev1.Pod {
+	t.Helper()
+	list, err := e.c.Client.CoreV1().Pods(l.ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatalf("list pods in %s: %v", l.ns, err)
+	}
+	var out []*corev1.Pod
+	for i := range list.Items {
+		if strings.HasPrefix(list.Items[i].Name, "load-") {
+			out = append(out, &list.Items[i])
+		}
+	}
+	return out
+}
+
+// loadEvent is one line of a load pod's log.
+type loadEvent struct {
+	at time.Time
+	op string // R or W
+	n  string
+	ok bool
+}
+
+// loadLog reads a load pod's container log (through the API: kubelet serves it, each line
+// timestamped by the container runtime as it arrived) between from and to.
+func loadLog(t testing.TB, e *env, ns string, p *corev1.Pod, from, to time.Time) []loadEvent {
+	t.Helper()
+	b, err := e.c.Client.CoreV1().Pods(ns).GetLogs(p.Name, &corev1.PodLogOptions{Container: "load", Timestamps: true}).DoRaw(context.Background())
+	if err != nil {
+		t.Fatalf("the log of load pod %s/%s: %v", ns, p.Name, err)
+	}
+	var out []loadEvent
+	for _, line := range strings.Split(string(b), "\n") {
+		// <RFC3339Nano> <message>
+		ts, msg, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		at, err := time.Parse(time.RFC3339Nano, ts)
+		if err != nil || at.Before(from) || at.After(to) {
+			continue
+		}
+		f := strings.Split(strings.TrimSpace(msg), " ")
+		if len(f) != 3 {
+			continue
+		}
+		out = append(out, loadEvent{at: at, op: f[0], n: f[1], ok: f[2] == "ok"})
+	}
+	return out
+}
+
+// lastWindowDeath is when the last window incident began (benchDeathSpacing).
+var lastWindowDeath time.Time
+
+// windowIncident makes the plugin go away (kind) and measures the window, the pods' failed
+// operations and the agent's daemons, until every target is on the driver's mount again.
+func windowIncident(t *failRecorder, e *env, l *fieldLayout, kind string, names []string, down time.Duration) WindowCase {
+	ctx := context.Background()
+	c := WindowCase{Case: kind, Pods: len(names)}
+	if kind == "down" {
+		c.DownSeconds = down.Seconds()
+	}
+	old, err := l.plugin.Pod(ctx)
+	if err != nil {
+		t.Fatalf("window %s: %v", kind, err)
+	}
+	var pods []*corev1.Pod
+	for _, p := range loadPodsNamed(t, e, l) {
+		if slices.Contains(names, p.Name) {
+			pods = append(pods, p)
+		}
+	}
+	targets := make([]string, len(pods))
+	for i, p := range pods {
+		targets[i] = podTarget(e, string(p.UID), l.pv)
+		if !hostReads(filepath.Join(targets[i], "app.txt"), l.want) {
+			t.Fatalf("window %s: %s does not read before the incident: %s", kind, targets[i], describeStack(mountsAt(targets[i])))
+		}
+	}
+	dead, why := fuseDaemons(l.plugin)
+	if len(dead) == 0 {
+		t.Fatalf("window %s: the plugin runs no FUSE daemon: %s", kind, why)
+	}
+	exited, err := pidsExited(dead)
+	if err != nil {
+		t.Fatalf("window %s: %v", kind, err)
+	}
+	before := map[int]bool{}
+	for _, p := range ourS3fs(l.pv) {
+		before[p] = true
+	}
+	stopScan := make(chan struct{})
+	scanned := make(chan struct{})
+	started := map[int]bool{}
+	go func() { // the agent's s3fs started during the incident, and their memory
+		defer close(scanned)
+		for {
+			for _, p := range ourS3fs(l.pv) {
+				if !before[p] {
+					started[p] = true
+					c.DaemonRSSKB = max(c.DaemonRSSKB, rssKB(p))
+				}
+			}
+			select {
+			case <-stopScan:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
+	time.Sleep(time.Until(lastWindowDeath.Add(benchDeathSpacing)))
+	t0 := time.Now()
+	lastWindowDeath = t0
+	switch kind {
+	case "deleted":
+		err = e.c.Client.CoreV1().Pods(stack.CSINamespace).Delete(ctx, old.Name, metav1.DeleteOptions{})
+	case "down":
+		go func() { _ = l.plugin.Stop(ctx) }() // returns once the pod is gone; the death is timed by pidfd
+	case "rolled":
+		patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"kubectl.kubernetes.io/restartedAt":%q}}}}}`, time.Now().Format(time.RFC3339Nano))
+		_, err = e.c.Client.AppsV1().DaemonSets(stack.CSINamespace).Patch(ctx, l.plugin.Name(), types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	}
+	if err != nil {
+		t.Fatalf("window %s: %v", kind, err)
+	}
+	var death time.Time
+	select {
+	case death = <-exited:
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("window %s: the plugin's s3fs %v still run 2m later", kind, dead)
+	}
+	// Each target polled every 10 ms from the death until it reads the file again.
+	windows := make([]float64, len(targets))
+	var wg sync.WaitGroup
+	for i, tg := range targets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if pollEvery(10*time.Millisecond, 2*time.Minute, func() bool { return hostReads(filepath.Join(tg, "app.txt"), l.want) }) {
+				windows[i] = float64(time.Since(death)) / float64(time.Millisecond)
+			} else {
+				windows[i] = -1
+			}
+		}()
+	}
+	wg.Wait()
+	for i, w := range windows {
+		if w < 0 {
+			t.Fatalf("window %s: %s not readable within 2m of the death; stack %s", kind, targets[i], describeStack(mountsAt(targets[i])))
+		}
+	}
+	c.WindowMs = windows
+	if kind == "down" {
+		time.Sleep(time.Until(death.Add(down)))
+		if err := l.plugin.Start(ctx); err != nil {
+			t.Fatalf("window down: bring the plugin back: %v", err)
+		}
+	} else if _, err := l.plugin.WaitRegistered(ctx, old.UID); err != nil {
+		t.Fatalf("window %s: the new plugin pod: %v", kind, err)
+	}
+	c.PluginBackMs = float64(time.Since(death)) / float64(time.Millisecond)
+	waitFor(t, 90*time.Second, "window "+kind+": every target on the driver's mount again", func() (bool, string) {
+		for _, tg := range targets {
+			if onOurMount(tg, l.pv) || !hostReads(filepath.Join(tg, "app.txt"), l.want) {
+				return false, tg + ": " + describeStack(mountsAt(tg))
+			}
+		}
+		return true, ""
+	})
+	c.SettledMs = float64(time.Since(death)) / float64(time.Millisecond)
+	time.Sleep(time.Second) // the pods' last operations on the old mount are in their logs
+	close(stopScan)
+	<-scanned
+	c.Daemons = len(started)
+	for p := range started {
+		if pidRuns(p) {
+			c.DaemonsLeft++
+		}
+	}
+	end := time.Now()
+	for _, p := range pods {
+		var firstFail, goodAfter time.Time
+		for _, ev := range loadLog(t, e, l.ns, p, t0, end) {
+			switch {
+			case ev.op == "R" && !ev.ok:
+				c.FailedReads++
+				if firstFail.IsZero() {
+					firstFail = ev.at
+				}
+			case ev.op == "R" && ev.ok && !firstFail.IsZero() && goodAfter.IsZero():
+				goodAfter = ev.at
+			case ev.op == "W" && !ev.ok:
+				c.FailedWrites++
+			}
+			if ev.op == "W" {
+				c.Writes++
+			}
+		}
+		if !goodAfter.IsZero() {
+			c.PodWindowMs = append(c.PodWindowMs, float64(goodAfter.Sub(death))/float64(time.Millisecond))
+		}
+	}
+	// Reads attempted: one per 200 ms per pod over the incident (the log holds failures only).
+	c.Reads = int(end.Sub(t0)/(200*time.Millisecond)) * len(pods)
+	time.Sleep(time.Second)
+	return c
+}
+
+// rssKB is a process's resident set in kB (0 when gone).
+func rssKB(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+			return n
+		}
+	}
+	return 0
 }

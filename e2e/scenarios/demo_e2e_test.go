@@ -49,7 +49,7 @@ func TestDemo(t *testing.T) {
 	}
 	story("LostLocalDisk", "Story 1: a local disk is lost; the pod starts on a 512-byte fake the guard filters out; the disk comes back and the pod returns to it",
 		func(t *testing.T) { demoLostDisk(t, e) })
-	story("PluginRestart", "Story 2: the S3 CSI plugin restarts, killing its s3fs; the agent mounts the volume back inside the running containers, no restart",
+	story("PluginRestart", "Story 2: the S3 CSI plugin restarts, killing its s3fs; the agent bridges at once while it does not answer, then hands the volume to the new plugin's mount, inside the running containers, no restart",
 		func(t *testing.T) { demoPluginRestart(t, e) })
 	story("PluginDownBridge", "Story 3: the S3 CSI plugin stays down; the agent bridges with its own s3fs; the plugin returns and gets the volume back",
 		func(t *testing.T) { demoBridge(t, e) })
@@ -115,13 +115,13 @@ func demoPluginRestart(t *testing.T, e *env) {
 	target := podTarget(e, string(pod.UID), s3PV)
 	was := demoTop(t, target, "before the failure")
 	daemons := demoDaemons(t, pluginS3fs(e.csi), "the plugin's s3fs before the failure")
-	agent, counters := demoCounters(t, e, demoDeadFound, demoRestores(s3mount.MethodReplay))
+	agent, counters := demoCounters(t, e, demoDeadFound, demoRestores(s3mount.MethodBridge), demoRestores(s3mount.MethodReplay))
 
 	t.Logf("pods before the failure:\n%s", framework.PodTable(cs, s3NS))
 	t.Logf("mounts at the pod's volume %s before the failure:\n%s", target, demoStackTable(target))
 	t.Logf("the plugin's s3fs serving it: %s; the agent %s: %s", daemons, agent.Name, demoShowCounters(counters))
 
-	t.Logf("deleting the CSI plugin's pod: its s3fs dies with it and the volume goes dead; the DaemonSet brings a new plugin pod")
+	t.Logf("deleting the CSI plugin's pod: its s3fs dies with it and the volume goes dead; the plugin does not answer, so the agent bridges at once with its own s3fs; the DaemonSet brings a new plugin pod and the agent hands the volume to its mount")
 	t0 := time.Now()
 	oldPlugin, err := e.csi.Kill(ctx)
 	if err != nil {
@@ -140,6 +140,9 @@ func demoPluginRestart(t *testing.T, e *env) {
 		rs = append(rs, r)
 	}
 	at := rescueReads(t, e, t0, 90*time.Second, "again without a restart (files put after the kill included)", []*stack.CSI{e.csi}, rs...)
+	// The agent bridged while the plugin was away; the new plugin answers: the volume goes back
+	// to the driver's own mount.
+	waitHandedBack(t, target, s3PV, e.csi)
 
 	// The volume died: the daemons that served it are gone, and another FUSE connection now
 	// serves the target. None of this depends on when the agent acted.
@@ -155,9 +158,10 @@ func demoPluginRestart(t *testing.T, e *env) {
 	if both := fresh.same(daemons); len(both) > 0 {
 		t.Errorf("the new plugin's s3fs %v are the old ones %v", both, daemons)
 	}
-	// The agent's own record: it found the mount dead and replayed it, in Events on the pod.
+	// The agent's own record: it found the mount dead, bridged it while the plugin did not
+	// answer, and handed it back through the new plugin (a replay in its count), in Events on the pod.
 	after := demoCountersMoved(t, e, agent, counters)
-	told := demoWaitEvents(t, e, s3NS, "s3app", contract.ReasonMountReplayed, contract.ReasonContainersRemounted)
+	told := demoWaitEvents(t, e, s3NS, "s3app", contract.ReasonMountBridged, contract.ReasonBridgeRetired, contract.ReasonContainersRemounted)
 	checkTopFUSE(t, target, "after the restore")
 	checkKubeletMounts(t, e, "after the restore")
 	checkPluginMounts(t, e, e.csi, "after the restore")
@@ -177,7 +181,7 @@ func demoPluginRestart(t *testing.T, e *env) {
 }
 
 // demoBridge: the ctrox layout's plugin (s3fs of bucket:/<prefix>/csi-fs at the target) is kept
-// down; after s3.bridgeAfter the agent bridges with its own s3fs; the plugin comes back and the
+// down; the agent bridges at once with its own s3fs (s3.driverDownBridgeAfter 0); the plugin comes back and the
 // volume moves to the driver's own mount again. No container restarts throughout.
 func demoBridge(t *testing.T, e *env) {
 	ctx := context.Background()
@@ -206,7 +210,7 @@ func demoBridge(t *testing.T, e *env) {
 	waitReads(t, e, time.Now(), 30*time.Second, "before the failure", l.readers("app")...)
 	restarts := map[string]map[string]int32{"app": restartCounts(pod)}
 	target := podTarget(e, string(pod.UID), l.pv)
-	bridgeAfter := config.Default().S3.BridgeAfter.Duration
+	bridgeAfter := config.Default().S3.DriverDownBridgeAfter.Duration
 	was := demoTop(t, target, "before the failure")
 	daemons := demoDaemons(t, pluginS3fs(l.plugin), "the "+l.driver+" plugin's s3fs before the failure")
 	agent, counters := demoCounters(t, e, demoDeadFound, demoRestores(s3mount.MethodBridge), demoRestores(s3mount.MethodReplay))
@@ -215,7 +219,7 @@ func demoBridge(t *testing.T, e *env) {
 	t.Logf("mounts at the pod's volume %s before the failure (the driver's s3fs of %s):\n%s", target, l.src, demoStackTable(target))
 	t.Logf("the plugin's s3fs serving it: %s; the agent %s: %s", daemons, agent.Name, demoShowCounters(counters))
 
-	t.Logf("stopping the %s plugin and keeping it down: its s3fs dies; the agent waits s3.bridgeAfter (%s) for the driver, then bridges with its own s3fs", l.driver, bridgeAfter)
+	t.Logf("stopping the %s plugin and keeping it down: its s3fs dies; the driver does not answer, so the agent bridges with its own s3fs (s3.driverDownBridgeAfter %s)", l.driver, bridgeAfter)
 	t0 := time.Now()
 	if err := l.plugin.Stop(ctx); err != nil {
 		t.Fatalf("stop the plugin's DaemonSet: %v", err)
@@ -252,7 +256,7 @@ func demoBridge(t *testing.T, e *env) {
 	checkRestarts(t, e, l.ns, restarts)
 	t.Logf("mounts at the pod's volume while bridged (the agent's s3fs, fsname %s, pid %v):\n%s", ourFSName(l.pv), ours, demoStackTable(target))
 	t.Logf("the agent: %s → %s", demoShowCounters(counters), demoShowCounters(whileBridged))
-	t.Logf("RESULT bridge: plugin down → the app reads through the agent's s3fs after %s, pinned (None) %s (bridgeAfter %s); restarts 0",
+	t.Logf("RESULT bridge: plugin down → the app reads through the agent's s3fs after %s, pinned (None) %s (driverDownBridgeAfter %s); restarts 0",
 		at[l.ns+"/app/app"], at[l.ns+"/app/pinned"], bridgeAfter)
 
 	t.Logf("bringing the %s plugin back: the agent hands the volume back to the driver's own mount", l.driver)

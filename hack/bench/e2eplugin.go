@@ -30,7 +30,39 @@ type pluginBenchResult struct {
 	SetupSeconds float64          `json:"setupSeconds"`
 	GraceSeconds int64            `json:"graceSeconds"`
 	Failures     []string         `json:"failures"`
+	Window       []windowCase     `json:"window"`
+	WindowWrites *windowWrites    `json:"windowWrites"`
 }
+
+// windowCase mirrors e2e/scenarios.WindowCase: one incident of the window matrix (issue 34).
+type windowCase struct {
+	Behaviour    string    `json:"behaviour"`
+	Config       string    `json:"config"`
+	Case         string    `json:"case"`
+	DownSeconds  float64   `json:"downSeconds"`
+	Pods         int       `json:"pods"`
+	WindowMs     []float64 `json:"windowMs"`
+	PodWindowMs  []float64 `json:"podWindowMs"`
+	FailedReads  int       `json:"failedReads"`
+	FailedWrites int       `json:"failedWrites"`
+	Reads        int       `json:"reads"`
+	Writes       int       `json:"writes"`
+	Daemons      int       `json:"daemons"`
+	DaemonRSSKB  int       `json:"daemonRssKB"`
+	DaemonsLeft  int       `json:"daemonsLeft"`
+	PluginBackMs float64   `json:"pluginBackMs"`
+	SettledMs    float64   `json:"settledMs"`
+}
+
+// windowWrites mirrors e2e/scenarios.WindowWrites.
+type windowWrites struct {
+	Acknowledged int      `json:"acknowledged"`
+	Lost         int      `json:"lost"`
+	LostExamples []string `json:"lostExamples"`
+}
+
+// windowTarget is issue 34's bound on the window from a daemon's death to the pod reading again.
+const windowTarget = 500 * time.Millisecond
 
 // pluginBenchRun mirrors e2e/scenarios.PluginBenchRun: one run's evidence that the volume died
 // and another mount stands in its place.
@@ -48,7 +80,7 @@ const e2eBenchName = "BenchmarkPluginPodDeleted"
 
 func runE2EPlugin(ctx context.Context, o *Options) Section {
 	s := Section{
-		Title: "Agent, lost mount with the plugin in a container: plugin pod deleted → readable again",
+		Title: "Agent, lost mount with the plugin in a container: plugin pod deleted, kept down, rolled → readable again",
 		RanAgainst: "the e2e suite's single-node cluster (kube-apiserver, controller-manager, scheduler, kubelet " + KubeVersion +
 			", containerd) with pvrescue installed from manifests/ (webhook Deployment, agent DaemonSet, shipped config), " +
 			"a real S3 server (versitygw) and the test CSI plugin running as a DaemonSet pod with the mounts of k8s-csi-s3's " +
@@ -75,7 +107,8 @@ func e2ePlugin(ctx context.Context, o *Options, s *Section) error {
 	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-tags", "e2e", "-run", "^$",
 		"-bench", "^"+e2eBenchName+"$", "-benchtime", "1x", "-timeout", "20m", "./scenarios/")
 	cmd.Dir = filepath.Join(o.Root, "e2e")
-	cmd.Env = append(os.Environ(), "PVRESCUE_BENCH_OUT="+out, fmt.Sprintf("PVRESCUE_BENCH_REPEATS=%d", o.E2ERepeats))
+	cmd.Env = append(os.Environ(), "PVRESCUE_BENCH_OUT="+out, fmt.Sprintf("PVRESCUE_BENCH_REPEATS=%d", o.E2ERepeats),
+		"PVRESCUE_BENCH_WINDOW_PODS="+o.WindowPods, "PVRESCUE_BENCH_WINDOW_DOWN="+o.WindowDown.String())
 	var log bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &log, &log
 	started := time.Now()
@@ -151,7 +184,7 @@ func e2eFigures(s *Section, r *pluginBenchResult, took time.Duration) {
 	if len(readable) == 0 {
 		return
 	}
-	s.Header = []string{"figure", "samples", "p50", "p99", "max", "p50 / p99 ratio to the host plugin's replay"}
+	s.Header = []string{"figure (timed from: the first rows the delete request, window rows the death)", "samples", "p50", "p99", "max", "p50 / p99 ratio to the host plugin's replay; window rows: the incident's costs"}
 	ratio := func(xs []time.Duration) string {
 		if len(hostReplay) == 0 {
 			return "— (lost-mount section not run)"
@@ -174,13 +207,14 @@ func e2eFigures(s *Section, r *pluginBenchResult, took time.Duration) {
 	if len(hostReplay) > 0 {
 		s.Rows = append(s.Rows, row("host plugin (lost-mount section, this run): plugin restarted → readable", hostReplay, true))
 	}
+	windowRows(s, r)
 	kind := map[string]string{"unique": "statx STATX_MNT_ID_UNIQUE, never reused", "reusable": "statx STATX_MNT_ID; this kernel has no unique mount ID, so an ID could come back"}[r.MountIDKind]
 	if kind == "" {
 		kind = "statx, kind " + r.MountIDKind
 	}
 	s.Notes = append(s.Notes,
-		fmt.Sprintf("Each run deletes the plugin's pod (grace period %d s). Every figure is timed from the delete request. The FUSE daemons in the plugin's container (its processes holding /dev/fuse: the s3fs serving the volume, the only volume of this plugin instance) are watched by pidfds opened before the deletion: \"exited\" is when the last of them exited, the instant the volume died (a pidfd cannot miss it, however soon the rescue follows). From then `<pod target>/app.txt` is read on the node every 10 ms: \"reads again\" is the first read that gives the file back (the DaemonSet's new pod registered, the agent replayed NodeStageVolume/NodePublishVolume through it and put the driver's new mounts beneath the dead ones at the staging path and the target, the dead ones then detached, as the agent deployed from manifests/ does on this kernel with its container remounter on); the outage is the difference, per run. The next run starts 1 s after the new plugin pod is ready.", r.GraceSeconds),
-		fmt.Sprintf("Evidence that each run's volume died and was put back, none of it racing the rescue: the old s3fs exited (pidfd), the mount at the target after the rescue is another one (mount ID, %s, differs from the one before the deletion), and the agent counted it (its pvrescue_s3_dead_mounts_found_total and pvrescue_s3_restores_total{method=\"replay\",result=\"success\"} each rose by at least 1, read on its /metrics). %s", kind, evidenceSummary(r)),
+		fmt.Sprintf("Each run of the first rows deletes the plugin's pod (grace period %d s); those rows are timed from the delete request. The FUSE daemons in the plugin's container (its processes holding /dev/fuse: the s3fs serving the volume, the only volume of this plugin instance) are watched by pidfds opened before the deletion: \"exited\" is when the last of them exited, the instant the volume died (a pidfd cannot miss it, however soon the rescue follows). From then `<pod target>/app.txt` is read on the node every 10 ms: \"reads again\" is the first read that gives the file back (the plugin does not answer, so the agent bridges at once with its own s3fs, s3.driverDownBridgeAfter 0; when the DaemonSet's new pod registers, the agent replays NodeStageVolume/NodePublishVolume through it and puts the driver's new mounts beneath its bridge bind at the target, which is then detached — the hand-back —, as the agent deployed from manifests/ does on this kernel with its container remounter on; the next run waits for the hand-back); the outage is the difference, per run. The next run starts 1 s after the new plugin pod is ready.", r.GraceSeconds),
+		fmt.Sprintf("Evidence that each run's volume died and was put back, none of it racing the rescue: the old s3fs exited (pidfd), the mount at the target after the rescue is another one (mount ID, %s, differs from the one before the deletion), and the agent counted it (its pvrescue_s3_dead_mounts_found_total and pvrescue_s3_restores_total{method=\"replay\" or \"bridge\",result=\"success\"} each rose by at least 1, read on its /metrics). %s", kind, evidenceSummary(r)),
 		"The containerized figure includes what the host plugin's does not: the pod's termination, the DaemonSet controller creating a new pod, kubelet starting its sandbox and two containers, and the registrar registering the plugin again. The ratio says how much of the user-visible outage is the plugin's own restart rather than the agent.",
 		fmt.Sprintf("Cluster bring-up and pvrescue install (no cert-manager: package certs makes the webhook's certificate) took %s of the section's %s.", time.Duration(r.SetupSeconds*float64(time.Second)).Round(time.Second), took.Round(time.Second)))
 }
@@ -207,4 +241,55 @@ func e2eEvidence(r *pluginBenchResult) string {
 			i, run.DeadPids, run.LivePids, r.MountIDKind, run.MountIDBefore, run.MountIDAfter, run.DeadFound, run.Restored)
 	}
 	return b.String()
+}
+
+// windowRows adds the window matrix (issue 34) to the section: per behaviour, way the plugin
+// goes away and pod count, the window from the death to each pod's target reading again, the
+// pods' failed operations, the agent's daemons; then the server-side check of the writes.
+func windowRows(s *Section, r *pluginBenchResult) {
+	if len(r.Window) == 0 {
+		return
+	}
+	what := map[string]string{"deleted": "plugin pod deleted", "down": "plugin kept down", "rolled": "plugin DaemonSet rolled (rollout restart)"}
+	toDur := func(ms []float64) []time.Duration {
+		ds := make([]time.Duration, len(ms))
+		for i, m := range ms {
+			ds[i] = time.Duration(m * float64(time.Millisecond))
+		}
+		return ds
+	}
+	var raw strings.Builder
+	for _, c := range r.Window {
+		w := toDur(c.WindowMs)
+		name := what[c.Case]
+		if c.Case == "down" {
+			name += fmt.Sprintf(" %.0f s", c.DownSeconds)
+		}
+		verdict := ""
+		if c.Behaviour == "shipped" {
+			verdict = "; p99 ≤ 500 ms: " + Verdict(Percentile(w, 99).Seconds(), windowTarget.Seconds(), "s")
+		}
+		pod := "—"
+		if len(c.PodWindowMs) > 0 {
+			pw := toDur(c.PodWindowMs)
+			pod = fmt.Sprintf("p50 %s / max %s (%d pods saw a failure)", Ms(Percentile(pw, 50)), Ms(Percentile(pw, 100)), len(pw))
+		}
+		s.Rows = append(s.Rows, []string{
+			fmt.Sprintf("window, %s, %d pod(s), %s: the last plugin s3fs exited → the pod's target reads the file", c.Behaviour, c.Pods, name),
+			fmt.Sprint(len(w)), Ms(Percentile(w, 50)), Ms(Percentile(w, 99)), Ms(Percentile(w, 100)),
+			fmt.Sprintf("failed ops (all pods): reads %d of ≈%d, writes %d of %d; in the pods, death → first good read after a failure: %s; agent s3fs started: %d (max RSS %d kB; %d still running when settled); plugin back %s, every target on the driver's mount %s after the death%s",
+				c.FailedReads, c.Reads, c.FailedWrites, c.Writes, pod, c.Daemons, c.DaemonRSSKB, c.DaemonsLeft,
+				Ms(time.Duration(c.PluginBackMs*float64(time.Millisecond))), Ms(time.Duration(c.SettledMs*float64(time.Millisecond))), verdict),
+		})
+		fmt.Fprintf(&raw, "window %s %s %d pods: windowMs %v podWindowMs %v\n", c.Behaviour, c.Case, c.Pods, c.WindowMs, c.PodWindowMs)
+	}
+	s.Raw += raw.String()
+	configs := map[string]string{}
+	for _, c := range r.Window {
+		configs[c.Behaviour] = c.Config
+	}
+	s.Notes = append(s.Notes, fmt.Sprintf("Window rows (issue 34): one incident per row, on the same cluster and PV (yandex layout) after the runs above; \"shipped\" is %s, \"baseline\" %s (the agent pod replaced after its ConfigMap changed; measured in the same run). Each row is timed from the death: the instant the last s3fs of the plugin's container exited (pidfd). From then each load pod's target on the node is read every 10 ms until it gives the file back (the window, one sample per pod). Load: each pod (busybox) reads app.txt every 200 ms with the shell's read built-in and every fifth round appends a line to its own object with dd conv=fsync (an acknowledged write reached S3: s3fs uploads on fsync); failures come from the pods' own logs (CRI timestamps) from the incident's start until every target is on the driver's mount again plus 1 s; reads attempted are estimated from the 200 ms period. The \"kept down\" case restarts the plugin DownSeconds after the death. Pods: the load pods only (the benchmark's app pod also mounts the PV).", configs["shipped"], configs["baseline"]))
+	if w := r.WindowWrites; w != nil {
+		s.Notes = append(s.Notes, fmt.Sprintf("Acknowledged writes across every incident (bridge and hand-back included), checked on the S3 server's side (versitygw's directory, no mount): %d acknowledged, %d missing%s.", w.Acknowledged, w.Lost, map[bool]string{true: fmt.Sprintf(", e.g. %v", w.LostExamples), false: ""}[w.Lost > 0]))
+	}
 }

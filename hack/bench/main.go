@@ -44,6 +44,10 @@ type Options struct {
 	HelperRepeats, DiskRepeats, MountRepeats int
 	// E2ERepeats are the containerized plugin's pod deletions (section e2e).
 	E2ERepeats int
+	// WindowPods are the pod counts of the e2e section's window matrix (comma-separated; "0"
+	// skips it); WindowDown how long its "kept down" case keeps the plugin down.
+	WindowPods string
+	WindowDown time.Duration
 	// DetectRepeats are the lost-mount section's detection runs (periodic check at 1 h).
 	DetectRepeats int
 	// ContainersRepeats are the losses of each agent (replace, stacking) of the containers section.
@@ -64,6 +68,7 @@ func NewOptions() *Options {
 		Out: "BENCHMARKS.md", RawDir: "bench", Root: wd,
 		WebhookDuration: 10 * time.Second, WebhookTargetDuration: 30 * time.Second, WebhookBlock: 2 * time.Second, Rates: []int{50, 200, 500},
 		BenchCount: 6, HelperRepeats: 20, DiskRepeats: 20, MountRepeats: 10, DetectRepeats: 20, E2ERepeats: 8, ContainersRepeats: 20,
+		WindowPods: "1,20", WindowDown: 30 * time.Second,
 		ScaleSample: 20 * time.Second, ScaleOthers: 50000,
 	}
 }
@@ -82,6 +87,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.DiskRepeats, "disk-repeats", o.DiskRepeats, "lost-disk runs")
 	fs.IntVar(&o.MountRepeats, "mount-repeats", o.MountRepeats, "lost-mount runs")
 	fs.IntVar(&o.E2ERepeats, "e2e-repeats", o.E2ERepeats, "plugin pod deletions of the e2e section")
+	fs.StringVar(&o.WindowPods, "window-pods", o.WindowPods, "pod counts of the e2e section's window matrix (comma-separated; 0 skips it)")
+	fs.DurationVar(&o.WindowDown, "window-down", o.WindowDown, "how long the e2e section's window matrix keeps the plugin down")
 	fs.IntVar(&o.DetectRepeats, "detect-repeats", o.DetectRepeats, "detection runs of the lost-mount section")
 	fs.IntVar(&o.ContainersRepeats, "containers-repeats", o.ContainersRepeats, "losses of each agent (replace, stacking; alternating) of the containers section")
 	fs.DurationVar(&o.ScaleSample, "scale-sample", o.ScaleSample, "how long the idle agent is sampled")

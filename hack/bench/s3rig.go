@@ -176,6 +176,9 @@ func newS3Rig(ctx context.Context, o *Options, ro s3RigOptions) (r *s3Rig, err e
 	}
 
 	r.cfg = config.Default()
+	// The bridge runs come a second apart: a plugin dying every second, which the flap limit
+	// (s3.bridgeFlapLimit) makes wait s3.bridgeAfter; off here, on in the containerized section.
+	r.cfg.S3.BridgeFlapLimit = 0
 	r.cfg.KubeletDir, r.cfg.StateDir = r.kubelet, r.state
 	if ro.checkInterval > 0 {
 		r.cfg.S3.CheckInterval.Duration = ro.checkInterval

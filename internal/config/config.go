@@ -105,9 +105,22 @@ type S3 struct {
 	// ReplayDrivers are the CSI drivers whose node plugin the agent may call to restore a dead
 	// volume (kubelet's NodeStageVolume/NodePublishVolume replayed). Not limited to S3 drivers.
 	ReplayDrivers []string `json:"replayDrivers"`
-	// BridgeAfter is how long a target stays dead, with its driver not answering, before the
-	// agent bridges it with its own s3fs. 0 bridges at once.
+	// BridgeAfter is how long a target stays dead before the agent bridges it with its own
+	// s3fs when its replay driver answers but the replay fails, and when the driver does not
+	// answer but the PV's bridges flap (bridgeFlapLimit). 0 bridges at once.
 	BridgeAfter metav1.Duration `json:"bridgeAfter"`
+	// DriverDownBridgeAfter is how long a target stays dead with its replay driver not answering
+	// (socket absent or refusing: the plugin restarting, rolled out or gone) before the agent
+	// bridges it. 0 (the default) bridges at once: one s3fs per PV, handed back to the driver's
+	// own mount, open files kept, the moment the driver answers again. 10s gives the earlier
+	// behaviour (wait for a restarting plugin, then bridge).
+	DriverDownBridgeAfter metav1.Duration `json:"driverDownBridgeAfter"`
+	// BridgeFlapLimit bounds the bridges of one PV started because its driver did not answer:
+	// after this many within bridgeFlapWindow (a plugin dying every few seconds), the next waits
+	// bridgeAfter instead of driverDownBridgeAfter. 0: no limit.
+	BridgeFlapLimit int `json:"bridgeFlapLimit"`
+	// BridgeFlapWindow is the window over which bridgeFlapLimit counts a PV's bridges.
+	BridgeFlapWindow metav1.Duration `json:"bridgeFlapWindow"`
 	// HungConditionAfter is how long a mount must stay hung (statfs timing out while its FUSE
 	// daemon still holds the connection) before the agent sets the Node condition S3MountHung.
 	HungConditionAfter metav1.Duration `json:"hungConditionAfter"`
@@ -457,6 +470,8 @@ func Default() *Config {
 			S3fsPath:           "s3fs",
 			ReplayDrivers:      []string{"ru.yandex.s3.csi", "ch.ctrox.csi.s3-driver", "csi-s3"},
 			BridgeAfter:        metav1.Duration{Duration: 10 * time.Second},
+			BridgeFlapLimit:    5,
+			BridgeFlapWindow:   metav1.Duration{Duration: time.Minute},
 			HungConditionAfter: metav1.Duration{Duration: 30 * time.Second},
 			BridgeDiskFreeMB:   1024,
 			Profiles: map[string]S3Profile{
@@ -614,6 +629,15 @@ func (c *Config) Validate() error {
 	}
 	if c.S3.BridgeAfter.Duration < 0 {
 		add("s3.bridgeAfter: must not be negative, got %s", c.S3.BridgeAfter.Duration)
+	}
+	if c.S3.DriverDownBridgeAfter.Duration < 0 {
+		add("s3.driverDownBridgeAfter: must not be negative, got %s", c.S3.DriverDownBridgeAfter.Duration)
+	}
+	if c.S3.BridgeFlapLimit < 0 {
+		add("s3.bridgeFlapLimit: must not be negative (0: no limit), got %d", c.S3.BridgeFlapLimit)
+	}
+	if c.S3.BridgeFlapLimit > 0 && c.S3.BridgeFlapWindow.Duration <= 0 {
+		add("s3.bridgeFlapWindow: must be positive with s3.bridgeFlapLimit set, got %s", c.S3.BridgeFlapWindow.Duration)
 	}
 	if c.S3.BridgeDiskFreeMB < 1 {
 		add("s3.bridgeDiskFreeMB: must be at least 1 (MB of node disk a bridge's s3fs leaves free), got %d", c.S3.BridgeDiskFreeMB)

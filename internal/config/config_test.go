@@ -94,6 +94,27 @@ kubeletDir: relative/path
 			wantErr: []string{"s3.hungConditionAfter: must not be negative", "s3.abortHungAfter: must be 0 (off) or at least s3.statfsTimeout"},
 		},
 		{
+			name:    "bridge waits and flap limit",
+			yaml:    "apiVersion: pvrescue.io/v1alpha1\nkind: Config\ns3:\n  driverDownBridgeAfter: -1s\n  bridgeFlapLimit: -1\n",
+			wantErr: []string{"s3.driverDownBridgeAfter: must not be negative", "s3.bridgeFlapLimit: must not be negative"},
+		},
+		{
+			name:    "flap limit without a window",
+			yaml:    "apiVersion: pvrescue.io/v1alpha1\nkind: Config\ns3:\n  bridgeFlapWindow: 0s\n",
+			wantErr: []string{"s3.bridgeFlapWindow: must be positive"},
+		},
+		{
+			name: "bridge waits: defaults (at once when the driver is down), and the wait before issue 34",
+			yaml: "apiVersion: pvrescue.io/v1alpha1\nkind: Config\ns3:\n  driverDownBridgeAfter: 10s\n",
+			check: func(t *testing.T, c *Config) {
+				d := Default().S3
+				if c.S3.DriverDownBridgeAfter.Duration != 10*time.Second || d.DriverDownBridgeAfter.Duration != 0 || d.BridgeAfter.Duration != 10*time.Second ||
+					d.BridgeFlapLimit != 5 || d.BridgeFlapWindow.Duration != time.Minute {
+					t.Errorf("driverDownBridgeAfter %s; defaults %+v", c.S3.DriverDownBridgeAfter.Duration, d)
+				}
+			},
+		},
+		{
 			name:    "bridge disk limit below 1 MB",
 			yaml:    "apiVersion: pvrescue.io/v1alpha1\nkind: Config\ns3:\n  bridgeDiskFreeMB: 0\n",
 			wantErr: []string{"s3.bridgeDiskFreeMB: must be at least 1"},

@@ -10,19 +10,23 @@ import (
 	"github.com/pvrescue/pvrescue/internal/contract"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
-// bindTarget puts the bridge's own mount (at bridgeMount) onto one dead target.
-func (r *Restorer) bindTarget(ctx context.Context, bridgeMount string, t target) error {
+// bindTarget puts the bridge's own mount (at bridgeMount) onto one dead target and records it;
+// it returns the dead mounts the pod's running containers may hold, for the caller's remount
+// (done once every target of the PV is bound: a pod's target does not wait for the remounts of
+// the pods before it).
+func (r *Restorer) bindTarget(ctx context.Context, bridgeMount string, t target) ([]stack.Mount, error) {
 	dead, ro, ok, err := r.cover(ctx, bridgeMount, t)
 	if err != nil || !ok {
-		return err
+		return nil, err
 	}
 	// Recorded like a replayed mount: when it vanishes from a gone pod's target without us
 	// removing it, kubelet's teardown (the driver's NodeUnpublish) took it (cleanup.go).
 	r.rules.RecordTop(ctx, t.path, "the bridge bind")
-	r.restored(ctx, t, MethodBridge, contract.ReasonMountBridged, ro, dead, "fresh s3fs bound over the dead mount")
-	return nil
+	r.record(ctx, t, MethodBridge, contract.ReasonMountBridged, ro, "fresh s3fs bound over the dead mount")
+	return dead, nil
 }
 
 // resolve turns the PV (read live along the chain by the caller) and its credentials secret

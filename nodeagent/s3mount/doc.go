@@ -21,8 +21,11 @@
 //     nodeStageSecretRef for staging, nodePublishSecretRef for publishing). The mount is then the
 //     driver's own — any FUSE program, the right directory, its options — and it lives with the
 //     driver, not with our agent.
-//  2. Bridge with our own s3fs only while the driver stays down: after the target has been dead
-//     for s3.bridgeAfter, only for a dead mount of the FUSE type the driver's profile gives for
+//  2. Bridge with our own s3fs while the driver cannot restore it: at once when the driver does
+//     not answer (s3.driverDownBridgeAfter, 0: a restart or rollout; handed back to the driver's
+//     mount the moment it answers, so no pod waits for the plugin), after s3.bridgeAfter when it
+//     answers but the replay fails or when the PV's bridges flap (more than s3.bridgeFlapLimit
+//     driver-down bridges within s3.bridgeFlapWindow: a crash-looping plugin); only for a dead mount of the FUSE type the driver's profile gives for
 //     s3fs, and only when the driver's layout is known (s3.profiles, config.S3Profile: attribute
 //     names, subdirectory rule, mounter attribute and the values meaning s3fs; built in:
 //     ru.yandex.s3.csi without "mounter: s3fs" runs geesefs; ch.ctrox.csi.s3-driver mounts

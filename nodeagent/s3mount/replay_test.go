@@ -2,6 +2,7 @@ package s3mount
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -15,7 +16,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 
+	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/internal/contract"
+	"github.com/pvrescue/pvrescue/nodeagent"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3mounttest"
@@ -126,28 +129,149 @@ func TestReplayStagesFirst(t *testing.T) {
 	}
 }
 
-// The driver stays down: no bridge before BridgeAfter, then our s3fs bridges.
-func TestBridgeOnlyWhileTheDriverStaysDown(t *testing.T) {
+// The driver does not answer (restarting, rolled out, kept down): our s3fs bridges in the pass
+// that finds the target dead — with s3.driverDownBridgeAfter 0, the default — or once the
+// target has been dead that long (10s: the wait before issue 34).
+func TestBridgeWhileTheDriverIsDown(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		wait time.Duration
+	}{
+		{"at once (default)", 0},
+		{"after driverDownBridgeAfter 10s", 10 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w, target := replayWorld(t, false)
+			w.configure = func(c *config.Config) { c.S3.DriverDownBridgeAfter.Duration = tc.wait }
+			w.csi.Down = true
+			w.node.KillMount(target)
+			w.start()
+			if tc.wait > 0 {
+				w.clock.Step(tc.wait / 2)
+				w.sync()
+				if n := len(w.node.Started()); n != 0 {
+					t.Fatalf("bridged %s into a %s wait: %d s3fs", tc.wait/2, tc.wait, n)
+				}
+				w.clock.Step(tc.wait/2 + time.Second)
+				w.sync()
+			}
+			if n := len(w.node.Started()); n != 1 {
+				t.Fatalf("%d s3fs started, want 1", n)
+			}
+			if err := fakeOS(w.node).Statfs.Statfs(context.Background(), target, time.Second); err != nil {
+				t.Errorf("target after the bridge: %v", err)
+			}
+			if top, _ := w.node.Table().Top(target); top.Source != stack.FSName("pv-a") {
+				t.Errorf("top at the target %+v, want our bridge", top)
+			}
+			if got := value(t, w.r.Metrics().Restores.WithLabelValues(MethodReplay, "failure")); got < 1 {
+				t.Errorf("restores{replay,failure} = %v, want >= 1", got)
+			}
+			// Bridged: later passes start no second s3fs while the driver stays down.
+			w.settle()
+			if n := len(w.node.Started()); n != 1 {
+				t.Errorf("%d s3fs started after more passes with the driver down, want 1", n)
+			}
+			assertReasons(t, w.events, map[string]int{contract.ReasonMountBridged: 1, contract.ReasonMountReplayed: 0})
+		})
+	}
+}
+
+// The driver answers but its replay fails (here its result is refused): no bridge before
+// s3.bridgeAfter (the driver may succeed on a retry), then our s3fs bridges.
+func TestBridgeAfterTheReplayFails(t *testing.T) {
 	w, target := replayWorld(t, false)
-	w.csi.Down = true
+	w.csi.Result = func(n *s3mounttest.FakeNode, p string) bool { n.AddMount(p, "tmpfs", "tmpfs"); return true }
 	w.node.KillMount(target)
 	w.start()
 	w.clock.Step(5 * time.Second)
 	w.sync()
 	if n := len(w.node.Started()); n != 0 {
-		t.Fatalf("bridged before BridgeAfter (10s): %d s3fs", n)
+		t.Fatalf("bridged 5s after a failed replay, before bridgeAfter (10s): %d s3fs", n)
 	}
-	w.clock.Step(6 * time.Second)
+	if len(w.csi.Publish) < 2 {
+		t.Errorf("replay not retried: %d NodePublishVolume calls", len(w.csi.Publish))
+	}
+	w.waitFor("bridged after bridgeAfter", func() bool { return len(w.node.Started()) == 1 })
+	if top, _ := w.node.Table().Top(target); top.Source != stack.FSName("pv-a") {
+		t.Errorf("top at the target %+v, want our bridge", top)
+	}
+}
+
+// A plugin in a crash loop: each death of the driver's mount with the driver down is bridged
+// at once and handed back when the driver answers, up to s3.bridgeFlapLimit (3 here) bridges
+// within s3.bridgeFlapWindow (10m here); the next waits s3.bridgeAfter. Past the window, at once
+// again.
+func TestBridgeFlapLimit(t *testing.T) {
+	w, target := replayWorld(t, false)
+	w.configure = func(c *config.Config) { c.S3.BridgeFlapLimit, c.S3.BridgeFlapWindow.Duration = 3, 10*time.Minute }
+	w.csi.Down = true
+	w.node.KillMount(target)
+	w.start()
+	started := func(want int, when string) {
+		t.Helper()
+		if n := len(w.node.Started()); n != want {
+			t.Fatalf("%s: %d s3fs started, want %d", when, n, want)
+		}
+	}
+	handBack := func() {
+		t.Helper()
+		w.csi.Down = false
+		w.clock.Step(2 * time.Second)
+		w.sync() // swap
+		w.sync() // retire
+		if top, _ := w.node.Table().Top(target); func() bool { _, ours := stack.PVFromFSName(top.Source); return ours }() {
+			t.Fatalf("not handed back: top %+v", top)
+		}
+	}
+	die := func(after time.Duration) {
+		w.clock.Step(after)
+		w.csi.Down = true
+		w.node.KillMount(target) // the driver's new mount dies with its plugin again
+		w.sync()
+	}
+	started(1, "first death")
+	for i := 2; i <= 3; i++ {
+		handBack()
+		die(20 * time.Second)
+		started(i, fmt.Sprintf("death %d within the flap window", i))
+	}
+	handBack()
+	die(20 * time.Second)
+	started(3, "death 4 within the flap window (limit 3): the bridgeAfter wait, not at once")
+	w.clock.Step(11 * time.Second)
 	w.sync()
-	if n := len(w.node.Started()); n != 1 {
-		t.Fatalf("after BridgeAfter: %d s3fs started, want 1", n)
+	started(4, "death 4, bridgeAfter later")
+	handBack()
+	die(11 * time.Minute)
+	started(5, "a death after a calm flap window: at once again")
+}
+
+// Many pods of one PV: every target is bound to the bridge before the containers of any pod are
+// remounted, so the last pod's target does not wait for the other pods' remounts.
+func TestBridgeBindsEveryTargetBeforeRemounting(t *testing.T) {
+	w, target := replayWorld(t, false, podObj("app2", "uid-2", "data", false), podObj("app3", "uid-3", "data", false))
+	targets := []string{target, w.publish("uid-2", "pv-a"), w.publish("uid-3", "pv-a")}
+	var unbound []string
+	w.remount = &fakeRemounter{before: func(nodeagent.RemountRequest) {
+		for _, tg := range targets {
+			if top, _ := w.node.Table().Top(tg); top.Source != stack.FSName("pv-a") && !slices.Contains(unbound, tg) {
+				unbound = append(unbound, tg)
+			}
+		}
+	}}
+	w.csi.Down = true
+	for _, tg := range targets {
+		w.node.KillMount(tg)
 	}
-	if err := fakeOS(w.node).Statfs.Statfs(context.Background(), target, time.Second); err != nil {
-		t.Errorf("target after the bridge: %v", err)
+	w.start()
+	if n := len(w.remount.reqs); n != 3 {
+		t.Fatalf("remount requests %d, want one per pod (3)", n)
 	}
-	if got := value(t, w.r.Metrics().Restores.WithLabelValues(MethodReplay, "failure")); got < 2 {
-		t.Errorf("restores{replay,failure} = %v, want >= 2", got)
+	if len(unbound) > 0 {
+		t.Errorf("containers remounted while targets %v were not bound to the bridge yet", unbound)
 	}
+	assertReasons(t, w.events, map[string]int{contract.ReasonMountBridged: 3})
 }
 
 // A dead mount of a type the driver's profile does not bridge (neither s3fs nor a mounter bridged

@@ -109,6 +109,9 @@ type Restorer struct {
 	inflight  map[string]bool        // by PV
 	deadSince map[string]time.Time   // by target path
 	hungSince map[string]time.Time   // by target path: first statfs timeout of a run of them
+	// driverDownBridges are, by PV, when bridges were made because the driver did not answer
+	// (within s3.bridgeFlapWindow): the flap limit (restore.go).
+	driverDownBridges map[string][]time.Time
 	// socketSeen is when a node plugin's socket last appeared (zero: never).
 	socketSeen time.Time
 	// lastHungCondition is the S3MountHung condition last written ("" none yet); Sync only.
@@ -152,12 +155,13 @@ func New(deps nodeagent.Deps, os OS, opts Options) (*Restorer, error) {
 	r := &Restorer{
 		d: deps, os: os, opts: opts, cfg: deps.Config, clk: deps.Clock,
 		layout: s3fs.Layout{StateDir: deps.Config.StateDir}, metrics: m,
-		kick:      make(chan struct{}, 1),
-		retry:     map[string]*retryState{},
-		inflight:  map[string]bool{},
-		deadSince: map[string]time.Time{},
-		hungSince: map[string]time.Time{},
-		healthy:   map[string]healthKey{},
+		kick:              make(chan struct{}, 1),
+		retry:             map[string]*retryState{},
+		inflight:          map[string]bool{},
+		deadSince:         map[string]time.Time{},
+		hungSince:         map[string]time.Time{},
+		driverDownBridges: map[string][]time.Time{},
+		healthy:           map[string]healthKey{},
 	}
 	r.bridges = s3fs.NewSupervisor(s3fs.OS{Mounter: os.Mounter, Statfs: os.Statfs, FS: os.FS, Procs: os.Procs, Cgroups: os.Cgroups}, deps.Config, deps.Clock,
 		s3fs.Options{MountTimeout: opts.MountTimeout, KillGrace: opts.KillGrace, BridgeCgroup: opts.BridgeCgroup, BridgeNetNS: opts.BridgeNetNS,

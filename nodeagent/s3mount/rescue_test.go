@@ -554,11 +554,16 @@ func TestRestorerKeepsStagingWhileALivePodHasItsBind(t *testing.T) {
 type fakeRemounter struct {
 	mu   sync.Mutex
 	reqs []nodeagent.RemountRequest
+	// before, when set, runs at each request (before it is recorded).
+	before func(req nodeagent.RemountRequest)
 }
 
 func (f *fakeRemounter) RemountInContainers(_ context.Context, req nodeagent.RemountRequest) (nodeagent.RemountResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.before != nil {
+		f.before(req)
+	}
 	f.reqs = append(f.reqs, req)
 	return nodeagent.RemountResult{Fixed: []string{"app"}}, nil
 }

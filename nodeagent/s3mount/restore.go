@@ -18,8 +18,10 @@ import (
 )
 
 // restore brings back one PV's dead targets: through its own driver when the driver may be
-// replayed and answers (primary), else — once the targets have been dead for BridgeAfter — with
-// our own s3fs bridge, when the dead mount is one our s3fs can reproduce.
+// replayed and answers (primary), else with our own s3fs bridge, when the dead mount is one our
+// s3fs can reproduce — at once when the driver does not answer (DriverDownBridgeAfter, 0: it
+// is restarting or rolled out, and the bridge is handed back the moment it answers, retire.go),
+// after BridgeAfter when it answers but the replay fails (bridgeWait).
 func (r *Restorer) restore(ctx context.Context, pvName string, ts []target) {
 	log := logr.FromContextOrDiscard(ctx).WithValues("pv", pvName)
 	defer func() {
@@ -30,6 +32,7 @@ func (r *Restorer) restore(ctx context.Context, pvName string, ts []target) {
 	// Read live along the chain (claim → PV naming that claim's UID): a replay or a bridge never
 	// uses a deleted PV's attributes, nor the cached copy of a PV recreated under the name.
 	pv, err := r.livePV(ctx, pvName, ts)
+	driverDown := false
 	if err != nil || pv.Spec.CSI == nil {
 		err = fmt.Errorf("get PV %s: %w", pvName, errors.Join(err, s3fs.ErrNotS3))
 		r.failed(ts, err)
@@ -45,15 +48,16 @@ func (r *Restorer) restore(ctx context.Context, pvName string, ts []target) {
 			return
 		}
 		r.metrics.Restores.WithLabelValues(MethodReplay, "failure").Inc()
-		if !errors.Is(rerr, csiclient.ErrDriverDown) {
+		driverDown = errors.Is(rerr, csiclient.ErrDriverDown)
+		if !driverDown {
 			log.Error(rerr, "replay through the driver failed", "reason", Reason(rerr))
 			r.failed(ts, rerr)
 		} else {
 			log.V(1).Info("driver does not answer", "err", rerr.Error())
 		}
-		if wait := r.bridgeWait(ts); wait > 0 {
-			log.V(1).Info("waiting for the driver before bridging", "wait", wait)
-			if !errors.Is(rerr, csiclient.ErrDriverDown) {
+		if wait := r.bridgeWait(ctx, pvName, ts, driverDown); wait > 0 {
+			log.V(1).Info("waiting for the driver before bridging", "wait", wait, "driverDown", driverDown)
+			if !driverDown {
 				r.backoff(pvName)
 			}
 			return
@@ -81,12 +85,23 @@ func (r *Restorer) restore(ctx context.Context, pvName string, ts []target) {
 		r.backoff(pvName)
 		return
 	}
-	for _, t := range bridgeable {
-		if berr := r.bindTarget(ctx, bridgeMount, t); berr != nil {
+	dead := make([][]stack.Mount, len(bridgeable))
+	for i, t := range bridgeable {
+		var berr error
+		if dead[i], berr = r.bindTarget(ctx, bridgeMount, t); berr != nil {
 			err = errors.Join(err, berr)
 			r.metrics.Restores.WithLabelValues(MethodBridge, "failure").Inc()
 			r.failed([]target{t}, berr)
 		}
+	}
+	for i, t := range bridgeable {
+		if len(dead[i]) > 0 {
+			r.remount(ctx, t, dead[i])
+		}
+	}
+	if driverDown {
+		// Counted even when some target failed: the s3fs was started (or kept) for this death.
+		r.bridgedForDriverDown(pvName)
 	}
 	if err != nil {
 		r.backoff(pvName)
@@ -97,11 +112,21 @@ func (r *Restorer) restore(ctx context.Context, pvName string, ts []target) {
 	r.mu.Unlock()
 }
 
-// bridgeWait is how much longer the targets must stay dead before a bridge (0: now). A target
-// whose top mount is our own dead bridge is bridged again at once: its driver was already found
-// down, and waiting again would only lengthen the outage.
-func (r *Restorer) bridgeWait(ts []target) time.Duration {
+// bridgeWait is how much longer the targets must stay dead before a bridge (0: now): when the
+// driver does not answer (driverDown), DriverDownBridgeAfter (0 by default) unless the PV's
+// bridges flap (flapping), else BridgeAfter. A target whose top mount is our own dead bridge
+// is bridged again at once: its driver was already found down, and waiting again would only
+// lengthen the outage.
+func (r *Restorer) bridgeWait(ctx context.Context, pvName string, ts []target, driverDown bool) time.Duration {
 	after := r.cfg.S3.BridgeAfter.Duration
+	if driverDown {
+		after = r.cfg.S3.DriverDownBridgeAfter.Duration
+		if n := r.flapping(pvName); n > 0 && r.cfg.S3.BridgeAfter.Duration > after {
+			logr.FromContextOrDiscard(ctx).Info("the driver does not answer again: this PV's bridges flap, so the bridge waits s3.bridgeAfter",
+				"pv", pvName, "bridges", n, "window", r.cfg.S3.BridgeFlapWindow.Duration, "wait", r.cfg.S3.BridgeAfter.Duration)
+			after = r.cfg.S3.BridgeAfter.Duration
+		}
+	}
 	if table, err := r.os.Mounter.MountTable(); err == nil {
 		for _, t := range ts {
 			if top, ok := table.Top(t.path); ok {
@@ -122,6 +147,41 @@ func (r *Restorer) bridgeWait(ts []target) time.Duration {
 		wait = max(wait, after-r.clk.Since(since))
 	}
 	return wait
+}
+
+// bridgedForDriverDown records a bridge of pv made because its driver did not answer, for the
+// flap limit.
+func (r *Restorer) bridgedForDriverDown(pv string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.driverDownBridges[pv] = append(r.recentBridgesLocked(pv), r.clk.Now())
+}
+
+// flapping returns how many bridges of pv its driver's absence started within
+// s3.bridgeFlapWindow when that reaches s3.bridgeFlapLimit (a plugin in a crash loop), else 0.
+func (r *Restorer) flapping(pv string) int {
+	limit := r.cfg.S3.BridgeFlapLimit
+	if limit <= 0 {
+		return 0
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	recent := r.recentBridgesLocked(pv)
+	if len(recent) == 0 {
+		delete(r.driverDownBridges, pv)
+	} else {
+		r.driverDownBridges[pv] = recent
+	}
+	if len(recent) < limit {
+		return 0
+	}
+	return len(recent)
+}
+
+// recentBridgesLocked is pv's record of driver-down bridges within the flap window.
+func (r *Restorer) recentBridgesLocked(pv string) []time.Time {
+	window := r.cfg.S3.BridgeFlapWindow.Duration
+	return slices.DeleteFunc(r.driverDownBridges[pv], func(at time.Time) bool { return r.clk.Since(at) >= window })
 }
 
 // bridgeable: our s3fs can stand in only for a dead mount of the driver of a type its profile

@@ -31,6 +31,12 @@ func (r *Restorer) cover(ctx context.Context, source string, t target) (dead []s
 
 // restored records a restored target: timers, metrics, log, Event, and the container remount.
 func (r *Restorer) restored(ctx context.Context, t target, method, reason string, ro bool, dead []stack.Mount, how string) {
+	r.record(ctx, t, method, reason, ro, how)
+	r.remount(ctx, t, dead)
+}
+
+// record is restored without the container remount: timers, metrics, log, Event.
+func (r *Restorer) record(ctx context.Context, t target, method, reason string, ro bool, how string) {
 	r.mu.Lock()
 	since, ok := r.deadSince[t.path]
 	delete(r.deadSince, t.path)
@@ -49,7 +55,6 @@ func (r *Restorer) restored(ctx context.Context, t target, method, reason string
 		"readOnly", ro, "afterDetection", map[bool]any{true: elapsed, false: "unknown"}[ok])
 	r.d.Recorder.Eventf(t.pod, corev1.EventTypeNormal, reason,
 		"S3 volume %s mounted again (%s%s)", t.pv, how, map[bool]string{true: ", read-only", false: ""}[ro])
-	r.remount(ctx, t, dead)
 }
 
 // remount asks the container remounter (when configured) to move the pod's running containers

@@ -255,7 +255,8 @@ func lostFUSEMountMounters(t *testing.T, e *env) {
 	wantText := fmt.Sprintf("with volume %s/%s (PV uid %s), mounter rclone", s3Bucket, id.prefix, pv.UID)
 	var replayed []string
 	waitFor(t, 30*time.Second, "the agent's replay Event naming the recreated PV's attributes", func() (bool, string) {
-		replayed = events(e, id.ns, contract.ReasonMountReplayed)
+		// Replayed at once, or bridged while the plugin restarted and handed back by a replay.
+		replayed = append(events(e, id.ns, contract.ReasonMountReplayed), events(e, id.ns, contract.ReasonBridgeRetired)...)
 		for _, ev := range replayed {
 			if strings.Contains(ev, wantText) {
 				return true, ""

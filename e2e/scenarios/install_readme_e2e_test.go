@@ -69,7 +69,7 @@ func TestInstallHelm3(t *testing.T) {
 // plugin (DaemonSet, driver csi-s3).
 func rescueEnv(ctx context.Context, t *testing.T, c *cluster.Cluster) *env {
 	t.Helper()
-	e := &env{c: c}
+	e := &env{c: c, agentNoS3fs: true}
 	var err error
 	if e.s3, err = stack.StartS3(ctx, c, testenv.Binary(t, "versitygw", "versitygw")); err != nil {
 		t.Fatalf("start versitygw: %v", err)

@@ -179,6 +179,6 @@ func (r *Restorer) swap(ctx context.Context, session *csiclient.Session, t targe
 	if len(mounts) >= 2 {
 		dead = append(dead, mounts[len(mounts)-2])
 	}
-	r.restored(ctx, t, MethodReplay, contract.ReasonBridgeRetired, ro, dead, "driver "+pv.Spec.CSI.Driver+" answers again: moved to its own mount, bridge retired")
+	r.restored(ctx, t, MethodReplay, contract.ReasonBridgeRetired, ro, dead, "driver "+pv.Spec.CSI.Driver+" answers again: replayed "+r.replayedWith(pv)+", moved to its own mount, bridge retired")
 	return nil
 }

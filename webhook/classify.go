@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -160,7 +161,11 @@ func (c *Classifier) claimedPV(ctx context.Context, pvc *corev1.PersistentVolume
 		return nil, fmt.Errorf("persistentvolume %s: %w", name, err)
 	}
 	if !claimRefNames(pv, pvc) {
-		return nil, fmt.Errorf("%w: %s has claimRef %s, the claim has uid %q", ErrForeignPV, name, refString(pv.Spec.ClaimRef), pvc.UID)
+		// The error reaches the requester (admission warning, status annotation): it must not
+		// name whose claim the PV is bound to. The operator gets that from the webhook's log.
+		logr.FromContextOrDiscard(ctx).Info("claim names a PersistentVolume bound to another claim",
+			"claim", pvc.Namespace+"/"+pvc.Name, "claimUID", pvc.UID, "persistentVolume", name, "claimRef", refString(pv.Spec.ClaimRef))
+		return nil, fmt.Errorf("persistentvolume %s: %w", name, ErrForeignPV)
 	}
 	return pv, nil
 }

@@ -3,6 +3,7 @@ package webhook
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -375,8 +376,13 @@ func TestClaimedPVRereadsAStaleCache(t *testing.T) {
 		t.Errorf("stale cache, fresh PV names the claim: got %v, %v; want the live PV", got, err)
 	}
 	l.LivePVs["pv-data"] = other
-	if _, err := c.claimedPV(ctx, pvc); !errors.Is(err, ErrForeignPV) {
+	_, err := c.claimedPV(ctx, pvc)
+	if !errors.Is(err, ErrForeignPV) {
 		t.Errorf("live PV names uid-before: err = %v, want ErrForeignPV", err)
+	}
+	// The error goes back to the requester: it must not say whose claim the PV is bound to.
+	if err != nil && strings.Contains(err.Error(), "uid-before") {
+		t.Errorf("the error names the other claim's uid: %v", err)
 	}
 	// Through ReaderLookup: a store hit that does not fit goes to Live once.
 	pvs := toolscache.NewStore(toolscache.MetaNamespaceKeyFunc)

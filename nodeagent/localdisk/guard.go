@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/pvrescue/pvrescue/internal/contract"
+	"github.com/pvrescue/pvrescue/internal/podclaim"
 )
 
 // Guarded reports whether pod carries the guard the webhook injects for its volume named volume
@@ -18,19 +19,28 @@ import (
 // The status annotation is never evidence: anyone creating a pod can write it (copied from a
 // mutated pod's YAML, in a namespace the webhook never saw), and the webhook writes it even when
 // it skipped the pod.
+//
+// A generic ephemeral volume's guard names its claim <pod>-<volume>, or the volume alone when the
+// pod was admitted without a name yet (generateName): both are accepted.
 func Guarded(pod *corev1.Pod, volume string) bool {
-	claim := ""
-	for _, v := range pod.Spec.Volumes {
-		if v.Name == volume && v.PersistentVolumeClaim != nil {
-			claim = v.PersistentVolumeClaim.ClaimName
+	var claims []string
+	for i := range pod.Spec.Volumes {
+		v := &pod.Spec.Volumes[i]
+		if v.Name != volume {
+			continue
+		}
+		if claim, ok := podclaim.Name(pod, v); ok {
+			claims = append(claims, claim)
+			if v.Ephemeral != nil {
+				claims = append(claims, v.Name)
+			}
 		}
 	}
-	if claim == "" {
-		return false
-	}
 	for i := range pod.Spec.InitContainers {
-		if guards(&pod.Spec.InitContainers[i], volume, claim) {
-			return true
+		for _, claim := range claims {
+			if guards(&pod.Spec.InitContainers[i], volume, claim) {
+				return true
+			}
 		}
 	}
 	return false

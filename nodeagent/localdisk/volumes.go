@@ -10,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/pvrescue/pvrescue/internal/podclaim"
 )
 
 // wanted is what one pass handles: the local block PVs used by pods on this node, plus those
@@ -47,11 +49,13 @@ func (c *Controller) collect(ctx context.Context, node *corev1.Node) (wanted, er
 		if terminal(pod) || pod.DeletionTimestamp != nil {
 			continue
 		}
-		for _, v := range pod.Spec.Volumes {
-			if v.PersistentVolumeClaim == nil {
+		for i := range pod.Spec.Volumes {
+			v := &pod.Spec.Volumes[i]
+			claim, ok := podclaim.Name(pod, v)
+			if !ok {
 				continue
 			}
-			pvc, err := c.deps.View.PersistentVolumeClaim(ctx, pod.Namespace, v.PersistentVolumeClaim.ClaimName)
+			pvc, err := c.deps.View.PersistentVolumeClaim(ctx, pod.Namespace, claim)
 			if apierrors.IsNotFound(err) {
 				continue
 			}
@@ -60,6 +64,10 @@ func (c *Controller) collect(ctx context.Context, node *corev1.Node) (wanted, er
 				continue
 			}
 			if pvc.Spec.VolumeName == "" {
+				continue
+			}
+			if err := podclaim.Check(pod, v, pvc); err != nil {
+				logr.FromContextOrDiscard(ctx).V(1).Info("claim ignored for the pod", "pod", pod.Namespace+"/"+pod.Name, "why", err.Error())
 				continue
 			}
 			pv, err := c.boundPV(ctx, pvc)

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/pvrescue/pvrescue/internal/podclaim"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
@@ -45,15 +46,19 @@ func (r *Restorer) discover(ctx context.Context) ([]target, map[string]bool) {
 			continue
 		}
 		live[string(pod.UID)] = true
-		for _, vol := range pod.Spec.Volumes {
-			src := vol.PersistentVolumeClaim
-			if src == nil {
+		for i := range pod.Spec.Volumes {
+			vol := &pod.Spec.Volumes[i]
+			claim, ok := podclaim.Name(pod, vol)
+			if !ok {
 				continue
 			}
-			_, pv, err := r.chain(ctx, pod.Namespace, src.ClaimName, false)
+			pvc, pv, err := r.chain(ctx, pod.Namespace, claim, false)
+			if err == nil {
+				err = podclaim.Check(pod, vol, pvc)
+			}
 			if err != nil {
-				if errors.Is(err, ErrClaimChain) {
-					log.V(1).Info("skipping claim", "pod", klogRef(pod), "claim", src.ClaimName, "err", err.Error())
+				if errors.Is(err, ErrClaimChain) || errors.Is(err, podclaim.ErrNotOwned) {
+					log.V(1).Info("skipping claim", "pod", klogRef(pod), "claim", claim, "err", err.Error())
 				}
 				continue
 			}
@@ -75,7 +80,7 @@ func (r *Restorer) discover(ctx context.Context) ([]target, map[string]bool) {
 			if err != nil {
 				// A cached PV (and claim) may be an earlier object of the same name: read both
 				// live once before giving up on the target.
-				if _, fresh, ferr := r.chain(ctx, pod.Namespace, src.ClaimName, true); ferr == nil && fresh.UID != pv.UID {
+				if _, fresh, ferr := r.chain(ctx, pod.Namespace, claim, true); ferr == nil && fresh.UID != pv.UID {
 					if _, ok := S3Driver(r.cfg, fresh); ok && fresh.Name == pv.Name && vd.Check(fresh.Name, fresh.Spec.CSI.Driver, fresh.Spec.CSI.VolumeHandle) == nil {
 						pv, err = fresh, nil
 					}
@@ -85,9 +90,11 @@ func (r *Restorer) discover(ctx context.Context) ([]target, map[string]bool) {
 				log.Info("skipping volume whose vol_data.json does not match", "pod", klogRef(pod), "pv", pv.Name, "err", err.Error())
 				continue
 			}
-			ro := src.ReadOnly || pv.Spec.CSI.ReadOnly || slices.Contains(pv.Spec.MountOptions, "ro")
+			// A generic ephemeral volume has no readOnly of its own (its claim template's access
+			// modes do not make the mount read-only).
+			ro := (vol.PersistentVolumeClaim != nil && vol.PersistentVolumeClaim.ReadOnly) || pv.Spec.CSI.ReadOnly || slices.Contains(pv.Spec.MountOptions, "ro")
 			// A terminating pod keeps its mounts while its containers run, but gets no new restores.
-			out = append(out, target{pod: pod, claim: src.ClaimName, pv: pv.Name, driver: pv.Spec.CSI.Driver, path: path, readOnly: ro, terminating: pod.DeletionTimestamp != nil,
+			out = append(out, target{pod: pod, claim: claim, pv: pv.Name, driver: pv.Spec.CSI.Driver, path: path, readOnly: ro, terminating: pod.DeletionTimestamp != nil,
 				staging: csiclient.KubeletStagingPath(r.cfg.KubeletDir, pv.Spec.CSI.Driver, pv.Spec.CSI.VolumeHandle)})
 		}
 	}

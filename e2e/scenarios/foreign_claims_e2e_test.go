@@ -532,8 +532,9 @@ func foreignS3Annotation(t *testing.T, e *env) {
 	}
 	at := rescueReads(t, e, t0, 90*time.Second, "from the control after its s3fs was killed", []*stack.CSI{e.csi},
 		reader{foreignS3NS, "control", "app", "/data/after.txt", after})
-	// The agent acted on the control within that time; give it as long again on the foreign one.
-	time.Sleep(max(at[foreignS3NS+"/control/app"], agentObserveWindow))
+	// The agent restored the control within that time; give it as long again on the foreign one,
+	// and at least five of its check intervals (2 s as shipped).
+	time.Sleep(max(at[foreignS3NS+"/control/app"], 10*time.Second))
 	if ok, _ := readFrom(e, foreignS3NS, "foreign", "app", "/data/after.txt", after); ok {
 		t.Errorf("the foreign volume (driver %s) answers again after its s3fs was killed: someone restored it; stack %s", foreignDriver, describeStack(mountsAt(targets[foreignOthPV])))
 	}

@@ -177,16 +177,9 @@ func foreignLocalPV(t *testing.T, e *env) {
 		t.Fatalf("no %s init container in the victim's pod: the webhook did not guard it\n%s", contract.GuardContainerName, framework.DescribePod(cs, victim))
 	}
 
-	t.Logf("unplugging %s (%s, PV %s) and deleting the victim's pod", d.Link(), d.Dev, foreignVictimPV)
-	if err := d.Unplug(); err != nil {
-		t.Fatal(err)
-	}
-	if err := cs.CoreV1().Pods(foreignVictimNS).Delete(ctx, "victim", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-
-	// The tenant: a claim that names the victim's PV but no provisioner serves (it stays Pending),
-	// and two pods placed on the node by spec.nodeName (never stuck in scheduling).
+	// The tenant, while the victim's disk is still there: a claim that names the victim's PV but
+	// no provisioner serves (it stays Pending), and two pods placed on the node by spec.nodeName
+	// (never stuck in scheduling).
 	tc := claim(foreignTenantNS)
 	noClass := "e2e-foreign-unserved"
 	tc.Spec.StorageClassName = &noClass
@@ -241,8 +234,20 @@ func foreignLocalPV(t *testing.T, e *env) {
 	t.Logf("premises hold: PV %s Bound, claimRef %s/%s uid %s; tenant claim %s/data %s with volumeName %s; tenant pods on %s: %s (guard injected: %v, status %s), %s (opted out, copied guard)",
 		foreignVictimPV, pv.Spec.ClaimRef.Namespace, pv.Spec.ClaimRef.Name, pv.Spec.ClaimRef.UID, foreignTenantNS, tenantClaim.Status.Phase, tenantClaim.Spec.VolumeName,
 		e.c.Opts.NodeName, optIn.Name, hasInit(tenantPods[optIn.Name], contract.GuardContainerName), tenantPods[optIn.Name].Annotations[contract.AnnotationStatus], copied.Name)
-	// The agent lists the tenant's pods before the victim's new pod needs the fake.
+	// The agent lists the tenant's pods before the disk goes: a fake made while only the victim's
+	// guarded pod used the PV would stand whatever came after.
 	time.Sleep(agentObserveWindow)
+	if l := loopsUnder(config.Default().StateDir); len(l) > 0 {
+		t.Fatalf("premise: no fake of the agent before the disk is lost, found %v", l)
+	}
+
+	t.Logf("unplugging %s (%s, PV %s) and deleting the victim's pod", d.Link(), d.Dev, foreignVictimPV)
+	if err := d.Unplug(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cs.CoreV1().Pods(foreignVictimNS).Delete(ctx, "victim", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
 
 	t0 := time.Now()
 	if _, err := cs.CoreV1().Pods(foreignVictimNS).Create(ctx, blockPod("victim-2", e.c.BusyboxImage), metav1.CreateOptions{}); err != nil {

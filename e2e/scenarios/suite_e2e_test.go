@@ -35,6 +35,7 @@ func TestPVRescue(t *testing.T) {
 
 	t.Run("LostLocalDisk", func(t *testing.T) { lostLocalDisk(t, e) })
 	t.Run("LostLocalDiskProvisionerLayout", func(t *testing.T) { lostLocalDiskProvisionerLayout(t, e) })
+	t.Run("ForeignClaims", func(t *testing.T) { foreignClaims(t, e) })
 	t.Run("LostLocalDiskEphemeral", func(t *testing.T) { lostLocalDiskEphemeral(t, e) })
 	t.Run("LostFUSEMount", func(t *testing.T) { lostFUSEMount(t, e) })
 	t.Run("LostFUSEMountLayouts", func(t *testing.T) { lostFUSEMountLayouts(t, e) })

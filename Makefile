@@ -220,6 +220,7 @@ $(HELM4):
 .PHONY: versitygw
 versitygw: $(BIN)/versitygw ## Build the versitygw S3 server used by the tests.
 $(BIN)/versitygw:
+	@mkdir -p $(BIN)
 	@if [ -x $(CACHE_DIR)/versitygw-$(VERSITYGW_VERSION) ]; then \
 	  cp $(CACHE_DIR)/versitygw-$(VERSITYGW_VERSION) $@; \
 	else \

@@ -101,7 +101,7 @@ e2e: kube-binaries-all kubectl helm-clis e2e-deps versitygw ## End-to-end suite 
 DEMO_KUBECONFIG   ?= $(CURDIR)/e2e/.work/suite/admin.kubeconfig
 
 .PHONY: demo
-demo: kube-binaries-all e2e-deps versitygw ## The two rescues, narrated, on a real node (TestDemo, ~3 min); leaves the cluster up (root).
+demo: kube-binaries-all e2e-deps versitygw ## The two rescues, narrated, on a real node (TestDemo, ~1.5 min once built); leaves the cluster up (root).
 	@[ "$$(id -u)" = 0 ] || { echo "make demo needs root" >&2; exit 1; }
 	cd e2e && PVRESCUE_DEMO=1 $(GO) test -count=1 -tags e2e -timeout 20m -v -run '^TestDemo$$' ./scenarios/
 	@$(MAKE) -s demo-status
@@ -125,7 +125,7 @@ fuzz: ## Run the admission handler fuzzer for 60s.
 	$(GO) test -run '^$$' -fuzz FuzzAdmission -fuzztime 60s ./webhook/
 
 .PHONY: bench
-bench: kube-binaries-all e2e-deps versitygw ## Measure against floors/baselines in one run (root, ~15 min); writes BENCHMARKS.md, raw output in bench/.
+bench: kube-binaries-all e2e-deps versitygw ## Measure against floors/baselines in one run (root, ~20 min); writes BENCHMARKS.md, raw output in bench/.
 	@[ "$$(id -u)" = 0 ] || { echo "make bench needs root (loop devices, mounts, s3fs)" >&2; exit 1; }
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/pvrescue-sidecar ./cmd/pvrescue-sidecar
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/pvrescue-agent ./cmd/pvrescue-agent

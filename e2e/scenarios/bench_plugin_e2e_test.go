@@ -177,7 +177,6 @@ func BenchmarkPluginPodDeleted(b *testing.B) {
 	target := filepath.Join(mnt, "app.txt")
 	res.SetupSeconds = time.Since(start).Seconds()
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-	var lastDelete time.Time
 	for i := 0; i < repeats; i++ {
 		old, err := l.plugin.Pod(ctx)
 		if err != nil {
@@ -207,9 +206,9 @@ func BenchmarkPluginPodDeleted(b *testing.B) {
 
 		// Deaths closer than this are a flapping plugin to the agent (s3.bridgeFlapLimit per
 		// s3.bridgeFlapWindow), which waits s3.bridgeAfter before bridging: not this case.
-		time.Sleep(time.Until(lastDelete.Add(benchDeathSpacing)))
+		time.Sleep(time.Until(lastBenchDeath.Add(benchDeathSpacing)))
 		t0 := time.Now()
-		lastDelete = t0
+		lastBenchDeath = t0
 		if err := e.c.Client.CoreV1().Pods(stack.CSINamespace).Delete(ctx, old.Name, metav1.DeleteOptions{}); err != nil {
 			t.Fatalf("run %d: delete plugin pod %s: %v", i, old.Name, err)
 		}
@@ -420,6 +419,9 @@ const (
 	BenchWindowPodsEnv = "PVRESCUE_BENCH_WINDOW_PODS"
 	// BenchWindowDownEnv is how long the plugin is kept down in the "kept down" case (default 30s).
 	BenchWindowDownEnv = "PVRESCUE_BENCH_WINDOW_DOWN"
+	// BenchWindowAgentLogEnv, when set, names a file that receives the agent's log of every
+	// window incident (from the incident's start until it settled): where a slow window went.
+	BenchWindowAgentLogEnv = "PVRESCUE_BENCH_WINDOW_AGENT_LOG"
 )
 
 // WindowCase is one cell of the window matrix: an agent configuration, a way the plugin goes
@@ -439,6 +441,10 @@ type WindowCase struct {
 	// first read of the file at the pod's target on the node that gives it back (each target
 	// polled every 10 ms from the death).
 	WindowMs []float64 `json:"windowMs"`
+	// ContainerWindowMs, one per pod: from the death to the first read of the file through the
+	// pod's own container (/proc/<its init>/root/data, its mount namespace: what the application
+	// sees, after the container remount), polled every 10 ms like the target.
+	ContainerWindowMs []float64 `json:"containerWindowMs"`
 	// PodWindowMs, one per pod that saw a failed operation: from the death to the pod's own first
 	// successful read after its failures (its log's CRI timestamps; its load reads every 200 ms).
 	PodWindowMs []float64 `json:"podWindowMs"`
@@ -729,8 +735,11 @@ func loadLog(t testing.TB, e *env, ns string, p *corev1.Pod, from, to time.Time)
 	return out
 }
 
-// lastWindowDeath is when the last window incident began (benchDeathSpacing).
-var lastWindowDeath time.Time
+// lastBenchDeath is when the benchmark's last plugin death began, of the repeated pod
+// deletions and the window incidents alike (benchDeathSpacing): with a clock of their own, the
+// first window incident came right after the last deletion, and the agent's flap limit (five
+// driver-down bridges of the PV within a minute) rightly held its bridge back.
+var lastBenchDeath time.Time
 
 // windowIncident makes the plugin go away (kind) and measures the window, the pods' failed
 // operations and the agent's daemons, until every target is on the driver's mount again.
@@ -751,10 +760,19 @@ func windowIncident(t *failRecorder, e *env, l *fieldLayout, kind string, names 
 		}
 	}
 	targets := make([]string, len(pods))
+	inside := make([]string, len(pods)) // the file as each pod's container sees it
 	for i, p := range pods {
 		targets[i] = podTarget(e, string(p.UID), l.pv)
 		if !hostReads(filepath.Join(targets[i], "app.txt"), l.want) {
 			t.Fatalf("window %s: %s does not read before the incident: %s", kind, targets[i], describeStack(mountsAt(targets[i])))
+		}
+		pid, err := containerInit(p, "load")
+		if err != nil {
+			t.Fatalf("window %s: %v", kind, err)
+		}
+		inside[i] = fmt.Sprintf("/proc/%d/root/data/app.txt", pid)
+		if !hostReads(inside[i], l.want) {
+			t.Fatalf("window %s: pod %s does not read %s in its container before the incident", kind, p.Name, inside[i])
 		}
 	}
 	dead, why := fuseDaemons(l.plugin)
@@ -788,9 +806,9 @@ func windowIncident(t *failRecorder, e *env, l *fieldLayout, kind string, names 
 			}
 		}
 	}()
-	time.Sleep(time.Until(lastWindowDeath.Add(benchDeathSpacing)))
+	time.Sleep(time.Until(lastBenchDeath.Add(benchDeathSpacing)))
 	t0 := time.Now()
-	lastWindowDeath = t0
+	lastBenchDeath = t0
 	switch kind {
 	case "deleted":
 		err = e.c.Client.CoreV1().Pods(stack.CSINamespace).Delete(ctx, old.Name, metav1.DeleteOptions{})
@@ -809,27 +827,34 @@ func windowIncident(t *failRecorder, e *env, l *fieldLayout, kind string, names 
 	case <-time.After(2 * time.Minute):
 		t.Fatalf("window %s: the plugin's s3fs %v still run 2m later", kind, dead)
 	}
-	// Each target polled every 10 ms from the death until it reads the file again.
+	// Each target, and each pod's view in its container, polled every 10 ms from the death until
+	// it reads the file again.
 	windows := make([]float64, len(targets))
+	inContainer := make([]float64, len(targets))
 	var wg sync.WaitGroup
-	for i, tg := range targets {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if pollEvery(10*time.Millisecond, 2*time.Minute, func() bool { return hostReads(filepath.Join(tg, "app.txt"), l.want) }) {
-				windows[i] = float64(time.Since(death)) / float64(time.Millisecond)
-			} else {
-				windows[i] = -1
-			}
-		}()
-	}
-	wg.Wait()
-	for i, w := range windows {
-		if w < 0 {
-			t.Fatalf("window %s: %s not readable within 2m of the death; stack %s", kind, targets[i], describeStack(mountsAt(targets[i])))
+	poll := func(path string, into *float64) {
+		defer wg.Done()
+		if pollEvery(10*time.Millisecond, 2*time.Minute, func() bool { return hostReads(path, l.want) }) {
+			*into = float64(time.Since(death)) / float64(time.Millisecond)
+		} else {
+			*into = -1
 		}
 	}
-	c.WindowMs = windows
+	for i, tg := range targets {
+		wg.Add(2)
+		go poll(filepath.Join(tg, "app.txt"), &windows[i])
+		go poll(inside[i], &inContainer[i])
+	}
+	wg.Wait()
+	for i := range windows {
+		if windows[i] < 0 {
+			t.Fatalf("window %s: %s not readable within 2m of the death; stack %s", kind, targets[i], describeStack(mountsAt(targets[i])))
+		}
+		if inContainer[i] < 0 {
+			t.Fatalf("window %s: pod %s not readable in its container (%s) within 2m of the death", kind, pods[i].Name, inside[i])
+		}
+	}
+	c.WindowMs, c.ContainerWindowMs = windows, inContainer
 	if kind == "down" {
 		time.Sleep(time.Until(death.Add(down)))
 		if err := l.plugin.Start(ctx); err != nil {
@@ -882,6 +907,7 @@ func windowIncident(t *failRecorder, e *env, l *fieldLayout, kind string, names 
 	}
 	// Reads attempted: one per 200 ms per pod over the incident (the log holds failures only).
 	c.Reads = int(end.Sub(t0)/(200*time.Millisecond)) * len(pods)
+	keepAgentLog(t, e, fmt.Sprintf("window %s, %d pod(s): death at %s", kind, len(pods), death.UTC().Format(time.RFC3339Nano)), t0)
 	time.Sleep(time.Second)
 	return c
 }
@@ -899,4 +925,70 @@ func rssKB(pid int) int {
 		}
 	}
 	return 0
+}
+
+// keepAgentLog appends the running agent's log since since to $PVRESCUE_BENCH_WINDOW_AGENT_LOG
+// (when set), under a heading; a log that cannot be read is noted there, not failed on.
+func keepAgentLog(t *failRecorder, e *env, heading string, since time.Time) {
+	path := os.Getenv(BenchWindowAgentLogEnv)
+	if path == "" {
+		return
+	}
+	text := ""
+	if a, why := runningAgent(e); a == nil {
+		text = "no agent log: " + why + "\n"
+	} else {
+		st := metav1.NewTime(since.Add(-time.Second))
+		b, err := e.c.Client.CoreV1().Pods(a.Namespace).GetLogs(a.Name, &corev1.PodLogOptions{SinceTime: &st, Timestamps: true}).DoRaw(context.Background())
+		text = string(b)
+		if err != nil {
+			text = fmt.Sprintf("no agent log of pod %s: %v\n", a.Name, err)
+		}
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Errorf("keep the agent log: %v", err)
+		return
+	}
+	defer func() { _ = f.Close() }()
+	if _, err := fmt.Fprintf(f, "=== %s\n%s\n", heading, text); err != nil {
+		t.Errorf("keep the agent log: %v", err)
+	}
+}
+
+// containerInit is the pid of the init process (the lowest pid) of a running container of p,
+// found by its container ID in /proc/<pid>/cgroup: through /proc/<pid>/root the bench reads
+// files as that container sees them.
+func containerInit(p *corev1.Pod, container string) (int, error) {
+	id := ""
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Name == container {
+			_, id, _ = strings.Cut(cs.ContainerID, "://")
+		}
+	}
+	if id == "" {
+		return 0, fmt.Errorf("pod %s: no ID for container %q in its status", p.Name, container)
+	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	found := 0
+	for _, en := range entries {
+		pid, err := strconv.Atoi(en.Name())
+		if err != nil {
+			continue
+		}
+		cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+		if err != nil || !strings.Contains(string(cg), id) {
+			continue
+		}
+		if found == 0 || pid < found {
+			found = pid
+		}
+	}
+	if found == 0 {
+		return 0, fmt.Errorf("pod %s: no process of container %s (%s) on the node", p.Name, container, id)
+	}
+	return found, nil
 }

@@ -76,10 +76,20 @@ func refString(ref *corev1.ObjectReference) string {
 // target's claim must be bound to it, and all to one PV object (one UID). What a replay or a
 // bridge uses: never a deleted PV's attributes, nor a PV recreated under the name after the
 // chain was checked.
+//
+// Each claim is read once: pods sharing a claim (a Deployment's replicas on one node) lead to
+// the same objects, and one incident's live reads would otherwise grow with its pods (two
+// requests per pod, in sequence, before anything is restored).
 func (r *Restorer) livePV(ctx context.Context, pvName string, ts []target) (*corev1.PersistentVolume, error) {
 	var pv *corev1.PersistentVolume
 	var uid types.UID
+	read := map[types.NamespacedName]bool{}
 	for _, t := range ts {
+		claim := types.NamespacedName{Namespace: t.pod.Namespace, Name: t.claim}
+		if read[claim] {
+			continue
+		}
+		read[claim] = true
 		_, p, err := r.chain(ctx, t.pod.Namespace, t.claim, true)
 		if err != nil {
 			return nil, err

@@ -41,6 +41,9 @@ func (r *Restorer) discover(ctx context.Context) ([]target, map[string]bool) {
 	}
 	live := map[string]bool{}
 	var out []target
+	// A pod naming one claim in two volumes has one target (its path names the PV): it is
+	// listed once, so no two workers of an incident ever act on one path.
+	seen := map[string]bool{}
 	for _, pod := range pods {
 		if pod.Spec.NodeName != r.d.NodeName || podGone(pod) {
 			continue
@@ -66,6 +69,9 @@ func (r *Restorer) discover(ctx context.Context) ([]target, map[string]bool) {
 				continue
 			}
 			path := csiclient.TargetPath(r.cfg.KubeletDir, string(pod.UID), pv.Name)
+			if seen[path] {
+				continue
+			}
 			data, err := r.os.FS.ReadFile(filepath.Join(filepath.Dir(path), csiclient.VolDataFile))
 			if err != nil {
 				if !errors.Is(err, fs.ErrNotExist) {
@@ -94,6 +100,7 @@ func (r *Restorer) discover(ctx context.Context) ([]target, map[string]bool) {
 			// modes do not make the mount read-only).
 			ro := (vol.PersistentVolumeClaim != nil && vol.PersistentVolumeClaim.ReadOnly) || pv.Spec.CSI.ReadOnly || slices.Contains(pv.Spec.MountOptions, "ro")
 			// A terminating pod keeps its mounts while its containers run, but gets no new restores.
+			seen[path] = true
 			out = append(out, target{pod: pod, claim: claim, pv: pv.Name, driver: pv.Spec.CSI.Driver, path: path, readOnly: ro, terminating: pod.DeletionTimestamp != nil,
 				staging: csiclient.KubeletStagingPath(r.cfg.KubeletDir, pv.Spec.CSI.Driver, pv.Spec.CSI.VolumeHandle)})
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -40,13 +41,24 @@ func (r *Restorer) replay(ctx context.Context, pv *corev1.PersistentVolume, ts [
 	if err := session.Restage(cctx); err != nil {
 		return err
 	}
-	var errs []error
+	// One worker per target (bounded): kubelet, too, publishes a volume for several pods at
+	// once, and a pod's target and containers come back without waiting for the other pods'.
+	var (
+		mu   sync.Mutex
+		errs []error
+	)
+	f := r.newFanout()
 	for _, t := range ts {
-		if err := r.republish(cctx, session, t, before.Stack(t.path)); err != nil {
-			log.Error(err, "replaying NodePublishVolume", "pod", klogRef(t.pod), "path", t.path)
-			errs = append(errs, err)
-		}
+		f.Go(func() {
+			if err := r.republish(cctx, session, t, before.Stack(t.path)); err != nil {
+				log.Error(err, "replaying NodePublishVolume", "pod", klogRef(t.pod), "path", t.path)
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		})
 	}
+	f.Wait()
 	return errors.Join(errs...)
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -24,14 +25,22 @@ import (
 // after BridgeAfter when it answers but the replay fails (bridgeWait).
 func (r *Restorer) restore(ctx context.Context, pvName string, ts []target) {
 	log := logr.FromContextOrDiscard(ctx).WithValues("pv", pvName)
+	// Where one incident's time goes (the window a pod sees is the sum), in the log.
+	start := r.clk.Now()
+	var took []any
+	step := func(name string) {
+		took = append(took, name, r.clk.Since(start).Round(time.Microsecond).String())
+	}
 	defer func() {
 		r.mu.Lock()
 		delete(r.inflight, pvName)
 		r.mu.Unlock()
+		log.Info("restore pass over", append([]any{"targets", len(ts)}, took...)...)
 	}()
 	// Read live along the chain (claim → PV naming that claim's UID): a replay or a bridge never
 	// uses a deleted PV's attributes, nor the cached copy of a PV recreated under the name.
 	pv, err := r.livePV(ctx, pvName, ts)
+	step("pvReadAt")
 	driverDown := false
 	if err != nil || pv.Spec.CSI == nil {
 		err = fmt.Errorf("get PV %s: %w", pvName, errors.Join(err, s3fs.ErrNotS3))
@@ -41,6 +50,7 @@ func (r *Restorer) restore(ctx context.Context, pvName string, ts []target) {
 	}
 	if r.os.CSI != nil && r.cfg.MayReplay(pv.Spec.CSI.Driver) {
 		rerr := r.replay(ctx, pv, ts)
+		step("replayOverAt")
 		if rerr == nil {
 			r.mu.Lock()
 			delete(r.retry, pvName)
@@ -85,20 +95,29 @@ func (r *Restorer) restore(ctx context.Context, pvName string, ts []target) {
 		r.backoff(pvName)
 		return
 	}
-	dead := make([][]stack.Mount, len(bridgeable))
-	for i, t := range bridgeable {
-		var berr error
-		if dead[i], berr = r.bindTarget(ctx, bridgeMount, t); berr != nil {
-			err = errors.Join(err, berr)
-			r.metrics.Restores.WithLabelValues(MethodBridge, "failure").Inc()
-			r.failed([]target{t}, berr)
-		}
+	step("bridgeUpAt")
+	// Each target is bound, and its pod's containers remounted, on its own worker: a pod's
+	// window does not include the other pods' binds and remounts.
+	var mu sync.Mutex
+	f := r.newFanout()
+	for _, t := range bridgeable {
+		f.Go(func() {
+			dead, berr := r.bindTarget(ctx, bridgeMount, t)
+			if berr != nil {
+				r.metrics.Restores.WithLabelValues(MethodBridge, "failure").Inc()
+				r.failed([]target{t}, berr)
+				mu.Lock()
+				err = errors.Join(err, berr)
+				mu.Unlock()
+				return
+			}
+			if len(dead) > 0 {
+				r.remount(ctx, t, dead)
+			}
+		})
 	}
-	for i, t := range bridgeable {
-		if len(dead[i]) > 0 {
-			r.remount(ctx, t, dead[i])
-		}
-	}
+	f.Wait()
+	step("targetsDoneAt")
 	if driverDown {
 		// Counted even when some target failed: the s3fs was started (or kept) for this death.
 		r.bridgedForDriverDown(pvName)

@@ -414,6 +414,11 @@ func (s *Supervisor) updateGauge() {
 	s.active.Set(float64(n))
 }
 
+// mountPoll is how often waitMounted looks for the new s3fs's mount: s3fs mounts tens of
+// milliseconds after its start, and every pod of the volume waits for this poll (the outage
+// window); one mount-table read per poll costs well under a millisecond.
+const mountPoll = 10 * time.Millisecond
+
 // waitMounted waits until our s3fs answers at path, or exits, or MountTimeout passes.
 func (s *Supervisor) waitMounted(ctx context.Context, path, pvName string, exited <-chan struct{}) error {
 	deadline := s.clk.Now().Add(s.opts.MountTimeout)
@@ -439,7 +444,7 @@ func (s *Supervisor) waitMounted(ctx context.Context, path, pvName string, exite
 			return errors.New("s3fs exited")
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-s.clk.After(50 * time.Millisecond):
+		case <-s.clk.After(mountPoll):
 		}
 		if s.clk.Now().After(deadline) {
 			return fmt.Errorf("not mounted after %s", s.opts.MountTimeout)

@@ -956,9 +956,10 @@ func keepAgentLog(t *failRecorder, e *env, heading string, since time.Time) {
 	}
 }
 
-// containerInit is the pid of the init process (the lowest pid) of a running container of p,
-// found by its container ID in /proc/<pid>/cgroup: through /proc/<pid>/root the bench reads
-// files as that container sees them.
+// containerInit is the pid of the init process of a running container of p: the one of its
+// processes (found by the container ID in /proc/<pid>/cgroup) whose parent is not in the
+// container (the runtime's shim started it). Through /proc/<pid>/root the bench reads files as
+// that container sees them; the load's short-lived children (sleep, dd) would vanish under it.
 func containerInit(p *corev1.Pod, container string) (int, error) {
 	id := ""
 	for _, cs := range p.Status.ContainerStatuses {
@@ -969,26 +970,41 @@ func containerInit(p *corev1.Pod, container string) (int, error) {
 	if id == "" {
 		return 0, fmt.Errorf("pod %s: no ID for container %q in its status", p.Name, container)
 	}
+	inContainer := func(pid int) bool {
+		cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+		return err == nil && strings.Contains(string(cg), id)
+	}
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return 0, err
 	}
-	found := 0
 	for _, en := range entries {
 		pid, err := strconv.Atoi(en.Name())
-		if err != nil {
+		if err != nil || !inContainer(pid) {
 			continue
 		}
-		cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
-		if err != nil || !strings.Contains(string(cg), id) {
-			continue
-		}
-		if found == 0 || pid < found {
-			found = pid
+		if ppid, ok := parentPid(pid); ok && !inContainer(ppid) {
+			return pid, nil
 		}
 	}
-	if found == 0 {
-		return 0, fmt.Errorf("pod %s: no process of container %s (%s) on the node", p.Name, container, id)
+	return 0, fmt.Errorf("pod %s: no init process of container %s (%s) on the node", p.Name, container, id)
+}
+
+// parentPid reads a process's parent from /proc/<pid>/stat (the field after the command, which
+// may itself hold spaces and parentheses).
+func parentPid(pid int) (int, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
 	}
-	return found, nil
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(string(b)[i+1:])
+	if len(f) < 2 {
+		return 0, false
+	}
+	ppid, err := strconv.Atoi(f[1])
+	return ppid, err == nil
 }

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
@@ -60,11 +59,9 @@ func (o Options) Validate() error {
 
 // Remounter puts a restored mount back into the running containers of a pod.
 type Remounter struct {
-	// pods serialises the passes of one pod: two passes planning on the same container at once
-	// would both see the dead mount, and the second would report the first's fix as
-	// target_changed. Passes of different pods (other containers, other namespaces) run at once:
-	// one incident of a volume shared by many pods remounts them in parallel.
-	pods    podLocks
+	// mu serialises passes: two passes planning on the same container at once would both see
+	// the dead mount, and the second would report the first's fix as target_changed.
+	mu      sync.Mutex
 	os      OS
 	rec     record.EventRecorder
 	clock   clock.PassiveClock
@@ -107,10 +104,8 @@ func (r *Remounter) Metrics() *Metrics { return r.metrics }
 // reported in Failed and does not stop the others; the error is for a request that could not be
 // worked on at all.
 func (r *Remounter) RemountInContainers(ctx context.Context, req RemountRequest) (RemountResult, error) {
-	if req.Pod != nil {
-		unlock := r.pods.lock(req.Pod.UID)
-		defer unlock()
-	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	start := r.clock.Now()
 	res := RemountResult{Failed: map[string]error{}}
 	if err := validate(&req); err != nil {
@@ -526,39 +521,4 @@ func (r *Remounter) fail(res *RemountResult, label, mountPoint string, err error
 	}
 	res.Failed[key] = err
 	r.metrics.Remounts.WithLabelValues("failure", Reason(err)).Inc()
-}
-
-// podLocks is a mutex per pod UID, dropped when nobody holds or waits for it.
-type podLocks struct {
-	mu    sync.Mutex
-	locks map[types.UID]*podLock
-}
-
-type podLock struct {
-	sync.Mutex
-	users int
-}
-
-// lock locks uid's mutex and returns its unlock.
-func (p *podLocks) lock(uid types.UID) (unlock func()) {
-	p.mu.Lock()
-	if p.locks == nil {
-		p.locks = map[types.UID]*podLock{}
-	}
-	l := p.locks[uid]
-	if l == nil {
-		l = &podLock{}
-		p.locks[uid] = l
-	}
-	l.users++
-	p.mu.Unlock()
-	l.Lock()
-	return func() {
-		l.Unlock()
-		p.mu.Lock()
-		if l.users--; l.users == 0 {
-			delete(p.locks, uid)
-		}
-		p.mu.Unlock()
-	}
 }

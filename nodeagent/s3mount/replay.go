@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -41,24 +40,13 @@ func (r *Restorer) replay(ctx context.Context, pv *corev1.PersistentVolume, ts [
 	if err := session.Restage(cctx); err != nil {
 		return err
 	}
-	// One worker per target (bounded): kubelet, too, publishes a volume for several pods at
-	// once, and a pod's target and containers come back without waiting for the other pods'.
-	var (
-		mu   sync.Mutex
-		errs []error
-	)
-	f := r.newFanout()
+	var errs []error
 	for _, t := range ts {
-		f.Go(func() {
-			if err := r.republish(cctx, session, t, before.Stack(t.path)); err != nil {
-				log.Error(err, "replaying NodePublishVolume", "pod", klogRef(t.pod), "path", t.path)
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-			}
-		})
+		if err := r.republish(cctx, session, t, before.Stack(t.path)); err != nil {
+			log.Error(err, "replaying NodePublishVolume", "pod", klogRef(t.pod), "path", t.path)
+			errs = append(errs, err)
+		}
 	}
-	f.Wait()
 	return errors.Join(errs...)
 }
 

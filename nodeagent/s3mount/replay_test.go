@@ -247,16 +247,17 @@ func TestBridgeFlapLimit(t *testing.T) {
 	started(5, "a death after a calm flap window: at once again")
 }
 
-// Many pods of one PV: each pod's containers are remounted right after its own target is bound
-// to the bridge (the pods side by side, TestRestorerRemountsPodsOfOneVolumeInParallel), never
-// before: a remount needs the live mount at the target.
-func TestBridgeBindsEachTargetBeforeRemountingItsPod(t *testing.T) {
+// Many pods of one PV: every target is bound to the bridge before the containers of any pod are
+// remounted, so the last pod's target does not wait for the other pods' remounts.
+func TestBridgeBindsEveryTargetBeforeRemounting(t *testing.T) {
 	w, target := replayWorld(t, false, podObj("app2", "uid-2", "data", false), podObj("app3", "uid-3", "data", false))
 	targets := []string{target, w.publish("uid-2", "pv-a"), w.publish("uid-3", "pv-a")}
 	var unbound []string
-	w.remount = &fakeRemounter{before: func(req nodeagent.RemountRequest) {
-		if top, _ := w.node.Table().Top(req.LivePath); top.Source != stack.FSName("pv-a") || !slices.Contains(targets, req.LivePath) {
-			unbound = append(unbound, req.LivePath)
+	w.remount = &fakeRemounter{before: func(nodeagent.RemountRequest) {
+		for _, tg := range targets {
+			if top, _ := w.node.Table().Top(tg); top.Source != stack.FSName("pv-a") && !slices.Contains(unbound, tg) {
+				unbound = append(unbound, tg)
+			}
 		}
 	}}
 	w.csi.Down = true
@@ -268,7 +269,7 @@ func TestBridgeBindsEachTargetBeforeRemountingItsPod(t *testing.T) {
 		t.Fatalf("remount requests %d, want one per pod (3)", n)
 	}
 	if len(unbound) > 0 {
-		t.Errorf("containers remounted while their targets %v were not bound to the bridge yet", unbound)
+		t.Errorf("containers remounted while targets %v were not bound to the bridge yet", unbound)
 	}
 	assertReasons(t, w.events, map[string]int{contract.ReasonMountBridged: 3})
 }

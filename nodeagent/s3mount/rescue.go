@@ -43,10 +43,6 @@ type Options struct {
 	// own namespace s3fs would lose its network (only lo is left) when the agent pod is deleted,
 	// and every read through the surviving bridge would hang. Empty: the agent's own namespace.
 	BridgeNetNS string
-	// Workers bounds the targets of one incident worked on at once (binds, replays, container
-	// remounts): each pod's target and containers are put back as soon as its own turn comes,
-	// not after every other pod of the PV.
-	Workers int
 }
 
 // NewOptions returns the defaults.
@@ -59,16 +55,12 @@ func NewOptions() Options {
 		QuickExit:      10 * time.Second,
 		BridgeCgroup:   "pvrescue/s3",
 		BridgeNetNS:    "/proc/1/ns/net",
-		Workers:        8,
 	}
 }
 
 // withDefaults fills zero fields from NewOptions.
 func (o Options) withDefaults() Options {
 	d := NewOptions()
-	if o.Workers == 0 {
-		o.Workers = d.Workers
-	}
 	for _, f := range []struct{ v, def *time.Duration }{
 		{&o.BackoffInitial, &d.BackoffInitial}, {&o.BackoffMax, &d.BackoffMax},
 		{&o.MountTimeout, &d.MountTimeout}, {&o.KillGrace, &d.KillGrace},
@@ -89,9 +81,6 @@ func (o Options) Validate() error {
 		if v < 0 {
 			errs = append(errs, fmt.Errorf("s3mount: Options.%s must not be negative, got %s", name, v))
 		}
-	}
-	if o.Workers < 0 {
-		errs = append(errs, fmt.Errorf("s3mount: Options.Workers must not be negative, got %d", o.Workers))
 	}
 	if g := o.BridgeCgroup; g != "" && (path.IsAbs(g) || path.Clean(g) != g || g == "." || strings.HasPrefix(g, "..")) {
 		errs = append(errs, fmt.Errorf("s3mount: Options.BridgeCgroup must be a clean relative path, got %q", g))

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -96,28 +95,22 @@ func (r *Restorer) restore(ctx context.Context, pvName string, ts []target) {
 		return
 	}
 	step("bridgeUpAt")
-	// Each target is bound, and its pod's containers remounted, on its own worker: a pod's
-	// window does not include the other pods' binds and remounts.
-	var mu sync.Mutex
-	f := r.newFanout()
-	for _, t := range bridgeable {
-		f.Go(func() {
-			dead, berr := r.bindTarget(ctx, bridgeMount, t)
-			if berr != nil {
-				r.metrics.Restores.WithLabelValues(MethodBridge, "failure").Inc()
-				r.failed([]target{t}, berr)
-				mu.Lock()
-				err = errors.Join(err, berr)
-				mu.Unlock()
-				return
-			}
-			if len(dead) > 0 {
-				r.remount(ctx, t, dead)
-			}
-		})
+	dead := make([][]stack.Mount, len(bridgeable))
+	for i, t := range bridgeable {
+		var berr error
+		if dead[i], berr = r.bindTarget(ctx, bridgeMount, t); berr != nil {
+			err = errors.Join(err, berr)
+			r.metrics.Restores.WithLabelValues(MethodBridge, "failure").Inc()
+			r.failed([]target{t}, berr)
+		}
 	}
-	f.Wait()
-	step("targetsDoneAt")
+	step("targetsBoundAt")
+	for i, t := range bridgeable {
+		if len(dead[i]) > 0 {
+			r.remount(ctx, t, dead[i])
+		}
+	}
+	step("containersDoneAt")
 	if driverDown {
 		// Counted even when some target failed: the s3fs was started (or kept) for this death.
 		r.bridgedForDriverDown(pvName)

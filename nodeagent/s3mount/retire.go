@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 
 	"github.com/go-logr/logr"
 
@@ -90,25 +89,18 @@ func (r *Restorer) retire(ctx context.Context, pvName string, ts []target) (move
 		}
 		return 0
 	}
-	var mu sync.Mutex
-	f := r.newFanout()
 	for _, t := range ts {
-		f.Go(func() {
-			if err := r.swap(cctx, session, t); err != nil {
-				log.Error(err, "moving a bridged target to the driver's mount; the bridge stays", "path", t.path)
-				r.metrics.Restores.WithLabelValues(MethodReplay, "failure").Inc()
-				if errors.Is(err, stack.ErrResultRefused) {
-					r.refused([]target{t}, err)
-					r.backoff(pvName) // the bridge serves meanwhile: ask the driver again later
-				}
-				return
+		if err := r.swap(cctx, session, t); err != nil {
+			log.Error(err, "moving a bridged target to the driver's mount; the bridge stays", "path", t.path)
+			r.metrics.Restores.WithLabelValues(MethodReplay, "failure").Inc()
+			if errors.Is(err, stack.ErrResultRefused) {
+				r.refused([]target{t}, err)
+				r.backoff(pvName) // the bridge serves meanwhile: ask the driver again later
 			}
-			mu.Lock()
-			moved++
-			mu.Unlock()
-		})
+			continue
+		}
+		moved++
 	}
-	f.Wait()
 	return moved
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -107,7 +108,18 @@ func e2ePlugin(ctx context.Context, o *Options, s *Section) error {
 	}
 	defer func() { _ = os.RemoveAll(tmp) }() // best effort: a temporary directory
 	out := filepath.Join(tmp, "result.json")
-	agentLog := filepath.Join(tmp, "window-agent.log")
+	// The agent's log of each window incident goes straight into the raw directory.
+	rawDir := o.RawDir
+	if !filepath.IsAbs(rawDir) {
+		rawDir = filepath.Join(o.Root, rawDir)
+	}
+	if err := os.MkdirAll(rawDir, 0o755); err != nil {
+		return err
+	}
+	agentLog := filepath.Join(rawDir, "e2e-window-agent.log")
+	if err := os.Remove(agentLog); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
 	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-tags", "e2e", "-run", "^$",
 		"-bench", "^"+e2eBenchName+"$", "-benchtime", "1x", "-timeout", "20m", "./scenarios/")
 	cmd.Dir = filepath.Join(o.Root, "e2e")
@@ -124,10 +136,9 @@ func e2ePlugin(ctx context.Context, o *Options, s *Section) error {
 		return errors.Join(fmt.Errorf("keep the output of go test -bench %s (in e2e/): %w", e2eBenchName, err), runErr)
 	}
 	// The agent's log of each window incident (absent when the matrix did not run).
-	if b, err := os.ReadFile(agentLog); err == nil {
-		if p, err := writeLog(o, "e2e-window-agent.log", string(b)); err == nil {
-			s.Notes = append(s.Notes, fmt.Sprintf("The agent's log of each window incident (its restore pass timings included): `%s`.", p))
-		}
+	if _, err := os.Stat(agentLog); err == nil {
+		s.Notes = append(s.Notes, fmt.Sprintf("The agent's log of each window incident (its restore pass timings included): `%s`.",
+			filepath.Join(o.RawDir, "e2e-window-agent.log")))
 	}
 	// The benchmark writes its result after every run and when it ends, failed or not.
 	var r pluginBenchResult

@@ -42,7 +42,7 @@ func (r *Restorer) discover(ctx context.Context) ([]target, map[string]bool) {
 	live := map[string]bool{}
 	var out []target
 	// A pod naming one claim in two volumes has one target (its path names the PV): it is
-	// listed once, so no two workers of an incident ever act on one path.
+	// listed once, so one incident never acts twice on one path.
 	seen := map[string]bool{}
 	for _, pod := range pods {
 		if pod.Spec.NodeName != r.d.NodeName || podGone(pod) {

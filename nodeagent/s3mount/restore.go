@@ -34,7 +34,12 @@ func (r *Restorer) restore(ctx context.Context, pvName string, ts []target) {
 		r.mu.Lock()
 		delete(r.inflight, pvName)
 		r.mu.Unlock()
-		log.Info("restore pass over", append([]any{"targets", len(ts)}, took...)...)
+		kv := append([]any{"targets", len(ts)}, took...)
+		if len(took) > 4 { // a bridge was made: worth a line; a pass that waits repeats every second
+			log.Info("restore pass over", kv...)
+		} else {
+			log.V(1).Info("restore pass over", kv...)
+		}
 	}()
 	// Read live along the chain (claim → PV naming that claim's UID): a replay or a bridge never
 	// uses a deleted PV's attributes, nor the cached copy of a PV recreated under the name.

@@ -33,4 +33,23 @@ type RemountResult struct {
 // has to restart after a FUSE loss. A nil ContainerRemounter in Deps means the feature is off.
 type ContainerRemounter interface {
 	RemountInContainers(ctx context.Context, req RemountRequest) (RemountResult, error)
+	// RemountPods does RemountInContainers for each request, in order, as one pass (one restore
+	// pass's pods): what does not depend on the pod is read once. One outcome per request.
+	RemountPods(ctx context.Context, reqs []RemountRequest) []RemountOutcome
+}
+
+// RemountOutcome is one request's answer in RemountPods: what RemountInContainers returns.
+type RemountOutcome struct {
+	Result RemountResult
+	Err    error
+}
+
+// RemountEach answers RemountPods with one RemountInContainers per request, for remounters
+// that share nothing between pods (stand-ins in tests and benchmarks).
+func RemountEach(ctx context.Context, r ContainerRemounter, reqs []RemountRequest) []RemountOutcome {
+	out := make([]RemountOutcome, len(reqs))
+	for i, req := range reqs {
+		out[i].Result, out[i].Err = r.RemountInContainers(ctx, req)
+	}
+	return out
 }

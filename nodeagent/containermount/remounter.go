@@ -104,47 +104,100 @@ func (r *Remounter) Metrics() *Metrics { return r.metrics }
 // reported in Failed and does not stop the others; the error is for a request that could not be
 // worked on at all.
 func (r *Remounter) RemountInContainers(ctx context.Context, req RemountRequest) (RemountResult, error) {
+	out := r.RemountPods(ctx, []RemountRequest{req})
+	return out[0].Result, out[0].Err
+}
+
+// RemountPods is RemountInContainers for each request, in order, as one pass: the node's
+// processes are listed and the agent's own mount table is read once for all of them, not once
+// per pod. A restore pass puts one volume back for every pod of the node, and those two reads
+// (every process's cgroup; a table as long as the node has mounts) were most of each pod's
+// share of the time the last pod waits. The snapshot is taken after the caller restored the
+// host targets, as one pod's was: a container started after that binds the live target, and a
+// process that exits or a pid reused afterwards is caught where the namespace is entered (its
+// inode and owner checked on the descriptor). One outcome per request, in the same order.
+func (r *Remounter) RemountPods(ctx context.Context, reqs []RemountRequest) []RemountOutcome {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	start := r.clock.Now()
-	res := RemountResult{Failed: map[string]error{}}
-	if err := validate(&req); err != nil {
-		return res, err
+	out := make([]RemountOutcome, len(reqs))
+	uids := map[string]bool{}
+	for i := range reqs {
+		out[i].Result = RemountResult{Failed: map[string]error{}}
+		if out[i].Err = validate(&reqs[i]); out[i].Err == nil {
+			uids[NormalizeUID(string(reqs[i].Pod.UID))] = true
+		}
 	}
+	if len(uids) == 0 {
+		return out
+	}
+	n, err := r.snapshot(uids)
+	for i, req := range reqs {
+		if out[i].Err != nil {
+			continue
+		}
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		out[i].Result, out[i].Err = r.remountPod(ctx, req, n, start)
+	}
+	return out
+}
+
+// node is what one pass reads once: the agent's own pid, namespaces and mount table, the
+// host's mount namespace, and the processes of the pods asked about, by normalised pod UID.
+type node struct {
+	self             int
+	selfNS, selfUser uint64
+	hostNS           uint64
+	table            MountTable
+	procs            map[string][]Proc
+}
+
+func (r *Remounter) snapshot(uids map[string]bool) (node, error) {
+	n := node{self: r.os.Proc.Self()}
+	if n.self == 1 {
+		return n, ErrNoHostPID
+	}
+	content, err := r.os.Proc.MountInfo(n.self)
+	if err != nil {
+		return n, fmt.Errorf("own mountinfo: %w", err)
+	}
+	if n.table, err = ParseMountInfo(content); err != nil {
+		return n, fmt.Errorf("own mountinfo: %w", err)
+	}
+	if n.selfNS, err = r.os.Proc.MountNS(n.self); err != nil {
+		return n, fmt.Errorf("own mount namespace: %w", err)
+	}
+	n.selfUser, _ = r.os.Proc.UserNS(n.self)
+	n.hostNS, _ = r.os.Proc.MountNS(1) // without hostPID, pid 1 is our own container's
+	n.procs, err = r.podProcs(uids)
+	return n, err
+}
+
+func (r *Remounter) remountPod(ctx context.Context, req RemountRequest, n node, start time.Time) (RemountResult, error) {
+	res := RemountResult{Failed: map[string]error{}}
 	pod := req.Pod
 	log := logr.FromContextOrDiscard(ctx).WithName("containermount").WithValues(
 		"pod", pod.Namespace+"/"+pod.Name, "device", req.DeadDevice, "livePath", req.LivePath)
-
-	self := r.os.Proc.Self()
-	if self == 1 {
-		return res, ErrNoHostPID
-	}
-	live, err := r.liveMount(self, req)
+	live, err := liveMount(n.table, req)
 	if err != nil {
 		return res, err
 	}
-	selfNS, err := r.os.Proc.MountNS(self)
-	if err != nil {
-		return res, fmt.Errorf("own mount namespace: %w", err)
-	}
-	selfUser, _ := r.os.Proc.UserNS(self)
-	hostNS, _ := r.os.Proc.MountNS(1) // without hostPID, pid 1 is our own container's
-	procs, err := r.podProcs(string(pod.UID))
-	if err != nil {
-		return res, err
-	}
+	procs := n.procs[NormalizeUID(string(pod.UID))]
 	names := containerNames(pod)
-	runtimeProcs, foreign := r.runtimeInits(procs, selfUser, pod.Spec.HostUsers == nil || *pod.Spec.HostUsers)
+	runtimeProcs, foreign := r.runtimeInits(procs, n.selfUser, pod.Spec.HostUsers == nil || *pod.Spec.HostUsers)
 	var fixedLabels []string
-	for _, ns := range GroupByNamespace(runtimeProcs, string(pod.UID), selfNS, hostNS) {
+	for _, ns := range GroupByNamespace(runtimeProcs, string(pod.UID), n.selfNS, n.hostNS) {
 		label := nsLabel(ns, names)
 		spec, identified := SpecMounts(pod, nsNames(ns, names))
-		fixed := r.fixNamespace(ctx, log, req, live, ns, label, selfUser, nsSpec{spec, identified}, &res)
+		fixed := r.fixNamespace(ctx, log, req, live, ns, label, n.selfUser, nsSpec{spec, identified}, &res)
 		if fixed && !contains(fixedLabels, label) {
 			fixedLabels = append(fixedLabels, label)
 		}
 	}
-	r.skipForeign(log, req, live, foreign, names, &res, selfNS, hostNS)
+	r.skipForeign(log, req, live, foreign, names, &res, n.selfNS, n.hostNS)
 	r.report(pod, res, fixedLabels, start)
 	log.V(1).Info("remount pass done", "fixed", res.Fixed, "failed", len(res.Failed), "untouched", res.Untouched)
 	return res, nil
@@ -167,17 +220,9 @@ func validate(req *RemountRequest) error {
 	return nil
 }
 
-// liveMount returns the mount a lookup of LivePath reaches in our own namespace, which must not
-// be the dead connection.
-func (r *Remounter) liveMount(self int, req RemountRequest) (Mount, error) {
-	content, err := r.os.Proc.MountInfo(self)
-	if err != nil {
-		return Mount{}, fmt.Errorf("own mountinfo: %w", err)
-	}
-	table, err := ParseMountInfo(content)
-	if err != nil {
-		return Mount{}, fmt.Errorf("own mountinfo: %w", err)
-	}
+// liveMount returns the mount a lookup of LivePath reaches in the agent's own table, which must
+// not be the dead connection.
+func liveMount(table MountTable, req RemountRequest) (Mount, error) {
 	live, ok := table.Reach(req.LivePath)
 	if !ok || live.MountPoint != req.LivePath {
 		return Mount{}, fmt.Errorf("%w: nothing mounted at %s", ErrNotRestored, req.LivePath)
@@ -188,22 +233,21 @@ func (r *Remounter) liveMount(self int, req RemountRequest) (Mount, error) {
 	return live, nil
 }
 
-// podProcs lists the processes in the pod's cgroup. Processes that end while being read are
-// skipped: they are not the pod's any more.
-func (r *Remounter) podProcs(podUID string) ([]Proc, error) {
+// podProcs lists the processes in the cgroups of the pods uids names (normalised UIDs), by pod
+// UID. Processes that end while being read are skipped: they are not the pod's any more.
+func (r *Remounter) podProcs(uids map[string]bool) (map[string][]Proc, error) {
 	pids, err := r.os.Proc.Pids()
 	if err != nil {
 		return nil, fmt.Errorf("list processes: %w", err)
 	}
-	want := NormalizeUID(podUID)
-	var out []Proc
+	out := map[string][]Proc{}
 	for _, pid := range pids {
 		cg, err := r.os.Proc.Cgroup(pid)
 		if err != nil {
 			continue
 		}
 		info, ok := ParseCgroup(cg)
-		if !ok || info.PodUID != want {
+		if !ok || !uids[info.PodUID] {
 			continue
 		}
 		mnt, err := r.os.Proc.MountNS(pid)
@@ -222,7 +266,7 @@ func (r *Remounter) podProcs(podUID string) ([]Proc, error) {
 		if u, parent, err := r.os.Proc.UserNSParent(pid); err == nil && u == user {
 			p.UserNSParent = parent
 		}
-		out = append(out, p)
+		out[info.PodUID] = append(out[info.PodUID], p)
 	}
 	return out, nil
 }

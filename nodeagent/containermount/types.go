@@ -11,4 +11,7 @@ type RemountRequest = nodeagent.RemountRequest
 // status matches; Untouched counts container mount points of the volume already on a live mount.
 type RemountResult = nodeagent.RemountResult
 
+// RemountOutcome is one request's answer in RemountPods.
+type RemountOutcome = nodeagent.RemountOutcome
+
 var _ nodeagent.ContainerRemounter = (*Remounter)(nil)

@@ -89,6 +89,10 @@ type standIn struct {
 	proc *os.Process
 }
 
+func (n *nodeRemounter) RemountPods(ctx context.Context, reqs []nodeagent.RemountRequest) []nodeagent.RemountOutcome {
+	return nodeagent.RemountEach(ctx, n, reqs)
+}
+
 func (n *nodeRemounter) RemountInContainers(ctx context.Context, req nodeagent.RemountRequest) (nodeagent.RemountResult, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()

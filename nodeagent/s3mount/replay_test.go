@@ -248,7 +248,8 @@ func TestBridgeFlapLimit(t *testing.T) {
 }
 
 // Many pods of one PV: every target is bound to the bridge before the containers of any pod are
-// remounted, so the last pod's target does not wait for the other pods' remounts.
+// remounted, so the last pod's target does not wait for the other pods' remounts, and the
+// containers of all pods are remounted in one pass.
 func TestBridgeBindsEveryTargetBeforeRemounting(t *testing.T) {
 	w, target := replayWorld(t, false, podObj("app2", "uid-2", "data", false), podObj("app3", "uid-3", "data", false))
 	targets := []string{target, w.publish("uid-2", "pv-a"), w.publish("uid-3", "pv-a")}
@@ -267,6 +268,11 @@ func TestBridgeBindsEveryTargetBeforeRemounting(t *testing.T) {
 	w.start()
 	if n := len(w.remount.reqs); n != 3 {
 		t.Fatalf("remount requests %d, want one per pod (3)", n)
+	}
+	// One remounter pass for the three pods: the node's processes and the agent's mount table
+	// are read once, not once per pod.
+	if fmt.Sprint(w.remount.passes) != "[3]" {
+		t.Errorf("remounter passes with %v requests, want one pass of 3", w.remount.passes)
 	}
 	if len(unbound) > 0 {
 		t.Errorf("containers remounted while targets %v were not bound to the bridge yet", unbound)

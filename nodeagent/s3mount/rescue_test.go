@@ -554,6 +554,8 @@ func TestRestorerKeepsStagingWhileALivePodHasItsBind(t *testing.T) {
 type fakeRemounter struct {
 	mu   sync.Mutex
 	reqs []nodeagent.RemountRequest
+	// passes is the number of requests of each RemountPods call.
+	passes []int
 	// before, when set, runs at each request (before it is recorded).
 	before func(req nodeagent.RemountRequest)
 }
@@ -566,4 +568,11 @@ func (f *fakeRemounter) RemountInContainers(_ context.Context, req nodeagent.Rem
 	}
 	f.reqs = append(f.reqs, req)
 	return nodeagent.RemountResult{Fixed: []string{"app"}}, nil
+}
+
+func (f *fakeRemounter) RemountPods(ctx context.Context, reqs []nodeagent.RemountRequest) []nodeagent.RemountOutcome {
+	f.mu.Lock()
+	f.passes = append(f.passes, len(reqs))
+	f.mu.Unlock()
+	return nodeagent.RemountEach(ctx, f, reqs)
 }

@@ -110,11 +110,13 @@ func (r *Restorer) restore(ctx context.Context, pvName string, ts []target) {
 		}
 	}
 	step("targetsBoundAt")
+	ds := make([]deadAt, 0, len(bridgeable))
 	for i, t := range bridgeable {
 		if len(dead[i]) > 0 {
-			r.remount(ctx, t, dead[i])
+			ds = append(ds, deadAt{t, dead[i]})
 		}
 	}
+	r.remountAll(ctx, ds)
 	step("containersDoneAt")
 	if driverDown {
 		// Counted even when some target failed: the s3fs was started (or kept) for this death.

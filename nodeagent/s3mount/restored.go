@@ -57,24 +57,45 @@ func (r *Restorer) record(ctx context.Context, t target, method, reason string, 
 		"S3 volume %s mounted again (%s%s)", t.pv, how, map[bool]string{true: ", read-only", false: ""}[ro])
 }
 
+// deadAt is one restored target and the dead mounts its pod's running containers may still hold.
+type deadAt struct {
+	t    target
+	dead []stack.Mount
+}
+
 // remount asks the container remounter (when configured) to move the pod's running containers
 // from each dead mount onto the live one at the target, and reports the result.
 func (r *Restorer) remount(ctx context.Context, t target, dead []stack.Mount) {
+	r.remountAll(ctx, []deadAt{{t, dead}})
+}
+
+// remountAll is remount for several restored targets in one remounter pass (RemountPods): what
+// does not depend on the pod (the node's processes, the agent's mount table) is read once.
+func (r *Restorer) remountAll(ctx context.Context, ds []deadAt) {
 	if r.d.Remounter == nil {
 		return
 	}
+	var reqs []nodeagent.RemountRequest
+	var of []target
+	for _, d := range ds {
+		for _, m := range d.dead {
+			reqs = append(reqs, nodeagent.RemountRequest{Pod: d.t.pod, DeadDevice: m.Dev, DeadRoot: m.Root, LivePath: d.t.path})
+			of = append(of, d.t)
+		}
+	}
+	if len(reqs) == 0 {
+		return
+	}
 	log := logr.FromContextOrDiscard(ctx)
-	for _, m := range dead {
-		res, err := r.d.Remounter.RemountInContainers(ctx, nodeagent.RemountRequest{
-			Pod: t.pod, DeadDevice: m.Dev, DeadRoot: m.Root, LivePath: t.path,
-		})
-		if err != nil {
-			log.Error(err, "remounting in containers", "pod", klogRef(t.pod), "pv", t.pv, "deadDevice", m.Dev)
+	for i, o := range r.d.Remounter.RemountPods(ctx, reqs) {
+		t, res, dev := of[i], o.Result, reqs[i].DeadDevice
+		if o.Err != nil {
+			log.Error(o.Err, "remounting in containers", "pod", klogRef(t.pod), "pv", t.pv, "deadDevice", dev)
 			r.d.Recorder.Eventf(t.pod, corev1.EventTypeWarning, contract.ReasonContainersRemounted,
-				"S3 volume %s: could not put the restored mount into running containers: %v", t.pv, err)
+				"S3 volume %s: could not put the restored mount into running containers: %v", t.pv, o.Err)
 			continue
 		}
-		log.Info("remounted in containers", "pod", klogRef(t.pod), "pv", t.pv, "deadDevice", m.Dev,
+		log.Info("remounted in containers", "pod", klogRef(t.pod), "pv", t.pv, "deadDevice", dev,
 			"fixed", res.Fixed, "failed", len(res.Failed), "untouched", res.Untouched)
 		if len(res.Fixed) > 0 || len(res.Failed) > 0 {
 			typ := corev1.EventTypeNormal

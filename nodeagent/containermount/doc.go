@@ -8,7 +8,9 @@
 // After s3mount has restored a pod's target on the host (a new mount of the volume at the
 // target: stacked on the dead one today, or replaced beneath it with internal/mountreplace), it
 // calls RemountInContainers with the pod, the dead connection's "major:minor" and the target.
-// The Remounter then:
+// A bridge made for a PV restores every pod's target first and then asks once for all the
+// pods (RemountPods): the node's processes are listed and the agent's own mount table read once
+// per such pass, not once per pod. For each pod the Remounter then:
 //
 //  1. reads its own mount table and refuses unless the target's top mount is live;
 //  2. finds the pod's processes by the pod UID in /proc/<pid>/cgroup (cgroupfs and systemd

@@ -58,7 +58,8 @@
 //   - the fresh directory is then unmounted (lazily) by the agent and removed: the driver's FUSE
 //     connection lives on in the bind at kubelet's path, served by the driver's own process;
 //   - the container remounter (nodeagent.ContainerRemounter, when configured) is asked to move
-//     running containers from the dead device to the live target.
+//     running containers from the dead device to the live target (a bridge pass asks once for
+//     all the PV's pods, after every target is bound: RemountPods).
 //
 // # Paths the driver can see
 //

@@ -83,8 +83,7 @@ func (r *Rules) DropOurTops(ctx context.Context, path string) error {
 // mount at path), or — without a Replacer, or where the kernel refuses — on top of it. Stacks
 // stay bounded either way: dead mounts of ours at path (left by stacking, or by agents before
 // replacing) are removed first, so it never holds more than the driver's dead mount plus one
-// live mount. The mount put at path is recorded as ours (Placed). ok=false (and nothing done)
-// when path is not mounted or answers again. It returns
+// live mount. ok=false (and nothing done) when path is not mounted or answers again. It returns
 // the dead mounts running containers may still hold, and whether the new mount is read-only
 // (readOnly, or the mount it covers is).
 func (r *Rules) Cover(ctx context.Context, source, path string, readOnly bool, accept func(Table) Check) (dead []Mount, ro, ok bool, err error) {
@@ -100,10 +99,7 @@ func (r *Rules) Cover(ctx context.Context, source, path string, readOnly bool, a
 	if !IsDead(serr) {
 		return nil, false, false, nil // healthy again, hung or unknown: never stack onto it
 	}
-	// The table just read serves the check of source too: one read of a table as long as the
-	// node has mounts, per target of a pass, is what binding many pods costs.
-	src, err := r.checkIn(ctx, table, source, accept(table))
-	if err != nil {
+	if _, err := r.Check(ctx, source, accept(table)); err != nil {
 		return nil, false, false, err
 	}
 	for {
@@ -150,11 +146,6 @@ func (r *Rules) Cover(ctx context.Context, source, path string, readOnly bool, a
 	}
 	if err := r.statfs(ctx, path); err != nil {
 		return nil, false, false, fmt.Errorf("%w: bind at %s does not answer: %w", ErrMount, path, err)
-	}
-	// What is now on top at path is a mount of source's (a bind or a clone: the same
-	// filesystem, so the same device), recorded without reading the table again.
-	if err := r.Placed.Put(path, src.Dev); err != nil {
-		log.Error(err, "recording the mount put at a kubelet path", "path", path, "source", source)
 	}
 	return dead, ro, true, nil
 }

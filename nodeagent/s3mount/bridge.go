@@ -3,6 +3,7 @@ package s3mount
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -30,14 +31,21 @@ func (r *Restorer) bindTarget(ctx context.Context, bridgeMount string, t target)
 }
 
 // resolve turns the PV (read live along the chain by the caller) and its credentials secret
-// (the PV's own references only, always read live) into what s3fs needs.
-func (r *Restorer) resolve(ctx context.Context, pv *corev1.PersistentVolume) (s3fs.Volume, s3fs.Credentials, error) {
+// (the PV's own references only, always read live) into what s3fs needs. pre, when not nil, is
+// the secret read live at the start of the pass (prefetchSecret): used only when it is the one
+// this PV names.
+func (r *Restorer) resolve(ctx context.Context, pv *corev1.PersistentVolume, pre *prefetched) (s3fs.Volume, s3fs.Credentials, error) {
 	vol, err := s3fs.ResolveVolume(pv, r.cfg.S3.Parameters, r.cfg.S3.Profile(pv.Spec.CSI.Driver))
 	if err != nil {
 		return s3fs.Volume{}, s3fs.Credentials{}, err
 	}
 	ref := vol.SecretRef
-	secret, err := r.d.View.Secret(ctx, ref.Namespace, ref.Name)
+	var secret *corev1.Secret
+	if pre != nil && pre.ref == *ref {
+		secret, err = pre.secret, pre.err
+	} else {
+		secret, err = r.d.View.Secret(ctx, ref.Namespace, ref.Name)
+	}
 	if apierrors.IsNotFound(err) {
 		return s3fs.Volume{}, s3fs.Credentials{}, fmt.Errorf("%w: %s/%s", csiclient.ErrSecretNotFound, ref.Namespace, ref.Name)
 	}
@@ -49,4 +57,41 @@ func (r *Restorer) resolve(ctx context.Context, pv *corev1.PersistentVolume) (s3
 		return s3fs.Volume{}, s3fs.Credentials{}, err
 	}
 	return vol, creds, nil
+}
+
+// prefetched is a credentials secret read live at the start of a restore pass.
+type prefetched struct {
+	ref    corev1.SecretReference
+	secret *corev1.Secret
+	err    error
+}
+
+// prefetchSecret starts the live read of the secret the PV names for a bridge, as discovery
+// read it (the view's copy), beside the pass's live read of the claim chain: both are round
+// trips to the API server, tens of ms each on a busy control plane, and a bridge for a driver
+// that does not answer waited for them in turn. The answer is used only if the PV read live
+// names the same secret (resolve); it costs one GET per incident that is not bridged. The
+// returned func waits for the read (nil: nothing was read).
+func (r *Restorer) prefetchSecret(ctx context.Context, ts []target) func() *prefetched {
+	none := func() *prefetched { return nil }
+	if len(ts) == 0 || ts[0].cached == nil || ts[0].cached.Spec.CSI == nil {
+		return none
+	}
+	pv := ts[0].cached
+	vol, err := s3fs.ResolveVolume(pv, r.cfg.S3.Parameters, r.cfg.S3.Profile(pv.Spec.CSI.Driver))
+	if err != nil || vol.SecretRef == nil {
+		return none
+	}
+	ref := *vol.SecretRef
+	done := make(chan *prefetched, 1)
+	go func() {
+		secret, err := r.d.View.Secret(ctx, ref.Namespace, ref.Name)
+		done <- &prefetched{ref: ref, secret: secret, err: err}
+	}()
+	var once sync.Once
+	var got *prefetched
+	return func() *prefetched {
+		once.Do(func() { got = <-done })
+		return got
+	}
 }

@@ -28,6 +28,9 @@ type target struct {
 	terminating bool
 	// staging is kubelet's staging path of the volume (used when its driver stages).
 	staging string
+	// cached is the PV as discovery read it from the view (never used to mount: a restore reads
+	// the chain live; only to start reading what it will need early, prefetchSecret).
+	cached *corev1.PersistentVolume
 }
 
 // discover lists this node's S3 volume targets and the UIDs of its live pods, reading PVs and
@@ -101,7 +104,7 @@ func (r *Restorer) discover(ctx context.Context) ([]target, map[string]bool) {
 			ro := (vol.PersistentVolumeClaim != nil && vol.PersistentVolumeClaim.ReadOnly) || pv.Spec.CSI.ReadOnly || slices.Contains(pv.Spec.MountOptions, "ro")
 			// A terminating pod keeps its mounts while its containers run, but gets no new restores.
 			seen[path] = true
-			out = append(out, target{pod: pod, claim: claim, pv: pv.Name, driver: pv.Spec.CSI.Driver, path: path, readOnly: ro, terminating: pod.DeletionTimestamp != nil,
+			out = append(out, target{pod: pod, claim: claim, pv: pv.Name, driver: pv.Spec.CSI.Driver, path: path, readOnly: ro, terminating: pod.DeletionTimestamp != nil, cached: pv,
 				staging: csiclient.KubeletStagingPath(r.cfg.KubeletDir, pv.Spec.CSI.Driver, pv.Spec.CSI.VolumeHandle)})
 		}
 	}

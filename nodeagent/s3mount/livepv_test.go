@@ -1,9 +1,11 @@
 package s3mount
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
@@ -37,7 +39,12 @@ func TestRestorerReadsASharedClaimOnce(t *testing.T) {
 		w.node.KillMount(tg)
 	}
 	claims, pvs = w.view.Reads("PersistentVolumeClaim"), w.view.Reads("PersistentVolume")
+	secrets := w.view.Reads("Secret")
 	w.sync()
+	// The credentials were read beside the claim chain, and that read is the one the bridge used.
+	if got := w.view.Reads("Secret") - secrets; got != 1 {
+		t.Errorf("the bridged incident read the credentials secret %d times, want once (the read started with the pass)", got)
+	}
 	if got := w.view.Reads("PersistentVolumeClaim") - claims - passClaims; got != 1 {
 		t.Errorf("the restore read the shared claim %d times, want once", got)
 	}
@@ -52,4 +59,26 @@ func TestRestorerReadsASharedClaimOnce(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// A secret read at the start of the pass serves the bridge only when the PV read live names
+// that same secret: one read for a PV whose reference changed is never used for it.
+func TestResolveUsesAPrefetchedSecretOnlyForThePVsOwn(t *testing.T) {
+	w := newWorld(t, sharedClaim(1)...)
+	w.start()
+	pv := pvObj("pv-a", testDriver, false)
+	wrong := secretObj("creds", map[string]string{"accessKeyID": "AKOTHER", "secretAccessKey": "SKOTHER", "endpoint": "http://s3.local:9000"})
+	other := &prefetched{ref: corev1.SecretReference{Namespace: "default", Name: "old-creds"}, secret: wrong}
+	_, creds, err := w.r.resolve(w.ctx, pv, other)
+	if err != nil || creds.AccessKeyID != "AKUNIT" {
+		t.Errorf("with another secret prefetched: creds %q, %v; want the PV's own secret read live (AKUNIT)", creds.AccessKeyID, err)
+	}
+	same := &prefetched{ref: corev1.SecretReference{Namespace: "default", Name: "creds"}, secret: wrong}
+	if _, creds, err = w.r.resolve(w.ctx, pv, same); err != nil || creds.AccessKeyID != "AKOTHER" {
+		t.Errorf("with the PV's own secret prefetched: creds %q, %v; want the prefetched copy (AKOTHER)", creds.AccessKeyID, err)
+	}
+	gone := &prefetched{ref: corev1.SecretReference{Namespace: "default", Name: "creds"}, err: errors.New("boom")}
+	if _, _, err = w.r.resolve(w.ctx, pv, gone); err == nil {
+		t.Error("a failed prefetch of the PV's own secret was not reported")
+	}
 }

@@ -43,6 +43,7 @@ func (r *Restorer) restore(ctx context.Context, pvName string, ts []target) {
 	}()
 	// Read live along the chain (claim → PV naming that claim's UID): a replay or a bridge never
 	// uses a deleted PV's attributes, nor the cached copy of a PV recreated under the name.
+	secret := r.prefetchSecret(ctx, ts)
 	pv, err := r.livePV(ctx, pvName, ts)
 	step("pvReadAt")
 	driverDown := false
@@ -92,7 +93,7 @@ func (r *Restorer) restore(ctx context.Context, pvName string, ts []target) {
 		return
 	}
 	bridgeMount := r.layout.MountPoint(pvName)
-	if serr := r.bridges.Ensure(ctx, pvName, func(ctx context.Context) (s3fs.Volume, s3fs.Credentials, error) { return r.resolve(ctx, pv) }); serr != nil {
+	if serr := r.bridges.Ensure(ctx, pvName, func(ctx context.Context) (s3fs.Volume, s3fs.Credentials, error) { return r.resolve(ctx, pv, secret()) }); serr != nil {
 		log.Error(serr, "restore failed", "reason", Reason(serr))
 		r.metrics.Restores.WithLabelValues(MethodBridge, "failure").Inc()
 		r.failed(bridgeable, serr)

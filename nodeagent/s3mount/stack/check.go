@@ -65,7 +65,16 @@ func CheckFor(table Table, dst, profileFUSEType string) Check {
 // candidate mount, or a *ResultError; the caller then binds nothing and leaves the dead mount
 // where it is.
 func (r *Rules) Check(ctx context.Context, source string, c Check) (Mount, error) {
-	m, err := r.inspect(ctx, source, c)
+	table, err := r.Mounter.MountTable()
+	if err != nil {
+		return Mount{}, err
+	}
+	return r.checkIn(ctx, table, source, c)
+}
+
+// checkIn is Check on a mount table the caller has just read.
+func (r *Rules) checkIn(ctx context.Context, table Table, source string, c Check) (Mount, error) {
+	m, err := r.inspect(ctx, table, source, c)
 	result := ResultOK
 	var re *ResultError
 	if errors.As(err, &re) {
@@ -82,11 +91,7 @@ func (r *Rules) Check(ctx context.Context, source string, c Check) (Mount, error
 	return m, err
 }
 
-func (r *Rules) inspect(ctx context.Context, source string, c Check) (Mount, error) {
-	table, err := r.Mounter.MountTable()
-	if err != nil {
-		return Mount{}, err
-	}
+func (r *Rules) inspect(ctx context.Context, table Table, source string, c Check) (Mount, error) {
 	refuse := func(reason, format string, args ...any) (Mount, error) {
 		return Mount{}, &ResultError{Reason: reason, Path: source, Detail: fmt.Sprintf(format, args...)}
 	}

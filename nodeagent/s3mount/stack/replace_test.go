@@ -27,9 +27,10 @@ type replaceMounter struct {
 	table    Table
 	binds    []string
 	replaced *bool
+	reads    int
 }
 
-func (m *replaceMounter) MountTable() (Table, error) { return m.table, nil }
+func (m *replaceMounter) MountTable() (Table, error) { m.reads++; return m.table, nil }
 func (m *replaceMounter) Bind(source, target string, ro bool) error {
 	m.binds = append(m.binds, fmt.Sprintf("%s->%s ro=%v", source, target, ro))
 	*m.replaced = true
@@ -100,6 +101,11 @@ func TestCoverReplacesTheDeadMount(t *testing.T) {
 			}
 			if len(dead) != 1 || dead[0].ID != 41 {
 				t.Errorf("dead %+v, want mount 41 (containers still hold it)", dead)
+			}
+			// The source is checked on the table Cover read: each read of a long table waits
+			// for the kernel's mount lock while kubelet and the runtime hold it.
+			if m.reads != 1 {
+				t.Errorf("mount table read %d times, want once", m.reads)
 			}
 			if got := counterOf(t, metrics, tc.res); got != 1 {
 				t.Errorf("pvrescue_mount_replace_total{%s,%q} = %v, want 1", tc.res.Mode, tc.res.Reason, got)

@@ -99,7 +99,10 @@ func (r *Rules) Cover(ctx context.Context, source, path string, readOnly bool, a
 	if !IsDead(serr) {
 		return nil, false, false, nil // healthy again, hung or unknown: never stack onto it
 	}
-	if _, err := r.Check(ctx, source, accept(table)); err != nil {
+	// The table just read serves the check of source too: every read of a table as long as the
+	// node has mounts waits for the kernel's mount lock, which kubelet and the runtime hold
+	// while the plugin's pod goes down, and a pass reads it several times per target.
+	if _, err := r.checkIn(ctx, table, source, accept(table)); err != nil {
 		return nil, false, false, err
 	}
 	for {

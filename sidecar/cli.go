@@ -29,9 +29,16 @@ type Env struct {
 	Executable func() (string, error)
 }
 
-// NewEnv returns the environment of the real process.
+// NewEnv returns the environment of the real process: the helper's probe calls statfs in child
+// processes of itself (see ChildStatfs).
 func NewEnv() *Env {
-	return &Env{Deps: RealDeps(), Stdout: os.Stdout, Stderr: os.Stderr, Environ: os.Environ(), Executable: os.Executable}
+	deps := RealDeps()
+	self, err := os.Executable() // its own name, not "exe", in ps and in /proc/<pid>/comm
+	if err != nil {
+		self = "/proc/self/exe"
+	}
+	deps.ProbeMounts = ChildStatfs{Exe: self, Fallback: deps.Mounts}
+	return &Env{Deps: deps, Stdout: os.Stdout, Stderr: os.Stderr, Environ: os.Environ(), Executable: os.Executable}
 }
 
 // Invocation is a parsed command line: the subcommand and its options (one of *InstallOptions,
@@ -79,6 +86,13 @@ func Parse(args []string, out io.Writer) (Invocation, error) {
 	case contract.CmdProbe:
 		o := NewProbeOptions()
 		opts, setArgs = o, func(a []string) { o.Paths = a }
+	case cmdStatfs:
+		o := &statfsOptions{}
+		opts, setArgs = o, func(a []string) {
+			if len(a) == 1 {
+				o.Path = a[0]
+			}
+		}
 	case "-h", "-help", "--help", "help":
 		say(out, "%s", usage)
 		return Invocation{}, flag.ErrHelp
@@ -117,6 +131,8 @@ func Run(ctx context.Context, inv Invocation, env *Env) int {
 		return RunExec(o, env)
 	case *ProbeOptions:
 		return RunProbe(ctx, o, env)
+	case *statfsOptions:
+		return runStatfs(o, env)
 	default:
 		say(env.Stderr, "pvrescue: nothing to run for %q\n", inv.Command)
 		return ExitError

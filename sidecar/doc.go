@@ -38,5 +38,8 @@
 //	    "PATH: reason (ERRNO)" per path and exits 1 when a path failed (a dead mount: ENOTCONN,
 //	    EIO, ...), 0 otherwise. A statfs stuck on a hung FUSE mount is abandoned and reported, but
 //	    does not fail the probe: a restarted container would get the same hung mount (the node
-//	    agent reports it, MountHung, and may abort it, s3.abortHungAfter).
+//	    agent reports it, MountHung, and may abort it, s3.abortHungAfter). Each statfs runs in a
+//	    child process of the helper (`pvrescue-sidecar statfs PATH`, internal): a daemon that
+//	    has read the request and hangs holds its caller beyond SIGKILL, and were the caller a
+//	    thread of the probe, the probe could not exit and kubelet would count a timeout.
 package sidecar

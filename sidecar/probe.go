@@ -58,7 +58,9 @@ type ProbeResult struct {
 
 // Probe calls statfs on every path concurrently and waits at most timeout in total. A path whose
 // statfs has not returned by then gets ErrProbeTimeout; its goroutine is abandoned (a syscall on
-// a hung FUSE mount cannot be cancelled) and dies with the process. Results keep the order of paths.
+// a hung FUSE mount cannot be cancelled). With the in-process Statfser the abandoned call can
+// keep the process from exiting (see ChildStatfs); the helper uses ChildStatfs. Results keep the
+// order of paths.
 func Probe(ctx context.Context, m Statfser, paths []string, timeout time.Duration) []ProbeResult {
 	type done struct {
 		i   int
@@ -140,7 +142,11 @@ func DescribeError(err error) string {
 // RunProbe runs the probe and prints the result; 1 when a mount failed (dead, gone), 0
 // otherwise — a hung mount included (see Healthy).
 func RunProbe(ctx context.Context, o *ProbeOptions, env *Env) int {
-	rs := Probe(ctx, env.Deps.Mounts, o.Paths, o.Timeout)
+	mounts := env.Deps.ProbeMounts
+	if mounts == nil {
+		mounts = env.Deps.Mounts
+	}
+	rs := Probe(ctx, mounts, o.Paths, o.Timeout)
 	say(env.Stdout, "%s", FormatProbe(rs))
 	if Healthy(rs) {
 		return 0

@@ -5,11 +5,12 @@ package sidecar
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -70,15 +71,13 @@ func TestProbeS3fsStoppedThenKilled(t *testing.T) {
 	t.Logf("probe of a healthy s3fs mount: %s", res.took)
 
 	t.Run("daemon stopped: timeout", func(t *testing.T) {
-		if err := m.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-			t.Fatal(err)
-		}
-		resumed := false
-		defer func() {
-			if !resumed {
-				_ = m.Cmd.Process.Signal(syscall.SIGCONT)
-			}
-		}()
+		// Every thread of s3fs stopped before the probe asks: the statfs stays queued, unread,
+		// and the probe's process can exit while it waits (see testenv.StopProcess).
+		resume := testenv.StopProcess(t, m.Cmd.Process.Pid)
+		// Should the helper still wait unkillably, s3fs runs again after 20 s: the helper then
+		// returns (and fails the timing check below) instead of hanging the package's run.
+		watchdog := time.AfterFunc(20*time.Second, resume)
+		defer watchdog.Stop()
 		res := runHelper(t, bin, nil, contract.CmdProbe, contract.FlagTimeout, "1s", m.MountPoint, "/")
 		// Hung, not dead: the probe reports it but passes (a container restart cannot help).
 		want := m.MountPoint + ": statfs timed out after 1s (hung mount: not a failure, a restart cannot help)\n/: ok\n"
@@ -97,10 +96,8 @@ func TestProbeS3fsStoppedThenKilled(t *testing.T) {
 			t.Errorf("in-process probe: %v after %s", rs[0].Err, took)
 		}
 
-		if err := m.Cmd.Process.Signal(syscall.SIGCONT); err != nil {
-			t.Fatal(err)
-		}
-		resumed = true
+		watchdog.Stop()
+		resume()
 		res = runHelper(t, bin, nil, contract.CmdProbe, contract.FlagTimeout, "3s", m.MountPoint)
 		if res.code != 0 {
 			t.Errorf("after SIGCONT: exit %d, stdout %q", res.code, res.stdout)
@@ -116,4 +113,71 @@ func TestProbeS3fsStoppedThenKilled(t *testing.T) {
 		}
 		t.Logf("probe of a dead s3fs mount: %s, output %q", res.took, res.stdout)
 	})
+}
+
+// A FUSE daemon that has taken the statfs request and hangs in its handler holds the caller
+// beyond SIGKILL. The probe's statfs runs in a child process, so the probe still answers on time
+// and exits (kubelet sees a pass, not a timeout); the child waits on, orphaned, and ends when
+// the connection is aborted.
+func TestProbeDaemonHoldingTheRequest(t *testing.T) {
+	bin := buildHelper(t)
+	h := testenv.StartHangingFUSE(t)
+	// Should the probe itself wait unkillably, the connection is aborted after 15 s: the probe
+	// then returns (and fails the timing check) instead of hanging the package's run.
+	watchdog := time.AfterFunc(15*time.Second, func() { _ = h.Abort() })
+	defer watchdog.Stop()
+
+	res := runHelper(t, bin, nil, contract.CmdProbe, contract.FlagTimeout, "1s", h.MountPoint, "/")
+	want := h.MountPoint + ": statfs timed out after 1s (hung mount: not a failure, a restart cannot help)\n/: ok\n"
+	if res.code != 0 || res.stdout != want {
+		t.Errorf("probe of a mount whose daemon holds the request: exit %d, stdout %q, stderr %q; want 0, %q", res.code, res.stdout, res.stderr, want)
+	}
+	if res.took < time.Second || res.took > 3*time.Second {
+		t.Fatalf("probe with --timeout 1s took %s (exited only when the connection was aborted?)", res.took)
+	}
+	select {
+	case <-h.Held():
+	default:
+		t.Fatal("the daemon never read a statfs request: the test did not make the case it is about")
+	}
+
+	// The probe's parent death made the child's SIGKILL pending: its main thread is gone
+	// (a zombie leader), the thread in statfs waits on in state D.
+	held := heldHelperThreads()
+	if len(held) != 1 {
+		out, _ := exec.Command("ps", "-eLo", "pid,lwp,ppid,stat,wchan:30,comm").CombinedOutput()
+		t.Fatalf("helper threads in state D: %v, want the one statfs child\n%s", held, out)
+	}
+	t.Logf("probe returned after %s; its statfs child (thread %s) is left in state D, SIGKILL pending", res.took, held[0])
+
+	if err := h.Abort(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the statfs child ends once the connection is aborted", func() error {
+		if held := heldHelperThreads(); len(held) > 0 {
+			return fmt.Errorf("helper threads still in state D: %v", held)
+		}
+		return nil
+	})
+}
+
+// heldHelperThreads lists the helper's threads (comm pvrescue-sideca, as the kernel truncates
+// it) in state D, as pid/tid.
+func heldHelperThreads() []string {
+	stats, _ := filepath.Glob("/proc/[0-9]*/task/[0-9]*/stat")
+	var held []string
+	for _, p := range stats {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		line := string(b)
+		open, closing := strings.IndexByte(line, '('), strings.LastIndexByte(line, ')')
+		if open < 0 || closing < open || line[open+1:closing] != "pvrescue-sideca" || testenv.ProcStatState(line) != "D" {
+			continue
+		}
+		task := filepath.Dir(p)
+		held = append(held, filepath.Base(filepath.Dir(filepath.Dir(task)))+"/"+filepath.Base(task))
+	}
+	return held
 }

@@ -48,7 +48,11 @@ type Deps struct {
 	Devices DeviceSizer
 	Files   Remover
 	Process Execer
-	Mounts  Statfser
+	// Mounts calls statfs in this process.
+	Mounts Statfser
+	// ProbeMounts is what probe calls statfs through; nil means Mounts. The helper sets a
+	// ChildStatfs (NewEnv).
+	ProbeMounts Statfser
 }
 
 // RealDeps returns the implementations that talk to the operating system.

@@ -51,5 +51,9 @@ func execve(path string, argv, env []string) error {
 	return syscall.Exec(path, argv, env) //nolint:gosec // G204: exec runs the container's own command, as its spec names it
 }
 
+// childProcAttr makes a statfs child die with its parent: when the probe has given up and
+// exited, the child ends as soon as its statfs returns rather than writing into a closed pipe.
+func childProcAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} }
+
 // errnoName gives the symbolic name of an errno ("ENOTCONN"), or "" when unknown.
 func errnoName(e syscall.Errno) string { return unix.ErrnoName(e) }

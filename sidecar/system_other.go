@@ -11,3 +11,5 @@ func statfs(string) error { return ErrUnsupported }
 func execve(string, []string, []string) error { return ErrUnsupported }
 
 func errnoName(syscall.Errno) string { return "" }
+
+func childProcAttr() *syscall.SysProcAttr { return nil }

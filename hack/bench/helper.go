@@ -230,6 +230,7 @@ func helperBench(ctx context.Context, o *Options, s *Section) error {
 	}
 	s.Notes = append(s.Notes,
 		"Two baselines: `true` is the cost of any process at all (the floor of fork+exec+exit on this machine); `blockdev`/`stat -f` are what a shell-script guard or exec probe would run instead. The guard also writes devices.json, a filtered dev/ view and a termination message; its report was checked (16 devices, 8 fake).",
+		"The probe runs each path's statfs in a child process of its own (`pvrescue-sidecar statfs PATH`), so that a daemon holding the request cannot keep the probe from exiting: one more fork+exec per path, inside the probe's figure.",
 		fmt.Sprintf("No target is set for the helper in the issue; its node tests fail above a 2 s median for 16 devices. Helper binary: %s.", describeBinary(bin)))
 	return nil
 }

@@ -3,9 +3,11 @@
 package testenv
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -151,4 +153,51 @@ func TestS3AndS3fs(t *testing.T) {
 	if !strings.HasPrefix(s.Endpoint(), "http://127.0.0.1:") {
 		t.Errorf("endpoint %q", s.Endpoint())
 	}
+}
+
+// TestStopProcessStopsEveryThread stops a real s3fs (many threads): once StopProcess returns,
+// every thread is stopped, and a process whose statfs then waits on the mount can be killed
+// (its request was never read); after resume the mount answers again.
+func TestStopProcessStopsEveryThread(t *testing.T) {
+	RequireRoot(t)
+	m := S3fs(t, S3(t, "stop"), "stop")
+	pid := m.Cmd.Process.Pid
+	resume := StopProcess(t, pid)
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	if len(tasks) < 2 {
+		t.Fatalf("s3fs %d has %d threads; this test needs a multi-threaded daemon", pid, len(tasks))
+	}
+	for _, stat := range tasks {
+		b, err := os.ReadFile(stat)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := ProcStatState(string(b)); st != "T" {
+			t.Errorf("%s: state %q after StopProcess, want T", stat, st)
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	stat := exec.CommandContext(ctx, "stat", "-f", m.MountPoint)
+	exited := make(chan error, 1)
+	if err := stat.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { exited <- stat.Wait() }()
+	select {
+	case err := <-exited:
+		if ctx.Err() == nil {
+			t.Fatalf("stat -f of a stopped daemon's mount returned before its deadline: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		resume()
+		t.Fatalf("stat -f waiting on a stopped daemon was killed at 1 s and had not exited 9 s later: its request had been read")
+	}
+
+	resume()
+	WaitFor(t, 10*time.Second, "the mount answers after SIGCONT", func() error {
+		var st unix.Statfs_t
+		return unix.Statfs(m.MountPoint, &st)
+	})
 }

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pvrescue/pvrescue/internal/testenv"
 )
 
 // Hung is not dead for bridges either (issue 32 item 4): the bridge's real s3fs is stopped
@@ -34,9 +36,7 @@ func TestNodeHungBridgeIsNotDead(t *testing.T) {
 	proc := bridgeProcess(t, bridge)
 	stop()
 
-	must(t, proc.Signal(syscall.SIGSTOP))
-	t.Cleanup(func() { _ = proc.Signal(syscall.SIGCONT) })
-	waitFor(t, 5*time.Second, "the bridge's s3fs stopped", func() bool { return procState(proc.Pid) == "T" })
+	testenv.StopProcess(t, proc.Pid) // every thread: the agent's statfs stays queued, unread
 	r2, _ := e.agent(30 * time.Second)
 	time.Sleep(4 * time.Second) // adoption (statfs timeout 1 s) and twenty check intervals
 	if s := procState(proc.Pid); s != "T" {

@@ -851,7 +851,13 @@ func windowIncident(t *failRecorder, e *env, l *fieldLayout, kind string, names 
 			t.Fatalf("window %s: %s not readable within 2m of the death; stack %s", kind, targets[i], describeStack(mountsAt(targets[i])))
 		}
 		if inContainer[i] < 0 {
-			t.Fatalf("window %s: pod %s not readable in its container (%s) within 2m of the death", kind, pods[i].Name, inside[i])
+			// What the container holds at /data and what its target holds, and the agent's whole
+			// log of the incident: a container left on a mount no pass asks about is otherwise
+			// invisible after the fact.
+			keepAgentLog(t, e, fmt.Sprintf("window %s, %d pod(s): death at %s; FAILED: pod %s not readable in its container",
+				kind, len(pods), death.UTC().Format(time.RFC3339Nano), pods[i].Name), t0)
+			t.Fatalf("window %s: pod %s not readable in its container (%s) within 2m of the death; its /data: %s; its target %s: %s",
+				kind, pods[i].Name, inside[i], procMountsAt(inside[i], "/data"), targets[i], describeStack(mountsAt(targets[i])))
 		}
 	}
 	c.WindowMs, c.ContainerWindowMs = windows, inContainer
@@ -925,6 +931,29 @@ func rssKB(pid int) int {
 		}
 	}
 	return 0
+}
+
+// procMountsAt is the mountinfo lines of the process whose file inside names
+// (/proc/<pid>/root/...) with mount point mp, or why they cannot be read.
+func procMountsAt(inside, mp string) string {
+	proc, _, ok := strings.Cut(strings.TrimPrefix(inside, "/proc/"), "/")
+	if !ok {
+		return "no process in " + inside
+	}
+	b, err := os.ReadFile("/proc/" + proc + "/mountinfo")
+	if err != nil {
+		return err.Error()
+	}
+	var lines []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && f[4] == mp {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) == 0 {
+		return "nothing mounted at " + mp
+	}
+	return strings.Join(lines, " | ")
 }
 
 // keepAgentLog appends the running agent's log since since to $PVRESCUE_BENCH_WINDOW_AGENT_LOG

@@ -31,6 +31,9 @@ type RealKernel struct {
 	// beforeDetach runs between Detach's checks and its umount2 (node tests swap a parent
 	// directory there); nil in the agent.
 	beforeDetach func()
+	// tableOnly makes Detach check by the mount table even where statmount answers (node tests
+	// keep that path, the one of kernels before 6.8, tested).
+	tableOnly bool
 }
 
 // NewKernel opens procRoot ("/proc" when empty) for RealKernel.MountInfo.
@@ -242,12 +245,9 @@ func (k *RealKernel) Detach(path string, top int) error {
 	if id != top {
 		return fmt.Errorf("%w: top of %s is mount %d, want %d", ErrTargetChanged, path, id, top)
 	}
-	table, err := k.table()
+	topU, err := k.checkSitsOn(victim, top, parent, parentID, path)
 	if err != nil {
 		return err
-	}
-	if base, ok := stackParent(table, top); !ok || base != parentID {
-		return fmt.Errorf("%w: the stack of mount %d at %s does not sit on the parent directory's mount %d", ErrTargetChanged, top, path, parentID)
 	}
 	if k.beforeDetach != nil {
 		k.beforeDetach()
@@ -255,13 +255,72 @@ func (k *RealKernel) Detach(path string, top int) error {
 	if err := k.detachAt(parent, name); err != nil {
 		return fmt.Errorf("umount2 %s (%q in the verified parent): %w", path, name, err)
 	}
-	if table, err = k.table(); err != nil {
+	still, err := k.attached(topU, top)
+	if err != nil {
 		return err
 	}
-	if _, still := byID(table, top); still {
+	if still {
 		return fmt.Errorf("%w: mount %d is still attached after umount2 of %q in the verified parent of %s", ErrTargetChanged, top, name, path)
 	}
 	return nil
+}
+
+// checkSitsOn checks that the stack holding mount top (victim is on it) sits on parentID, the
+// mount of the directory parent: by statmount where the kernel answers, else by the table. It
+// returns top's unique ID for attached (0 when the table was read).
+func (k *RealKernel) checkSitsOn(victim, top, parent, parentID int, path string) (uint64, error) {
+	notOn := fmt.Errorf("%w: the stack of mount %d at %s does not sit on the parent directory's mount %d", ErrTargetChanged, top, path, parentID)
+	if !k.tableOnly {
+		topU, uerr := uniqueID(victim)
+		parentU, perr := uniqueID(parent)
+		if err := errors.Join(uerr, perr); err != nil && !errors.Is(err, errNoStatmount) {
+			return 0, fmt.Errorf("%w: statx: %w", ErrTargetChanged, err)
+		} else if err == nil {
+			base, err := stackBaseOf(topU)
+			switch {
+			case err == nil && base != parentU:
+				return 0, notOn
+			case err == nil:
+				return topU, nil
+			case errors.Is(err, ErrTargetChanged):
+				return 0, fmt.Errorf("%w (%w)", notOn, err)
+			case errors.Is(err, unix.ENOENT):
+				return 0, fmt.Errorf("%w: a mount of the stack at %s is gone: %w", ErrTargetChanged, path, err)
+			case !errors.Is(err, errNoStatmount):
+				return 0, err
+			}
+		}
+	}
+	table, err := k.table()
+	if err != nil {
+		return 0, err
+	}
+	if base, ok := stackParent(table, top); !ok || base != parentID {
+		return 0, notOn
+	}
+	return 0, nil
+}
+
+// attached reports whether mount top (unique ID topU, 0 when unknown) is still attached in the
+// calling thread's namespace: by statmount (ENOENT once detached), else by the table.
+func (k *RealKernel) attached(topU uint64, top int) (bool, error) {
+	if topU != 0 {
+		_, err := statmount(topU)
+		switch {
+		case err == nil:
+			return true, nil // unique IDs are never reused: this is top
+		case errors.Is(err, unix.ENOENT):
+			return false, nil
+		case !errors.Is(err, errNoStatmount):
+			return false, err
+		}
+	}
+	table, err := k.table()
+	if err != nil {
+		return false, err
+	}
+	_, still := byID(table, top)
+	return still, nil
 }
 
 // detachAt detaches the top mount at name in dir (an O_PATH directory descriptor) on a thread

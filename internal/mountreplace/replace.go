@@ -158,6 +158,11 @@ type Request struct {
 	// be a slave; it is private even where the old mount (or Add) is a slave, instead of failing
 	// the check after the move.
 	NoPeerGroup bool
+	// Table is the mount table as the caller read it after choosing Old, or nil to read it
+	// here: a read is a generation of every line under the kernel's mount lock, hundreds on a
+	// busy node, and the caller just did one. Old's place and flags are taken from it; that Old
+	// is still the top at Target is checked by the kernel calls as always.
+	Table []mountinfo.Mount
 }
 
 // Result is what one replacement did.
@@ -200,9 +205,11 @@ func (r Replacer) Replace(req Request) (Result, error) {
 		return res, fmt.Errorf("%w: target %q, old mount %d, tree %d, live path %q", ErrInvalid, req.Target, req.Old, req.Tree, req.LivePath)
 	}
 	target := filepath.Clean(req.Target)
-	table, err := r.table()
-	if err != nil {
-		return res, err
+	table, err := req.Table, error(nil)
+	if table == nil {
+		if table, err = r.table(); err != nil {
+			return res, err
+		}
 	}
 	old, ok := byID(table, req.Old)
 	if !ok || old.MountPoint != target {

@@ -289,3 +289,56 @@ func TestReplaceNoPeerGroup(t *testing.T) {
 		t.Errorf("bare directory seen: %v", k.Breaches)
 	}
 }
+
+// countingKernel counts the reads of the whole mount table.
+type countingKernel struct {
+	mountreplace.Kernel
+	reads int
+}
+
+func (k *countingKernel) MountInfo() (string, error) {
+	k.reads++
+	return k.Kernel.MountInfo()
+}
+
+// TestReplaceUsesTheCallersTable: with the table the caller just read, Replace reads one fewer
+// (a whole table is hundreds of lines under the kernel's mount lock on a busy node), and a table
+// that does not show Old at the target stops it before anything is attached.
+func TestReplaceUsesTheCallersTable(t *testing.T) {
+	readsFor := func(withTable bool) int {
+		k, old := node(t, mountreplace.Attrs{})
+		ck := &countingKernel{Kernel: k}
+		req := mountreplace.Request{Target: target, Old: old, LivePath: fresh}
+		if withTable {
+			s, err := k.MountInfo()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if req.Table, err = mountinfo.Parse(s); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res, err := mountreplace.Replacer{Kernel: ck, Support: mountreplace.Support{Beneath: true}}.Replace(req)
+		if err != nil || res.Mode != mountreplace.Beneath {
+			t.Fatalf("replace (caller's table %v): %+v, %v", withTable, res, err)
+		}
+		if s := k.Stack(target); len(s) != 1 || s[0].ID != res.New {
+			t.Fatalf("stack at target = %+v; want only the new mount %d", s, res.New)
+		}
+		return ck.reads
+	}
+	if own, given := readsFor(false), readsFor(true); given != own-1 {
+		t.Errorf("table reads: %d reading its own, %d with the caller's; want one fewer", own, given)
+	}
+
+	k, old := node(t, mountreplace.Attrs{})
+	stale := []mountinfo.Mount{{ID: old, ParentID: 1, MountPoint: "/elsewhere"}}
+	res, err := mountreplace.Replacer{Kernel: k, Support: mountreplace.Support{Beneath: true}}.Replace(
+		mountreplace.Request{Target: target, Old: old, LivePath: fresh, Table: stale})
+	if !errors.Is(err, mountreplace.ErrTargetChanged) || res.New != 0 {
+		t.Errorf("replace with a table that has old elsewhere: %+v, %v; want ErrTargetChanged, nothing attached", res, err)
+	}
+	if s := k.Stack(target); len(s) != 1 || s[0].ID != old {
+		t.Errorf("stack at target = %+v; want the old mount %d untouched", s, old)
+	}
+}

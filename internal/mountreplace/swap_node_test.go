@@ -113,8 +113,23 @@ func byID(tab []mountinfo.Mount, id int) (mountinfo.Mount, bool) {
 // read-only one: the victim stays attached and read-only, the dead mount is gone, and the
 // replacement reports that the path changed (its last check cannot resolve it any more).
 func TestNodeDetachParentSwapped(t *testing.T) {
+	for _, tableOnly := range []bool{false, true} {
+		t.Run(detachChecks(tableOnly), func(t *testing.T) { detachParentSwapped(t, tableOnly) })
+	}
+}
+
+// detachChecks names how Detach checks the stack before and after its umount2.
+func detachChecks(tableOnly bool) string {
+	if tableOnly {
+		return "checked-by-table"
+	}
+	return "checked-by-statmount"
+}
+
+func detachParentSwapped(t *testing.T, tableOnly bool) {
 	testenv.RequireRoot(t)
 	r, k := realReplacer(t)
+	mountreplace.SetTableOnly(k, tableOnly)
 	dir := t.TempDir()
 	type facts struct {
 		rig            *swapRig
@@ -192,8 +207,15 @@ func TestNodeDetachParentSwapped(t *testing.T) {
 // ErrTargetChanged (or ErrVerify, when the table read after the move names the mount point by
 // the directory's new name).
 func TestNodeDetachRacedBySwapper(t *testing.T) {
+	for _, tableOnly := range []bool{false, true} {
+		t.Run(detachChecks(tableOnly), func(t *testing.T) { detachRacedBySwapper(t, tableOnly) })
+	}
+}
+
+func detachRacedBySwapper(t *testing.T, tableOnly bool) {
 	testenv.RequireRoot(t)
-	r, _ := realReplacer(t)
+	r, k := realReplacer(t)
+	mountreplace.SetTableOnly(k, tableOnly)
 	dir := t.TempDir()
 	const rounds = 300
 	type counts struct{ ok, changed, other, victimLost, swaps int }

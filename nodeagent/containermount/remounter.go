@@ -67,6 +67,10 @@ type Remounter struct {
 	clock   clock.PassiveClock
 	metrics *Metrics
 	opts    Options
+	// scan is the latest PrefetchPods list (nil: none); scanMu guards the pointer, r.mu its
+	// contents once the scan is done.
+	scanMu sync.Mutex
+	scan   *procScan
 }
 
 // New builds a remounter from the agent's shared dependencies (Recorder, Registerer and Clock
@@ -172,7 +176,11 @@ func (r *Remounter) snapshot(uids map[string]bool) (node, error) {
 	}
 	n.selfUser, _ = r.os.Proc.UserNS(n.self)
 	n.hostNS, _ = r.os.Proc.MountNS(1) // without hostPID, pid 1 is our own container's
-	n.procs, err = r.podProcs(uids)
+	if scan := r.prefetched(uids); scan != nil {
+		n.procs, err = r.refresh(scan, uids)
+	} else {
+		n.procs, err = r.podProcs(uids)
+	}
 	return n, err
 }
 
@@ -241,34 +249,50 @@ func (r *Remounter) podProcs(uids map[string]bool) (map[string][]Proc, error) {
 		return nil, fmt.Errorf("list processes: %w", err)
 	}
 	out := map[string][]Proc{}
-	for _, pid := range pids {
-		cg, err := r.os.Proc.Cgroup(pid)
-		if err != nil {
-			continue
-		}
-		info, ok := ParseCgroup(cg)
-		if !ok || !uids[info.PodUID] {
-			continue
-		}
-		mnt, err := r.os.Proc.MountNS(pid)
-		if err != nil {
-			continue
-		}
-		user, _ := r.os.Proc.UserNS(pid)
-		st, err := r.os.Proc.Stat(pid)
-		if err != nil {
-			continue
-		}
-		p := Proc{Pid: pid, MountNS: mnt, UserNS: user, Cgroup: info, PPid: st.PPid, StartTime: st.StartTime}
-		if m, owner, err := r.os.Proc.MountNSOwner(pid); err == nil && m == mnt {
-			p.MountNSOwner = owner
-		}
-		if u, parent, err := r.os.Proc.UserNSParent(pid); err == nil && u == user {
-			p.UserNSParent = parent
-		}
-		out[info.PodUID] = append(out[info.PodUID], p)
-	}
+	r.readProcs(pids, uids, out, nil)
 	return out, nil
+}
+
+// readProcs adds to out, by pod UID, the processes among pids in the cgroups of the pods uids
+// names; seen (when not nil) gets every pid looked at, of those pods or not.
+func (r *Remounter) readProcs(pids []int, uids map[string]bool, out map[string][]Proc, seen map[int]bool) {
+	for _, pid := range pids {
+		if seen != nil {
+			seen[pid] = true
+		}
+		if p, ok := r.readProc(pid, uids); ok {
+			out[p.Cgroup.PodUID] = append(out[p.Cgroup.PodUID], p)
+		}
+	}
+}
+
+// readProc reads one process, if it is in the cgroup of one of the pods uids names.
+func (r *Remounter) readProc(pid int, uids map[string]bool) (Proc, bool) {
+	cg, err := r.os.Proc.Cgroup(pid)
+	if err != nil {
+		return Proc{}, false
+	}
+	info, ok := ParseCgroup(cg)
+	if !ok || !uids[info.PodUID] {
+		return Proc{}, false
+	}
+	mnt, err := r.os.Proc.MountNS(pid)
+	if err != nil {
+		return Proc{}, false
+	}
+	user, _ := r.os.Proc.UserNS(pid)
+	st, err := r.os.Proc.Stat(pid)
+	if err != nil {
+		return Proc{}, false
+	}
+	p := Proc{Pid: pid, MountNS: mnt, UserNS: user, Cgroup: info, PPid: st.PPid, StartTime: st.StartTime}
+	if m, owner, err := r.os.Proc.MountNSOwner(pid); err == nil && m == mnt {
+		p.MountNSOwner = owner
+	}
+	if u, parent, err := r.os.Proc.UserNSParent(pid); err == nil && u == user {
+		p.UserNSParent = parent
+	}
+	return p, true
 }
 
 // runtimeInits keeps the processes through which the agent may act: each container's init

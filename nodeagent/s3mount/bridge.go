@@ -23,9 +23,8 @@ func (r *Restorer) bindTarget(ctx context.Context, bridgeMount string, t target)
 	if err != nil || !ok {
 		return nil, err
 	}
-	// Recorded like a replayed mount: when it vanishes from a gone pod's target without us
-	// removing it, kubelet's teardown (the driver's NodeUnpublish) took it (cleanup.go).
-	r.rules.RecordTop(ctx, t.path, "the bridge bind")
+	// Cover recorded it like a replayed mount: when it vanishes from a gone pod's target without
+	// us removing it, kubelet's teardown (the driver's NodeUnpublish) took it (cleanup.go).
 	r.record(ctx, t, MethodBridge, contract.ReasonMountBridged, ro, "fresh s3fs bound over the dead mount")
 	return dead, nil
 }

@@ -78,9 +78,6 @@ func (r *Restorer) republish(ctx context.Context, session *csiclient.Session, t 
 		session.Undo(ctx, fresh)
 		return herr
 	}
-	if herr == nil && ok {
-		r.rules.RecordTop(ctx, t.path, "the replayed mount")
-	}
 	// The fresh directory is ours; the target (or nothing) now holds the driver's mount.
 	session.DropFresh(ctx, fresh)
 	if herr != nil || !ok {

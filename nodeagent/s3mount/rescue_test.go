@@ -558,6 +558,21 @@ type fakeRemounter struct {
 	passes []int
 	// before, when set, runs at each request (before it is recorded).
 	before func(req nodeagent.RemountRequest)
+	// prefetched records each PrefetchPods call.
+	prefetched []prefetchCall
+}
+
+// prefetchCall is one PrefetchPods call: the pods' UIDs, and how many RemountPods passes came
+// before it.
+type prefetchCall struct {
+	uids         []string
+	passesBefore int
+}
+
+func (f *fakeRemounter) PrefetchPods(uids []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.prefetched = append(f.prefetched, prefetchCall{slices.Clone(uids), len(f.passes)})
 }
 
 func (f *fakeRemounter) RemountInContainers(_ context.Context, req nodeagent.RemountRequest) (nodeagent.RemountResult, error) {

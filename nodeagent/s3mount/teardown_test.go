@@ -137,7 +137,7 @@ type beneathReplacer struct {
 	calls int
 }
 
-func (b *beneathReplacer) Replace(source, target string, old int, readOnly, _ bool) (mountreplace.Result, error) {
+func (b *beneathReplacer) Replace(source, target string, old int, readOnly, _ bool, _ stack.Table) (mountreplace.Result, error) {
 	b.calls++
 	m := b.node.Mounter()
 	if err := m.Unmount(target, true); err != nil {

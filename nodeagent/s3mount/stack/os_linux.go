@@ -34,7 +34,7 @@ func NewReplacer(support mountreplace.Support) Replacer { return realReplacer{su
 
 type realReplacer struct{ support mountreplace.Support }
 
-func (x realReplacer) Replace(source, target string, old int, readOnly, noPeerGroup bool) (mountreplace.Result, error) {
+func (x realReplacer) Replace(source, target string, old int, readOnly, noPeerGroup bool, table Table) (mountreplace.Result, error) {
 	// A kernel handle per call: it holds one /proc descriptor, and replacements are rare.
 	k, err := mountreplace.NewKernel("")
 	if err != nil {
@@ -43,7 +43,7 @@ func (x realReplacer) Replace(source, target string, old int, readOnly, noPeerGr
 	defer func() { _ = k.Release() }() // a descriptor we only read through: nothing is lost on close
 	rep := mountreplace.Replacer{Kernel: k, Support: x.support}
 	return rep.Replace(mountreplace.Request{Target: target, Old: old, LivePath: source,
-		Add: mountreplace.Attrs{ReadOnly: readOnly}, NoPeerGroup: noPeerGroup})
+		Add: mountreplace.Attrs{ReadOnly: readOnly}, NoPeerGroup: noPeerGroup, Table: table})
 }
 
 func (realMounter) MountTable() (Table, error) {

@@ -16,8 +16,9 @@ type Replacer interface {
 	// bare directory; where the kernel refuses, on top of old (Result.Mode Stacked, with the
 	// reason). The clone keeps old's read-only, nosuid, nodev, noexec and propagation, and is
 	// read-only when readOnly is set. noPeerGroup: source is in no peer group, so the clone
-	// cannot be a slave.
-	Replace(source, target string, old int, readOnly, noPeerGroup bool) (mountreplace.Result, error)
+	// cannot be a slave. table is the mount table the caller read after choosing old (nil: read
+	// one).
+	Replace(source, target string, old int, readOnly, noPeerGroup bool, table Table) (mountreplace.Result, error)
 }
 
 // put puts the live mount at source in place of top, the dead top mount at path (the caller
@@ -31,7 +32,7 @@ func (r *Rules) put(ctx context.Context, source, path string, top Mount, readOnl
 	if src, ok := table.Top(source); ok {
 		noPeer = !mountreplace.PropagationOf(src).Shared
 	}
-	res, err := r.Replacer.Replace(source, path, top.ID, readOnly, noPeer)
+	res, err := r.Replacer.Replace(source, path, top.ID, readOnly, noPeer, table)
 	r.Replacements.Observe(res)
 	if err != nil {
 		return fmt.Errorf("%w: replace mount %d at %s by %s (%s): %w", ErrMount, top.ID, path, source, res.Mode, err)

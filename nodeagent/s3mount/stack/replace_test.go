@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"syscall"
 	"testing"
 	"time"
@@ -39,6 +40,26 @@ func (m *replaceMounter) Bind(source, target string, ro bool) error {
 func (m *replaceMounter) Unmount(string, bool) error     { return errors.New("unexpected unmount") }
 func (m *replaceMounter) MountTmpfs(string, int64) error { return errors.New("unexpected tmpfs") }
 
+// memFS keeps files in memory (Placed's record).
+type memFS map[string][]byte
+
+func (m memFS) MkdirAll(string, fs.FileMode) error { return nil }
+func (m memFS) WriteFile(p string, d []byte, _ fs.FileMode) error {
+	m[p] = d
+	return nil
+}
+func (m memFS) ReadFile(p string) ([]byte, error) {
+	if b, ok := m[p]; ok {
+		return b, nil
+	}
+	return nil, fs.ErrNotExist
+}
+func (m memFS) ReadDir(string) ([]string, error) { return nil, nil }
+func (m memFS) Remove(p string) error {
+	delete(m, p)
+	return nil
+}
+
 // replaceStatfs: the target is dead until replaced; everything else answers.
 type replaceStatfs struct{ replaced *bool }
 
@@ -55,24 +76,25 @@ type fakeReplacer struct {
 	replaced *bool
 }
 
-func (f *fakeReplacer) Replace(source, target string, old int, ro, noPeer bool) (mountreplace.Result, error) {
-	f.calls = append(f.calls, fmt.Sprintf("%s->%s old=%d ro=%v noPeer=%v", source, target, old, ro, noPeer))
+func (f *fakeReplacer) Replace(source, target string, old int, ro, noPeer bool, table Table) (mountreplace.Result, error) {
+	m, inTable := table.ByID(old)
+	f.calls = append(f.calls, fmt.Sprintf("%s->%s old=%d ro=%v noPeer=%v oldInTable=%v", source, target, old, ro, noPeer, inTable && m.MountPoint == target))
 	*f.replaced = true
 	return f.res, nil
 }
 
 func TestCoverReplacesTheDeadMount(t *testing.T) {
 	for _, tc := range []struct {
-		name, source string
-		res          mountreplace.Result
-		want         string
+		name, source, dev string
+		res               mountreplace.Result
+		want              string
 	}{
 		// The dead mount is read-only: so is its replacement; the driver's fresh mount is shared.
-		{"driver's mount beneath", "/k/fresh", mountreplace.Result{Mode: mountreplace.Beneath, New: 70},
-			"/k/fresh->" + replaceTarget + " old=41 ro=true noPeer=false"},
+		{"driver's mount beneath", "/k/fresh", "0:50", mountreplace.Result{Mode: mountreplace.Beneath, New: 70},
+			"/k/fresh->" + replaceTarget + " old=41 ro=true noPeer=false oldInTable=true"},
 		// Our bridge's staging mount is in no peer group; the kernel refused: stacked, counted.
-		{"bridge stacked by the kernel", "/state/s3/staging/pv", mountreplace.Result{Mode: mountreplace.Stacked, Reason: mountreplace.ReasonRefused, New: 70},
-			"/state/s3/staging/pv->" + replaceTarget + " old=41 ro=true noPeer=true"},
+		{"bridge stacked by the kernel", "/state/s3/staging/pv", "0:60", mountreplace.Result{Mode: mountreplace.Stacked, Reason: mountreplace.ReasonRefused, New: 70},
+			"/state/s3/staging/pv->" + replaceTarget + " old=41 ro=true noPeer=true oldInTable=true"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tab, err := ParseMountInfo(replaceFixture)
@@ -87,7 +109,7 @@ func TestCoverReplacesTheDeadMount(t *testing.T) {
 				t.Fatal(err)
 			}
 			r := &Rules{Mounter: m, Statfs: replaceStatfs{&replaced}, StatfsTimeout: func() time.Duration { return time.Second },
-				Placed: NewPlaced(nil, ""), Replacer: rep, Replacements: metrics}
+				Placed: NewPlaced(memFS{}, "/state/placed.json"), Replacer: rep, Replacements: metrics}
 			dead, ro, ok, err := r.Cover(context.Background(), tc.source, replaceTarget, false, func(tab Table) Check {
 				c := CheckFor(tab, replaceTarget, "fuse.s3fs")
 				c.FUSETypes = append(c.FUSETypes, OurFUSETypes...)
@@ -102,10 +124,14 @@ func TestCoverReplacesTheDeadMount(t *testing.T) {
 			if len(dead) != 1 || dead[0].ID != 41 {
 				t.Errorf("dead %+v, want mount 41 (containers still hold it)", dead)
 			}
-			// The source is checked on the table Cover read: each read of a long table waits
-			// for the kernel's mount lock while kubelet and the runtime hold it.
+			// The source is checked, the old mount found and the new one recorded on the table
+			// Cover read: each read of a long table waits for the kernel's mount lock while
+			// kubelet and the runtime hold it.
 			if m.reads != 1 {
 				t.Errorf("mount table read %d times, want once", m.reads)
+			}
+			if got := r.Placed.Dev(replaceTarget); got != tc.dev {
+				t.Errorf("recorded device at the target %q, want the source's %q", got, tc.dev)
 			}
 			if got := counterOf(t, metrics, tc.res); got != 1 {
 				t.Errorf("pvrescue_mount_replace_total{%s,%q} = %v, want 1", tc.res.Mode, tc.res.Reason, got)
@@ -121,7 +147,7 @@ func TestCoverWithoutAReplacerBindsOnTop(t *testing.T) {
 	}
 	replaced := false
 	m := &replaceMounter{table: tab, replaced: &replaced}
-	r := &Rules{Mounter: m, Statfs: replaceStatfs{&replaced}, StatfsTimeout: func() time.Duration { return time.Second }, Placed: NewPlaced(nil, "")}
+	r := &Rules{Mounter: m, Statfs: replaceStatfs{&replaced}, StatfsTimeout: func() time.Duration { return time.Second }, Placed: NewPlaced(memFS{}, "/state/placed.json")}
 	if _, _, ok, err := r.Cover(context.Background(), "/k/fresh", replaceTarget, false, func(tab Table) Check {
 		return CheckFor(tab, replaceTarget, "fuse.s3fs")
 	}); err != nil || !ok {

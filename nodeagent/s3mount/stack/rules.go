@@ -85,7 +85,8 @@ func (r *Rules) DropOurTops(ctx context.Context, path string) error {
 // replacing) are removed first, so it never holds more than the driver's dead mount plus one
 // live mount. ok=false (and nothing done) when path is not mounted or answers again. It returns
 // the dead mounts running containers may still hold, and whether the new mount is read-only
-// (readOnly, or the mount it covers is).
+// (readOnly, or the mount it covers is). The new mount is recorded as ours (Placed): when it
+// vanishes from a gone pod's target without us removing it, kubelet's teardown took it.
 func (r *Rules) Cover(ctx context.Context, source, path string, readOnly bool, accept func(Table) Check) (dead []Mount, ro, ok bool, err error) {
 	log := logr.FromContextOrDiscard(ctx)
 	table, err := r.Mounter.MountTable()
@@ -150,7 +151,23 @@ func (r *Rules) Cover(ctx context.Context, source, path string, readOnly bool, a
 	if err := r.statfs(ctx, path); err != nil {
 		return nil, false, false, fmt.Errorf("%w: bind at %s does not answer: %w", ErrMount, path, err)
 	}
+	r.recordPut(ctx, path, table, source)
 	return dead, ro, true, nil
+}
+
+// recordPut records the mount just put at path as one we put there. Its device is source's (a
+// clone or a bind shows the source's filesystem), read from table, the one the put used: that
+// saves a read of the whole table per target. Without source in table, it reads the top.
+func (r *Rules) recordPut(ctx context.Context, path string, table Table, source string) {
+	const what = "the mount put over the dead one"
+	src, ok := table.Top(source)
+	if !ok {
+		r.RecordTop(ctx, path, what)
+		return
+	}
+	if err := r.Placed.Put(path, src.Dev); err != nil {
+		logr.FromContextOrDiscard(ctx).Error(err, "recording "+what, "path", path)
+	}
 }
 
 // Empty removes our own mounts from the top of path's stack (a gone pod's target): our bridge

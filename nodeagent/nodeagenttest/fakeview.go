@@ -32,6 +32,9 @@ type FakeView struct {
 	reads map[string]int
 	// ReadErr, when set, is returned by every on-demand read (an API server that does not answer).
 	ReadErr error
+	// BeforeRead, when set, runs at the start of every on-demand read, with the kind read (an API
+	// server that takes its time; set it before the view is shared).
+	BeforeRead func(kind string)
 }
 
 var _ nodeagent.ClusterView = (*FakeView)(nil)
@@ -236,6 +239,9 @@ func (v *FakeView) Node() (*corev1.Node, error) {
 }
 
 func (v *FakeView) get(kind, resource, ns, name string) (any, error) {
+	if v.BeforeRead != nil {
+		v.BeforeRead(kind)
+	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.reads[kind]++

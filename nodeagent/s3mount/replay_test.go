@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -174,6 +175,43 @@ func TestBridgeWhileTheDriverIsDown(t *testing.T) {
 			}
 			assertReasons(t, w.events, map[string]int{contract.ReasonMountBridged: 1, contract.ReasonMountReplayed: 0})
 		})
+	}
+}
+
+// Whether the plugin answers is asked beside the live read of the PV, not after it: the
+// plugin's socket is dialled while that read is still going on, and once it said it is down,
+// the pass bridges without dialling it again for a replay.
+func TestDriverAskedBesideThePVRead(t *testing.T) {
+	w, target := replayWorld(t, false)
+	w.csi.Down = true
+	var mu sync.Mutex
+	var dialsAtRead []int // at each read of the PV before the bridge started
+	w.view.BeforeRead = func(kind string) {
+		if kind != "PersistentVolume" || len(w.node.Started()) > 0 {
+			return
+		}
+		// A slow API server: the read waits (at most a second) for the plugin to be asked.
+		deadline := time.Now().Add(time.Second)
+		for w.csi.Dials() == 0 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		mu.Lock()
+		dialsAtRead = append(dialsAtRead, w.csi.Dials())
+		mu.Unlock()
+	}
+	w.node.KillMount(target)
+	w.start()
+	if n := len(w.node.Started()); n != 1 {
+		t.Fatalf("%d s3fs started, want the bridge", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// The last read before the bridge is the pass's live read of the PV.
+	if len(dialsAtRead) == 0 || dialsAtRead[len(dialsAtRead)-1] == 0 {
+		t.Errorf("dials seen at each read of the PV before the bridge: %v; want the plugin asked while the pass read it", dialsAtRead)
+	}
+	if n := w.csi.Dials(); n != 1 {
+		t.Errorf("the plugin was dialled %d times by the pass that bridged; want once (the probe), no replay after it said it is down", n)
 	}
 }
 

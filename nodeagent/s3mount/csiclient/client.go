@@ -95,6 +95,19 @@ func (c *Client) Open(ctx context.Context, pv *corev1.PersistentVolume) (*Sessio
 	return s, nil
 }
 
+// Answers asks driver's node plugin for its capabilities, as Open does first, and says whether
+// it answered: ErrDriverDown when it does not. It needs only the driver's name, so a restore can
+// ask it while the PV is still being read.
+func (c *Client) Answers(ctx context.Context, driver string) error {
+	node, err := c.Dialer.Dial(ctx, c.pluginSocket(ctx, driver))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = node.Close() }() // a probe's connection: nothing was asked of the plugin
+	_, err = node.StageUnstage(ctx)
+	return err
+}
+
 // Close closes the connection to the plugin.
 func (s *Session) Close() error { return s.node.Close() }
 

@@ -42,6 +42,13 @@ func (f *FakeCSI) Dial(_ context.Context, socket string) (csiclient.Node, error)
 	return fakeCSINode{f}, nil
 }
 
+// Dials is how many times the plugin was dialled.
+func (f *FakeCSI) Dials() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.Sockets)
+}
+
 type fakeCSINode struct{ f *FakeCSI }
 
 func (n fakeCSINode) StageUnstage(context.Context) (bool, error) {

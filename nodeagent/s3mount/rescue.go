@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
 	"github.com/pvrescue/pvrescue/internal/config"
@@ -104,11 +106,14 @@ type Restorer struct {
 	kick chan struct{}
 	wg   sync.WaitGroup
 
-	mu        sync.Mutex
-	retry     map[string]*retryState // by PV
-	inflight  map[string]bool        // by PV
-	deadSince map[string]time.Time   // by target path
-	hungSince map[string]time.Time   // by target path: first statfs timeout of a run of them
+	mu       sync.Mutex
+	retry    map[string]*retryState // by PV
+	inflight map[string]bool        // by PV
+	// joining are, by PV, dead targets found while a pass of that PV was in flight: its bridge
+	// binds them too (joiners) instead of leaving them to a pass after the whole of it.
+	joining   map[string][]target
+	deadSince map[string]time.Time // by target path
+	hungSince map[string]time.Time // by target path: first statfs timeout of a run of them
 	// driverDownBridges are, by PV, when bridges were made because the driver did not answer
 	// (within s3.bridgeFlapWindow): the flap limit (restore.go).
 	driverDownBridges map[string][]time.Time
@@ -158,6 +163,7 @@ func New(deps nodeagent.Deps, os OS, opts Options) (*Restorer, error) {
 		kick:              make(chan struct{}, 1),
 		retry:             map[string]*retryState{},
 		inflight:          map[string]bool{},
+		joining:           map[string][]target{},
 		deadSince:         map[string]time.Time{},
 		hungSince:         map[string]time.Time{},
 		driverDownBridges: map[string][]time.Time{},
@@ -331,14 +337,19 @@ func (r *Restorer) Sync(ctx context.Context) error {
 	}
 	targets, live := r.discover(ctx)
 	needs := map[string][]target{}
+	var answered []target
 	for _, t := range targets {
 		if t.terminating || !table.IsMountPoint(t.path) {
 			continue // kubelet has not published it (or tore it down): not ours to create
 		}
-		if r.checkTarget(ctx, t) == stack.Dead {
+		switch r.checkTarget(ctx, t) {
+		case stack.Dead:
 			needs[t.pv] = append(needs[t.pv], t)
+		case stack.Healthy:
+			answered = append(answered, t)
 		}
 	}
+	r.recheckSameConnection(ctx, table, answered, needs)
 	r.startRestores(ctx, needs)
 	r.reportHung(ctx)
 	r.startRetires(ctx, r.bridgedTargets(table, targets))
@@ -351,6 +362,33 @@ func (r *Restorer) Sync(ctx context.Context) error {
 	return nil
 }
 
+// recheckSameConnection checks again each target in answered that shows the same filesystem
+// (device) as a dead target of its PV — binds of one staging mount share its FUSE connection and
+// die with it — and adds it to needs when it is dead now. A check that ran while the daemon was
+// exiting saw it answer; without this it waited for a second pass, after the whole first one.
+func (r *Restorer) recheckSameConnection(ctx context.Context, table stack.Table, answered []target, needs map[string][]target) {
+	deadDevs := map[string]map[string]bool{}
+	for pv, ts := range needs {
+		for _, t := range ts {
+			if top, ok := table.Top(t.path); ok {
+				if deadDevs[pv] == nil {
+					deadDevs[pv] = map[string]bool{}
+				}
+				deadDevs[pv][top.Dev] = true
+			}
+		}
+	}
+	for _, t := range answered {
+		top, ok := table.Top(t.path)
+		if !ok || !deadDevs[t.pv][top.Dev] {
+			continue
+		}
+		if r.checkTarget(ctx, t) == stack.Dead {
+			needs[t.pv] = append(needs[t.pv], t)
+		}
+	}
+}
+
 // startRestores starts one restore per PV that is not in flight or backing off.
 func (r *Restorer) startRestores(ctx context.Context, needs map[string][]target) {
 	pvs := make([]string, 0, len(needs))
@@ -361,6 +399,7 @@ func (r *Restorer) startRestores(ctx context.Context, needs map[string][]target)
 	now := r.clk.Now()
 	for _, pv := range pvs {
 		if !r.claim(pv, now) {
+			r.join(pv, needs[pv])
 			continue
 		}
 		r.wg.Add(1)
@@ -369,6 +408,38 @@ func (r *Restorer) startRestores(ctx context.Context, needs map[string][]target)
 			r.restore(ctx, pv, ts)
 		}(pv, needs[pv])
 	}
+}
+
+// join keeps dead targets of pv for the pass in flight (none: they wait for the next check).
+func (r *Restorer) join(pv string, ts []target) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.inflight[pv] {
+		return // backing off: the next pass after the backoff finds them
+	}
+	for _, t := range ts {
+		if !slices.ContainsFunc(r.joining[pv], func(j target) bool { return j.path == t.path }) {
+			r.joining[pv] = append(r.joining[pv], t)
+		}
+	}
+}
+
+// joiners takes the targets that joined pv's pass (join) and returns those not among ts whose
+// claim the pass read live (claims): the chain of another claim was not checked, so those wait
+// for the next pass, as they would have without joining.
+func (r *Restorer) joiners(pv string, ts []target, claims map[types.NamespacedName]bool) []target {
+	r.mu.Lock()
+	joined := r.joining[pv]
+	delete(r.joining, pv)
+	r.mu.Unlock()
+	var out []target
+	for _, j := range joined {
+		if claims[types.NamespacedName{Namespace: j.pod.Namespace, Name: j.claim}] &&
+			!slices.ContainsFunc(ts, func(t target) bool { return t.path == j.path }) {
+			out = append(out, j)
+		}
+	}
+	return out
 }
 
 // claim marks pv in flight (one restore or retire at a time per PV) unless it already is or

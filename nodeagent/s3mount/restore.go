@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/pvrescue/pvrescue/internal/contract"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
@@ -33,6 +34,7 @@ func (r *Restorer) restore(ctx context.Context, pvName string, ts []target) {
 	defer func() {
 		r.mu.Lock()
 		delete(r.inflight, pvName)
+		delete(r.joining, pvName) // rediscovered by the next check, still dead
 		r.mu.Unlock()
 		kv := append([]any{"targets", len(ts)}, took...)
 		if len(took) > 4 { // a bridge was made: worth a line; a pass that waits repeats every second
@@ -107,6 +109,14 @@ func (r *Restorer) restore(ctx context.Context, pvName string, ts []target) {
 		return
 	}
 	step("bridgeUpAt")
+	if js := r.joiners(pvName, bridgeable, claimsOf(ts)); len(js) > 0 {
+		for _, j := range js {
+			if r.bridgeable(j, r.cfg.S3.Profile(pv.Spec.CSI.Driver).FUSEType) == nil {
+				bridgeable = append(bridgeable, j)
+			}
+		}
+		log.Info("dead targets found during the pass join its bridge", "joined", len(js), "targets", len(bridgeable))
+	}
 	dead := make([][]stack.Mount, len(bridgeable))
 	for i, t := range bridgeable {
 		var berr error
@@ -263,6 +273,15 @@ func (r *Restorer) backoff(pv string) {
 	}
 	wait = min(wait, r.opts.BackoffMax)
 	rs.next = r.clk.Now().Add(wait)
+}
+
+// claimsOf is the set of ts's claims (what livePV reads live).
+func claimsOf(ts []target) map[types.NamespacedName]bool {
+	out := map[types.NamespacedName]bool{}
+	for _, t := range ts {
+		out[types.NamespacedName{Namespace: t.pod.Namespace, Name: t.claim}] = true
+	}
+	return out
 }
 
 // probeDriver starts asking whether the node plugin of the driver the PV names, as discovery

@@ -48,6 +48,7 @@ func (r *Restorer) startRetires(ctx context.Context, bridged map[string][]target
 			moved := r.retire(ctx, pv, ts)
 			r.mu.Lock()
 			delete(r.inflight, pv)
+			delete(r.joining, pv) // rediscovered by the next check, still dead
 			r.mu.Unlock()
 			if moved > 0 {
 				// The bridge may serve nothing now: a pass at once retires it (retireUnusedBridges

@@ -41,6 +41,9 @@ type FakeNode struct {
 	S3fsFailure func(args []string, passwd []byte) string
 	// NetNSDenied says whether starting a process in a network namespace fails (ErrNetNS).
 	NetNSDenied func(netns string) bool
+	// BeforeStatfs, when set, runs at the start of every statfs, with its path (a daemon that
+	// dies between two checks; set it before the node is shared).
+	BeforeStatfs func(path string)
 }
 
 // NewFakeNode returns a node with only a root mount.
@@ -313,6 +316,9 @@ type fakeStatfs struct{ f *FakeNode }
 
 func (s fakeStatfs) Statfs(_ context.Context, path string, timeout time.Duration) error {
 	f := s.f
+	if f.BeforeStatfs != nil {
+		f.BeforeStatfs(path)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	// The mount covering path is the top mount at its longest mounted prefix.

@@ -1,0 +1,97 @@
+package s3mount
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
+)
+
+// A check that runs while the staging s3fs exits: the first target checked still answers, the
+// next is dead. Both are binds of one staging mount (one FUSE connection, one device), so the
+// first is checked again at once and the same pass restores both — not a second pass after the
+// whole first one.
+func TestTargetsOfOneConnectionRestoredTogether(t *testing.T) {
+	w := newWorld(t, append(standard(false), podObj("app2", "uid-2", "data", false))...)
+	w.remount = &fakeRemounter{}
+	first := w.publish("uid-1", "pv-a")
+	second := csiclient.TargetPath(testKubelet, "uid-2", "pv-a")
+	vd, _ := json.Marshal(csiclient.VolData{SpecVolID: "pv-a", VolumeHandle: "bkt/pv-a", DriverName: testDriver, NodeName: testNode})
+	w.node.SetFile(filepath.Join(filepath.Dir(second), csiclient.VolDataFile), vd)
+	if err := w.node.Mounter().Bind(first, second, false); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	checks := 0
+	w.node.BeforeStatfs = func(path string) {
+		if path != first && path != second {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if checks++; checks == 2 {
+			w.node.KillMount(first) // the daemon exits between the two checks
+		}
+	}
+	w.start()
+
+	for _, p := range []string{first, second} {
+		if top, _ := w.node.Table().Top(p); top.Source != stack.FSName("pv-a") {
+			t.Errorf("top at %s is %+v after the first check, want our bridge", p, top)
+		}
+	}
+	w.remount.mu.Lock()
+	passes := slices.Clone(w.remount.passes)
+	w.remount.mu.Unlock()
+	if len(passes) != 1 || passes[0] != 2 {
+		t.Errorf("container remount passes (requests each): %v; want one pass over both pods", passes)
+	}
+}
+
+// A target of the PV found dead while its pass is already starting the bridge (another s3fs of
+// the plugin exits a moment later) joins that pass: the bridge is bound on it too, and the
+// containers of both pods are remounted in one pass, instead of a second pass after the first.
+func TestTargetFoundDuringThePassJoinsIt(t *testing.T) {
+	w := newWorld(t, append(standard(false), podObj("app2", "uid-2", "data", false))...)
+	w.remount = &fakeRemounter{}
+	first, second := w.publish("uid-1", "pv-a"), w.publish("uid-2", "pv-a") // two daemons
+	w.node.KillMount(first)
+	var once sync.Once
+	w.node.BeforeStatfs = func(path string) {
+		if path != w.r.layout.MountPoint("pv-a") {
+			return
+		}
+		once.Do(func() { // the bridge is starting: the second daemon exits, a check runs
+			w.node.KillMount(second)
+			if err := w.r.Sync(w.ctx); err != nil {
+				t.Errorf("Sync during the pass: %v", err)
+			}
+		})
+	}
+	w.start()
+
+	for _, p := range []string{first, second} {
+		if top, _ := w.node.Table().Top(p); top.Source != stack.FSName("pv-a") {
+			t.Errorf("top at %s is %+v after the pass, want our bridge", p, top)
+		}
+	}
+	if n := len(w.node.Started()); n != 1 {
+		t.Errorf("%d s3fs started, want one bridge", n)
+	}
+	w.remount.mu.Lock()
+	passes := slices.Clone(w.remount.passes)
+	w.remount.mu.Unlock()
+	if len(passes) != 1 || passes[0] != 2 {
+		t.Errorf("container remount passes (requests each): %v; want one pass over both pods", passes)
+	}
+	w.r.mu.Lock()
+	left := len(w.r.joining)
+	w.r.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d PVs still have joining targets after the pass", left)
+	}
+}

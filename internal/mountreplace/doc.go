@@ -10,7 +10,8 @@
 // hands a detached tree made before it, or a live path to clone in the current namespace):
 //
 //  1. the mount table (mountinfo of the calling thread, read through a /proc descriptor opened
-//     when the Kernel was made, so it still resolves after setns) must hold the planned mount
+//     when the Kernel was made, so it still resolves after setns; or Request.Table, the one the
+//     caller read after choosing the mount) must hold the planned mount
 //     at the target, and statx(STATX_MNT_ID, AT_STATX_DONT_SYNC) of the target must name it as
 //     the top: nothing reaches a dead FUSE daemon, and a target that changed is left alone
 //     (ErrTargetChanged);
@@ -33,15 +34,18 @@
 //     FUSE mount is busy while processes hold files or working directories on it). umount2
 //     takes a name, never a descriptor, so RealKernel.Detach gives it one component only: it
 //     opens the target's parent directory (openat2 RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS),
-//     checks in the mount table that the stack at the target sits on that directory's mount,
-//     opens the last name below it and checks its statx mount ID is the planned top, then, on a
-//     fresh thread that joins the caller's mount namespace with a private fs_struct, fchdirs to
-//     the parent descriptor and calls umount2(name, MNT_DETACH|UMOUNT_NOFOLLOW); the planned
-//     mount must then be gone from the table. A tenant who swaps a parent component for a
-//     symlink between check and act (RENAME_EXCHANGE) cannot redirect it: the parent is held,
-//     and the name in it is a mount point, which the kernel does not let anyone rename
-//     (TestNodeDetachParentSwapped; on the by-path umount2 this replaced, the test's read-only
-//     mount standing for /proc/sys was detached);
+//     opens the last name below it and checks its statx mount ID is the planned top, checks that
+//     the stack at the target sits on that directory's mount, then, on a fresh thread that joins
+//     the caller's mount namespace with a private fs_struct, fchdirs to the parent descriptor and
+//     calls umount2(name, MNT_DETACH|UMOUNT_NOFOLLOW); the planned mount must then be gone. Both
+//     checks ask statmount(2) (Linux 6.8) about the mounts concerned, by the unique IDs statx
+//     gives for the two held descriptors (STATX_MNT_ID_UNIQUE, never reused), and read the whole
+//     mount table only where statmount is missing or refused (statmount_linux.go). A tenant
+//     who swaps a parent component for a symlink between check and act (RENAME_EXCHANGE)
+//     cannot redirect it: the parent is held, and the name in it is a mount point, which the
+//     kernel does not let anyone rename (TestNodeDetachParentSwapped, with either check; on the
+//     by-path umount2 this replaced, the test's read-only mount standing for /proc/sys was
+//     detached);
 //  5. statx must now name the new mount as the top.
 //
 // # When the kernel refuses: bounded stacking, said out loud

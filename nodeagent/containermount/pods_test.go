@@ -5,10 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-
 	"github.com/pvrescue/pvrescue/nodeagent/containermount"
 	"github.com/pvrescue/pvrescue/nodeagent/containermount/containermounttest"
 )
@@ -39,23 +35,8 @@ const (
 // them) lists the processes and reads the agent's own mount table once, not once per pod, and
 // fixes each pod's containers as a pass of its own would.
 func TestRemountPodsReadsTheNodeOnce(t *testing.T) {
-	c := newFakeCluster(t)
-	// A second pod of the same volume: one container, its own target on the node.
+	c, pod2 := twoPods(t)
 	c.node.AddProc(80, containermounttest.FakeProc{Cgroup: "0::/kubepods/besteffort/pod" + uid2 + "/w2", MountNS: 7, UserNS: 1})
-	must(t, c.node.SetTable(agentNS, `1 0 0:21 / / rw - overlay overlay rw
-300 1 `+deadDev+` / `+livePath+` rw shared:5 - fuse.s3fs s3fs rw
-301 300 `+liveDev+` / `+livePath+` rw shared:5 - fuse.s3fs s3fs rw
-302 1 `+deadDev+` / `+livePath2+` rw shared:6 - fuse.s3fs s3fs rw
-303 302 `+liveDev+` / `+livePath2+` rw shared:6 - fuse.s3fs s3fs rw
-`))
-	must(t, c.node.SetTable(7, `1 0 0:35 / / rw - overlay overlay rw
-440 1 `+deadDev+` / /data rw - fuse.s3fs s3fs rw
-`))
-	pod2 := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "web2", Namespace: "default", UID: types.UID(uid2)},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "w2", VolumeMounts: []corev1.VolumeMount{{Name: "vol", MountPath: "/data"}}}}},
-		Status:     corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: "w2", ContainerID: "containerd://w2"}}},
-	}
 	proc := &countingProc{ProcFS: c.node.OS().Proc}
 	h := newHarness(t, containermount.OS{Proc: proc, NS: c.node.OS().NS}, containermount.Options{})
 	bad := containermount.RemountRequest{Pod: pod2, DeadDevice: "dead", LivePath: livePath2}

@@ -125,7 +125,7 @@ fuzz: ## Run the admission handler fuzzer for 60s.
 	$(GO) test -run '^$$' -fuzz FuzzAdmission -fuzztime 60s ./webhook/
 
 .PHONY: bench
-bench: kube-binaries-all e2e-deps versitygw ## Measure against floors/baselines in one run (root, ~20 min); writes BENCHMARKS.md, raw output in bench/.
+bench: kube-binaries-all e2e-deps versitygw ## Measure against floors/baselines in one run (root, ~30 min); writes BENCHMARKS.md, raw output in bench/.
 	@[ "$$(id -u)" = 0 ] || { echo "make bench needs root (loop devices, mounts, s3fs)" >&2; exit 1; }
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/pvrescue-sidecar ./cmd/pvrescue-sidecar
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/pvrescue-agent ./cmd/pvrescue-agent

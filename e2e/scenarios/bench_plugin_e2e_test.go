@@ -414,7 +414,7 @@ const benchDeathSpacing = 13 * time.Second
 
 // Environment of the window matrix of BenchmarkPluginPodDeleted (issue 34).
 const (
-	// BenchWindowPodsEnv lists the pod counts of the window matrix (default "1,20"; "" or "0"
+	// BenchWindowPodsEnv lists the pod counts of the window matrix (default "1,20,100"; "" or "0"
 	// skips it).
 	BenchWindowPodsEnv = "PVRESCUE_BENCH_WINDOW_PODS"
 	// BenchWindowDownEnv is how long the plugin is kept down in the "kept down" case (default 30s).
@@ -496,7 +496,7 @@ done`
 // windowMatrix runs the window matrix on the benchmark's cluster (l's plugin and PV): for each
 // behaviour (shipped, then baseline) and pod count, the three ways the plugin goes away.
 func windowMatrix(t *failRecorder, e *env, l *fieldLayout, res *PluginBenchResult, save func()) {
-	counts := []int{1, 20}
+	counts := []int{1, 20, 100}
 	if v, ok := os.LookupEnv(BenchWindowPodsEnv); ok {
 		counts = nil
 		for _, f := range strings.Split(v, ",") {

@@ -121,7 +121,7 @@ func e2ePlugin(ctx context.Context, o *Options, s *Section) error {
 		return err
 	}
 	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-tags", "e2e", "-run", "^$",
-		"-bench", "^"+e2eBenchName+"$", "-benchtime", "1x", "-timeout", "20m", "./scenarios/")
+		"-bench", "^"+e2eBenchName+"$", "-benchtime", "1x", "-timeout", "40m", "./scenarios/")
 	cmd.Dir = filepath.Join(o.Root, "e2e")
 	cmd.Env = append(os.Environ(), "PVRESCUE_BENCH_OUT="+out, fmt.Sprintf("PVRESCUE_BENCH_REPEATS=%d", o.E2ERepeats),
 		"PVRESCUE_BENCH_WINDOW_PODS="+o.WindowPods, "PVRESCUE_BENCH_WINDOW_DOWN="+o.WindowDown.String(),

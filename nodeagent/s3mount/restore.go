@@ -86,9 +86,19 @@ func (r *Restorer) restore(ctx context.Context, pvName string, ts []target) {
 			return
 		}
 	}
+	// One table for every target's check: a pass over 100 targets read it 100 times before the
+	// bridge could start (Cover reads it again, fresh, before it acts on each target).
+	table, err := r.os.Mounter.MountTable()
+	if err != nil {
+		r.metrics.Restores.WithLabelValues(MethodBridge, "failure").Add(float64(len(ts)))
+		r.failed(ts, err)
+		r.backoff(pvName)
+		return
+	}
+	fuseType := r.cfg.S3.Profile(pv.Spec.CSI.Driver).FUSEType
 	var bridgeable []target
 	for _, t := range ts {
-		if berr := r.bridgeable(t, r.cfg.S3.Profile(pv.Spec.CSI.Driver).FUSEType); berr != nil {
+		if berr := r.bridgeable(table, t, fuseType); berr != nil {
 			r.metrics.Restores.WithLabelValues(MethodBridge, "failure").Inc()
 			r.failed([]target{t}, berr)
 			err = errors.Join(err, berr)
@@ -111,7 +121,7 @@ func (r *Restorer) restore(ctx context.Context, pvName string, ts []target) {
 	step("bridgeUpAt")
 	if js := r.joiners(pvName, bridgeable, claimsOf(ts)); len(js) > 0 {
 		for _, j := range js {
-			if r.bridgeable(j, r.cfg.S3.Profile(pv.Spec.CSI.Driver).FUSEType) == nil {
+			if r.bridgeable(table, j, fuseType) == nil {
 				bridgeable = append(bridgeable, j)
 			}
 		}
@@ -224,11 +234,7 @@ func (r *Restorer) recentBridgesLocked(pv string) []time.Time {
 // bridges: its s3fs type (fuseType) or that of a mounter bridged with s3fs (geesefs's
 // fuse.geesefs, rclone's fuse.rclone). Whether the PV's current mounter is one of them is
 // resolve's question (s3fs.ResolveVolume, on the PV read live).
-func (r *Restorer) bridgeable(t target, fuseType string) error {
-	table, err := r.os.Mounter.MountTable()
-	if err != nil {
-		return err
-	}
+func (r *Restorer) bridgeable(table stack.Table, t target, fuseType string) error {
 	prof := r.cfg.S3.Profile(t.driver)
 	types := append(prof.BridgedFUSETypes(), fuseType)
 	mounts := table.Stack(t.path)

@@ -35,6 +35,8 @@ type FakeNode struct {
 	// lingering: devices with files still open through a lazily detached mount.
 	lingering map[string]bool
 	specs     []s3fs.ProcSpec
+	// tableReads counts the mount tables read through Mounter (not the tests' own Table calls).
+	tableReads int
 
 	// S3fsFailure decides whether a started s3fs fails; it gets the arguments and the content
 	// of its passwd file and returns the output of a failed s3fs, or "" to mount.
@@ -44,6 +46,9 @@ type FakeNode struct {
 	// BeforeStatfs, when set, runs at the start of every statfs, with its path (a daemon that
 	// dies between two checks; set it before the node is shared).
 	BeforeStatfs func(path string)
+	// BeforeStart, when set, runs at the start of every process start, with its spec (set it
+	// before the node is shared).
+	BeforeStart func(spec s3fs.ProcSpec)
 }
 
 // NewFakeNode returns a node with only a root mount.
@@ -246,7 +251,19 @@ func (f *FakeNode) SetFile(path string, data []byte) {
 
 type fakeMounter struct{ f *FakeNode }
 
-func (m fakeMounter) MountTable() (stack.Table, error) { return m.f.Table(), nil }
+func (m fakeMounter) MountTable() (stack.Table, error) {
+	m.f.mu.Lock()
+	m.f.tableReads++
+	m.f.mu.Unlock()
+	return m.f.Table(), nil
+}
+
+// TableReads returns how many mount tables the code under test has read through Mounter.
+func (f *FakeNode) TableReads() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.tableReads
+}
 
 func (m fakeMounter) Bind(source, target string, readOnly bool) error {
 	f := m.f
@@ -409,6 +426,9 @@ type fakeProcs struct{ f *FakeNode }
 
 func (p fakeProcs) Start(spec s3fs.ProcSpec) (s3fs.Process, error) {
 	f := p.f
+	if f.BeforeStart != nil {
+		f.BeforeStart(spec)
+	}
 	if spec.NetNS != "" && f.NetNSDenied != nil && f.NetNSDenied(spec.NetNS) {
 		return nil, fmt.Errorf("%w: open %s: %w", s3fs.ErrNetNS, spec.NetNS, syscall.EACCES)
 	}

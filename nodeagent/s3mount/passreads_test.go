@@ -1,0 +1,54 @@
+package s3mount
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
+)
+
+// A pass over many dead targets of a PV reads the node's mount table once for its bridgeable
+// checks, not once per target: with 100 pods on one claim those reads, each a walk of every
+// mount on the node under the kernel's mount lock, came before the bridge's s3fs could start.
+func TestBridgeChecksReadTheTableOnce(t *testing.T) {
+	readsBeforeBridge := func(pods int) int {
+		objs := standard(false)
+		for i := 2; i <= pods; i++ {
+			objs = append(objs, podObj(fmt.Sprintf("app%d", i), fmt.Sprintf("uid-%d", i), "data", false))
+		}
+		w := newWorld(t, objs...)
+		var targets []string
+		for i := 1; i <= pods; i++ {
+			target := w.publish(fmt.Sprintf("uid-%d", i), "pv-a")
+			w.node.KillMount(target)
+			targets = append(targets, target)
+		}
+		var mu sync.Mutex
+		reads := -1
+		w.node.BeforeStart = func(s3fs.ProcSpec) {
+			mu.Lock()
+			defer mu.Unlock()
+			if reads < 0 {
+				reads = w.node.TableReads()
+			}
+		}
+		w.start()
+		for _, p := range targets {
+			if top, _ := w.node.Table().Top(p); top.Source != stack.FSName("pv-a") {
+				t.Fatalf("%d pods: top at %s is %+v after the pass, want our bridge", pods, p, top)
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if reads < 0 {
+			t.Fatalf("%d pods: no s3fs was started", pods)
+		}
+		return reads
+	}
+	one, eight := readsBeforeBridge(1), readsBeforeBridge(8)
+	if eight != one {
+		t.Errorf("mount tables read before the bridge's s3fs started: %d with 1 dead target, %d with 8; want the same", one, eight)
+	}
+}

@@ -1012,11 +1012,34 @@ func containerInit(p *corev1.Pod, container string) (int, error) {
 		if err != nil || !inContainer(pid) {
 			continue
 		}
-		if ppid, ok := parentPid(pid); ok && !inContainer(ppid) {
+		// PID 1 of the container's own PID namespace: a process exec'd into the container (the
+		// injected liveness probe, every few seconds per pod) also has a parent outside it, and
+		// is gone a moment later.
+		if ppid, ok := parentPid(pid); ok && !inContainer(ppid) && namespacePid(pid) == 1 {
 			return pid, nil
 		}
 	}
 	return 0, fmt.Errorf("pod %s: no init process of container %s (%s) on the node", p.Name, container, id)
+}
+
+// namespacePid is a process's PID in its innermost PID namespace (the last NSpid field of
+// /proc/<pid>/status), 0 when unknown.
+func namespacePid(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "NSpid:"); ok {
+			f := strings.Fields(v)
+			if len(f) == 0 {
+				return 0
+			}
+			n, _ := strconv.Atoi(f[len(f)-1])
+			return n
+		}
+	}
+	return 0
 }
 
 // parentPid reads a process's parent from /proc/<pid>/stat (the field after the command, which

@@ -920,17 +920,22 @@ func windowIncident(t *failRecorder, e *env, l *fieldLayout, kind string, names 
 
 // rssKB is a process's resident set in kB (0 when gone).
 func rssKB(pid int) int {
+	n, _ := strconv.Atoi(strings.TrimSuffix(procStatus(pid, "VmRSS"), " kB"))
+	return n
+}
+
+// procStatus is the value of one field of /proc/<pid>/status, trimmed ("" when gone or absent).
+func procStatus(pid int, field string) string {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0
+		return ""
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			n, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
-			return n
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			return strings.TrimSpace(v)
 		}
 	}
-	return 0
+	return ""
 }
 
 // procMountsAt is the mountinfo lines of the process whose file inside names
@@ -1025,21 +1030,12 @@ func containerInit(p *corev1.Pod, container string) (int, error) {
 // namespacePid is a process's PID in its innermost PID namespace (the last NSpid field of
 // /proc/<pid>/status), 0 when unknown.
 func namespacePid(pid int) int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
+	f := strings.Fields(procStatus(pid, "NSpid"))
+	if len(f) == 0 {
 		return 0
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "NSpid:"); ok {
-			f := strings.Fields(v)
-			if len(f) == 0 {
-				return 0
-			}
-			n, _ := strconv.Atoi(f[len(f)-1])
-			return n
-		}
-	}
-	return 0
+	n, _ := strconv.Atoi(f[len(f)-1])
+	return n
 }
 
 // parentPid reads a process's parent from /proc/<pid>/stat (the field after the command, which

@@ -52,3 +52,50 @@ func TestBridgeChecksReadTheTableOnce(t *testing.T) {
 		t.Errorf("mount tables read before the bridge's s3fs started: %d with 1 dead target, %d with 8; want the same", one, eight)
 	}
 }
+
+// A pass binds its one bridge mount over each dead target: the bridge's daemon is asked
+// whether it answers once per pass, not once or twice per target (each ask queues a FUSE
+// request behind the pods' own reads), and the record of what the agent put where is written
+// once, after the binds, not rewritten whole per target.
+func TestBridgePassAsksTheBridgeAndWritesTheRecordOnce(t *testing.T) {
+	perPass := func(pods int) (bridgeStatfs, recordWrites int) {
+		objs := standard(false)
+		for i := 2; i <= pods; i++ {
+			objs = append(objs, podObj(fmt.Sprintf("app%d", i), fmt.Sprintf("uid-%d", i), "data", false))
+		}
+		w := newWorld(t, objs...)
+		w.replacer = &beneathReplacer{node: w.node}
+		var targets []string
+		for i := 1; i <= pods; i++ {
+			target := w.publish(fmt.Sprintf("uid-%d", i), "pv-a")
+			w.node.KillMount(target)
+			targets = append(targets, target)
+		}
+		bridge := s3fs.Layout{StateDir: testState}.MountPoint("pv-a")
+		var mu sync.Mutex
+		w.node.BeforeStatfs = func(path string) {
+			mu.Lock()
+			defer mu.Unlock()
+			if path == bridge {
+				bridgeStatfs++
+			}
+		}
+		w.start()
+		for _, p := range targets {
+			if top, _ := w.node.Table().Top(p); top.Source != stack.FSName("pv-a") {
+				t.Fatalf("%d pods: top at %s is %+v after the pass, want our bridge", pods, p, top)
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return bridgeStatfs, w.node.FileWrites(testState + "/s3/handed.json")
+	}
+	statfs1, writes1 := perPass(1)
+	statfs8, writes8 := perPass(8)
+	if statfs8 != statfs1 {
+		t.Errorf("statfs of the bridge's mount in a pass: %d with 1 dead target, %d with 8; want the same", statfs1, statfs8)
+	}
+	if writes1 != 1 || writes8 != 1 {
+		t.Errorf("writes of the record of placed mounts: %d with 1 dead target, %d with 8; want 1 each", writes1, writes8)
+	}
+}

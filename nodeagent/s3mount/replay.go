@@ -73,7 +73,7 @@ func (r *Restorer) republish(ctx context.Context, session *csiclient.Session, t 
 	if err := session.Publish(ctx, req, table); err != nil {
 		return err
 	}
-	dead, ro, ok, herr := r.cover(ctx, fresh, t)
+	dead, ro, ok, herr := r.cover(ctx, fresh, t, nil)
 	if errors.Is(herr, stack.ErrResultRefused) {
 		session.Undo(ctx, fresh)
 		return herr

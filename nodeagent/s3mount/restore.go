@@ -128,13 +128,20 @@ func (r *Restorer) restore(ctx context.Context, pvName string, ts []target) {
 		log.Info("dead targets found during the pass join its bridge", "joined", len(js), "targets", len(bridgeable))
 	}
 	dead := make([][]stack.Mount, len(bridgeable))
+	// One bridge mount goes over every target: its daemon is asked once (answered), and the
+	// record of what we put where is written once, after the binds.
+	answered := stack.NewAnswers()
+	release := r.rules.Placed.Hold()
 	for i, t := range bridgeable {
 		var berr error
-		if dead[i], berr = r.bindTarget(ctx, bridgeMount, t); berr != nil {
+		if dead[i], berr = r.bindTarget(ctx, bridgeMount, t, answered); berr != nil {
 			err = errors.Join(err, berr)
 			r.metrics.Restores.WithLabelValues(MethodBridge, "failure").Inc()
 			r.failed([]target{t}, berr)
 		}
+	}
+	if werr := release(); werr != nil {
+		log.Error(werr, "recording the targets bound to the bridge")
 	}
 	step("targetsBoundAt")
 	ds := make([]deadAt, 0, len(bridgeable))

@@ -17,11 +17,13 @@ import (
 
 // cover puts the live mount at source (the driver's at a fresh path, or our bridge) on top of
 // the dead target t (stack.Rules.Cover), checked against the driver's dead mount there and its
-// profile's FUSE type (and our own bridge's types when source is the bridge).
-func (r *Restorer) cover(ctx context.Context, source string, t target) (dead []stack.Mount, ro, ok bool, err error) {
+// profile's FUSE type (and our own bridge's types when source is the bridge). answered is the
+// pass's memory of sources that answered (nil: each check asks source's daemon).
+func (r *Restorer) cover(ctx context.Context, source string, t target, answered *stack.Answers) (dead []stack.Mount, ro, ok bool, err error) {
 	bridge := source == r.layout.MountPoint(t.pv)
 	return r.rules.Cover(ctx, source, t.path, t.readOnly, func(table stack.Table) stack.Check {
 		c := stack.CheckFor(table, t.path, r.cfg.S3.Profile(t.driver).FUSEType)
+		c.Answered = answered
 		if bridge {
 			c.FUSETypes = append(c.FUSETypes, stack.OurFUSETypes...)
 		}

@@ -27,6 +27,7 @@ type FakeNode struct {
 	busy    map[int]bool    // by mount ID: a file is open on it (a plain unmount fails EBUSY)
 	files   map[string][]byte
 	modes   map[string]fs.FileMode
+	writes  map[string]int // FS.WriteFile calls, by path
 	started [][]string
 	procs   []*FakeProcess
 	cgroups map[string][]int // by group: pids placed there
@@ -54,7 +55,7 @@ type FakeNode struct {
 // NewFakeNode returns a node with only a root mount.
 func NewFakeNode() *FakeNode {
 	f := &FakeNode{nextID: 100, nextDev: 50, dead: map[string]bool{}, hung: map[string]bool{}, busy: map[int]bool{}, lingering: map[string]bool{},
-		files: map[string][]byte{}, modes: map[string]fs.FileMode{}, cgroups: map[string][]int{}}
+		files: map[string][]byte{}, modes: map[string]fs.FileMode{}, writes: map[string]int{}, cgroups: map[string][]int{}}
 	f.mounts = stack.Table{{ID: 1, ParentID: 0, Dev: "8:1", Root: "/", MountPoint: "/", Options: []string{"rw"}, FSType: "ext4", Source: "/dev/vda"}}
 	return f
 }
@@ -258,6 +259,13 @@ func (m fakeMounter) MountTable() (stack.Table, error) {
 	return m.f.Table(), nil
 }
 
+// FileWrites returns how many times the code under test wrote path through FS.
+func (f *FakeNode) FileWrites(path string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.writes[path]
+}
+
 // TableReads returns how many mount tables the code under test has read through Mounter.
 func (f *FakeNode) TableReads() int {
 	f.mu.Lock()
@@ -373,6 +381,7 @@ func (x fakeFS) WriteFile(path string, data []byte, perm fs.FileMode) error {
 	defer x.f.mu.Unlock()
 	x.f.files[path] = slices.Clone(data)
 	x.f.modes[path] = perm
+	x.f.writes[path]++
 	return nil
 }
 

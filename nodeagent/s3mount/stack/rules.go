@@ -86,7 +86,9 @@ func (r *Rules) DropOurTops(ctx context.Context, path string) error {
 // live mount. ok=false (and nothing done) when path is not mounted or answers again. It returns
 // the dead mounts running containers may still hold, and whether the new mount is read-only
 // (readOnly, or the mount it covers is). The new mount is recorded as ours (Placed): when it
-// vanishes from a gone pod's target without us removing it, kubelet's teardown took it.
+// vanishes from a gone pod's target without us removing it, kubelet's teardown took it. With
+// the check's Answered memory, a source that answered earlier in the pass is not asked again,
+// nor is the new mount once a Replacer checked it is the top at path.
 func (r *Rules) Cover(ctx context.Context, source, path string, readOnly bool, accept func(Table) Check) (dead []Mount, ro, ok bool, err error) {
 	log := logr.FromContextOrDiscard(ctx)
 	table, err := r.Mounter.MountTable()
@@ -103,7 +105,9 @@ func (r *Rules) Cover(ctx context.Context, source, path string, readOnly bool, a
 	// The table just read serves the check of source too: every read of a table as long as the
 	// node has mounts waits for the kernel's mount lock, which kubelet and the runtime hold
 	// while the plugin's pod goes down, and a pass reads it several times per target.
-	if _, err := r.checkIn(ctx, table, source, accept(table)); err != nil {
+	check := accept(table)
+	src, err := r.checkIn(ctx, table, source, check)
+	if err != nil {
 		return nil, false, false, err
 	}
 	for {
@@ -148,8 +152,12 @@ func (r *Rules) Cover(ctx context.Context, source, path string, readOnly bool, a
 	if err := r.put(ctx, source, path, top, ro, table); err != nil {
 		return nil, false, false, err
 	}
-	if err := r.statfs(ctx, path); err != nil {
-		return nil, false, false, fmt.Errorf("%w: bind at %s does not answer: %w", ErrMount, path, err)
+	// A Replacer checked that the top at path is now the clone of src, a mount that answered in
+	// this pass (check.Answered): a statfs at path would ask the same daemon once more.
+	if r.Replacer == nil || !check.Answered.Has(src) {
+		if err := r.statfs(ctx, path); err != nil {
+			return nil, false, false, fmt.Errorf("%w: bind at %s does not answer: %w", ErrMount, path, err)
+		}
 	}
 	r.recordPut(ctx, path, table, source)
 	return dead, ro, true, nil

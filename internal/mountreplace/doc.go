@@ -25,11 +25,13 @@
 //     mountPropagation) with Request.Add{Slave: true}, and the clone of the host's new mount
 //     becomes a slave of the new mount's group;
 //  3. move_mount(MOVE_MOUNT_BENEATH) attaches the tree beneath the planned top. Attached to a
-//     shared parent it becomes shared, as the replaced mount was; the table is then checked:
-//     the new mount holds the parent and mount point the replaced one had, the replaced one
-//     sits on the new one, and the new mount is shared when the replaced one was and a slave
-//     when step 2 made it one (fixed on the attached mount through the tree's descriptor when
-//     the parent changed it);
+//     shared parent it becomes shared, as the replaced mount was; then it is checked that the
+//     new mount holds the parent and mount point the replaced one had, the replaced one is the
+//     top and sits on the new one, and the new mount is shared when the replaced one was and a
+//     slave when step 2 made it one (fixed on the attached mount through the tree's descriptor
+//     when the parent changed it). The check asks statmount(2) about the two mounts (by the
+//     unique IDs statx gives for the tree's descriptor and the target: RealKernel.Placements)
+//     and reads the whole table only where statmount is missing;
 //  4. statx names the planned mount as the top again, and it is detached (MNT_DETACH: a dead
 //     FUSE mount is busy while processes hold files or working directories on it). umount2
 //     takes a name, never a descriptor, so RealKernel.Detach gives it one component only: it

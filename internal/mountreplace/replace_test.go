@@ -342,3 +342,90 @@ func TestReplaceUsesTheCallersTable(t *testing.T) {
 		t.Errorf("stack at target = %+v; want the old mount %d untouched", s, old)
 	}
 }
+
+// countingPlacer counts the reads of the whole mount table of a kernel that tells where
+// mounts sit (statmount).
+type countingPlacer struct {
+	mountreplacetest.Placer
+	reads int
+}
+
+func (k *countingPlacer) MountInfo() (string, error) {
+	k.reads++
+	return k.Placer.MountInfo()
+}
+
+// Where the kernel tells where mounts sit (statmount), the check after a beneath move reads no
+// mount table: with the caller's table, a replacement reads none at all (each read is every
+// line of a busy node's table under the kernel's mount lock), and checks the same things.
+// Without statmount the table is read as before.
+func TestReplaceChecksPlacementsWithoutTheTable(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		unsupported bool
+		reads       int
+	}{
+		{"statmount", false, 0},
+		{"no statmount", true, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k, old := node(t, mountreplace.Attrs{ReadOnly: true})
+			s, err := k.MountInfo()
+			if err != nil {
+				t.Fatal(err)
+			}
+			table, err := mountinfo.Parse(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ck := &countingPlacer{Placer: mountreplacetest.Placer{FakeKernel: k, Unsupported: tc.unsupported}}
+			res, err := mountreplace.Replacer{Kernel: ck, Support: mountreplace.Support{Beneath: true}}.Replace(
+				mountreplace.Request{Target: target, Old: old, LivePath: fresh, Table: table})
+			if err != nil || res.Mode != mountreplace.Beneath {
+				t.Fatalf("replace: %+v, %v", res, err)
+			}
+			st := k.Stack(target)
+			if len(st) != 1 || st[0].ID != res.New || st[0].Group == 0 || !st[0].ReadOnly {
+				t.Errorf("stack %+v; want only the new mount %d, shared and read-only like the old one", st, res.New)
+			}
+			if res.Propagation != (mountreplace.Propagation{Shared: true}) {
+				t.Errorf("result propagation %s, want shared", res.Propagation)
+			}
+			if ck.reads != tc.reads {
+				t.Errorf("mount tables read: %d, want %d", ck.reads, tc.reads)
+			}
+			if len(k.Breaches) != 0 {
+				t.Errorf("bare directory seen: %v", k.Breaches)
+			}
+		})
+	}
+}
+
+// A mount that landed on the old top before the check (propagation from the host) is seen by
+// the placements check: nothing is detached, and the caller is told.
+func TestReplacePlacementsSeeAMountThatLanded(t *testing.T) {
+	k, old := node(t, mountreplace.Attrs{})
+	p := &landingPlacer{Placer: mountreplacetest.Placer{FakeKernel: k}}
+	res, err := mountreplace.Replacer{Kernel: p, Support: mountreplace.Support{Beneath: true}}.Replace(
+		mountreplace.Request{Target: target, Old: old, LivePath: fresh})
+	if !errors.Is(err, mountreplace.ErrVerify) {
+		t.Fatalf("replace with a mount landed on the old top: %+v, %v; want ErrVerify", res, err)
+	}
+	if _, ok := k.Get(old); !ok {
+		t.Errorf("the old mount %d was detached although another landed on it", old)
+	}
+}
+
+// landingPlacer mounts something on the target before it answers.
+type landingPlacer struct {
+	mountreplacetest.Placer
+	landed bool
+}
+
+func (p *landingPlacer) Placements(tree int, target string) (mountreplace.Placement, mountreplace.Placement, error) {
+	if !p.landed {
+		p.landed = true
+		p.Mount(mountreplacetest.Mount{MountPoint: target, Dev: "0:77"})
+	}
+	return p.Placer.Placements(tree, target)
+}

@@ -36,6 +36,8 @@ const (
 	offMntID      = 40  // __u64 mnt_id (unique)
 	offParentID   = 48  // __u64 mnt_parent_id (unique; the mount's own for a namespace root)
 	offMntIDOld   = 56  // __u32 mnt_id_old (mountinfo's ID)
+	offParentOld  = 60  // __u32 mnt_parent_id_old (mountinfo's parent ID)
+	offPropFlags  = 72  // __u64 mnt_propagation: MS_SHARED, MS_SLAVE, MS_PRIVATE, MS_UNBINDABLE
 	offMntPointAt = 108 // __u32 mnt_point: offset of the string in str[]
 )
 
@@ -51,7 +53,12 @@ var statmountMissing atomic.Bool
 type mountFacts struct {
 	ID, ParentID uint64
 	OldID        int
-	MountPoint   string
+	// OldParentID is the parent's mountinfo ID.
+	OldParentID int
+	MountPoint  string
+	// Propagation as mountinfo tags it: shared:N when the mount is shared, master:N when a
+	// slave.
+	Propagation Propagation
 }
 
 // statmount asks the kernel about the mount with unique ID id in the calling thread's mount
@@ -97,10 +104,13 @@ func parseStatmount(buf []byte, want uint64) (mountFacts, error) {
 	if mask := binary.NativeEndian.Uint64(buf[offMask:]); mask&want != want {
 		return mountFacts{}, fmt.Errorf("%w: answer mask %#x lacks %#x", errNoStatmount, mask, want&^mask)
 	}
+	prop := binary.NativeEndian.Uint64(buf[offPropFlags:])
 	f := mountFacts{
-		ID:       binary.NativeEndian.Uint64(buf[offMntID:]),
-		ParentID: binary.NativeEndian.Uint64(buf[offParentID:]),
-		OldID:    int(binary.NativeEndian.Uint32(buf[offMntIDOld:])),
+		ID:          binary.NativeEndian.Uint64(buf[offMntID:]),
+		ParentID:    binary.NativeEndian.Uint64(buf[offParentID:]),
+		OldID:       int(binary.NativeEndian.Uint32(buf[offMntIDOld:])),
+		OldParentID: int(binary.NativeEndian.Uint32(buf[offParentOld:])),
+		Propagation: Propagation{Shared: prop&unix.MS_SHARED != 0, Slave: prop&unix.MS_SLAVE != 0},
 	}
 	if want&statmountMntPoint != 0 {
 		at := statmountFixed + int(binary.NativeEndian.Uint32(buf[offMntPointAt:]))
@@ -153,4 +163,34 @@ func stackBaseOf(top uint64) (uint64, error) {
 		m = p
 	}
 	return 0, fmt.Errorf("%w: more than %d mounts stacked at %s", ErrTargetChanged, maxStackWalk, m.MountPoint)
+}
+
+// Placements implements Placer: the mount of tree (attached by now) and the top mount at
+// target, by statmount of their unique IDs (statx STATX_MNT_ID_UNIQUE of tree's descriptor and
+// of target opened without following symlinks). ErrNoPlacement where the kernel cannot tell.
+func (k *RealKernel) Placements(tree int, target string) (Placement, Placement, error) {
+	if k.tableOnly {
+		return Placement{}, Placement{}, fmt.Errorf("%w: checks by the mount table only", ErrNoPlacement)
+	}
+	fd, _, err := openPath(unix.AT_FDCWD, target, 0)
+	if err != nil {
+		return Placement{}, Placement{}, fmt.Errorf("%w: %w", ErrTargetChanged, err)
+	}
+	defer func() { _ = unix.Close(fd) }() // an O_PATH descriptor
+	var out [2]Placement
+	for i, d := range []int{tree, fd} {
+		id, err := uniqueID(d)
+		if err == nil {
+			var f mountFacts
+			if f, err = statmount(id); err == nil {
+				out[i] = Placement{ID: f.OldID, ParentID: f.OldParentID, MountPoint: f.MountPoint, Propagation: f.Propagation}
+				continue
+			}
+		}
+		if errors.Is(err, errNoStatmount) {
+			return Placement{}, Placement{}, fmt.Errorf("%w: %w", ErrNoPlacement, err)
+		}
+		return Placement{}, Placement{}, fmt.Errorf("%w: statmount: %w", ErrVerify, err)
+	}
+	return out[0], out[1], nil
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/pvrescue/pvrescue/internal/mountreplace"
 )
 
@@ -27,11 +29,14 @@ func statmountAnswer(mask uint64, id, parent uint64, oldID uint32, table string,
 func TestParseStatmount(t *testing.T) {
 	const both = mountreplace.StatmountMntBasic | mountreplace.StatmountMntPoint
 	good := statmountAnswer(both, 0x1_0000_0042, 0x1_0000_0007, 66, "/var/lib/kubelet/pods/u/v\x00", 0)
+	binary.NativeEndian.PutUint32(good[60:], 24)                           // mnt_parent_id_old
+	binary.NativeEndian.PutUint64(good[72:], unix.MS_SHARED|unix.MS_SLAVE) // mnt_propagation
 	f, err := mountreplace.ParseStatmount(good, both)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := mountreplace.MountFacts{ID: 0x1_0000_0042, ParentID: 0x1_0000_0007, OldID: 66, MountPoint: "/var/lib/kubelet/pods/u/v"}
+	want := mountreplace.MountFacts{ID: 0x1_0000_0042, ParentID: 0x1_0000_0007, OldID: 66, OldParentID: 24,
+		MountPoint: "/var/lib/kubelet/pods/u/v", Propagation: mountreplace.Propagation{Shared: true, Slave: true}}
 	if f != want {
 		t.Errorf("parsed %+v, want %+v", f, want)
 	}

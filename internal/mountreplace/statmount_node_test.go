@@ -47,13 +47,16 @@ func TestNodeStatmountAgreesWithTable(t *testing.T) {
 
 	f, err := mountreplace.Statmount(upperU)
 	must(t, err)
-	if f.ID != upperU || f.OldID != upper.ID || f.MountPoint != at {
-		t.Errorf("statmount of the upper mount: %+v; want unique ID %d, mountinfo ID %d, mount point %q", f, upperU, upper.ID, at)
+	if f.ID != upperU || f.OldID != upper.ID || f.OldParentID != upper.ParentID || f.MountPoint != at ||
+		f.Propagation != mountreplace.PropagationOf(upper) {
+		t.Errorf("statmount of the upper mount: %+v; want unique ID %d, mountinfo ID %d on %d, mount point %q, %s",
+			f, upperU, upper.ID, upper.ParentID, at, mountreplace.PropagationOf(upper))
 	}
 	p, err := mountreplace.Statmount(f.ParentID)
 	must(t, err)
-	if p.OldID != lower.ID || p.MountPoint != at {
-		t.Errorf("statmount of its parent: %+v; want mountinfo ID %d (the lower tmpfs) at %q", p, lower.ID, at)
+	if p.OldID != lower.ID || p.OldParentID != lower.ParentID || p.MountPoint != at || p.Propagation != mountreplace.PropagationOf(lower) {
+		t.Errorf("statmount of its parent: %+v; want mountinfo ID %d (the lower tmpfs) on %d at %q, %s",
+			p, lower.ID, lower.ParentID, at, mountreplace.PropagationOf(lower))
 	}
 	if base, err := mountreplace.StackBaseOf(upperU); err != nil || base != dirU {
 		t.Errorf("stack base of the upper mount: %d, %v; want %d, the mount of %s", base, err, dirU, dir)

@@ -409,3 +409,40 @@ func (k *FakeKernel) Close(fd int) error {
 }
 
 var _ mountreplace.Kernel = (*FakeKernel)(nil)
+
+// Placer is a FakeKernel that also implements mountreplace.Placer: where two mounts sit, read
+// from the tree as statmount reads one mount, with no mountinfo. Unsupported models a kernel
+// without statmount (ErrNoPlacement: the caller reads the table).
+type Placer struct {
+	*FakeKernel
+	Unsupported bool
+}
+
+// Placements implements mountreplace.Placer.
+func (p Placer) Placements(tree int, target string) (mountreplace.Placement, mountreplace.Placement, error) {
+	if p.Unsupported {
+		return mountreplace.Placement{}, mountreplace.Placement{}, fmt.Errorf("%w: fake kernel without statmount", mountreplace.ErrNoPlacement)
+	}
+	k := p.FakeKernel
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	m, err := k.tree(tree)
+	if err != nil {
+		return mountreplace.Placement{}, mountreplace.Placement{}, err
+	}
+	if !k.attached[m.ID] {
+		return mountreplace.Placement{}, mountreplace.Placement{}, fmt.Errorf("fake statmount of detached mount %d: %w", m.ID, syscall.ENOENT)
+	}
+	top, ok := k.top(filepath.Clean(target))
+	if !ok {
+		return mountreplace.Placement{}, mountreplace.Placement{}, fmt.Errorf("fake statx %s: %w", target, syscall.ENOENT)
+	}
+	return placement(m), placement(top), nil
+}
+
+func placement(m *Mount) mountreplace.Placement {
+	return mountreplace.Placement{ID: m.ID, ParentID: m.Parent, MountPoint: m.MountPoint,
+		Propagation: mountreplace.Propagation{Shared: m.Group != 0, Slave: m.Master != 0}}
+}
+
+var _ mountreplace.Placer = Placer{}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
@@ -133,5 +134,34 @@ func TestBridgeNetNS(t *testing.T) {
 				t.Fatalf("started %+v, want one s3fs in network namespace %q", specs, c.want)
 			}
 		})
+	}
+}
+
+// Once a bridge started in a fallback network namespace, the next bridge starts there at once:
+// the refused namespace is not tried again at every incident (each try cost up to 14 ms of the
+// pods' window and an error in the log).
+func TestBridgeNetNSRemembersTheOneThatWorked(t *testing.T) {
+	parent := fmt.Sprintf("/proc/%d/ns/net", os.Getppid())
+	w := newWorld(t, standard(false)...)
+	w.bridgeNetNS = "/proc/1/ns/net"
+	w.node.NetNSDenied = func(ns string) bool { return ns == "/proc/1/ns/net" }
+	var mu sync.Mutex
+	var tried []string
+	w.node.BeforeStart = func(spec s3fs.ProcSpec) {
+		mu.Lock()
+		defer mu.Unlock()
+		tried = append(tried, spec.NetNS)
+	}
+	target := w.publish("uid-1", "pv-a")
+	w.node.KillMount(target)
+	w.start()
+	w.waitFor("bridged", func() bool { return len(w.node.Table().Stack(target)) == 2 })
+	// The bridge's daemon dies: the next incident starts another bridge.
+	w.node.KillMount(s3fs.Layout{StateDir: testState}.MountPoint("pv-a"))
+	w.waitFor("bridged again", func() bool { return len(w.node.Specs()) == 2 })
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"/proc/1/ns/net", parent, parent}; !slices.Equal(tried, want) {
+		t.Errorf("network namespaces tried by the two bridges: %q, want %q", tried, want)
 	}
 }

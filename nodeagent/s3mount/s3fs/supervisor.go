@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -34,6 +35,9 @@ type Supervisor struct {
 
 	mu      sync.Mutex
 	bridges map[string]*bridge // by PV
+	// joined is the network namespace the last bridge started in (known: one has).
+	joined      string
+	joinedKnown bool
 }
 
 // OS is what the supervisor does on the node.
@@ -120,6 +124,21 @@ func (s *Supervisor) netNSFallbacks() []string {
 		out = append(out, fmt.Sprintf("/proc/%d/ns/net", ppid))
 	}
 	return append(out, "")
+}
+
+// netNSOrder is the order bridges try network namespaces in: BridgeNetNS, then its fallbacks,
+// starting with the one the last bridge started in. A namespace refused once (init's, joined
+// from the agent's container) is not tried again at every incident: each try cost up to 14 ms
+// of the pods' window and an error in the log.
+func (s *Supervisor) netNSOrder() []string {
+	order := append([]string{s.netNS()}, s.netNSFallbacks()...)
+	s.mu.Lock()
+	joined, known := s.joined, s.joinedKnown
+	s.mu.Unlock()
+	if i := slices.Index(order, joined); known && i > 0 {
+		order = append(append([]string{joined}, order[:i]...), order[i+1:]...)
+	}
+	return order
 }
 
 // bridge is one s3fs of ours and its mount.
@@ -304,14 +323,19 @@ func (s *Supervisor) Ensure(ctx context.Context, pvName string, resolve func(con
 		Path: s.cfg.S3.S3fsPath, Args: args, Dir: s.layout.Root(), LogFile: s.layout.LogFile(pvName), NetNS: s.netNS(),
 		Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "TMPDIR=" + s.layout.TmpDir(pvName)},
 	}
-	proc, err := s.os.Procs.Start(spec)
-	for _, alt := range s.netNSFallbacks() {
-		if !errors.Is(err, ErrNetNS) {
+	var proc Process
+	order := s.netNSOrder()
+	for i, ns := range order {
+		spec.NetNS = ns
+		if proc, err = s.os.Procs.Start(spec); !errors.Is(err, ErrNetNS) || i == len(order)-1 {
 			break
 		}
-		log.Error(err, "s3fs cannot start in the node's network namespace there; trying the next", "netns", alt)
-		spec.NetNS = alt
-		proc, err = s.os.Procs.Start(spec)
+		log.Error(err, "s3fs cannot start in the node's network namespace there; trying the next", "netns", order[i+1])
+	}
+	if err == nil {
+		s.mu.Lock()
+		s.joined, s.joinedKnown = spec.NetNS, true
+		s.mu.Unlock()
 	}
 	if err == nil && spec.NetNS == "" && s.netNS() != "" {
 		// A bridge in the agent's namespace still serves while the agent runs; it loses its

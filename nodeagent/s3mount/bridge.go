@@ -18,8 +18,8 @@ import (
 // it returns the dead mounts the pod's running containers may hold, for the caller's remount
 // (done once every target of the PV is bound: a pod's target does not wait for the remounts of
 // the pods before it).
-func (r *Restorer) bindTarget(ctx context.Context, bridgeMount string, t target, answered *stack.Answers) ([]stack.Mount, error) {
-	dead, ro, ok, err := r.cover(ctx, bridgeMount, t, answered)
+func (r *Restorer) bindTarget(ctx context.Context, bridgeMount string, t target, pass *bindPass) ([]stack.Mount, error) {
+	dead, ro, ok, err := r.cover(ctx, bridgeMount, t, pass)
 	if err != nil || !ok {
 		return nil, err
 	}

@@ -99,3 +99,33 @@ func TestBridgePassAsksTheBridgeAndWritesTheRecordOnce(t *testing.T) {
 		t.Errorf("writes of the record of placed mounts: %d with 1 dead target, %d with 8; want 1 each", writes1, writes8)
 	}
 }
+
+// A bridge pass reads the node's mount table a fixed number of times however many targets it
+// binds (stack.Snapshot): each read is every mount on the node under the kernel's mount lock,
+// and reading it per target made a pass O(targets × mounts).
+func TestBridgePassReadsTheTableAFixedNumberOfTimes(t *testing.T) {
+	readsInPass := func(pods int) int {
+		objs := standard(false)
+		for i := 2; i <= pods; i++ {
+			objs = append(objs, podObj(fmt.Sprintf("app%d", i), fmt.Sprintf("uid-%d", i), "data", false))
+		}
+		w := newWorld(t, objs...)
+		w.replacer = &beneathReplacer{node: w.node}
+		var targets []string
+		for i := 1; i <= pods; i++ {
+			target := w.publish(fmt.Sprintf("uid-%d", i), "pv-a")
+			w.node.KillMount(target)
+			targets = append(targets, target)
+		}
+		w.start()
+		for _, p := range targets {
+			if top, _ := w.node.Table().Top(p); top.Source != stack.FSName("pv-a") {
+				t.Fatalf("%d pods: top at %s is %+v after the pass, want our bridge", pods, p, top)
+			}
+		}
+		return w.node.TableReads()
+	}
+	if one, eight := readsInPass(1), readsInPass(8); one != eight {
+		t.Errorf("mount tables read by a check and its bridge pass: %d with 1 dead target, %d with 8; want the same", one, eight)
+	}
+}

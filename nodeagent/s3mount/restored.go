@@ -17,18 +17,32 @@ import (
 
 // cover puts the live mount at source (the driver's at a fresh path, or our bridge) on top of
 // the dead target t (stack.Rules.Cover), checked against the driver's dead mount there and its
-// profile's FUSE type (and our own bridge's types when source is the bridge). answered is the
-// pass's memory of sources that answered (nil: each check asks source's daemon).
-func (r *Restorer) cover(ctx context.Context, source string, t target, answered *stack.Answers) (dead []stack.Mount, ro, ok bool, err error) {
+// profile's FUSE type (and our own bridge's types when source is the bridge). pass is what a
+// bridge pass shares between its targets (nil: each target is covered on its own).
+func (r *Restorer) cover(ctx context.Context, source string, t target, pass *bindPass) (dead []stack.Mount, ro, ok bool, err error) {
 	bridge := source == r.layout.MountPoint(t.pv)
+	var snap *stack.Snapshot
+	if pass != nil {
+		snap = pass.snapshot
+	}
 	return r.rules.Cover(ctx, source, t.path, t.readOnly, func(table stack.Table) stack.Check {
 		c := stack.CheckFor(table, t.path, r.cfg.S3.Profile(t.driver).FUSEType)
-		c.Answered = answered
+		if pass != nil {
+			c.Answered = pass.answered
+		}
 		if bridge {
 			c.FUSETypes = append(c.FUSETypes, stack.OurFUSETypes...)
 		}
 		return c
-	})
+	}, snap)
+}
+
+// bindPass is what one bridge pass shares between the targets it binds its one bridge mount
+// over: the sources that answered (the bridge's daemon is asked once) and one read of the
+// mount table (stack.Snapshot).
+type bindPass struct {
+	answered *stack.Answers
+	snapshot *stack.Snapshot
 }
 
 // restored records a restored target: timers, metrics, log, Event, and the container remount.

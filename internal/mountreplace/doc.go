@@ -38,8 +38,10 @@
 //     opens the target's parent directory (openat2 RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS),
 //     opens the last name below it and checks its statx mount ID is the planned top, checks that
 //     the stack at the target sits on that directory's mount, then, on a fresh thread that joins
-//     the caller's mount namespace with a private fs_struct, fchdirs to the parent descriptor and
-//     calls umount2(name, MNT_DETACH|UMOUNT_NOFOLLOW); the planned mount must then be gone. Both
+//     the caller's mount namespace with a private fs_struct (or on the caller's own thread when
+//     its fs_struct is its own: RealKernel.OnOwnFSThread, the container remount's thread after
+//     setns), fchdirs to the parent descriptor and calls umount2(name,
+//     MNT_DETACH|UMOUNT_NOFOLLOW); the planned mount must then be gone. Both
 //     checks ask statmount(2) (Linux 6.8) about the mounts concerned, by the unique IDs statx
 //     gives for the two held descriptors (STATX_MNT_ID_UNIQUE, never reused), and read the whole
 //     mount table only where statmount is missing or refused (statmount_linux.go). A tenant

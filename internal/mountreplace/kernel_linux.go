@@ -34,6 +34,21 @@ type RealKernel struct {
 	// tableOnly makes Detach check by the mount table even where statmount answers (node tests
 	// keep that path, the one of kernels before 6.8, tested).
 	tableOnly bool
+	// ownFSThread: the caller's thread has an fs_struct of its own and is retired with its
+	// goroutine (OnOwnFSThread).
+	ownFSThread bool
+}
+
+// OnOwnFSThread returns a copy of k (sharing its /proc descriptor, which k's owner releases)
+// for a caller on a locked thread with an fs_struct of its own — unshare(CLONE_FS), as setns
+// into a mount namespace requires — that ends with its goroutine: Detach then changes that
+// thread's working directory for its umount2 (and back) instead of starting a thread to do it.
+// A container remount's detach started one per container, a thread created, entering the
+// namespace and exiting while the node is busiest.
+func (k *RealKernel) OnOwnFSThread() *RealKernel {
+	c := *k
+	c.ownFSThread = true
+	return &c
 }
 
 // NewKernel opens procRoot ("/proc" when empty) for RealKernel.MountInfo.
@@ -328,6 +343,9 @@ func (k *RealKernel) attached(topU uint64, top int) (bool, error) {
 // whose working directory is dir. The calling thread's working directory is never changed (it
 // may share it with the whole agent), and the thread is retired afterwards.
 func (k *RealKernel) detachAt(dir int, name string) error {
+	if k.ownFSThread {
+		return detachHere(dir, name)
+	}
 	ns, err := unix.Openat(k.proc, "thread-self/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("open own mount namespace: %w", err)
@@ -344,6 +362,24 @@ func (k *RealKernel) detachAt(dir int, name string) error {
 			err = unix.Unmount(name, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
 		}
 	})
+	return err
+}
+
+// detachHere is detachAt on the calling thread, whose fs_struct is its own: its working
+// directory is dir for the umount2, then what it was.
+func detachHere(dir int, name string) error {
+	cwd, err := unix.Open(".", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open the working directory: %w", err)
+	}
+	defer func() { _ = unix.Close(cwd) }() // an O_PATH descriptor
+	if err := unix.Fchdir(dir); err != nil {
+		return fmt.Errorf("fchdir: %w", err)
+	}
+	err = unix.Unmount(name, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+	if cerr := unix.Fchdir(cwd); cerr != nil {
+		return errors.Join(err, fmt.Errorf("fchdir back: %w", cerr))
+	}
 	return err
 }
 

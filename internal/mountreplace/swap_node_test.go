@@ -113,20 +113,24 @@ func byID(tab []mountinfo.Mount, id int) (mountinfo.Mount, bool) {
 // read-only one: the victim stays attached and read-only, the dead mount is gone, and the
 // replacement reports that the path changed (its last check cannot resolve it any more).
 func TestNodeDetachParentSwapped(t *testing.T) {
-	for _, tableOnly := range []bool{false, true} {
-		t.Run(detachChecks(tableOnly), func(t *testing.T) { detachParentSwapped(t, tableOnly) })
+	for _, m := range detachModes {
+		t.Run(m.name, func(t *testing.T) { detachParentSwapped(t, m.tableOnly, m.ownThread) })
 	}
 }
 
-// detachChecks names how Detach checks the stack before and after its umount2.
-func detachChecks(tableOnly bool) string {
-	if tableOnly {
-		return "checked-by-table"
-	}
-	return "checked-by-statmount"
+// detachModes are how Detach checks the stack before and after its umount2, and where it calls
+// umount2: on a thread of its own, or on the caller's (a container remount's thread, whose
+// fs_struct is its own: RealKernel.OnOwnFSThread).
+var detachModes = []struct {
+	name                 string
+	tableOnly, ownThread bool
+}{
+	{"checked-by-statmount", false, false},
+	{"checked-by-table", true, false},
+	{"checked-by-statmount-on-the-callers-thread", false, true},
 }
 
-func detachParentSwapped(t *testing.T, tableOnly bool) {
+func detachParentSwapped(t *testing.T, tableOnly, ownThread bool) {
 	testenv.RequireRoot(t)
 	r, k := realReplacer(t)
 	mountreplace.SetTableOnly(k, tableOnly)
@@ -163,6 +167,9 @@ func detachParentSwapped(t *testing.T, tableOnly bool) {
 				f.swapErr = rig.swap()
 			})
 			defer mountreplace.SetBeforeDetach(k, nil)
+			if ownThread { // this thread's fs_struct is its own (privateNamespace)
+				r.Kernel = k.OnOwnFSThread()
+			}
 			f.res, f.replaceErr = r.Replace(mountreplace.Request{Target: rig.target, Old: rig.oldID, Tree: tree})
 			b, err := os.ReadFile("/proc/thread-self/mountinfo")
 			if err != nil {
@@ -207,15 +214,18 @@ func detachParentSwapped(t *testing.T, tableOnly bool) {
 // ErrTargetChanged (or ErrVerify, when the table read after the move names the mount point by
 // the directory's new name).
 func TestNodeDetachRacedBySwapper(t *testing.T) {
-	for _, tableOnly := range []bool{false, true} {
-		t.Run(detachChecks(tableOnly), func(t *testing.T) { detachRacedBySwapper(t, tableOnly) })
+	for _, m := range detachModes {
+		t.Run(m.name, func(t *testing.T) { detachRacedBySwapper(t, m.tableOnly, m.ownThread) })
 	}
 }
 
-func detachRacedBySwapper(t *testing.T, tableOnly bool) {
+func detachRacedBySwapper(t *testing.T, tableOnly, ownThread bool) {
 	testenv.RequireRoot(t)
 	r, k := realReplacer(t)
 	mountreplace.SetTableOnly(k, tableOnly)
+	if ownThread { // Replace runs on the test's thread, whose fs_struct is its own (privateNamespace)
+		r.Kernel = k.OnOwnFSThread()
+	}
 	dir := t.TempDir()
 	const rounds = 300
 	type counts struct{ ok, changed, other, victimLost, swaps int }

@@ -227,8 +227,9 @@ func (n RealNamespaces) attachLocked(ns NamespaceRef, livePath string, attaches 
 	}
 	defer func() { _ = unix.Setns(own, unix.CLONE_NEWNS) }()
 
-	// 3. From here paths are the container's.
-	Place(n.Kernel, n.Support, trees, attaches, out)
+	// 3. From here paths are the container's. This thread's fs_struct is its own (unshared
+	// above, as setns requires) and the thread ends with it: a detach needs no thread of its own.
+	Place(n.Kernel.OnOwnFSThread(), n.Support, trees, attaches, out)
 	return out, nil
 }
 

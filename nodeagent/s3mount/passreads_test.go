@@ -14,17 +14,7 @@ import (
 // mount on the node under the kernel's mount lock, came before the bridge's s3fs could start.
 func TestBridgeChecksReadTheTableOnce(t *testing.T) {
 	readsBeforeBridge := func(pods int) int {
-		objs := standard(false)
-		for i := 2; i <= pods; i++ {
-			objs = append(objs, podObj(fmt.Sprintf("app%d", i), fmt.Sprintf("uid-%d", i), "data", false))
-		}
-		w := newWorld(t, objs...)
-		var targets []string
-		for i := 1; i <= pods; i++ {
-			target := w.publish(fmt.Sprintf("uid-%d", i), "pv-a")
-			w.node.KillMount(target)
-			targets = append(targets, target)
-		}
+		w, targets := deadPodsWorld(t, pods)
 		var mu sync.Mutex
 		reads := -1
 		w.node.BeforeStart = func(s3fs.ProcSpec) {
@@ -35,11 +25,7 @@ func TestBridgeChecksReadTheTableOnce(t *testing.T) {
 			}
 		}
 		w.start()
-		for _, p := range targets {
-			if top, _ := w.node.Table().Top(p); top.Source != stack.FSName("pv-a") {
-				t.Fatalf("%d pods: top at %s is %+v after the pass, want our bridge", pods, p, top)
-			}
-		}
+		requireBridged(t, w, targets)
 		mu.Lock()
 		defer mu.Unlock()
 		if reads < 0 {
@@ -59,18 +45,8 @@ func TestBridgeChecksReadTheTableOnce(t *testing.T) {
 // once, after the binds, not rewritten whole per target.
 func TestBridgePassAsksTheBridgeAndWritesTheRecordOnce(t *testing.T) {
 	perPass := func(pods int) (bridgeStatfs, recordWrites int) {
-		objs := standard(false)
-		for i := 2; i <= pods; i++ {
-			objs = append(objs, podObj(fmt.Sprintf("app%d", i), fmt.Sprintf("uid-%d", i), "data", false))
-		}
-		w := newWorld(t, objs...)
+		w, targets := deadPodsWorld(t, pods)
 		w.replacer = &beneathReplacer{node: w.node}
-		var targets []string
-		for i := 1; i <= pods; i++ {
-			target := w.publish(fmt.Sprintf("uid-%d", i), "pv-a")
-			w.node.KillMount(target)
-			targets = append(targets, target)
-		}
 		bridge := s3fs.Layout{StateDir: testState}.MountPoint("pv-a")
 		var mu sync.Mutex
 		w.node.BeforeStatfs = func(path string) {
@@ -81,11 +57,7 @@ func TestBridgePassAsksTheBridgeAndWritesTheRecordOnce(t *testing.T) {
 			}
 		}
 		w.start()
-		for _, p := range targets {
-			if top, _ := w.node.Table().Top(p); top.Source != stack.FSName("pv-a") {
-				t.Fatalf("%d pods: top at %s is %+v after the pass, want our bridge", pods, p, top)
-			}
-		}
+		requireBridged(t, w, targets)
 		mu.Lock()
 		defer mu.Unlock()
 		return bridgeStatfs, w.node.FileWrites(testState + "/s3/handed.json")
@@ -105,27 +77,40 @@ func TestBridgePassAsksTheBridgeAndWritesTheRecordOnce(t *testing.T) {
 // and reading it per target made a pass O(targets × mounts).
 func TestBridgePassReadsTheTableAFixedNumberOfTimes(t *testing.T) {
 	readsInPass := func(pods int) int {
-		objs := standard(false)
-		for i := 2; i <= pods; i++ {
-			objs = append(objs, podObj(fmt.Sprintf("app%d", i), fmt.Sprintf("uid-%d", i), "data", false))
-		}
-		w := newWorld(t, objs...)
+		w, targets := deadPodsWorld(t, pods)
 		w.replacer = &beneathReplacer{node: w.node}
-		var targets []string
-		for i := 1; i <= pods; i++ {
-			target := w.publish(fmt.Sprintf("uid-%d", i), "pv-a")
-			w.node.KillMount(target)
-			targets = append(targets, target)
-		}
 		w.start()
-		for _, p := range targets {
-			if top, _ := w.node.Table().Top(p); top.Source != stack.FSName("pv-a") {
-				t.Fatalf("%d pods: top at %s is %+v after the pass, want our bridge", pods, p, top)
-			}
-		}
+		requireBridged(t, w, targets)
 		return w.node.TableReads()
 	}
 	if one, eight := readsInPass(1), readsInPass(8); one != eight {
 		t.Errorf("mount tables read by a check and its bridge pass: %d with 1 dead target, %d with 8; want the same", one, eight)
+	}
+}
+
+// deadPodsWorld is a node with pods pods on claim data of PV pv-a, their targets dead.
+func deadPodsWorld(t *testing.T, pods int) (*world, []string) {
+	t.Helper()
+	objs := standard(false)
+	for i := 2; i <= pods; i++ {
+		objs = append(objs, podObj(fmt.Sprintf("app%d", i), fmt.Sprintf("uid-%d", i), "data", false))
+	}
+	w := newWorld(t, objs...)
+	var targets []string
+	for i := 1; i <= pods; i++ {
+		target := w.publish(fmt.Sprintf("uid-%d", i), "pv-a")
+		w.node.KillMount(target)
+		targets = append(targets, target)
+	}
+	return w, targets
+}
+
+// requireBridged fails the test unless our bridge is the top at every target.
+func requireBridged(t *testing.T, w *world, targets []string) {
+	t.Helper()
+	for _, p := range targets {
+		if top, _ := w.node.Table().Top(p); top.Source != stack.FSName("pv-a") {
+			t.Fatalf("%d pods: top at %s is %+v after the pass, want our bridge", len(targets), p, top)
+		}
 	}
 }

@@ -343,18 +343,6 @@ func TestReplaceUsesTheCallersTable(t *testing.T) {
 	}
 }
 
-// countingPlacer counts the reads of the whole mount table of a kernel that tells where
-// mounts sit (statmount).
-type countingPlacer struct {
-	mountreplacetest.Placer
-	reads int
-}
-
-func (k *countingPlacer) MountInfo() (string, error) {
-	k.reads++
-	return k.Placer.MountInfo()
-}
-
 // Where the kernel tells where mounts sit (statmount), the check after a beneath move reads no
 // mount table: with the caller's table, a replacement reads none at all (each read is every
 // line of a busy node's table under the kernel's mount lock), and checks the same things.
@@ -378,8 +366,9 @@ func TestReplaceChecksPlacementsWithoutTheTable(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ck := &countingPlacer{Placer: mountreplacetest.Placer{FakeKernel: k, Unsupported: tc.unsupported}}
-			res, err := mountreplace.Replacer{Kernel: ck, Support: mountreplace.Support{Beneath: true}}.Replace(
+			before := k.TableReads()
+			res, err := mountreplace.Replacer{Kernel: mountreplacetest.Placer{FakeKernel: k, Unsupported: tc.unsupported},
+				Support: mountreplace.Support{Beneath: true}}.Replace(
 				mountreplace.Request{Target: target, Old: old, LivePath: fresh, Table: table})
 			if err != nil || res.Mode != mountreplace.Beneath {
 				t.Fatalf("replace: %+v, %v", res, err)
@@ -391,8 +380,8 @@ func TestReplaceChecksPlacementsWithoutTheTable(t *testing.T) {
 			if res.Propagation != (mountreplace.Propagation{Shared: true}) {
 				t.Errorf("result propagation %s, want shared", res.Propagation)
 			}
-			if ck.reads != tc.reads {
-				t.Errorf("mount tables read: %d, want %d", ck.reads, tc.reads)
+			if got := k.TableReads() - before; got != tc.reads {
+				t.Errorf("mount tables read: %d, want %d", got, tc.reads)
 			}
 			if len(k.Breaches) != 0 {
 				t.Errorf("bare directory seen: %v", k.Breaches)

@@ -48,6 +48,15 @@ type FakeKernel struct {
 	Breaches []string
 	// Calls lists the calls made, in order.
 	Calls []string
+	// tableReads counts MountInfo calls.
+	tableReads int
+}
+
+// TableReads returns how many times the whole mount table was read (MountInfo).
+func (k *FakeKernel) TableReads() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.tableReads
 }
 
 // NewFakeKernel returns a tree holding only "/" (mount 1, private).
@@ -178,6 +187,7 @@ func (k *FakeKernel) check(call string) {
 func (k *FakeKernel) MountInfo() (string, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	k.tableReads++
 	ids := make([]int, 0, len(k.mounts))
 	for id := range k.mounts {
 		ids = append(ids, id)

@@ -108,7 +108,8 @@
 // the source is a mount point whose device differs from the mount it sits on (not a directory of
 // the node's filesystem), its device is none of those at the kubelet path (the dead one, or
 // ours), its type is the dead driver mount's FUSE type or the profile's (our own bridge: fuse or
-// fuse.s3fs), and it answers statfs. A refusal binds nothing, leaves the dead mount as it is
+// fuse.s3fs), and it answers statfs (once per bridge pass: the same bridge mount, by ID and
+// device, is not asked again for each target; stack.Answers). A refusal binds nothing, leaves the dead mount as it is
 // (the probe's case), emits an Event named after what the driver produced
 // (ReplayResultNotVisible, ReplayResultWrongFilesystem, ReplayResultSameDevice,
 // ReplayResultNotAnswering), counts pvrescue_s3_result_checks_total{result}, and undoes the

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -197,5 +199,65 @@ func TestForeignClaimsIgnored(t *testing.T) {
 	}
 	if n := len(w.node.Table().Stack(victim)); n < 1 {
 		t.Errorf("victim target: %d mounts", n)
+	}
+}
+
+// A restore reads its PV from the API server while it reads the claim, not after: the two
+// reads in sequence were 50–100 ms of a loaded API server before a bridge could start. Here the
+// live claim read waits until the PV's read has begun; reading them in order makes it wait out
+// the timeout.
+func TestLivePVReadsThePVWhileItReadsTheClaim(t *testing.T) {
+	w := newWorld(t, standard(false)...)
+	pvBegun := make(chan struct{})
+	var once sync.Once
+	var gated atomic.Bool
+	var claimWaited atomic.Int32
+	w.view.BeforeRead = func(kind string) {
+		if !gated.Load() {
+			return
+		}
+		switch kind {
+		case "PersistentVolume":
+			once.Do(func() { close(pvBegun) })
+		case "PersistentVolumeClaim":
+			select {
+			case <-pvBegun:
+			case <-time.After(5 * time.Second):
+				claimWaited.Add(1)
+			}
+		}
+	}
+	w.start()
+	pod, err := w.view.Pods().Pods("default").Get("app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gated.Store(true)
+	pv, err := w.r.livePV(w.ctx, "pv-a", []target{{pod: pod, claim: "data", pv: "pv-a"}})
+	if err != nil {
+		t.Fatalf("livePV: %v", err)
+	}
+	if pv.UID != "pv-uid-pv-a" {
+		t.Errorf("PV uid %s, want pv-uid-pv-a", pv.UID)
+	}
+	if claimWaited.Load() > 0 {
+		t.Error("the claim's live read waited 5s and the PV's read had not begun: they are read one after the other")
+	}
+}
+
+// The PV read early counts only when the claim, read live, leads to it: a claim bound to
+// another PV is an error, whatever the early read of pvName returned.
+func TestLivePVClaimDecides(t *testing.T) {
+	w := newWorld(t, standard(false)...)
+	w.start()
+	pod, err := w.view.Pods().Pods("default").Get("app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := pvObj("pv-b", testDriver, false)
+	w.view.Set(other)
+	w.view.Set(pvcObj("data", "pv-b"))
+	if _, err := w.r.livePV(w.ctx, "pv-a", []target{{pod: pod, claim: "data", pv: "pv-a"}}); !errors.Is(err, ErrClaimChain) {
+		t.Fatalf("livePV of pv-a with the claim bound to pv-b: %v, want %v", err, ErrClaimChain)
 	}
 }

@@ -4,10 +4,6 @@ import (
 	"fmt"
 	"sync"
 	"testing"
-	"time"
-
-	"github.com/pvrescue/pvrescue/internal/mountreplace"
-	"github.com/pvrescue/pvrescue/nodeagent"
 
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
@@ -117,52 +113,4 @@ func requireBridged(t *testing.T, w *world, targets []string) {
 			t.Fatalf("%d pods: top at %s is %+v after the pass, want our bridge", len(targets), p, top)
 		}
 	}
-}
-
-// A bridge pass moves a pod's containers onto its target's live mount while it binds the next
-// targets: a pod's application reads through its containers, and with the containers moved
-// only after every bind, the last of 100 pods waited for all the binds and then all the other
-// pods' containers. Here each bind after the first waits until the first pod's containers were
-// asked about; a pass that remounts only after its binds has them wait out the timeout.
-func TestBridgePassRemountsContainersWhileItBinds(t *testing.T) {
-	const pods = 4
-	w, targets := deadPodsWorld(t, pods)
-	firstAsked := make(chan struct{})
-	var once sync.Once
-	w.remount = &fakeRemounter{before: func(nodeagent.RemountRequest) { once.Do(func() { close(firstAsked) }) }}
-	gate := &gatedReplacer{inner: &beneathReplacer{node: w.node}, open: firstAsked, wait: 5 * time.Second}
-	w.replacer = gate
-	w.start()
-	requireBridged(t, w, targets)
-	if gate.calls != pods {
-		t.Fatalf("replacements: %d, want one per target (%d)", gate.calls, pods)
-	}
-	if gate.timedOut > 0 {
-		t.Errorf("%d of %d binds after the first waited %s and still no container had been remounted: containers are remounted only after every bind", gate.timedOut, pods-1, gate.wait)
-	}
-	if got := len(w.remount.reqs); got != pods {
-		t.Errorf("container remount requests: %d, want one per pod (%d)", got, pods)
-	}
-}
-
-// gatedReplacer holds every replacement after the first until open is closed (or wait passed,
-// counted in timedOut).
-type gatedReplacer struct {
-	inner    stack.Replacer
-	open     <-chan struct{}
-	wait     time.Duration
-	calls    int
-	timedOut int
-}
-
-func (g *gatedReplacer) Replace(source, target string, old int, readOnly, noPeerGroup bool, table stack.Table) (mountreplace.Result, error) {
-	g.calls++
-	if g.calls > 1 {
-		select {
-		case <-g.open:
-		case <-time.After(g.wait):
-			g.timedOut++
-		}
-	}
-	return g.inner.Replace(source, target, old, readOnly, noPeerGroup, table)
 }

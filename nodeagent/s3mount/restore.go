@@ -127,30 +127,30 @@ func (r *Restorer) restore(ctx context.Context, pvName string, ts []target) {
 		}
 		log.Info("dead targets found during the pass join its bridge", "joined", len(js), "targets", len(bridgeable))
 	}
+	dead := make([][]stack.Mount, len(bridgeable))
 	// One bridge mount goes over every target: its daemon is asked once, the mount table read
 	// once, and the record of what we put where written once, after the binds.
 	pass := &bindPass{answered: stack.NewAnswers(), snapshot: r.snapshot(ctx, bridgeMount, bridgeable)}
 	release := r.rules.Placed.Hold()
-	// A pod's containers are moved onto its target's live mount while the next targets are
-	// bound: after the binds, the last of 100 pods waited for every other pod's containers too.
-	bound, remounted := r.remountAsBound(ctx, len(bridgeable))
-	for _, t := range bridgeable {
-		dead, berr := r.bindTarget(ctx, bridgeMount, t, pass)
-		if berr != nil {
+	for i, t := range bridgeable {
+		var berr error
+		if dead[i], berr = r.bindTarget(ctx, bridgeMount, t, pass); berr != nil {
 			err = errors.Join(err, berr)
 			r.metrics.Restores.WithLabelValues(MethodBridge, "failure").Inc()
 			r.failed([]target{t}, berr)
 		}
-		if len(dead) > 0 {
-			bound <- deadAt{t, dead}
-		}
 	}
-	close(bound)
 	if werr := release(); werr != nil {
 		log.Error(werr, "recording the targets bound to the bridge")
 	}
 	step("targetsBoundAt")
-	<-remounted
+	ds := make([]deadAt, 0, len(bridgeable))
+	for i, t := range bridgeable {
+		if len(dead[i]) > 0 {
+			ds = append(ds, deadAt{t, dead[i]})
+		}
+	}
+	r.remountAll(ctx, ds)
 	step("containersDoneAt")
 	if driverDown {
 		// Counted even when some target failed: the s3fs was started (or kept) for this death.

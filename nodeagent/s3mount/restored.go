@@ -94,35 +94,6 @@ func (r *Restorer) prefetchPods(ts []target) {
 	p.PrefetchPods(uids)
 }
 
-// remountAsBound remounts the containers of each target sent on bound, while the caller binds
-// the next: whatever was bound while the previous remounter pass ran goes in one pass
-// (RemountPods reads the node's processes and the agent's table once per pass). remounted is
-// closed once bound is closed and everything sent on it has been remounted. n is how many
-// targets may be sent, so a send never waits on the remounter.
-func (r *Restorer) remountAsBound(ctx context.Context, n int) (bound chan<- deadAt, remounted <-chan struct{}) {
-	in, done := make(chan deadAt, n), make(chan struct{})
-	go func() {
-		defer close(done)
-		for d := range in {
-			batch := []deadAt{d}
-		drain:
-			for {
-				select {
-				case more, ok := <-in:
-					if !ok {
-						break drain
-					}
-					batch = append(batch, more)
-				default:
-					break drain
-				}
-			}
-			r.remountAll(ctx, batch)
-		}
-	}()
-	return in, done
-}
-
 // remount asks the container remounter (when configured) to move the pod's running containers
 // from each dead mount onto the live one at the target, and reports the result.
 func (r *Restorer) remount(ctx context.Context, t target, dead []stack.Mount) {

@@ -79,6 +79,8 @@ unit: monitoring-deps ## Fast unit tests: pure functions and fakes, no root, no 
 	$(GO) test $(GOTEST_FLAGS) ./...
 	# Admissions are answered from pooled buffers: concurrent answers checked under the race detector.
 	$(GO) test $(GOTEST_FLAGS) -race -run 'TestServeHTTP' ./webhook/
+	# The exit watcher's event loop and its walks run concurrently, on real processes.
+	$(GO) test $(GOTEST_FLAGS) -race ./nodeagent/fusewatch/
 
 .PHONY: integration
 integration: kube-binaries ## Tests against a real kube-apiserver + etcd.

@@ -63,7 +63,7 @@ func TestWatcherWalkRacingAnExit(t *testing.T) {
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
-	m := &racingOS{OS: NewOS(OSOptions{}), pid: c.Process.Pid}
+	m := &racingOS{OS: NewOS(OSOptions{}), pid: c.Process.Pid, kick: make(chan struct{}, 1)}
 	exits := make(chan Exit, 4)
 	w, err := New(m, Options{RescanInterval: time.Hour, OnExit: func(x Exit) { exits <- x }})
 	if err != nil {
@@ -80,7 +80,7 @@ func TestWatcherWalkRacingAnExit(t *testing.T) {
 	}()
 	time.Sleep(200 * time.Millisecond) // the first walk watches it
 	m.killDuringWalk.Store(true)
-	m.ev.ch <- struct{}{}
+	m.kick <- struct{}{}
 	select {
 	case x := <-exits:
 		if x.PID != c.Process.Pid {
@@ -99,7 +99,8 @@ type racingOS struct {
 	pid            int
 	killDuringWalk atomic.Bool
 	n              atomic.Int32
-	ev             struct{ ch chan struct{} }
+	// kick is made before the watcher starts: the test sends on it while Run reads it.
+	kick chan struct{}
 }
 
 func (r *racingOS) Connections() (map[Connection][]string, error) {
@@ -125,8 +126,7 @@ func (r *racingOS) Events() (Events, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.ev.ch = make(chan struct{}, 1)
-	return &kickEvents{Events: ev, kick: r.ev.ch}, nil
+	return &kickEvents{Events: ev, kick: r.kick}, nil
 }
 
 // kickEvents adds a test-driven "mount table changed" to the real event source.

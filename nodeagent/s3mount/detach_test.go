@@ -84,6 +84,49 @@ func TestBridgeAdoptedAcrossAgentRestart(t *testing.T) {
 	strictUnpublish(t, w, target)
 }
 
+// At start the agent removes the bridge groups no bridge uses (left by agents that were gone when
+// their s3fs exited), and only those: never the adopted bridge's group, one that still has a
+// process, nor a group whose name is not one of ours.
+func TestUnusedBridgeCgroupsRemovedAtStart(t *testing.T) {
+	w := newWorld(t, standard(false)...)
+	w.bridgeCgroup = "pvrescue/s3"
+	target := w.publish("uid-1", "pv-a")
+	w.node.KillMount(target)
+	w.start()
+	w.waitFor("bridged", func() bool { return len(w.node.Table().Stack(target)) == 2 })
+	proc := w.node.Processes()[0]
+	live := s3fs.BridgeCgroup("pvrescue/s3", "pv-a", proc.Pid())
+
+	stale := []string{"pvrescue/s3/pv-a-777", "pvrescue/s3/pv-gone-4242"}
+	for _, g := range stale {
+		w.node.AddCgroup(g)
+	}
+	populated := "pvrescue/s3/pv-other-888" // a process runs in it, no record names it
+	if err := w.node.Cgroups().Place(proc.Pid(), populated); err != nil {
+		t.Fatal(err)
+	}
+	notOurs := []string{"pvrescue/s3/keep", "pvrescue/s3/pv-x-0", "pvrescue/elsewhere-12"}
+	for _, g := range notOurs {
+		w.node.AddCgroup(g)
+	}
+
+	w.start() // the agent restarts
+	w.settle()
+	for _, g := range stale {
+		if _, ok := w.node.Cgroup(g); ok {
+			t.Errorf("unused bridge cgroup %s kept", g)
+		}
+	}
+	for _, g := range append([]string{live, populated}, notOurs...) {
+		if _, ok := w.node.Cgroup(g); !ok {
+			t.Errorf("cgroup %s removed", g)
+		}
+	}
+	if n := len(w.node.Started()); n != 1 {
+		t.Errorf("s3fs started %d times, want 1 (the bridge adopted)", n)
+	}
+}
+
 // A record whose process is gone and whose bridge mount is dead is dropped at start; a record
 // naming a pid that is now another process is never used to signal it.
 func TestBridgeRecordsOfDeadBridgesDropped(t *testing.T) {

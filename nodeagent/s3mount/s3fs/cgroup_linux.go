@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -186,6 +188,31 @@ func (c HostCgroups) Remove(group string) error {
 		}
 		return errors.Join(errs...)
 	})
+}
+
+// Children returns the names of parent's child groups in every hierarchy, sorted.
+func (c HostCgroups) Children(parent string) ([]string, error) {
+	procDir, roots, err := c.view()
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	err = inCgroupNS(procDir, func() error {
+		var errs []error
+		for _, root := range roots {
+			entries, err := os.ReadDir(filepath.Join(root, parent))
+			if err != nil && !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, fmt.Errorf("list cgroup %s: %w", filepath.Join(root, parent), err))
+			}
+			for _, e := range entries {
+				if e.IsDir() {
+					seen[e.Name()] = true
+				}
+			}
+		}
+		return errors.Join(errs...)
+	})
+	return slices.Sorted(maps.Keys(seen)), err
 }
 
 // inCgroupNS runs f on a thread that joined procDir's cgroup namespace when it differs from

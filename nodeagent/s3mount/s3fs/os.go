@@ -61,6 +61,10 @@ type Cgroups interface {
 	// Place moves process pid (every thread) into group, a path relative to the root of every
 	// cgroup hierarchy of the node (cgroup v1: each one; v2: the unified one).
 	Place(pid int, group string) error
-	// Remove removes the (empty) group from every hierarchy; a missing group is no error.
+	// Remove removes the (empty) group from every hierarchy; a missing group is no error. The
+	// kernel refuses to remove a group that still has processes (EBUSY).
 	Remove(group string) error
+	// Children returns the names of parent's child groups in any hierarchy, sorted; none when
+	// parent does not exist.
+	Children(parent string) ([]string, error)
 }

@@ -19,3 +19,6 @@ type noCgroups struct{}
 
 func (noCgroups) Place(int, string) error { return stack.ErrUnsupportedOS }
 func (noCgroups) Remove(string) error     { return stack.ErrUnsupportedOS }
+func (noCgroups) Children(string) ([]string, error) {
+	return nil, stack.ErrUnsupportedOS
+}

@@ -41,6 +41,20 @@ func BridgeCgroup(parent, pvName string, pid int) string {
 	return fmt.Sprintf("%s/%s-%d", parent, PVComponent(pvName), pid)
 }
 
+// parseBridgeCgroup returns the PV component and pid of a bridge's group name (BridgeCgroup's
+// last element, "<pv>-<pid>").
+func parseBridgeCgroup(name string) (pv string, pid int, ok bool) {
+	i := strings.LastIndexByte(name, '-')
+	if i <= 0 {
+		return "", 0, false
+	}
+	pid, err := strconv.Atoi(name[i+1:])
+	if err != nil || pid <= 0 {
+		return "", 0, false
+	}
+	return name[:i], pid, true
+}
+
 // readBridgeRecord reads pv's record; ok=false when there is none.
 func (s *Supervisor) readRecord(pvName string) (BridgeRecord, bool, error) {
 	data, err := s.os.FS.ReadFile(s.layout.BridgeRecordFile(pvName))

@@ -100,12 +100,8 @@ func (s *Supervisor) adoptRetiring(ctx context.Context) {
 		if !ok {
 			continue
 		}
-		data, err := s.os.FS.ReadFile(filepath.Join(s.layout.BridgesDir(), name))
-		var rec BridgeRecord
-		if err == nil {
-			err = json.Unmarshal(data, &rec)
-		}
-		if err != nil || rec.Proc.Pid != pid {
+		rec, err := s.readRetiring(name, pid)
+		if err != nil {
 			log.Error(err, "unreadable retiring bridge record; removing it", "file", name)
 			_ = s.os.FS.Remove(filepath.Join(s.layout.BridgesDir(), name))
 			continue
@@ -122,4 +118,34 @@ func (s *Supervisor) adoptRetiring(ctx context.Context) {
 			s.forgetRetiring(ctx, pv, rec)
 		}()
 	}
+}
+
+// readRetiring reads the retiring record file name, of process pid.
+func (s *Supervisor) readRetiring(name string, pid int) (BridgeRecord, error) {
+	data, err := s.os.FS.ReadFile(filepath.Join(s.layout.BridgesDir(), name))
+	var rec BridgeRecord
+	if err == nil {
+		err = json.Unmarshal(data, &rec)
+	}
+	if err == nil && rec.Proc.Pid != pid {
+		err = fmt.Errorf("record of pid %d in %s", rec.Proc.Pid, name)
+	}
+	return rec, err
+}
+
+// retiringRecords returns the readable records of retiring bridges.
+func (s *Supervisor) retiringRecords() []BridgeRecord {
+	names, err := s.os.FS.ReadDir(s.layout.BridgesDir())
+	if err != nil {
+		return nil
+	}
+	var out []BridgeRecord
+	for _, name := range names {
+		if _, pid, ok := parseRetiringRecord(name); ok {
+			if rec, err := s.readRetiring(name, pid); err == nil {
+				out = append(out, rec)
+			}
+		}
+	}
+	return out
 }

@@ -241,7 +241,56 @@ func (s *Supervisor) Adopt(ctx context.Context) error {
 	}
 	s.updateGauge()
 	s.adoptRetiring(ctx)
+	s.sweepCgroups(ctx)
 	return nil
+}
+
+// sweepCgroups removes the bridge groups under BridgeCgroup that no bridge uses: an earlier agent
+// removes a bridge's group once its s3fs has exited, but not when the agent was gone by then and
+// kept no record of it (its state directory removed, the node's agent reinstalled), and each
+// such group stayed forever, empty. Only names of ours ("<pv>-<pid>") are touched, never a group
+// of a bridge adopted or retiring here, and the kernel refuses to remove one that still has a
+// process: a bridge that outlived every record keeps its group.
+func (s *Supervisor) sweepCgroups(ctx context.Context) {
+	if s.opts.BridgeCgroup == "" {
+		return
+	}
+	log := logr.FromContextOrDiscard(ctx)
+	names, err := s.os.Cgroups.Children(s.opts.BridgeCgroup)
+	if err != nil {
+		log.Error(err, "listing the bridges' cgroups", "parent", s.opts.BridgeCgroup)
+		if len(names) == 0 {
+			return
+		}
+	}
+	inUse := map[string]bool{}
+	s.mu.Lock()
+	for _, st := range s.bridges {
+		inUse[st.cgroup] = true
+	}
+	s.mu.Unlock()
+	for _, rec := range s.retiringRecords() {
+		inUse[rec.Cgroup] = true
+	}
+	var removed []string
+	for _, name := range names {
+		group := s.opts.BridgeCgroup + "/" + name
+		if _, _, ours := parseBridgeCgroup(name); !ours || inUse[group] {
+			continue
+		}
+		if err := s.os.Cgroups.Remove(group); err != nil {
+			if errors.Is(err, syscall.EBUSY) {
+				log.Info("a bridge cgroup no record names still has processes: kept", "cgroup", group)
+			} else {
+				log.Error(err, "removing an unused bridge cgroup", "cgroup", group)
+			}
+			continue
+		}
+		removed = append(removed, name)
+	}
+	if len(removed) > 0 {
+		log.Info("removed bridge cgroups no bridge uses", "parent", s.opts.BridgeCgroup, "groups", removed)
+	}
 }
 
 // adoptProcess returns pv's record and, when its s3fs still runs at mountPoint, a handle on it.

@@ -227,6 +227,28 @@ func (c fakeCgroups) Remove(group string) error {
 	return nil
 }
 
+func (c fakeCgroups) Children(parent string) ([]string, error) {
+	c.f.mu.Lock()
+	defer c.f.mu.Unlock()
+	var out []string
+	for g := range c.f.cgroups {
+		if name, ok := strings.CutPrefix(g, parent+"/"); ok && !strings.Contains(name, "/") {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// AddCgroup makes an empty group, as one left by an earlier agent.
+func (f *FakeNode) AddCgroup(group string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.cgroups[group]; !ok {
+		f.cgroups[group] = nil
+	}
+}
+
 // Processes returns the processes started so far.
 func (f *FakeNode) Processes() []*FakeProcess {
 	f.mu.Lock()

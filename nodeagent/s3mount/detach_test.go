@@ -31,16 +31,24 @@ func TestBridgeCgroupAndOptions(t *testing.T) {
 	}
 }
 
-// An agent restart while a bridge serves a pod: the new restorer adopts the recorded process (no
-// second s3fs, no second bind), supervises it, and retires it cleanly when the pod goes.
-func TestBridgeAdoptedAcrossAgentRestart(t *testing.T) {
-	l := s3fs.Layout{StateDir: testState}
+// bridgedInCgroups is a node whose one pod's target (returned) of pv-a died and was bridged, the
+// bridge's s3fs placed under the cgroup pvrescue/s3.
+func bridgedInCgroups(t *testing.T) (*world, string) {
+	t.Helper()
 	w := newWorld(t, standard(false)...)
 	w.bridgeCgroup = "pvrescue/s3"
 	target := w.publish("uid-1", "pv-a")
 	w.node.KillMount(target)
 	w.start()
 	w.waitFor("bridged", func() bool { return len(w.node.Table().Stack(target)) == 2 })
+	return w, target
+}
+
+// An agent restart while a bridge serves a pod: the new restorer adopts the recorded process (no
+// second s3fs, no second bind), supervises it, and retires it cleanly when the pod goes.
+func TestBridgeAdoptedAcrossAgentRestart(t *testing.T) {
+	l := s3fs.Layout{StateDir: testState}
+	w, target := bridgedInCgroups(t)
 
 	specs := w.node.Specs()
 	if len(specs) != 1 {
@@ -88,12 +96,7 @@ func TestBridgeAdoptedAcrossAgentRestart(t *testing.T) {
 // their s3fs exited), and only those: never the adopted bridge's group, one that still has a
 // process, nor a group whose name is not one of ours.
 func TestUnusedBridgeCgroupsRemovedAtStart(t *testing.T) {
-	w := newWorld(t, standard(false)...)
-	w.bridgeCgroup = "pvrescue/s3"
-	target := w.publish("uid-1", "pv-a")
-	w.node.KillMount(target)
-	w.start()
-	w.waitFor("bridged", func() bool { return len(w.node.Table().Stack(target)) == 2 })
+	w, _ := bridgedInCgroups(t)
 	proc := w.node.Processes()[0]
 	live := s3fs.BridgeCgroup("pvrescue/s3", "pv-a", proc.Pid())
 

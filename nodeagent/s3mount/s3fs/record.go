@@ -44,16 +44,15 @@ func BridgeCgroup(parent, pvName string, pid int) string {
 // parseBridgeCgroup returns the PV component and pid of a bridge's group name (BridgeCgroup's
 // last element, "<pv>-<pid>").
 func parseBridgeCgroup(name string) (pv string, pid int, ok bool) {
-	i := strings.LastIndexByte(name, '-')
-	if i <= 0 {
+	pv, pid, ok = cutPID(name, '-')
+	// A PV's name (and so its component) starts and ends with a letter or digit.
+	if !ok || !alnum(pv[0]) || !alnum(pv[len(pv)-1]) {
 		return "", 0, false
 	}
-	pid, err := strconv.Atoi(name[i+1:])
-	if err != nil || pid <= 0 {
-		return "", 0, false
-	}
-	return name[:i], pid, true
+	return pv, pid, true
 }
+
+func alnum(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' }
 
 // readBridgeRecord reads pv's record; ok=false when there is none.
 func (s *Supervisor) readRecord(pvName string) (BridgeRecord, bool, error) {

@@ -103,3 +103,29 @@ func TestParseCgroupMounts(t *testing.T) {
 		}
 	}
 }
+
+func TestParseBridgeCgroup(t *testing.T) {
+	cases := []struct {
+		in      string
+		pv      string
+		pid     int
+		ours    bool
+		comment string
+	}{
+		{"pv-a-42", "pv-a", 42, true, "a PV name with dashes"},
+		{BridgeCgroup("p", "pvc-0a1b", 7)[len("p/"):], "pvc-0a1b", 7, true, "what BridgeCgroup names"},
+		{BridgeCgroup("p", strings.Repeat("long-name.", 30)+"x", 9)[len("p/"):], PVComponent(strings.Repeat("long-name.", 30) + "x"), 9, true, "a long PV's hashed component"},
+		{"pv-a-0", "", 0, false, "no pid 0"},
+		{"pv-a--3", "", 0, false, "no negative pid"},
+		{"-42", "", 0, false, "no PV"},
+		{"pv-a", "", 0, false, "no pid"},
+		{"keep", "", 0, false, "no dash"},
+		{"pv-a-42x", "", 0, false, "not a number"},
+	}
+	for _, c := range cases {
+		pv, pid, ok := parseBridgeCgroup(c.in)
+		if pv != c.pv || pid != c.pid || ok != c.ours {
+			t.Errorf("%s: parseBridgeCgroup(%q) = %q, %d, %v; want %q, %d, %v", c.comment, c.in, pv, pid, ok, c.pv, c.pid, c.ours)
+		}
+	}
+}

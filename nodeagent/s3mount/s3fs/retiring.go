@@ -35,15 +35,20 @@ func parseRetiringRecord(name string) (pv string, pid int, ok bool) {
 	if !ok {
 		return "", 0, false
 	}
-	i := strings.LastIndexByte(base, '.')
+	return cutPID(base, '.')
+}
+
+// cutPID splits "<stem><sep><pid>" at the last sep; ok=false without a stem or a positive pid.
+func cutPID(s string, sep byte) (stem string, pid int, ok bool) {
+	i := strings.LastIndexByte(s, sep)
 	if i <= 0 {
 		return "", 0, false
 	}
-	pid, err := strconv.Atoi(base[i+1:])
+	pid, err := strconv.Atoi(s[i+1:])
 	if err != nil || pid <= 0 {
 		return "", 0, false
 	}
-	return base[:i], pid, true
+	return s[:i], pid, true
 }
 
 // Retire detaches pv's unused bridge and lets its s3fs exit when its last user is gone.

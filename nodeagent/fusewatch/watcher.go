@@ -54,6 +54,12 @@ type Options struct {
 	// MaxOrphanRetry, then waits for the next signal (a dead mount has no holder for good).
 	// Defaults 50ms and 3.2s.
 	OrphanRetry, MaxOrphanRetry time.Duration
+	// MountSettle bounds how often a burst of mount table changes re-reads the table: the first
+	// change is read at once, the rest of a burst once per MountSettle (default 50ms). A bridge
+	// pass over 100 targets changes the table some 300 times in under a second, and each read
+	// of the node's whole table (a thousand mounts) competed with the pass's own mount calls
+	// for the kernel's mount lock and the node's CPU. Exits are never delayed.
+	MountSettle time.Duration
 	// Clock (default the real clock).
 	Clock clock.WithTicker
 	// OnExit, when set, is called on the Run goroutine for each watched daemon that exited.
@@ -64,7 +70,7 @@ type Options struct {
 
 // Validate reports options that cannot work.
 func (o Options) Validate() error {
-	if o.RescanInterval < 0 || o.OrphanRetry < 0 || o.MaxOrphanRetry < 0 {
+	if o.RescanInterval < 0 || o.OrphanRetry < 0 || o.MaxOrphanRetry < 0 || o.MountSettle < 0 {
 		return errors.New("fusewatch: intervals must not be negative")
 	}
 	return nil
@@ -79,6 +85,9 @@ func (o *Options) defaults() {
 	}
 	if o.MaxOrphanRetry < o.OrphanRetry {
 		o.MaxOrphanRetry = 64 * o.OrphanRetry
+	}
+	if o.MountSettle == 0 {
+		o.MountSettle = 50 * time.Millisecond
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
@@ -182,13 +191,24 @@ func (w *Watcher) Run(ctx context.Context) error {
 	tick := w.opts.Clock.NewTicker(w.opts.RescanInterval)
 	defer tick.Stop()
 	var retry clock.Timer
+	// A mount change within MountSettle of the last one read is read when the timer fires,
+	// with every change that came meanwhile.
+	var settle clock.Timer
+	var lastMountRead time.Time
+	mountWalk := func() {
+		lastMountRead = w.opts.Clock.Now()
+		w.walk(log, ev, false)
+	}
 	for {
-		var retryC <-chan time.Time
+		var retryC, settleC <-chan time.Time
 		if w.retry > 0 && retry == nil {
 			retry = w.opts.Clock.NewTimer(w.retry)
 		}
 		if retry != nil {
 			retryC = retry.C()
+		}
+		if settle != nil {
+			settleC = settle.C()
 		}
 		select {
 		case <-ctx.Done():
@@ -203,9 +223,16 @@ func (w *Watcher) Run(ctx context.Context) error {
 			if len(r.e.Exited) > 0 {
 				w.exited(log, r.e.Exited)
 				w.walk(log, ev, true) // the descriptor may live on in another process
-			} else if r.e.MountsChanged {
-				w.walk(log, ev, false)
+			} else if r.e.MountsChanged && settle == nil {
+				if since := w.opts.Clock.Since(lastMountRead); since < w.opts.MountSettle {
+					settle = w.opts.Clock.NewTimer(w.opts.MountSettle - since)
+				} else {
+					mountWalk()
+				}
 			}
+		case <-settleC:
+			settle = nil
+			mountWalk()
 		case <-tick.C():
 			w.walk(log, ev, true)
 		case <-retryC:

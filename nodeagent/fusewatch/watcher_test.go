@@ -23,7 +23,14 @@ type fakeOS struct {
 	conns   map[Connection][]string
 	holders []Holder
 	walks   int
+	reads   int // of the mount table
 	ev      *fakeEvents
+}
+
+func (f *fakeOS) connectionReads() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.reads
 }
 
 func newFakeOS() *fakeOS {
@@ -33,6 +40,7 @@ func newFakeOS() *fakeOS {
 func (f *fakeOS) Connections() (map[Connection][]string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.reads++
 	out := map[Connection][]string{}
 	for c, m := range f.conns {
 		out[c] = append([]string(nil), m...)
@@ -198,10 +206,37 @@ func TestWatcherWatchesHoldersOfMountedConnections(t *testing.T) {
 	testenv.WaitFor(t, 5*time.Second, "a walk", testenv.Until(func() bool { return fos.walkCount() > n }))
 	waitPIDs(t, fos.ev, 100, 103)
 
-	// Unmounted: nothing to watch.
+	// Unmounted: nothing to watch (read at once, or MountSettle after the last read).
 	fos.set(map[Connection][]string{}, Holder{PID: 100, Connections: []Connection{39}})
 	fos.ev.ch <- Event{MountsChanged: true}
-	waitPIDs(t, fos.ev)
+	testenv.WaitFor(t, 5*time.Second, "no pid watched", func() error {
+		clk.Step(10 * time.Millisecond)
+		if got := fos.ev.pids(); len(got) != 0 {
+			return fmt.Errorf("watching %v", got)
+		}
+		return nil
+	})
+}
+
+// A burst of mount table changes (a bridge pass binding 100 targets) reads the table about once
+// per MountSettle instead of once per change, and the last change of the burst is read.
+func TestWatcherCoalescesMountChanges(t *testing.T) {
+	fos := newFakeOS()
+	fos.set(map[Connection][]string{39: {"/mnt/a"}}, Holder{PID: 100, Connections: []Connection{39}})
+	w, _ := start(t, fos, Options{RescanInterval: time.Hour, MountSettle: 200 * time.Millisecond})
+	waitPIDs(t, fos.ev, 100)
+	reads := fos.connectionReads()
+	for i := 0; i < 300; i++ {
+		fos.ev.ch <- Event{MountsChanged: true}
+	}
+	// The burst's last change mounts a new connection: it is read, within MountSettle.
+	fos.set(map[Connection][]string{39: {"/mnt/a"}, 40: {"/mnt/b"}}, Holder{PID: 100, Connections: []Connection{39}}, Holder{PID: 101, Connections: []Connection{40}})
+	fos.ev.ch <- Event{MountsChanged: true}
+	waitPIDs(t, fos.ev, 100, 101)
+	if n := fos.connectionReads() - reads; n > 6 {
+		t.Errorf("301 mount changes read the table %d times, want a few (one per MountSettle)", n)
+	}
+	_ = w
 }
 
 // A connection mounted before its daemon holds the descriptor (fusermount hands it over) is
@@ -235,6 +270,9 @@ func TestWatcherRetriesOrphanConnections(t *testing.T) {
 func TestOptionsValidate(t *testing.T) {
 	if err := (Options{RescanInterval: -1}).Validate(); err == nil {
 		t.Fatal("negative interval accepted")
+	}
+	if err := (Options{MountSettle: -1}).Validate(); err == nil {
+		t.Fatal("negative MountSettle accepted")
 	}
 	if _, err := New(nil, Options{}); err == nil {
 		t.Fatal("nil OS accepted")

@@ -16,7 +16,8 @@
 //
 // So the Watcher keeps one epoll set holding the mount table and a pidfd per /dev/fuse holder
 // that serves a FUSE connection mounted here. It rescans the holders (a walk of /proc/*/fd) only
-// when the set of FUSE connections in the mount table changes, after an exit (the descriptor may
+// when the mount table gains a FUSE connection (one that goes only lets go of its holders), after
+// an exit (the descriptor may
 // have moved to another process, as fusermount hands it to the daemon it mounts for), shortly
 // after a connection was seen without a holder, and on a slow interval as a safety net. Where the
 // kernel does not name the connection, every /dev/fuse holder is watched (a spurious wake only

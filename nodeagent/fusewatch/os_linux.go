@@ -67,12 +67,16 @@ func (r realOS) holder(pid int, name string) (Holder, bool) {
 	defer func() { _ = d.Close() }() // a directory read only
 	h := Holder{PID: pid}
 	found, named := false, true
+	// Each link is read relative to the open directory: a readlink of the whole path resolved
+	// /proc/<pid>/fd again for every descriptor (half a walk's time).
+	dirFD := int(d.Fd())
+	var link [len(FuseDevice) + 1]byte // a longer target is not /dev/fuse: its tail is not needed
 	for seen := 0; seen < r.opts.MaxFDsPerProcess; {
 		fds, err := d.Readdirnames(min(fdBatch, r.opts.MaxFDsPerProcess-seen))
 		seen += len(fds)
 		for _, fd := range fds {
-			target, err := os.Readlink(filepath.Join(fdDir, fd))
-			if err != nil || !FuseDeviceLink(target) {
+			n, err := unix.Readlinkat(dirFD, fd, link[:])
+			if err != nil || !FuseDeviceLink(string(link[:n])) {
 				continue
 			}
 			found = true

@@ -140,3 +140,22 @@ func TestHoldersIgnoresFilesNamedFuse(t *testing.T) {
 		t.Errorf("with MaxFDsPerProcess 8 the walk still reached descriptor 41")
 	}
 }
+
+// BenchmarkHolders walks the node's processes as a bridge pass's walk does, with 400 extra
+// processes (a node with 100 pods has several per pod: pause, the application, probes' execs).
+func BenchmarkHolders(b *testing.B) {
+	for range 400 {
+		c := exec.Command("sleep", "600")
+		if err := c.Start(); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
+	}
+	o := NewOS(OSOptions{})
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := o.Holders(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -218,6 +218,37 @@ func TestWatcherWatchesHoldersOfMountedConnections(t *testing.T) {
 	})
 }
 
+// An unmount (the dead mounts detached at the end of a bridge pass) lets go of the holders of what
+// went without walking every process; a holder that still runs is reported as an exit, as a walk
+// reports it (at worst one extra check).
+func TestWatcherUnmountNeedsNoWalk(t *testing.T) {
+	fos := newFakeOS()
+	fos.set(map[Connection][]string{39: {"/mnt/a"}, 40: {"/mnt/b"}},
+		Holder{PID: 100, Connections: []Connection{39}}, Holder{PID: 101, Connections: []Connection{40}})
+	w, exits := start(t, fos, Options{RescanInterval: time.Hour})
+	waitPIDs(t, fos.ev, 100, 101)
+	walks := fos.walkCount()
+	fos.set(map[Connection][]string{39: {"/mnt/a"}}, Holder{PID: 100, Connections: []Connection{39}}, Holder{PID: 101, Connections: []Connection{40}})
+	fos.ev.ch <- Event{MountsChanged: true}
+	waitPIDs(t, fos.ev, 100)
+	if n := fos.walkCount(); n != walks {
+		t.Errorf("%d walks of the processes for an unmount, want none", n-walks)
+	}
+	select {
+	case x := <-exits:
+		if x.PID != 101 || len(x.MountPoints) != 0 {
+			t.Errorf("exit %+v, want pid 101 with no mount point left", x)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("the unmounted connection's holder was let go unreported")
+	}
+	wakeWithin(t, w, 5*time.Second)
+	// A new connection is walked for as before.
+	fos.set(map[Connection][]string{39: {"/mnt/a"}, 41: {"/mnt/c"}}, Holder{PID: 100, Connections: []Connection{39}}, Holder{PID: 102, Connections: []Connection{41}})
+	fos.ev.ch <- Event{MountsChanged: true}
+	waitPIDs(t, fos.ev, 100, 102)
+}
+
 // A burst of mount table changes (a bridge pass binding 100 targets) reads the table about once
 // per MountSettle instead of once per change, and the last change of the burst is read.
 func TestWatcherCoalescesMountChanges(t *testing.T) {

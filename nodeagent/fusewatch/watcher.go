@@ -379,12 +379,7 @@ func (w *Watcher) walk(log logr.Logger, ev Events, force bool) {
 			released = append(released, pid)
 		}
 	}
-	if len(released) > 0 {
-		w.exited(log, released)
-		for _, pid := range released {
-			delete(w.exitedPIDs, pid) // its pidfd is closed: nothing more will be reported for it
-		}
-	}
+	w.release(log, released)
 	w.daemons.Set(float64(len(w.watched)))
 	orphans := map[Connection]bool{}
 	grew := false
@@ -430,12 +425,7 @@ func (w *Watcher) forgetUnmounted(log logr.Logger, ev Events) {
 		}
 		released = append(released, pid)
 	}
-	if len(released) > 0 {
-		w.exited(log, released)
-		for _, pid := range released {
-			delete(w.exitedPIDs, pid) // its pidfd is closed: nothing more will be reported for it
-		}
-	}
+	w.release(log, released)
 	for c := range w.orphans {
 		if _, ok := w.conns[c]; !ok {
 			delete(w.orphans, c)
@@ -445,6 +435,18 @@ func (w *Watcher) forgetUnmounted(log logr.Logger, ev Events) {
 		w.retry = 0
 	}
 	w.daemons.Set(float64(len(w.watched)))
+}
+
+// release reports holders that let go of every mounted connection while they run as exits: at
+// worst one extra check.
+func (w *Watcher) release(log logr.Logger, pids []int) {
+	if len(pids) == 0 {
+		return
+	}
+	w.exited(log, pids)
+	for _, pid := range pids {
+		delete(w.exitedPIDs, pid) // its pidfd is closed: nothing more will be reported for it
+	}
 }
 
 // onlyUnmounted reports whether now is then less some connections.

@@ -120,9 +120,10 @@ func lostFUSEMountMounters(t *testing.T, e *env) {
 		if ours := ourS3fs(v.pv); len(ours) != 1 {
 			t.Errorf("%s: agent s3fs for %s: %v, want exactly one", v.mounter, v.pv, ours)
 		}
-		if len(events(e, v.ns, contract.ReasonMountBridged)) == 0 {
-			t.Errorf("%s: no %s Event; events %v", v.mounter, contract.ReasonMountBridged, events(e, v.ns, ""))
-		}
+		// The agent holds its Events a moment (--event-delay) so they do not compete with the pods.
+		waitFor(t, 30*time.Second, v.mounter+": the agent's "+contract.ReasonMountBridged+" Event", func() (bool, string) {
+			return len(events(e, v.ns, contract.ReasonMountBridged)) > 0, fmt.Sprintf("events %v", events(e, v.ns, ""))
+		})
 		writeReachesBucket(t, e, v.ns, "app", "app", "/data/bridged-write.txt", v.prefix+"/bridged-write.txt", v.mounter+" while bridged")
 	}
 	// Past the probe's patience (period × failureThreshold + timeout) with the plugin still down.

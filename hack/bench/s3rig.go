@@ -263,7 +263,7 @@ func (r *s3Rig) stopPlugin() {
 // FUSE daemon's exit (unless ro.pollOnly), the container remounter when ro has one.
 func (r *s3Rig) startAgent(ctx context.Context, ro s3RigOptions) error {
 	remounter := ro.remounter
-	rec, stopRec := nodeagent.NewRecorder(r.cs, r.names.node)
+	rec, stopRec := nodeagent.NewRecorder(r.cs, r.names.node, nodeagent.RecorderOptions{PostDelay: nodeagent.DefaultEventPostDelay})
 	r.undo = append(r.undo, stopRec)
 	r.reg = prometheus.NewRegistry()
 	view, err := nodeagent.NewKubeView(r.cs, r.names.node, clock.RealClock{}, nodeagent.ViewOptions{})

@@ -124,7 +124,7 @@ func (e *clusterEnv) createPod(t *testing.T, name, claim string, annotations map
 // startAgent runs a controller with the real host until the returned stop is called.
 func (e *clusterEnv) startAgent(t *testing.T) (stop func()) {
 	t.Helper()
-	recorder, stopEvents := nodeagent.NewRecorder(e.client, "node-1")
+	recorder, stopEvents := nodeagent.NewRecorder(e.client, "node-1", nodeagent.RecorderOptions{})
 	ctx, cancel := context.WithCancel(e.ctx)
 	view, err := nodeagent.NewKubeView(e.client, "node-1", clock.RealClock{}, nodeagent.ViewOptions{TTL: time.Millisecond, NotFoundTTL: time.Millisecond})
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -45,6 +46,8 @@ type Options struct {
 	// runtime tearing down and starting containers. The agent's own use is small (its steady
 	// state is a periodic check).
 	Nice int
+	// EventDelay holds each Event this long before it is sent (nodeagent.RecorderOptions).
+	EventDelay time.Duration
 }
 
 // NewOptions returns the defaults; the node name comes from $NODE_NAME.
@@ -55,6 +58,7 @@ func NewOptions() *Options {
 		HealthProbeBindAddress: ":8081",
 		ContainerRemount:       true,
 		Nice:                   -10,
+		EventDelay:             nodeagent.DefaultEventPostDelay,
 	}
 }
 
@@ -66,6 +70,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "address of /metrics (\"0\" disables)")
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "address of /healthz (\"0\" disables)")
 	fs.BoolVar(&o.ContainerRemount, "container-remount", o.ContainerRemount, "put restored S3 mounts back into running containers (needs hostPID: true on the agent pod; false turns it off)")
+	fs.DurationVar(&o.EventDelay, "event-delay", o.EventDelay, "how long each Kubernetes Event is held before it is sent, so a rescue's reports (two per pod it served) reach the API server after the pods read again, not while they wait; 0 sends at once (at most 1m)")
 	fs.IntVar(&o.Nice, "nice", o.Nice, "CPU scheduling priority (nice, -20..19) of the agent and the s3fs bridges it starts, so a rescue does not wait behind the node's busy processes; 0 leaves the default (lowering it needs CAP_SYS_NICE)")
 }
 
@@ -87,8 +92,15 @@ func (o *Options) Validate() error {
 	if o.Nice < -20 || o.Nice > 19 {
 		errs = append(errs, fmt.Errorf("%w: --nice must be within -20..19, got %d", ErrInvalidOptions, o.Nice))
 	}
+	if o.EventDelay < 0 || o.EventDelay > maxEventDelay {
+		errs = append(errs, fmt.Errorf("%w: --event-delay must be within 0..%s, got %s", ErrInvalidOptions, maxEventDelay, o.EventDelay))
+	}
 	return errors.Join(errs...)
 }
+
+// maxEventDelay bounds --event-delay: Events are reports for people, and held ones are lost if
+// the agent is killed.
+const maxEventDelay = time.Minute
 
 // RunFunc runs the agent with validated options.
 type RunFunc func(ctx context.Context, o *Options) error
@@ -151,7 +163,7 @@ func Run(ctx context.Context, o *Options) error {
 		_, err := client.Discovery().RESTClient().Get().AbsPath("/version").DoRaw(ctx)
 		return err
 	}}
-	recorder, stopEvents := nodeagent.NewRecorder(client, o.NodeName)
+	recorder, stopEvents := nodeagent.NewRecorder(client, o.NodeName, nodeagent.RecorderOptions{PostDelay: o.EventDelay})
 	defer stopEvents()
 	view, err := nodeagent.NewKubeView(client, o.NodeName, clock.RealClock{}, nodeagent.ViewOptions{})
 	if err != nil {

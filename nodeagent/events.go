@@ -35,7 +35,8 @@ type RecorderOptions struct {
 }
 
 // NewRecorder returns an event recorder writing through client as component pvrescue-agent on
-// host nodeName, and a function that sends what it holds, then stops it.
+// host nodeName, and a function that stops it, releasing what it holds to be sent at once (as
+// before the delay, the stop does not wait for the sending).
 //
 // client-go's spam filter lets 25 Events through per source, object and type, then one per
 // 5 minutes. The agent reports every incident on a pod, so after a couple of dozen plugin

@@ -44,6 +44,24 @@ func bridgedInCgroups(t *testing.T) (*world, string) {
 	return w, target
 }
 
+// The bridge's group is given the weight the agent asks for (its --nice's), and none when it asks
+// for none: in a group of its own, the nice value s3fs inherits ranks it against nothing.
+func TestBridgeCgroupWeighed(t *testing.T) {
+	for _, weight := range []uint64{9548, 0} {
+		w := newWorld(t, standard(false)...)
+		w.bridgeCgroup = "pvrescue/s3"
+		w.bridgeCPUWeight = weight
+		target := w.publish("uid-1", "pv-a")
+		w.node.KillMount(target)
+		w.start()
+		w.waitFor("bridged", func() bool { return len(w.node.Table().Stack(target)) == 2 })
+		group := s3fs.BridgeCgroup("pvrescue/s3", "pv-a", w.node.Processes()[0].Pid())
+		if got := w.node.CPUWeight(group); got != weight {
+			t.Errorf("asked for weight %d: the bridge's group %s has %d", weight, group, got)
+		}
+	}
+}
+
 // An agent restart while a bridge serves a pod: the new restorer adopts the recorded process (no
 // second s3fs, no second bind), supervises it, and retires it cleanly when the pod goes.
 func TestBridgeAdoptedAcrossAgentRestart(t *testing.T) {

@@ -44,7 +44,9 @@ type Options struct {
 	// (-20..19, 0 leaves the default). A rescue is a fraction of a second of work, and it comes
 	// when the node is busiest: the plugin's pod going down and coming back, kubelet and the
 	// runtime tearing down and starting containers. The agent's own use is small (its steady
-	// state is a periodic check).
+	// state is a periodic check). A nice value ranks a thread only within its cgroup: the
+	// bridges, each in a group of its own, get the value's weight on their groups instead
+	// (priority.Weight); the agent ranks against the node's pods by its pod's CPU request.
 	Nice int
 	// EventDelay holds each Event this long before it is sent (nodeagent.RecorderOptions).
 	EventDelay time.Duration
@@ -71,7 +73,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "address of /healthz (\"0\" disables)")
 	fs.BoolVar(&o.ContainerRemount, "container-remount", o.ContainerRemount, "put restored S3 mounts back into running containers (needs hostPID: true on the agent pod; false turns it off)")
 	fs.DurationVar(&o.EventDelay, "event-delay", o.EventDelay, "how long each Kubernetes Event is held before it is sent, so a rescue's reports (two per pod it served) reach the API server after the pods read again, not while they wait; 0 sends at once (at most 1m)")
-	fs.IntVar(&o.Nice, "nice", o.Nice, "CPU scheduling priority (nice, -20..19) of the agent and the s3fs bridges it starts, so a rescue does not wait behind the node's busy processes; 0 leaves the default (lowering it needs CAP_SYS_NICE)")
+	fs.IntVar(&o.Nice, "nice", o.Nice, "CPU scheduling priority (nice, -20..19) of the agent and the s3fs bridges it starts, so a rescue does not wait behind the node's busy processes; the bridges' cgroups get its CPU weight (cpu.shares, cpu.weight: -10 is 9548, 9.3 times a default group's); 0 leaves the defaults (lowering it needs CAP_SYS_NICE)")
 }
 
 // ErrInvalidOptions is wrapped by every flag validation error.
@@ -209,7 +211,11 @@ func Run(ctx context.Context, o *Options) error {
 	agent.Add("apiserver-contact", contact)
 	agent.Add("fusewatch", fuse)
 	agent.Add("localdisk", nodeagent.AfterSync(view, ld))
-	s3, err := s3mount.New(deps, s3mount.NewOS(), s3mount.NewOptions())
+	s3opts := s3mount.NewOptions()
+	if o.Nice != 0 {
+		s3opts.BridgeCPUWeight = priority.Weight(o.Nice)
+	}
+	s3, err := s3mount.New(deps, s3mount.NewOS(), s3opts)
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pvrescue/pvrescue/internal/ossthread"
+	"github.com/pvrescue/pvrescue/internal/priority"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
@@ -213,6 +214,62 @@ func (c HostCgroups) Children(parent string) ([]string, error) {
 		return errors.Join(errs...)
 	})
 	return slices.Sorted(maps.Keys(seen)), err
+}
+
+// SetCPUWeight writes weight to each level of group below every hierarchy's root that has the
+// cpu controller: cpu.shares (v1), or cpu.weight (v2, converted as runc converts cpu.shares),
+// handing the controller down from a level of ours to the next when that level does not yet.
+// A group weighs against its siblings only, so every level must carry it: the bridges' parent
+// competes with the node's top-level groups (kubelet's pods, the system's daemons).
+func (c HostCgroups) SetCPUWeight(group string, weight uint64) error {
+	_, roots, err := c.view()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	weighed := false
+	for _, root := range roots {
+		dir := root
+		for _, part := range strings.Split(group, "/") {
+			parent := dir
+			dir = filepath.Join(dir, part)
+			ok, err := setCPUWeight(parent, dir, parent == root, weight)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("cgroup %s: %w", dir, err))
+				break
+			}
+			if !ok {
+				break // no cpu controller in this hierarchy
+			}
+			weighed = true
+		}
+	}
+	if !weighed && len(errs) == 0 {
+		errs = append(errs, fmt.Errorf("%w with the cpu controller over %s", ErrNoCgroups, group))
+	}
+	return errors.Join(errs...)
+}
+
+// setCPUWeight weighs dir, a child of parent (the hierarchy's root when atRoot); false when
+// dir's hierarchy has no cpu controller.
+func setCPUWeight(parent, dir string, atRoot bool, weight uint64) (bool, error) {
+	if _, err := os.Stat(filepath.Join(dir, "cpu.shares")); err == nil {
+		return true, os.WriteFile(filepath.Join(dir, "cpu.shares"), []byte(strconv.FormatUint(weight, 10)), 0)
+	}
+	ctrls, err := os.ReadFile(filepath.Join(parent, "cgroup.controllers"))
+	if err != nil || !slices.Contains(strings.Fields(string(ctrls)), "cpu") {
+		return false, nil // v1 without cpu, or v2 whose parent has no cpu controller
+	}
+	if _, err := os.Stat(filepath.Join(dir, "cpu.weight")); errors.Is(err, fs.ErrNotExist) {
+		if atRoot {
+			// The root hands its controllers down as the node's init chose; not ours to change.
+			return false, fmt.Errorf("the root's cgroup.subtree_control does not enable cpu")
+		}
+		if err := os.WriteFile(filepath.Join(parent, "cgroup.subtree_control"), []byte("+cpu"), 0); err != nil {
+			return false, fmt.Errorf("enable the cpu controller below %s: %w", parent, err)
+		}
+	}
+	return true, os.WriteFile(filepath.Join(dir, "cpu.weight"), []byte(strconv.FormatUint(priority.CgroupV2Weight(weight), 10)), 0)
 }
 
 // inCgroupNS runs f on a thread that joined procDir's cgroup namespace when it differs from

@@ -7,10 +7,15 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/pvrescue/pvrescue/internal/priority"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 )
 
@@ -65,4 +70,132 @@ func TestNodeCgroupChildrenAndBusyRemove(t *testing.T) {
 	if got, _ := c.Children(parent); !slices.Equal(got, want[1:]) {
 		t.Fatalf("after the removal Children = %v, want %v", got, want[1:])
 	}
+}
+
+// cpuHierarchy is where this node's cpu controller is: a v1 hierarchy with cpu.shares, or the
+// v2 one when its root hands cpu down; the file a group's weight is read from there.
+func cpuHierarchy(t *testing.T) (root, file string) {
+	t.Helper()
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range s3fs.ParseCgroupMounts(string(data)) {
+		if _, err := os.Stat(filepath.Join(m.MountPoint, "cpu.shares")); err == nil {
+			return m.MountPoint, "cpu.shares"
+		}
+		if ctl, err := os.ReadFile(filepath.Join(m.MountPoint, "cgroup.subtree_control")); err == nil && slices.Contains(strings.Fields(string(ctl)), "cpu") {
+			return m.MountPoint, "cpu.weight"
+		}
+	}
+	t.Fatal("no cgroup hierarchy with the cpu controller on this node: the bridges' weight cannot be set here (mount the cpu hierarchy, or enable cpu in the v2 root's cgroup.subtree_control)")
+	return "", ""
+}
+
+// cpuTicks is a process's user and system time in clock ticks.
+func cpuTicks(t *testing.T, pid int) int {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
+	u, _ := strconv.Atoi(f[11])
+	s, _ := strconv.Atoi(f[12])
+	return u + s
+}
+
+// SetCPUWeight weighs the group and every level above it, and the kernel shares a CPU by it: two
+// busy processes on one CPU, each in a group of its own, one of them weighed as nice -10 is
+// (9548) and the other left at the default, get CPU about 9.3 to 1 — while the nice value of
+// a process in its own group changes nothing against the other group (the reason the bridges'
+// groups are weighed instead of relying on the nice s3fs inherits).
+func TestNodeCgroupCPUWeight(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Fatal("needs root (cgroup directories of the node): run make node as root")
+	}
+	root, file := cpuHierarchy(t)
+	c := s3fs.HostCgroups{ProcDir: "/proc/self"}
+	top := fmt.Sprintf("pvrescue-cgtest-%d", os.Getpid())
+	busy := func(nice int) *exec.Cmd {
+		cmd := exec.Command("taskset", "-c", "0", "nice", "-n", strconv.Itoa(nice), "sh", "-c", "while :; do :; done")
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("start a busy loop (taskset, nice: util-linux, coreutils): %v", err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
+		return cmd
+	}
+	run := func(heavyNice int, weight uint64) (heavyTicks, lightTicks int) {
+		heavy, light := busy(heavyNice), busy(0)
+		hg, lg := top+"/s3/heavy", top+"/light"
+		t.Cleanup(func() {
+			_ = heavy.Process.Kill()
+			_ = light.Process.Kill()
+			_, _ = heavy.Process.Wait()
+			_, _ = light.Process.Wait()
+			for _, g := range []string{hg, lg, top + "/s3", top} {
+				_ = c.Remove(g)
+			}
+		})
+		if err := c.Place(heavy.Process.Pid, hg); err != nil {
+			t.Fatalf("place: %v", err)
+		}
+		if err := c.Place(light.Process.Pid, lg); err != nil {
+			t.Fatalf("place: %v", err)
+		}
+		if weight > 0 {
+			if err := c.SetCPUWeight(hg, weight); err != nil {
+				t.Fatalf("SetCPUWeight(%s, %d): %v", hg, weight, err)
+			}
+		}
+		h0, l0 := cpuTicks(t, heavy.Process.Pid), cpuTicks(t, light.Process.Pid)
+		time.Sleep(1500 * time.Millisecond)
+		h1, l1 := cpuTicks(t, heavy.Process.Pid), cpuTicks(t, light.Process.Pid)
+		_ = heavy.Process.Kill()
+		_ = light.Process.Kill()
+		_, _ = heavy.Process.Wait()
+		_, _ = light.Process.Wait()
+		for _, g := range []string{hg, lg, top + "/s3", top} {
+			if err := c.Remove(g); err != nil {
+				t.Logf("remove %s: %v", g, err)
+			}
+		}
+		return h1 - h0, l1 - l0
+	}
+
+	// Nice alone: the process at -10 in its own group gets no more than its sibling group.
+	h, l := run(-10, 0)
+	t.Logf("nice -10 in its own group %d ticks, a default group %d ticks", h, l)
+	if l == 0 || float64(h)/float64(l) > 2 {
+		t.Errorf("nice -10 in a group of its own: %d ticks against %d; want about even (a nice value ranks only within the group)", h, l)
+	}
+	// The weight: every level of the group carries it, and the CPU follows.
+	heavy := busy(0)
+	hg := top + "/s3/heavy"
+	if err := c.Place(heavy.Process.Pid, hg); err != nil {
+		t.Fatalf("place: %v", err)
+	}
+	if err := c.SetCPUWeight(hg, priority.Weight(-10)); err != nil {
+		t.Fatalf("SetCPUWeight: %v", err)
+	}
+	want := strconv.FormatUint(priority.Weight(-10), 10)
+	if file == "cpu.weight" {
+		want = strconv.FormatUint(priority.CgroupV2Weight(priority.Weight(-10)), 10)
+	}
+	for _, g := range []string{top, top + "/s3", hg} {
+		got, err := os.ReadFile(filepath.Join(root, g, file))
+		if err != nil || strings.TrimSpace(string(got)) != want {
+			t.Errorf("%s of %s = %q (%v), want %s", file, g, got, err, want)
+		}
+	}
+	_ = heavy.Process.Kill()
+	_, _ = heavy.Process.Wait()
+	if err := c.Remove(hg); err != nil {
+		t.Logf("remove %s: %v", hg, err)
+	}
+	h, l = run(0, priority.Weight(-10))
+	if l == 0 || float64(h)/float64(l) < 4 {
+		t.Errorf("a group weighed %d against a default one on one CPU: %d ticks against %d; want about 9.3 to 1", priority.Weight(-10), h, l)
+	}
+	t.Logf("weighed group %d ticks, default group %d ticks", h, l)
 }

@@ -67,4 +67,8 @@ type Cgroups interface {
 	// Children returns the names of parent's child groups in any hierarchy, sorted; none when
 	// parent does not exist.
 	Children(parent string) ([]string, error)
+	// SetCPUWeight gives the existing group, and each level above it below the hierarchy's root,
+	// the CPU weight weight (the kernel's scale: 1024 is nice 0 and a group's default): v1's
+	// cpu.shares, v2's cpu.weight. The root's own settings are the node's and stay.
+	SetCPUWeight(group string, weight uint64) error
 }

@@ -22,3 +22,4 @@ func (noCgroups) Remove(string) error     { return stack.ErrUnsupportedOS }
 func (noCgroups) Children(string) ([]string, error) {
 	return nil, stack.ErrUnsupportedOS
 }
+func (noCgroups) SetCPUWeight(string, uint64) error { return stack.ErrUnsupportedOS }

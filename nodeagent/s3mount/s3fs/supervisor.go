@@ -57,6 +57,10 @@ type Options struct {
 	KillGrace time.Duration
 	// BridgeCgroup is the parent cgroup of each bridge's own group ("" none).
 	BridgeCgroup string
+	// CPUWeight is given to each bridge's cgroup and its parents (kernel scale, 1024 = nice 0;
+	// 0 leaves the groups' default): in a group of its own, s3fs's nice ranks it against
+	// nothing else.
+	CPUWeight uint64
 	// BridgeNetNS is the network namespace bridges start in ("" the agent's).
 	BridgeNetNS string
 	// Active counts the bridges running; Exits the unexpected exits of their s3fs.
@@ -431,6 +435,11 @@ func (s *Supervisor) detach(ctx context.Context, pvName string, st *bridge) {
 			log.Error(err, "moving s3fs out of the agent's cgroups failed: this bridge dies with the agent container")
 		} else {
 			st.cgroup = group
+			if w := s.opts.CPUWeight; w > 0 {
+				if err := s.os.Cgroups.SetCPUWeight(group, w); err != nil {
+					log.Error(err, "weighing the bridge's cgroup failed: it competes for CPU with the group's default weight", "weight", w)
+				}
+			}
 		}
 	}
 	if err := s.writeRecord(pvName, BridgeRecord{Proc: st.proc.ID(), Cgroup: st.cgroup}); err != nil {

@@ -18,21 +18,22 @@ import (
 // FakeNode is an in-memory node for unit tests: a mount table where mounts can die, files with
 // modes, and s3fs processes that mount (or fail) on start. It is safe for concurrent use.
 type FakeNode struct {
-	mu      sync.Mutex
-	nextID  int
-	nextDev int
-	mounts  stack.Table
-	dead    map[string]bool // by Dev
-	hung    map[string]bool // by Dev: statfs times out
-	busy    map[int]bool    // by mount ID: a file is open on it (a plain unmount fails EBUSY)
-	files   map[string][]byte
-	modes   map[string]fs.FileMode
-	writes  map[string]int // FS.WriteFile calls, by path
-	started [][]string
-	procs   []*FakeProcess
-	cgroups map[string][]int // by group: pids placed there
-	removed []string         // every path given to FS.Remove
-	aborted []string         // devices whose FUSE connection was aborted
+	mu         sync.Mutex
+	nextID     int
+	nextDev    int
+	mounts     stack.Table
+	dead       map[string]bool // by Dev
+	hung       map[string]bool // by Dev: statfs times out
+	busy       map[int]bool    // by mount ID: a file is open on it (a plain unmount fails EBUSY)
+	files      map[string][]byte
+	modes      map[string]fs.FileMode
+	writes     map[string]int // FS.WriteFile calls, by path
+	started    [][]string
+	procs      []*FakeProcess
+	cgroups    map[string][]int  // by group: pids placed there
+	cpuWeights map[string]uint64 // by group: the weight SetCPUWeight gave it
+	removed    []string          // every path given to FS.Remove
+	aborted    []string          // devices whose FUSE connection was aborted
 	// lingering: devices with files still open through a lazily detached mount.
 	lingering map[string]bool
 	specs     []s3fs.ProcSpec
@@ -238,6 +239,26 @@ func (c fakeCgroups) Children(parent string) ([]string, error) {
 	}
 	slices.Sort(out)
 	return out, nil
+}
+
+func (c fakeCgroups) SetCPUWeight(group string, weight uint64) error {
+	c.f.mu.Lock()
+	defer c.f.mu.Unlock()
+	if _, ok := c.f.cgroups[group]; !ok {
+		return fmt.Errorf("weigh cgroup %s: %w", group, syscall.ENOENT)
+	}
+	if c.f.cpuWeights == nil {
+		c.f.cpuWeights = map[string]uint64{}
+	}
+	c.f.cpuWeights[group] = weight
+	return nil
+}
+
+// CPUWeight returns the CPU weight set on group (0: none set).
+func (f *FakeNode) CPUWeight(group string) uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.cpuWeights[group]
 }
 
 // AddCgroup makes an empty group, as one left by an earlier agent.

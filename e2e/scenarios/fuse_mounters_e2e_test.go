@@ -19,6 +19,7 @@ import (
 	"github.com/pvrescue/pvrescue/e2e/stack"
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/internal/contract"
+	"github.com/pvrescue/pvrescue/nodeagent"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csitest"
 )
 
@@ -146,6 +147,7 @@ func lostFUSEMountMounters(t *testing.T, e *env) {
 	for _, v := range vols {
 		waitHandedBack(t, v.target, v.pv, plugin)
 	}
+	handedBack := time.Now()
 	back := time.Since(t1).Round(100 * time.Millisecond)
 	all = all[:0]
 	for _, v := range vols {
@@ -154,6 +156,9 @@ func lostFUSEMountMounters(t *testing.T, e *env) {
 		all = append(all, v.readers("app", "/data/after-back.txt", want)...)
 	}
 	rescueReads(t, e, t1, 30*time.Second, "on the driver's mounts again", []*stack.CSI{plugin}, all...)
+	// The agent holds each Event --event-delay after it was recorded: a refusal of the hand-back's
+	// mount is in the API only that long after the hand-back.
+	time.Sleep(time.Until(handedBack.Add(nodeagent.DefaultEventPostDelay + time.Second)))
 	for _, v := range vols {
 		st := mountsAt(v.target)
 		if top := st[len(st)-1]; top.FSType != v.fsType() || top.Source == ourFSName(v.pv) {
@@ -270,6 +275,8 @@ func lostFUSEMountMounters(t *testing.T, e *env) {
 		t.Errorf("recreated PV: after the loss the target's top is %s (ID %d), want a new fuse.rclone mount of the driver; before %s, now %s",
 			top.FSType, top.ID, describeStack(before), describeStack(st))
 	}
+	// The agent sends its held Events in the order it recorded them: with the replay's Event in
+	// the API, a refusal or failure recorded before it is too.
 	if evs := append(events(e, id.ns, contract.ReasonReplayResultWrongFilesystem), events(e, id.ns, contract.ReasonMountRestoreFailed)...); len(evs) > 0 {
 		t.Errorf("recreated PV: the agent refused or failed: %v", evs)
 	}

@@ -122,21 +122,25 @@ func TestNodeCgroupCPUWeight(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatalf("start a busy loop (taskset, nice: util-linux, coreutils): %v", err)
 		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
 		return cmd
 	}
-	run := func(heavyNice int, weight uint64) (heavyTicks, lightTicks int) {
+	// run places a busy process at heavyNice in top/s3/heavy (weighed weight, 0: not) and one at
+	// nice 0 in top/light, calls check while both run, and returns their CPU over 1.5 s.
+	run := func(heavyNice int, weight uint64, check func(heavyGroup string)) (heavyTicks, lightTicks int) {
 		heavy, light := busy(heavyNice), busy(0)
 		hg, lg := top+"/s3/heavy", top+"/light"
-		t.Cleanup(func() {
-			_ = heavy.Process.Kill()
-			_ = light.Process.Kill()
-			_, _ = heavy.Process.Wait()
-			_, _ = light.Process.Wait()
-			for _, g := range []string{hg, lg, top + "/s3", top} {
-				_ = c.Remove(g)
+		stop := func() {
+			for _, p := range []*exec.Cmd{heavy, light} {
+				_ = p.Process.Kill()
+				_, _ = p.Process.Wait()
 			}
-		})
+			for _, g := range []string{hg, lg, top + "/s3", top} {
+				if err := c.Remove(g); err != nil {
+					t.Logf("remove %s: %v", g, err)
+				}
+			}
+		}
+		defer stop()
 		if err := c.Place(heavy.Process.Pid, hg); err != nil {
 			t.Fatalf("place: %v", err)
 		}
@@ -148,52 +152,31 @@ func TestNodeCgroupCPUWeight(t *testing.T) {
 				t.Fatalf("SetCPUWeight(%s, %d): %v", hg, weight, err)
 			}
 		}
+		check(hg)
 		h0, l0 := cpuTicks(t, heavy.Process.Pid), cpuTicks(t, light.Process.Pid)
 		time.Sleep(1500 * time.Millisecond)
-		h1, l1 := cpuTicks(t, heavy.Process.Pid), cpuTicks(t, light.Process.Pid)
-		_ = heavy.Process.Kill()
-		_ = light.Process.Kill()
-		_, _ = heavy.Process.Wait()
-		_, _ = light.Process.Wait()
-		for _, g := range []string{hg, lg, top + "/s3", top} {
-			if err := c.Remove(g); err != nil {
-				t.Logf("remove %s: %v", g, err)
-			}
-		}
-		return h1 - h0, l1 - l0
+		return cpuTicks(t, heavy.Process.Pid) - h0, cpuTicks(t, light.Process.Pid) - l0
 	}
 
 	// Nice alone: the process at -10 in its own group gets no more than its sibling group.
-	h, l := run(-10, 0)
+	h, l := run(-10, 0, func(string) {})
 	t.Logf("nice -10 in its own group %d ticks, a default group %d ticks", h, l)
 	if l == 0 || float64(h)/float64(l) > 2 {
 		t.Errorf("nice -10 in a group of its own: %d ticks against %d; want about even (a nice value ranks only within the group)", h, l)
 	}
 	// The weight: every level of the group carries it, and the CPU follows.
-	heavy := busy(0)
-	hg := top + "/s3/heavy"
-	if err := c.Place(heavy.Process.Pid, hg); err != nil {
-		t.Fatalf("place: %v", err)
-	}
-	if err := c.SetCPUWeight(hg, priority.Weight(-10)); err != nil {
-		t.Fatalf("SetCPUWeight: %v", err)
-	}
 	want := strconv.FormatUint(priority.Weight(-10), 10)
 	if file == "cpu.weight" {
 		want = strconv.FormatUint(priority.CgroupV2Weight(priority.Weight(-10)), 10)
 	}
-	for _, g := range []string{top, top + "/s3", hg} {
-		got, err := os.ReadFile(filepath.Join(root, g, file))
-		if err != nil || strings.TrimSpace(string(got)) != want {
-			t.Errorf("%s of %s = %q (%v), want %s", file, g, got, err, want)
+	h, l = run(0, priority.Weight(-10), func(hg string) {
+		for _, g := range []string{top, top + "/s3", hg} {
+			got, err := os.ReadFile(filepath.Join(root, g, file))
+			if err != nil || strings.TrimSpace(string(got)) != want {
+				t.Errorf("%s of %s = %q (%v), want %s", file, g, got, err, want)
+			}
 		}
-	}
-	_ = heavy.Process.Kill()
-	_, _ = heavy.Process.Wait()
-	if err := c.Remove(hg); err != nil {
-		t.Logf("remove %s: %v", hg, err)
-	}
-	h, l = run(0, priority.Weight(-10))
+	})
 	if l == 0 || float64(h)/float64(l) < 4 {
 		t.Errorf("a group weighed %d against a default one on one CPU: %d ticks against %d; want about 9.3 to 1", priority.Weight(-10), h, l)
 	}

@@ -592,16 +592,18 @@ func (p *FakeProcess) Wait() error {
 	return fmt.Errorf("exit status 1")
 }
 
-// Kill ends the process the way SIGTERM ends s3fs: it unmounts its mount point cleanly.
+// Kill ends the process the way SIGTERM ends s3fs: it unmounts its own mount cleanly. Like
+// libfuse, it leaves the mount point alone when its connection is already gone (KillMount) or its
+// mount is no longer there: the path may hold another daemon's mount by then (a new bridge).
 func (p *FakeProcess) Kill(time.Duration) {
 	if p.Exited() {
 		return
 	}
 	f := p.f
 	f.mu.Lock()
-	if top, ok := f.mounts.Top(p.mountPoint); ok && stack.IsFUSE(top.FSType) {
-		f.dead[top.Dev] = true // binds made from it die with the daemon
-		f.mounts = slices.DeleteFunc(f.mounts, func(x stack.Mount) bool { return x.ID == top.ID })
+	if p.dev != "" && !f.dead[p.dev] {
+		f.dead[p.dev] = true // binds made from it die with the daemon
+		f.mounts = slices.DeleteFunc(f.mounts, func(x stack.Mount) bool { return x.Dev == p.dev && x.MountPoint == p.mountPoint })
 	}
 	f.mu.Unlock()
 	p.exit()

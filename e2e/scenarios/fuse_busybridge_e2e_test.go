@@ -73,9 +73,10 @@ func busyFile(i, k int) []byte {
 // busyWriterScript is the writers container's command: it waits for /ctl/go, then runs
 // busyWriters writers in parallel, each writing /data/writes/w<i>/f1, f2, … (body plus trailer)
 // until /ctl/stop exists; after each file it records its count in /ctl/count.<i>, at the end in
-// /ctl/done.<i>. Everything a writer prints (a failed create or write: the shell's own message,
-// e.g. "Transport endpoint is not connected") goes to /ctl/err.<i>. /ctl is an emptyDir: the
-// test reads it while the volume does not answer.
+// /ctl/done.<i>, each written aside and renamed into place: a plain "echo > file" leaves the
+// file empty for a moment, and the test read one so. Everything a writer prints (a failed
+// create or write: the shell's own message, e.g. "Transport endpoint is not connected") goes
+// to /ctl/err.<i>. /ctl is an emptyDir: the test reads it while the volume does not answer.
 func busyWriterScript() string {
 	return fmt.Sprintf(`set -u
 yes '%s' | head -c %d > /ctl/body 2>/dev/null
@@ -90,9 +91,9 @@ while [ $i -le %d ]; do
     while [ ! -e /ctl/stop ] && [ $k -lt %d ]; do
       k=$((k+1))
       echo "w$i f$k" | cat /ctl/body - > $d/f$k || echo "w$i f$k: write failed"
-      echo $k > /ctl/count.$i
+      echo $k > /ctl/.count.$i && mv -f /ctl/.count.$i /ctl/count.$i
     done
-    echo $k > /ctl/done.$i
+    echo $k > /ctl/.done.$i && mv -f /ctl/.done.$i /ctl/done.$i
   ) >> /ctl/err.$i 2>&1 &
   i=$((i+1))
 done

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# `make test`: every test layer (lint, unit, integration, node, e2e) and every build they need,
+# scheduled side by side instead of one after another. Nothing is skipped: each job below runs the
+# Makefile target a developer runs alone, and the run fails if any of them fails.
+#
+# On 2 cores a cold run is mostly compiling, and the compiles only fill both cores where something
+# else waits: apt and module downloads, single-threaded links, the e2e suite's waits on a real
+# cluster. So the critical path — the Kubernetes binaries, the node tests, the e2e suite — runs at
+# normal priority, and everything that no later layer waits for (lint, unit, -race, integration,
+# the builds of tools the e2e suite needs later) runs beside it at a lower priority (nice), taking
+# the CPU the critical path leaves idle. Node tests and the e2e suite both own the machine's loop
+# devices, mounts and kubelet paths: they run one after the other, never beside each other.
+#
+# Each job's lines are prefixed with its name; "== job ..." lines say when each started and ended.
+# PVRESCUE_FRESH_DEVICES=1 (CI) brings the loop devices back to a fresh boot's (make
+# fresh-devices) before the first layer that uses them (node).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+MAKE="${MAKE:-make}"
+# Lower priority of the jobs beside the critical path (nice 10: weight 110 against 1024).
+BESIDE_NICE="${BESIDE_NICE:-10}"
+state="$(mktemp -d)"
+trap 'rm -rf "$state"' EXIT
+t0=$SECONDS
+
+say() { printf '== %s (at %ds)\n' "$*" $((SECONDS - t0)); }
+
+# after JOB...: waits until each job ended; returns 99 (not run) if one of them did not pass.
+after() {
+  local j
+  for j in "$@"; do
+    until [ -e "$state/$j.rc" ]; do sleep 1; done
+    if [ "$(cat "$state/$j.rc")" != 0 ]; then
+      echo "not run: job $j did not pass"
+      return 99
+    fi
+  done
+  say "$JOB: $* done"
+}
+
+# job NAME NICE FUNCTION: runs FUNCTION in the background at niceness NICE, its output prefixed
+# with [NAME]; its exit code lands in $state/NAME.rc.
+jobs_started=()
+job() {
+  local name=$1 nice=$2 fn=$3
+  jobs_started+=("$name")
+  (
+    renice -n "$nice" -p "$BASHPID" >/dev/null
+    JOB=$name
+    s=$SECONDS
+    say "$name started (nice $nice)"
+    "$fn" 2>&1 | sed -u "s/^/[$name] /"
+    rc=${PIPESTATUS[0]}
+    echo "$rc $((SECONDS - s)) $((s - t0))" >"$state/$name.time"
+    echo "$rc" >"$state/$name.rc"
+    say "$name ended rc=$rc after $((SECONDS - s))s"
+  ) &
+}
+
+# --- the jobs -------------------------------------------------------------------------------
+
+# Host packages (apt) and kernel modules: everything that runs node, e2e or promtool waits for it;
+# every Go build runs beside it. The one job that may call apt-get.
+j_deps() { $MAKE deps; }
+
+# Critical path: the Kubernetes binaries (one go build into the version cache; cold ~10 min on 2
+# cores), then into bin/ with etcd (which comes from apt).
+j_kube() { $MAKE kube-binaries-together && after deps && $MAKE kube-binaries-all kubectl; }
+
+# The S3 server of the node tests and the e2e suite (its own module).
+j_versitygw() { $MAKE versitygw; }
+
+# What only the e2e suite needs: the Helm CLIs, and its compiles done ahead (e2e-prebuild).
+j_tools() { $MAKE e2e-prebuild helm-clis; }
+
+# Everything no other layer waits for: lint (its vet compiles most packages every later layer
+# needs), unit (its promtool check needs apt) with -race.
+j_checks() { $MAKE lint && after deps && $MAKE unit; }
+
+j_integration() { after kube && $MAKE integration; }
+
+# Node tests, then the e2e suite: one after the other (one machine's loop devices, mounts and
+# kubelet paths). With PVRESCUE_FRESH_DEVICES=1 (CI) the loop devices are first brought back to a
+# fresh boot's, so a test relying on devices an earlier run left fails here.
+j_node() {
+  after deps kube versitygw || return 1
+  if [ "${PVRESCUE_FRESH_DEVICES:-}" = 1 ]; then $MAKE fresh-devices || return 1; fi
+  $MAKE node
+}
+j_e2e() { after node tools && $MAKE e2e; }
+
+job deps 0 j_deps
+job kube 0 j_kube
+job versitygw "$BESIDE_NICE" j_versitygw
+job checks "$BESIDE_NICE" j_checks
+job tools "$BESIDE_NICE" j_tools
+job integration "$BESIDE_NICE" j_integration
+job node 0 j_node
+job e2e 0 j_e2e
+wait
+
+echo
+echo "== make test: job, result, ended at (s since start)"
+failed=0
+for j in "${jobs_started[@]}"; do
+  read -r rc secs start <"$state/$j.time" || rc=?
+  case "$rc" in 0) r=passed ;; 99) r="not run" ;; *) r="FAILED (rc $rc)" ;; esac
+  printf '   %-12s %-16s %6ss\n' "$j" "$r" "$((start + secs))"
+  [ "$rc" = 0 ] || failed=1
+done
+echo "== make test: $((SECONDS - t0))s, $([ $failed = 0 ] && echo passed || echo FAILED)"
+exit $failed

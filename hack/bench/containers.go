@@ -395,32 +395,24 @@ func report(s *Section, agents []*ctrAgent, loops time.Duration) {
 		}
 		return fmt.Sprintf("%d of %d", b, r)
 	}
-	// paired compares run i of each agent (adjacent in time): how many pairs differ, and in how
-	// many of those replace was slower.
-	paired := func(f func(ctrSample) time.Duration) (slower, differ int) {
+	// paired compares run i of each agent (adjacent in time): in how many pairs replace was
+	// slower, in how many faster.
+	paired := func(f func(ctrSample) time.Duration) (slower, faster int) {
 		for i := range min(len(rep.samples), len(stk.samples)) {
 			switch a, b := f(rep.samples[i]), f(stk.samples[i]); {
 			case a > b:
-				slower, differ = slower+1, differ+1
+				slower++
 			case a < b:
-				differ++
+				faster++
 			}
 		}
-		return slower, differ
+		return slower, faster
 	}
+	// The same sign test decides both ways (PairedVerdict); the p50 ratio is only reported.
 	verdict := func(f func(ctrSample) time.Duration) string {
 		rp50, sp50 := Percentile(pick(rep, f), 50), Percentile(pick(stk, f), 50)
-		r := float64(rp50) / float64(sp50)
-		slower, differ := paired(f)
-		p := SignTestP(slower, differ)
-		pairs := fmt.Sprintf("replace slower in %d of %d paired runs that differ, sign test p = %.2g", slower, differ, p)
-		switch {
-		case r <= 1:
-			return fmt.Sprintf("replace p50 ≤ 1.00× stacking: met (%.2f×; %s)", r, pairs)
-		case p < 0.05:
-			return fmt.Sprintf("replace p50 ≤ 1.00× stacking: MISSED (%.2f×; %s)", r, pairs)
-		}
-		return fmt.Sprintf("replace p50 ≤ 1.00× stacking: not met by the p50 (%.2f×) but within the noise (%s)", r, pairs)
+		slower, faster := paired(f)
+		return PairedVerdict("replace ≤ stacking", float64(rp50)/float64(sp50), slower, faster)
 	}
 	ratio := func(f func(ctrSample) time.Duration) string {
 		r, st := pick(rep, f), pick(stk, f)
@@ -458,7 +450,7 @@ func report(s *Section, agents []*ctrAgent, loops time.Duration) {
 			maxDepth(rep, placeHost), maxDepth(rep, "htc"), maxDepth(rep, "none"), maxDepth(rep, "sub"), maxDepth(stk, placeHost), maxDepth(stk, "htc"), maxDepth(stk, "none"), maxDepth(stk, "sub")),
 		fmt.Sprintf("Reads of the bare directory: polls (every %s, from the target found dead until the last place reads again) where the file was missing — the path showed the directory beneath the mount instead of the dead mount (ENOTCONN) or the bucket. A coarse check beside the node tests' 1 ms reader: a gap shorter than the poll can go unseen.", Ms(benchPoll)),
 		fmt.Sprintf("pvrescue_mount_replace_total (each agent's own registry; s3mount counts only what its Replacer did, so the stacking agent's binds at the target are not in it): replace: %s; stacking: %s.", replaceCounts(rep.rig.reg), replaceCounts(stk.rig.reg)),
-		fmt.Sprintf("Noise: the figures are quantised by the %s poll and taken on a shared 2-core machine; differences of a few ms between the agents, or a p99 (of %d samples: the slowest run), can be noise. The verdicts therefore also pair run i of each agent (adjacent in time) and count the pairs where replace was slower: with no real difference either way is as likely, and the one-sided sign test's p says how unlikely that many slower pairs would be (a p50 above stacking with p ≥ 0.05 is reported as within the noise, with p < 0.05 as missed).", Ms(benchPoll), n),
+		fmt.Sprintf("Noise: the figures are quantised by the %s poll and taken on a shared 2-core machine; differences of a few ms between the agents, or a p99 (of %d samples: the slowest run), can be noise. The verdicts therefore pair run i of each agent (adjacent in time) and count the pairs where replace was slower and where it was faster: with no real difference either way is as likely, and one and the same one-sided sign test decides both ways — met when replace was faster in significantly many pairs (p < 0.05), missed when slower in significantly many, undecided otherwise; the p50 ratio is reported beside it and decides nothing.", Ms(benchPoll), n),
 		fmt.Sprintf("Shipped defaults for both (check interval %s, containermount namespace timeout %s).", rep.rig.cfg.S3.CheckInterval.Duration, containermount.NewOptions().NamespaceTimeout))
 	for _, a := range agents {
 		if sum, cnt, ok := histogram(a.rig.reg, "pvrescue_container_remount_duration_seconds"); ok && cnt > 0 {

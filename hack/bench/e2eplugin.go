@@ -281,7 +281,14 @@ func windowRows(s *Section, r *pluginBenchResult) {
 		return ds
 	}
 	var raw strings.Builder
+	// Incidents of one cell (behaviour, case, pods) are pooled into its row; a row of one incident
+	// says n = 1: its percentiles are over the pods of that incident, not over incidents.
 	for _, c := range r.Window {
+		fmt.Fprintf(&raw, "window %s %s %d pods: windowMs %v containerWindowMs %v podWindowMs %v\n", c.Behaviour, c.Case, c.Pods, c.WindowMs, c.ContainerWindowMs, c.PodWindowMs)
+	}
+	cells, incidents := poolWindowCells(r.Window)
+	for i, c := range cells {
+		n := incidents[i]
 		w, host := toDur(c.WindowMs), ""
 		reads := "the pod's target reads the file"
 		if len(c.ContainerWindowMs) > 0 {
@@ -295,9 +302,13 @@ func windowRows(s *Section, r *pluginBenchResult) {
 		if c.Case == "down" {
 			name += fmt.Sprintf(" %.0f s", c.DownSeconds)
 		}
+		of := fmt.Sprintf("%d incidents", n)
+		if n == 1 {
+			of = "1 incident, n = 1: p50 and p99 over its pods, not over incidents"
+		}
 		verdict := ""
 		if c.Behaviour == "shipped" {
-			verdict = "; p99 ≤ 500 ms: " + Verdict(Percentile(w, 99).Seconds(), windowTarget.Seconds(), "s")
+			verdict = "; p99 ≤ 500 ms: " + Verdict(Percentile(w, 99).Seconds(), windowTarget.Seconds(), "s") + " (" + of + ")"
 		}
 		pod := "—"
 		if len(c.PodWindowMs) > 0 {
@@ -306,20 +317,58 @@ func windowRows(s *Section, r *pluginBenchResult) {
 		}
 		s.Rows = append(s.Rows, []string{
 			fmt.Sprintf("window, %s, %d pod(s), %s: the last plugin s3fs exited → %s", c.Behaviour, c.Pods, name, reads),
-			fmt.Sprint(len(w)), Ms(Percentile(w, 50)), Ms(Percentile(w, 99)), Ms(Percentile(w, 100)),
+			fmt.Sprintf("%d (%s)", len(w), of), Ms(Percentile(w, 50)), Ms(Percentile(w, 99)), Ms(Percentile(w, 100)),
 			host + fmt.Sprintf("failed ops (all pods): reads %d of ≈%d, writes %d of %d; in the pods, death → first good read after a failure: %s; agent s3fs started: %d (max RSS %d kB; %d still running when settled); plugin back %s, every target on the driver's mount %s after the death%s",
 				c.FailedReads, c.Reads, c.FailedWrites, c.Writes, pod, c.Daemons, c.DaemonRSSKB, c.DaemonsLeft,
 				Ms(time.Duration(c.PluginBackMs*float64(time.Millisecond))), Ms(time.Duration(c.SettledMs*float64(time.Millisecond))), verdict),
 		})
-		fmt.Fprintf(&raw, "window %s %s %d pods: windowMs %v containerWindowMs %v podWindowMs %v\n", c.Behaviour, c.Case, c.Pods, c.WindowMs, c.ContainerWindowMs, c.PodWindowMs)
 	}
 	s.Raw += raw.String()
 	configs := map[string]string{}
 	for _, c := range r.Window {
 		configs[c.Behaviour] = c.Config
 	}
-	s.Notes = append(s.Notes, fmt.Sprintf("Window rows (issue 34): one incident per row, on the same cluster and PV (yandex layout) after the runs above; \"shipped\" is %s, \"baseline\" %s (the agent pod replaced after its ConfigMap changed; measured in the same run). Each row is timed from the death: the instant the last s3fs of the plugin's container exited (pidfd). From then each load pod's file is read every 10 ms, through its container (/proc/<the container's init>/root/data/app.txt: its own mount namespace, what the application sees once the agent remounted it there; the row's figures and verdict) and at its target on the node (the detail column), until it gives the file back (the window, one sample per pod). Load: each pod (busybox) reads app.txt every 200 ms with the shell's read built-in and every fifth round appends a line to its own object with dd conv=fsync (an acknowledged write reached S3: s3fs uploads on fsync); failures come from the pods' own logs (CRI timestamps) from the incident's start until every target is on the driver's mount again plus 1 s; reads attempted are estimated from the 200 ms period. The \"kept down\" case restarts the plugin DownSeconds after the death. Pods: the load pods only (the benchmark's app pod also mounts the PV).", configs["shipped"], configs["baseline"]))
+	s.Notes = append(s.Notes, fmt.Sprintf("Window rows (issue 34): the incidents of a cell pooled in its row (the samples column says how many; with one, n = 1), on the same cluster and PV (yandex layout) after the runs above; \"shipped\" is %s, \"baseline\" %s (the agent pod replaced after its ConfigMap changed; measured in the same run). Each row is timed from the death: the instant the last s3fs of the plugin's container exited (pidfd). From then each load pod's file is read every 10 ms, through its container (/proc/<the container's init>/root/data/app.txt: its own mount namespace, what the application sees once the agent remounted it there; the row's figures and verdict) and at its target on the node (the detail column), until it gives the file back (the window, one sample per pod). Load: each pod (busybox) reads app.txt every 200 ms with the shell's read built-in and every fifth round appends a line to its own object with dd conv=fsync (an acknowledged write reached S3: s3fs uploads on fsync); failures come from the pods' own logs (CRI timestamps) from the incident's start until every target is on the driver's mount again plus 1 s; reads attempted are estimated from the 200 ms period. The \"kept down\" case restarts the plugin DownSeconds after the death. Pods: the load pods only (the benchmark's app pod also mounts the PV).", configs["shipped"], configs["baseline"]))
 	if w := r.WindowWrites; w != nil {
 		s.Notes = append(s.Notes, fmt.Sprintf("Acknowledged writes across every incident (bridge and hand-back included), checked on the S3 server's side (versitygw's directory, no mount): %d acknowledged, %d missing%s.", w.Acknowledged, w.Lost, map[bool]string{true: fmt.Sprintf(", e.g. %v", w.LostExamples), false: ""}[w.Lost > 0]))
 	}
+}
+
+// poolWindowCells merges the incidents of each cell (behaviour, case, time down, pods) in the
+// order the cells first ran: samples concatenated, counts added, times the worst. It returns the
+// cells and how many incidents each pools.
+func poolWindowCells(cases []windowCase) ([]windowCase, []int) {
+	type key struct {
+		behaviour, kase string
+		down            float64
+		pods            int
+	}
+	var out []windowCase
+	var n []int
+	at := map[key]int{}
+	for _, c := range cases {
+		k := key{c.Behaviour, c.Case, c.DownSeconds, c.Pods}
+		i, ok := at[k]
+		if !ok {
+			at[k] = len(out)
+			out = append(out, c)
+			n = append(n, 1)
+			continue
+		}
+		p := &out[i]
+		n[i]++
+		p.WindowMs = append(append([]float64(nil), p.WindowMs...), c.WindowMs...)
+		p.ContainerWindowMs = append(append([]float64(nil), p.ContainerWindowMs...), c.ContainerWindowMs...)
+		p.PodWindowMs = append(append([]float64(nil), p.PodWindowMs...), c.PodWindowMs...)
+		p.FailedReads += c.FailedReads
+		p.FailedWrites += c.FailedWrites
+		p.Reads += c.Reads
+		p.Writes += c.Writes
+		p.Daemons += c.Daemons
+		p.DaemonRSSKB = max(p.DaemonRSSKB, c.DaemonRSSKB)
+		p.DaemonsLeft += c.DaemonsLeft
+		p.PluginBackMs = max(p.PluginBackMs, c.PluginBackMs)
+		p.SettledMs = max(p.SettledMs, c.SettledMs)
+	}
+	return out, n
 }

@@ -75,3 +75,21 @@ func SignTestP(k, n int) float64 {
 	}
 	return min(p, 1)
 }
+
+// PairedVerdict judges "a ≤ b" (target names it, e.g. "replace p50 ≤ 1.00× stacking") from n
+// paired runs by the same one-sided sign test in both directions at p < 0.05: met when a was
+// faster in significantly many of the pairs that differ, MISSED when it was slower in
+// significantly many, and otherwise undecided — the p50 ratio r is reported, never the judge, so
+// a ratio of 0.99 does not pass where 1.01 would not fail.
+func PairedVerdict(target string, r float64, slower, faster int) string {
+	differ := slower + faster
+	pSlower, pFaster := SignTestP(slower, differ), SignTestP(faster, differ)
+	pairs := fmt.Sprintf("p50 ratio %.2f×; slower in %d, faster in %d of %d paired runs that differ, sign test p = %.2g slower / %.2g faster", r, slower, faster, differ, pSlower, pFaster)
+	switch {
+	case pFaster < 0.05:
+		return fmt.Sprintf("%s: met (%s)", target, pairs)
+	case pSlower < 0.05:
+		return fmt.Sprintf("%s: MISSED (%s)", target, pairs)
+	}
+	return fmt.Sprintf("%s: undecided, neither direction beyond the noise (%s)", target, pairs)
+}

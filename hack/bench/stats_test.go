@@ -2,6 +2,7 @@ package main
 
 import (
 	"math"
+	"strings"
 	"testing"
 	"time"
 )
@@ -153,6 +154,27 @@ func TestSignTestP(t *testing.T) {
 	} {
 		if got := SignTestP(tc.k, tc.n); math.Abs(got-tc.want) > 1e-9 {
 			t.Errorf("SignTestP(%d, %d) = %.9f, want %.9f", tc.k, tc.n, got, tc.want)
+		}
+	}
+}
+
+func TestPairedVerdictSameTestBothWays(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		r              float64
+		slower, faster int
+		want           string
+	}{
+		{"faster in 9 of 10: met", 0.8, 1, 9, "x: met ("},
+		{"slower in 9 of 10: missed", 1.2, 9, 1, "x: MISSED ("},
+		// The old verdict passed any p50 ratio ≤ 1 and failed only with p < 0.05: 6 of 10 faster
+		// with a ratio of 0.98 was "met"; the same evidence the other way was "within the noise".
+		{"ratio below 1, no evidence: undecided", 0.98, 4, 6, "x: undecided"},
+		{"ratio above 1, no evidence: undecided", 1.02, 6, 4, "x: undecided"},
+		{"no pairs differ", 1, 0, 0, "x: undecided"},
+	} {
+		if got := PairedVerdict("x", tc.r, tc.slower, tc.faster); !strings.HasPrefix(got, tc.want) {
+			t.Errorf("%s: PairedVerdict = %q, want prefix %q", tc.name, got, tc.want)
 		}
 	}
 }

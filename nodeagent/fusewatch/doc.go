@@ -15,7 +15,12 @@
 //   - /proc/self/mountinfo signals POLLPRI when the mount table changes.
 //
 // So the Watcher keeps one epoll set holding the mount table and a pidfd per /dev/fuse holder
-// that serves a FUSE connection mounted here. It rescans the holders (a walk of /proc/*/fd) only
+// that serves a FUSE connection mounted here. A daemon that dies before a walk saw it hold its
+// descriptor (killed just after its mount) has no pidfd to report it: a walk that finds a
+// mounted connection without a holder wakes the consumer too, at each orphan retry, until the
+// retries run out (then the connection is dead for good, and told). The kernel gives a new FUSE
+// mount the lowest free connection number, so a connection without a holder that gains a mount
+// (a mountinfo ID it did not have) is walked for as a new one. It rescans the holders (a walk of /proc/*/fd) only
 // when the mount table gains a FUSE connection (one that goes only lets go of its holders), after
 // an exit (the descriptor may
 // have moved to another process, as fusermount hands it to the daemon it mounts for), shortly

@@ -38,8 +38,8 @@ func (m mixedOS) live() []Holder {
 	return out
 }
 
-func (m mixedOS) Connections() (map[Connection][]string, error) {
-	return map[Connection][]string{1: {"/a"}, 2: {"/b"}}, nil
+func (m mixedOS) Connections() (map[Connection][]Mount, error) {
+	return map[Connection][]Mount{1: {{ID: 1, Point: "/a"}}, 2: {{ID: 2, Point: "/b"}}}, nil
 }
 func (m mixedOS) Holders() ([]Holder, error) {
 	if m.withDead {
@@ -103,8 +103,8 @@ type racingOS struct {
 	kick chan struct{}
 }
 
-func (r *racingOS) Connections() (map[Connection][]string, error) {
-	return map[Connection][]string{Connection(1 + r.n.Add(1)%2): {"/a"}}, nil // a new connection each read: always a walk
+func (r *racingOS) Connections() (map[Connection][]Mount, error) {
+	return map[Connection][]Mount{Connection(1 + r.n.Add(1)%2): {{ID: 1, Point: "/a"}}}, nil // a new connection each read: always a walk
 }
 
 func (r *racingOS) Holders() ([]Holder, error) {

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -90,7 +91,7 @@ func TestNodeDaemonKilledWakesWithin50ms(t *testing.T) {
 		if h == nil {
 			t.Fatalf("%s (pid %d) not found holding /dev/fuse; holders: %+v", d.name, d.pid, holders)
 		}
-		if len(h.Connections) != 1 || !contains(conns[h.Connections[0]], d.mnt) {
+		if len(h.Connections) != 1 || !containsPoint(conns[h.Connections[0]], d.mnt) {
 			t.Fatalf("%s: fdinfo named connections %v; mount table %v; want the one mounted at %s", d.name, h.Connections, conns, d.mnt)
 		}
 	}
@@ -168,11 +169,13 @@ func drain(wake <-chan struct{}, exits chan Exit) {
 	}
 }
 
-func contains(s []string, x string) bool {
-	for _, v := range s {
-		if v == x {
+func containsPoint(ms []Mount, point string) bool {
+	for _, m := range ms {
+		if m.Point == point {
 			return true
 		}
 	}
 	return false
 }
+
+func contains(s []string, x string) bool { return slices.Contains(s, x) }

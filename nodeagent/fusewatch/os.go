@@ -15,8 +15,8 @@ type Holder struct {
 
 // OS is what the Watcher needs of the system.
 type OS interface {
-	// Connections reads the mount table: the FUSE connections mounted, with their mount points.
-	Connections() (map[Connection][]string, error)
+	// Connections reads the mount table: the FUSE connections mounted, with their mounts.
+	Connections() (map[Connection][]Mount, error)
 	// Holders walks the processes for /dev/fuse descriptors.
 	Holders() ([]Holder, error)
 	// Events opens the event source: mount table changes and exits of added processes.

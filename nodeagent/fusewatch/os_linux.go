@@ -22,7 +22,7 @@ func NewOS(opts OSOptions) OS {
 
 type realOS struct{ opts OSOptions }
 
-func (r realOS) Connections() (map[Connection][]string, error) {
+func (r realOS) Connections() (map[Connection][]Mount, error) {
 	b, err := os.ReadFile(r.opts.Mountinfo)
 	if err != nil {
 		return nil, fmt.Errorf("fusewatch: %w", err)

@@ -11,11 +11,17 @@ import (
 // mountinfo), which /sys/fs/fuse/connections and fdinfo name it by.
 type Connection uint32
 
-// Connections parses a mountinfo file into the FUSE connections mounted, each with its mount
-// points. Lines it cannot parse are skipped: a tenant-made mount point must not blind the
-// watcher to every other mount.
-func Connections(content string) map[Connection][]string {
-	out := map[Connection][]string{}
+// Mount is one mount of a FUSE connection: its mountinfo ID and mount point.
+type Mount struct {
+	ID    int
+	Point string
+}
+
+// Connections parses a mountinfo file into the FUSE connections mounted, each with its mounts.
+// Lines it cannot parse are skipped: a tenant-made mount point must not blind the watcher to
+// every other mount.
+func Connections(content string) map[Connection][]Mount {
+	out := map[Connection][]Mount{}
 	for _, line := range strings.Split(content, "\n") {
 		if line == "" {
 			continue
@@ -29,7 +35,7 @@ func Connections(content string) map[Connection][]string {
 		if err != nil {
 			continue
 		}
-		out[Connection(n)] = append(out[Connection(n)], m.MountPoint)
+		out[Connection(n)] = append(out[Connection(n)], Mount{ID: m.ID, Point: m.MountPoint})
 	}
 	return out
 }

@@ -17,11 +17,11 @@ garbage line
 50 31 8:1 / /data rw - ext4 /dev/sda1 rw
 `
 	got := Connections(table)
-	want := map[Connection][]string{
-		39: {"/tmp/cpl-mnt"},
-		40: {"/var/lib/kubelet/plugins/kubernetes.io/csi/ru.yandex.s3.csi/abc/globalmount", "/var/lib/kubelet/pods/u/volumes/kubernetes.io~csi/pv/mount"},
-		41: {"/mnt/with space"},
-		42: {"/mnt/blk"},
+	want := map[Connection][]Mount{
+		39: {{ID: 44, Point: "/tmp/cpl-mnt"}},
+		40: {{ID: 45, Point: "/var/lib/kubelet/plugins/kubernetes.io/csi/ru.yandex.s3.csi/abc/globalmount"}, {ID: 46, Point: "/var/lib/kubelet/pods/u/volumes/kubernetes.io~csi/pv/mount"}},
+		41: {{ID: 47, Point: "/mnt/with space"}},
+		42: {{ID: 48, Point: "/mnt/blk"}},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("Connections =\n%v\nwant\n%v", got, want)

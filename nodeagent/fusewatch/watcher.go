@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -111,9 +112,13 @@ type Watcher struct {
 	wake chan struct{}
 
 	// Run-goroutine state.
-	conns      map[Connection][]string
+	conns      map[Connection][]Mount
 	watched    map[int][]Connection // pid → connections (nil: unknown)
 	orphans    map[Connection]bool  // mounted connections without a holder at the last walk
+	// settled are orphans whose loss the consumer was told of for good: their watched holder
+	// exited, or the retries for a holder ran out. Any other orphan wakes the consumer at each
+	// walk that finds it (unsettled).
+	settled    map[Connection]bool
 	exitedPIDs map[int]bool         // seen exiting: never watched again (a walk may race the exit)
 	retry      time.Duration        // next orphan retry delay; 0 when none is due
 	// retryRestarted is set by a walk that saw a new orphan (the retries start over).
@@ -122,6 +127,7 @@ type Watcher struct {
 	exits   prometheus.Counter
 	daemons prometheus.Gauge
 	walks   prometheus.Counter
+	unheld  prometheus.Counter
 }
 
 // New returns a Watcher over os.
@@ -133,7 +139,7 @@ func New(os OS, opts Options) (*Watcher, error) {
 		return nil, err
 	}
 	opts.defaults()
-	w := &Watcher{os: os, opts: opts, wake: make(chan struct{}, 1), watched: map[int][]Connection{}, orphans: map[Connection]bool{}, exitedPIDs: map[int]bool{}}
+	w := &Watcher{os: os, opts: opts, wake: make(chan struct{}, 1), watched: map[int][]Connection{}, orphans: map[Connection]bool{}, settled: map[Connection]bool{}, exitedPIDs: map[int]bool{}}
 	r := metrics.NewRegistration(opts.Registerer)
 	w.exits = metrics.Add(r, prometheus.NewCounter(prometheus.CounterOpts{Name: "pvrescue_agent_fuse_daemon_exits_total",
 		Help: "FUSE daemons serving a mount on this node seen exiting (each wakes the S3 rescue at once)."}))
@@ -141,6 +147,8 @@ func New(os OS, opts Options) (*Watcher, error) {
 		Help: "FUSE daemons whose exit the agent watches (a pidfd each)."}))
 	w.walks = metrics.Add(r, prometheus.NewCounter(prometheus.CounterOpts{Name: "pvrescue_agent_fuse_holder_walks_total",
 		Help: "Walks of the processes for /dev/fuse holders (on mount table changes, exits, and the slow safety net)."}))
+	w.unheld = metrics.Add(r, prometheus.NewCounter(prometheus.CounterOpts{Name: "pvrescue_agent_fuse_unheld_wakes_total",
+		Help: "Wakes of the S3 rescue for a mounted FUSE connection that no watched daemon holds (its daemon may have died before it was watched)."}))
 	if err := r.Err(); err != nil {
 		return nil, fmt.Errorf("fusewatch metrics: %w", err)
 	}
@@ -241,7 +249,12 @@ func (w *Watcher) Run(ctx context.Context) error {
 			w.walk(log, ev, true)
 			if w.retry > 0 && !w.retryRestarted {
 				if w.retry *= 2; w.retry > w.opts.MaxOrphanRetry {
-					w.retry = 0 // a dead mount has no holder for good: wait for the next signal
+					// A dead mount has no holder for good: the consumer was woken at every
+					// retry that found it so; wait for the next signal.
+					w.retry = 0
+					for c := range w.orphans {
+						w.settled[c] = true
+					}
 				}
 			}
 		}
@@ -259,6 +272,7 @@ func (w *Watcher) exited(log logr.Logger, pids []int) {
 		w.exitedPIDs[pid] = true
 		for _, c := range conns {
 			w.orphans[c] = true // dead now, not a descriptor in flight: no quick retries for it
+			w.settled[c] = true // this exit tells the consumer
 		}
 		x := Exit{PID: pid, At: now, MountPoints: w.mountPoints(conns)}
 		w.exits.Inc()
@@ -280,13 +294,18 @@ func (w *Watcher) signal() {
 
 func (w *Watcher) mountPoints(conns []Connection) []string {
 	var out []string
+	add := func(ms []Mount) {
+		for _, m := range ms {
+			out = append(out, m.Point)
+		}
+	}
 	if conns == nil {
-		for _, mps := range w.conns {
-			out = append(out, mps...)
+		for _, ms := range w.conns {
+			add(ms)
 		}
 	}
 	for _, c := range conns {
-		out = append(out, w.conns[c]...)
+		add(w.conns[c])
 	}
 	sort.Strings(out)
 	return out
@@ -300,6 +319,16 @@ func (w *Watcher) walk(log logr.Logger, ev Events, force bool) {
 	if err != nil {
 		log.Error(err, "reading the mount table; the periodic check stays the safety net")
 		return
+	}
+	if renewed := w.remountedOrphans(conns); len(renewed) > 0 {
+		// The kernel reuses a freed connection's number (the lowest free one) for the next FUSE
+		// mount: a dead connection detached and a new one mounted between two reads look like
+		// one connection that only moved. A connection without a holder that gained a mount may
+		// be such a new one, with a daemon to watch.
+		for _, c := range renewed {
+			delete(w.settled, c)
+		}
+		force = true
 	}
 	if !force && sameConnections(conns, w.conns) {
 		w.conns = conns // mount points may have moved (binds), the connections did not
@@ -399,6 +428,46 @@ func (w *Watcher) walk(log logr.Logger, ev Events, force bool) {
 	if len(gone) > 0 {
 		w.exited(log, gone)
 	}
+	w.wakeForUnheld(log)
+}
+
+// wakeForUnheld wakes the consumer when a mounted connection has no holder and its loss was not
+// told yet (settled): its daemon may have exited before any walk saw it hold the descriptor
+// (killed just after its mount, or between two retries), and no pidfd will ever report that.
+// When the descriptor is only in flight to the daemon, the wake costs the consumer one check.
+func (w *Watcher) wakeForUnheld(log logr.Logger) {
+	for c := range w.settled {
+		if !w.orphans[c] {
+			delete(w.settled, c) // held again, or unmounted
+		}
+	}
+	var unheld []Connection
+	for c := range w.orphans {
+		if !w.settled[c] {
+			unheld = append(unheld, c)
+		}
+	}
+	if len(unheld) == 0 {
+		return
+	}
+	w.unheld.Inc()
+	log.V(1).Info("mounted FUSE connections without a watched daemon; checking the mounts", "connections", unheld, "mountPoints", w.mountPoints(unheld))
+	w.signal()
+}
+
+// remountedOrphans returns the connections without a holder at the last walk that now show a
+// mount (by mountinfo ID) they did not have then.
+func (w *Watcher) remountedOrphans(now map[Connection][]Mount) []Connection {
+	var out []Connection
+	for c := range w.orphans {
+		for _, m := range now[c] {
+			if !slices.ContainsFunc(w.conns[c], func(o Mount) bool { return o.ID == m.ID }) {
+				out = append(out, c)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // forgetUnmounted stops watching the holders whose every connection is no longer mounted (a
@@ -429,6 +498,7 @@ func (w *Watcher) forgetUnmounted(log logr.Logger, ev Events) {
 	for c := range w.orphans {
 		if _, ok := w.conns[c]; !ok {
 			delete(w.orphans, c)
+			delete(w.settled, c)
 		}
 	}
 	if len(w.orphans) == 0 {
@@ -450,7 +520,7 @@ func (w *Watcher) release(log logr.Logger, pids []int) {
 }
 
 // onlyUnmounted reports whether now is then less some connections.
-func onlyUnmounted(now, then map[Connection][]string) bool {
+func onlyUnmounted(now, then map[Connection][]Mount) bool {
 	for c := range now {
 		if _, ok := then[c]; !ok {
 			return false
@@ -459,7 +529,7 @@ func onlyUnmounted(now, then map[Connection][]string) bool {
 	return true
 }
 
-func sameConnections(a, b map[Connection][]string) bool {
+func sameConnections(a, b map[Connection][]Mount) bool {
 	if len(a) != len(b) {
 		return false
 	}

@@ -20,7 +20,7 @@ import (
 // fakeOS is a mount table, a process table and an event source under the test's control.
 type fakeOS struct {
 	mu      sync.Mutex
-	conns   map[Connection][]string
+	conns   map[Connection][]Mount
 	holders []Holder
 	walks   int
 	reads   int // of the mount table
@@ -34,16 +34,16 @@ func (f *fakeOS) connectionReads() int {
 }
 
 func newFakeOS() *fakeOS {
-	return &fakeOS{conns: map[Connection][]string{}, ev: &fakeEvents{ch: make(chan Event, 16), watched: map[int]bool{}, dead: map[int]bool{}}}
+	return &fakeOS{conns: map[Connection][]Mount{}, ev: &fakeEvents{ch: make(chan Event, 16), watched: map[int]bool{}, dead: map[int]bool{}}}
 }
 
-func (f *fakeOS) Connections() (map[Connection][]string, error) {
+func (f *fakeOS) Connections() (map[Connection][]Mount, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.reads++
-	out := map[Connection][]string{}
+	out := map[Connection][]Mount{}
 	for c, m := range f.conns {
-		out[c] = append([]string(nil), m...)
+		out[c] = append([]Mount(nil), m...)
 	}
 	return out, nil
 }
@@ -57,7 +57,20 @@ func (f *fakeOS) Holders() ([]Holder, error) {
 
 func (f *fakeOS) Events() (Events, error) { return f.ev, nil }
 
+// set lays out the mount table (each mount point of a connection keeps one mountinfo ID) and the
+// holders.
 func (f *fakeOS) set(conns map[Connection][]string, holders ...Holder) {
+	mounts := map[Connection][]Mount{}
+	for c, points := range conns {
+		for i, p := range points {
+			mounts[c] = append(mounts[c], Mount{ID: int(c)*100 + i, Point: p})
+		}
+	}
+	f.setMounts(mounts, holders...)
+}
+
+// setMounts is set with the mountinfo IDs given.
+func (f *fakeOS) setMounts(conns map[Connection][]Mount, holders ...Holder) {
 	f.mu.Lock()
 	f.conns, f.holders = conns, holders
 	f.mu.Unlock()
@@ -336,4 +349,78 @@ func TestWatcherReportsAHolderThatLetGoAsAnExit(t *testing.T) {
 	}
 	wakeWithin(t, w, 5*time.Second)
 	waitPIDs(t, fos.ev)
+}
+
+func noWakeWithin(t *testing.T, w *Watcher, d time.Duration, why string) {
+	t.Helper()
+	select {
+	case <-w.Wake():
+		t.Fatalf("a wake: %s", why)
+	case <-time.After(d):
+	}
+}
+
+// A daemon that dies before any walk saw it hold its descriptor (killed just after its mount)
+// has no pidfd to report its exit: the walk that finds its connection mounted without a holder
+// wakes the consumer. Before, nothing did, and the rescue waited for its periodic check (a
+// bench incident waited 58 s).
+func TestWatcherWakesForAConnectionWhoseDaemonDiedUnwatched(t *testing.T) {
+	fos := newFakeOS()
+	fos.set(map[Connection][]string{39: {"/mnt/a"}}, Holder{PID: 100, Connections: []Connection{39}})
+	w, _ := start(t, fos, Options{RescanInterval: time.Hour})
+	waitPIDs(t, fos.ev, 100)
+	noWakeWithin(t, w, 100*time.Millisecond, "every connection is held")
+
+	// The replay's new daemon mounted 40 and was killed before the mount change was read.
+	fos.set(map[Connection][]string{39: {"/mnt/a"}, 40: {"/mnt/b"}}, Holder{PID: 100, Connections: []Connection{39}})
+	fos.ev.ch <- Event{MountsChanged: true}
+	wakeWithin(t, w, 5*time.Second)
+}
+
+// A descriptor in flight at one walk (no holder yet) whose daemon takes it and dies before the
+// next retry walk is told at that retry; once the retries run out the dead connection wakes no
+// one again (a dead mount waits for the rescue without costing it a check at every walk).
+func TestWatcherWakesAtEachRetryUntilTheRetriesRunOut(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	fos := newFakeOS()
+	w, _ := start(t, fos, Options{Clock: clk, RescanInterval: time.Hour, OrphanRetry: 50 * time.Millisecond, MaxOrphanRetry: 100 * time.Millisecond})
+	fos.set(map[Connection][]string{41: {"/mnt/c"}}) // mounted, descriptor in flight
+	fos.ev.ch <- Event{MountsChanged: true}
+	wakeWithin(t, w, 5*time.Second)
+	walks := fos.walkCount()
+	// The daemon took the descriptor and died between the walks: the retry still finds none.
+	for i, step := range []time.Duration{50 * time.Millisecond, 100 * time.Millisecond} {
+		testenv.WaitFor(t, 5*time.Second, "the retry timer", testenv.Until(func() bool { return clk.HasWaiters() }))
+		clk.Step(step)
+		testenv.WaitFor(t, 5*time.Second, "a retry walk", testenv.Until(func() bool { return fos.walkCount() > walks }))
+		walks = fos.walkCount()
+		wakeWithin(t, w, 5*time.Second)
+		t.Logf("retry %d woke the consumer", i+1)
+	}
+	// Retries over (100ms doubled is past MaxOrphanRetry): the slow rescan walks, no wake.
+	clk.Step(time.Hour)
+	testenv.WaitFor(t, 5*time.Second, "the rescan walk", testenv.Until(func() bool { return fos.walkCount() > walks }))
+	noWakeWithin(t, w, 100*time.Millisecond, "a settled dead connection woke the consumer again")
+}
+
+// The kernel gives a new FUSE mount the lowest free connection number: a dead connection
+// detached and a new one mounted under its number between two reads of the mount table looks
+// like the same connection. Its new mount (a mountinfo ID it did not have) makes the watcher
+// walk, so the new daemon is watched and its death wakes the consumer.
+func TestWatcherWatchesANewDaemonOnAReusedConnectionNumber(t *testing.T) {
+	fos := newFakeOS()
+	fos.setMounts(map[Connection][]Mount{39: {{ID: 500, Point: "/stage"}}}, Holder{PID: 100, Connections: []Connection{39}})
+	w, _ := start(t, fos, Options{RescanInterval: time.Hour})
+	waitPIDs(t, fos.ev, 100)
+	fos.setMounts(map[Connection][]Mount{39: {{ID: 500, Point: "/stage"}}})
+	fos.ev.kill(100)
+	wakeWithin(t, w, 5*time.Second)
+	waitPIDs(t, fos.ev)
+
+	// Detached, and mounted again by the driver's next daemon under number 39.
+	fos.setMounts(map[Connection][]Mount{39: {{ID: 512, Point: "/stage"}}}, Holder{PID: 200, Connections: []Connection{39}})
+	fos.ev.ch <- Event{MountsChanged: true}
+	waitPIDs(t, fos.ev, 200)
+	fos.ev.kill(200)
+	wakeWithin(t, w, 5*time.Second)
 }

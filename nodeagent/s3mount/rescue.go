@@ -427,6 +427,19 @@ func (r *Restorer) join(pv string, ts []target) {
 	}
 }
 
+// endPass ends pv's restore or retire (claim) and reports whether dead targets of pv were found
+// while it ran and left to a later pass (a replay, a hand-back or a failed pass does not take
+// joiners): the caller then wakes a pass at once. Without it they waited for the next timed
+// pass, and a death during a hand-back could wait for the periodic check.
+func (r *Restorer) endPass(pv string) (deadLeft bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.inflight, pv)
+	deadLeft = len(r.joining[pv]) > 0
+	delete(r.joining, pv) // rediscovered by the next check, still dead
+	return deadLeft
+}
+
 // joiners takes the targets that joined pv's pass (join) and returns those not among ts whose
 // claim the pass read live (claims): the chain of another claim was not checked, so those wait
 // for the next pass, as they would have without joining.

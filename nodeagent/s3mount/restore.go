@@ -32,10 +32,9 @@ func (r *Restorer) restore(ctx context.Context, pvName string, ts []target) {
 		took = append(took, name, r.clk.Since(start).Round(time.Microsecond).String())
 	}
 	defer func() {
-		r.mu.Lock()
-		delete(r.inflight, pvName)
-		delete(r.joining, pvName) // rediscovered by the next check, still dead
-		r.mu.Unlock()
+		if r.endPass(pvName) {
+			r.poke()
+		}
 		kv := append([]any{"targets", len(ts)}, took...)
 		if len(took) > 4 { // a bridge was made: worth a line; a pass that waits repeats every second
 			log.Info("restore pass over", kv...)

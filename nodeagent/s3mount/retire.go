@@ -46,13 +46,9 @@ func (r *Restorer) startRetires(ctx context.Context, bridged map[string][]target
 		go func(pv string, ts []target) {
 			defer r.wg.Done()
 			moved := r.retire(ctx, pv, ts)
-			r.mu.Lock()
-			delete(r.inflight, pv)
-			delete(r.joining, pv) // rediscovered by the next check, still dead
-			r.mu.Unlock()
-			if moved > 0 {
-				// The bridge may serve nothing now: a pass at once retires it (retireUnusedBridges
-				// skips a PV in flight), instead of at the next periodic check.
+			// After a move the bridge may serve nothing: a pass at once retires it
+			// (retireUnusedBridges skips a PV in flight), instead of at the next periodic check.
+			if r.endPass(pv) || moved > 0 {
 				r.poke()
 			}
 		}(pv, ts)

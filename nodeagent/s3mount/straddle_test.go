@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -93,5 +94,45 @@ func TestTargetFoundDuringThePassJoinsIt(t *testing.T) {
 	w.r.mu.Unlock()
 	if left != 0 {
 		t.Errorf("%d PVs still have joining targets after the pass", left)
+	}
+}
+
+// A target found dead while its PV's pass is one that does not take joiners (a replay through
+// the driver here; a hand-back to the driver likewise) is not left to a timed pass: the end of
+// that pass wakes the next at once, and it restores the target.
+func TestDeathDuringAReplayWakesAPassAtItsEnd(t *testing.T) {
+	w, first := replayWorld(t, false, podObj("app2", "uid-2", "data", false))
+	second := w.publish("uid-2", "pv-a") // a second daemon
+	secondDead, _ := w.node.Table().Top(second)
+	w.node.KillMount(first)
+	var once sync.Once
+	during := false
+	w.node.BeforeStatfs = func(path string) {
+		if !strings.HasPrefix(path, testKubelet+"/pods/uid-1/pvrescue~s3/") {
+			return
+		}
+		once.Do(func() { // the replay checks what the driver published: the second daemon exits
+			during = true
+			w.node.KillMount(second)
+			if err := w.r.Sync(w.ctx); err != nil {
+				t.Errorf("Sync during the replay: %v", err)
+			}
+		})
+	}
+	w.start()
+	if !during {
+		t.Fatal("the replay never checked its fresh directory: the test did not run the death during the pass")
+	}
+	if top, _ := w.node.Table().Top(second); top.Dev != secondDead.Dev {
+		t.Fatalf("second target restored during the first pass already (%+v): the test did not exercise joining", top)
+	}
+	select {
+	case <-w.r.kick:
+	default:
+		t.Fatal("the replay pass ended with a dead target found during it and woke no pass: it waited for the timed check")
+	}
+	w.sync()
+	if top, _ := w.node.Table().Top(second); top.Dev == secondDead.Dev {
+		t.Errorf("second target still on its dead mount after the woken pass: %+v", top)
 	}
 }

@@ -8,5 +8,5 @@ func NewOS(OSOptions) OS { return unsupportedOS{} }
 type unsupportedOS struct{}
 
 func (unsupportedOS) Connections() (map[Connection][]Mount, error) { return nil, ErrUnsupported }
-func (unsupportedOS) Holders() ([]Holder, error)                    { return nil, ErrUnsupported }
-func (unsupportedOS) Events() (Events, error)                       { return nil, ErrUnsupported }
+func (unsupportedOS) Holders() ([]Holder, error)                   { return nil, ErrUnsupported }
+func (unsupportedOS) Events() (Events, error)                      { return nil, ErrUnsupported }

@@ -112,15 +112,15 @@ type Watcher struct {
 	wake chan struct{}
 
 	// Run-goroutine state.
-	conns      map[Connection][]Mount
-	watched    map[int][]Connection // pid → connections (nil: unknown)
-	orphans    map[Connection]bool  // mounted connections without a holder at the last walk
+	conns   map[Connection][]Mount
+	watched map[int][]Connection // pid → connections (nil: unknown)
+	orphans map[Connection]bool  // mounted connections without a holder at the last walk
 	// settled are orphans whose loss the consumer was told of for good: their watched holder
 	// exited, or the retries for a holder ran out. Any other orphan wakes the consumer at each
 	// walk that finds it (unsettled).
 	settled    map[Connection]bool
-	exitedPIDs map[int]bool         // seen exiting: never watched again (a walk may race the exit)
-	retry      time.Duration        // next orphan retry delay; 0 when none is due
+	exitedPIDs map[int]bool  // seen exiting: never watched again (a walk may race the exit)
+	retry      time.Duration // next orphan retry delay; 0 when none is due
 	// retryRestarted is set by a walk that saw a new orphan (the retries start over).
 	retryRestarted bool
 

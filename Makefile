@@ -149,6 +149,12 @@ bench: kube-binaries-all e2e-deps versitygw ## Measure against floors/baselines 
 	$(GO) build -o $(BIN)/bench ./hack/bench
 	$(BIN)/bench -root $(CURDIR) -out BENCHMARKS.md -raw bench
 
+.PHONY: bench-stress
+bench-stress: kube-binaries node-deps versitygw ## On demand: 500 rounds of lost-mount incidents (restarted, kept down, restarted twice) on the host rig beside busy loops; writes bench/stress.md, which make bench embeds (root, ~15 min).
+	@[ "$$(id -u)" = 0 ] || { echo "make bench-stress needs root (mounts, s3fs)" >&2; exit 1; }
+	$(GO) build -o $(BIN)/bench ./hack/bench
+	$(BIN)/bench -root $(CURDIR) -only stress -out bench/stress.md -raw bench $(STRESS_FLAGS)
+
 .PHONY: lint
 lint: golangci-lint ## gofmt, go vet and golangci-lint (.golangci.yml) on every build tag, e2e/ included.
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

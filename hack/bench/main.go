@@ -59,6 +59,9 @@ type Options struct {
 	// AgentLog, when set, is a file that receives the S3 rigs' agent log (verbosity 1, with
 	// timestamps) and the bench's own marks, to find out where a slow sample went.
 	AgentLog string
+	// StressRepeats and StressBusy: rounds of the on-demand stress section (one incident of
+	// each kind a round) and the busy loops beside it.
+	StressRepeats, StressBusy int
 }
 
 // NewOptions returns the defaults of `make bench`: about 30 minutes on 2 cores, most of it the
@@ -71,6 +74,7 @@ func NewOptions() *Options {
 		BenchCount: 6, HelperRepeats: 20, DiskRepeats: 20, MountRepeats: 10, DetectRepeats: 20, E2ERepeats: 8, ContainersRepeats: 20,
 		WindowPods: "1,20,100", WindowDown: 30 * time.Second,
 		ScaleSample: 20 * time.Second, ScaleOthers: 50000,
+		StressRepeats: 500, StressBusy: 2,
 	}
 }
 
@@ -94,6 +98,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.ContainersRepeats, "containers-repeats", o.ContainersRepeats, "losses of each agent (replace, stacking; alternating) of the containers section")
 	fs.DurationVar(&o.ScaleSample, "scale-sample", o.ScaleSample, "how long the idle agent is sampled")
 	fs.IntVar(&o.ScaleOthers, "scale-others", o.ScaleOthers, "PVs (and as many PVCs) bound to other nodes added for the agent-at-cluster-scale run")
+	fs.IntVar(&o.StressRepeats, "stress-repeats", o.StressRepeats, "rounds of the on-demand stress section (-only stress): one incident of each kind a round")
+	fs.IntVar(&o.StressBusy, "stress-busy", o.StressBusy, "busy loops beside the stress section")
 	fs.StringVar(&o.AgentLog, "agent-log", o.AgentLog, "file for the S3 rigs' agent log (V(1), timestamps) and the bench's marks; off when empty")
 }
 
@@ -109,7 +115,7 @@ func (o *Options) Validate() error {
 	if o.WebhookBlock < 200*time.Millisecond || o.WebhookBlock > o.WebhookDuration {
 		errs = append(errs, errors.New("-webhook-block must be between 200ms and -webhook-duration"))
 	}
-	for _, n := range []int{o.BenchCount, o.HelperRepeats, o.DiskRepeats, o.MountRepeats, o.DetectRepeats, o.E2ERepeats, o.ContainersRepeats} {
+	for _, n := range []int{o.BenchCount, o.HelperRepeats, o.DiskRepeats, o.MountRepeats, o.DetectRepeats, o.E2ERepeats, o.ContainersRepeats, o.StressRepeats} {
 		if n < 1 {
 			errs = append(errs, errors.New("counts and repeats must be at least 1"))
 			break
@@ -139,20 +145,24 @@ func (o *Options) only() []string {
 type section struct {
 	name string
 	run  func(ctx context.Context, o *Options) Section
+	// onDemand sections run only when -only names them (make bench embeds their last
+	// committed result instead, stressReportFile).
+	onDemand bool
 }
 
 func sections() []section {
 	// The sections issue 26 and 25 added or changed come first, so that a run cut short (the
 	// report is written after every section) still holds them.
 	return []section{
-		{"mount", runLostMount},
-		{"scale", runScale},
-		{"webhook", runWebhookLoad},
-		{"e2e", runE2EPlugin},
-		{"containers", runContainers},
-		{"disk", runLostDisk},
-		{"helper", runHelper},
-		{"gobench", runGoBench},
+		{name: "mount", run: runLostMount},
+		{name: "scale", run: runScale},
+		{name: "webhook", run: runWebhookLoad},
+		{name: "e2e", run: runE2EPlugin},
+		{name: "containers", run: runContainers},
+		{name: "disk", run: runLostDisk},
+		{name: "helper", run: runHelper},
+		{name: "gobench", run: runGoBench},
+		{name: "stress", run: runStress, onDemand: true},
 	}
 }
 
@@ -175,9 +185,15 @@ func sectionByName(name string) (section, bool) {
 
 func run(ctx context.Context, o *Options) error {
 	r := &Report{Started: time.Now(), Command: "make bench", StartLoad: LoadAvg(), Machine: DescribeMachine()}
+	var err error
 	defer sharedControlPlane.stop()
 	var failed []string
-	todo := sections()
+	var todo []section
+	for _, s := range sections() {
+		if !s.onDemand {
+			todo = append(todo, s)
+		}
+	}
 	if names := o.only(); names != nil {
 		todo = nil
 		for _, n := range names {
@@ -211,6 +227,14 @@ func run(ctx context.Context, o *Options) error {
 		}
 		r.Sections = append(r.Sections, sec)
 		// Write after every section so an interrupted run keeps what it measured.
+		if err := writeReport(o.Out, r); err != nil {
+			return err
+		}
+	}
+	if o.only() == nil {
+		if r.Appendix, err = committedStress(o); err != nil {
+			return err
+		}
 		if err := writeReport(o.Out, r); err != nil {
 			return err
 		}

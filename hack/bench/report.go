@@ -31,6 +31,9 @@ type Report struct {
 	// StartLoad is /proc/loadavg when the run began.
 	StartLoad string
 	Sections  []Section
+	// Appendix is Markdown written after the sections as it is (the committed result of an
+	// on-demand section, with its own date and command).
+	Appendix string
 }
 
 // Write renders the report as Markdown.
@@ -82,6 +85,9 @@ func (r *Report) Write(w io.Writer) error {
 		if len(s.Notes) > 0 {
 			p("\n")
 		}
+	}
+	if r.Appendix != "" {
+		p("%s\n", strings.TrimRight(r.Appendix, "\n"))
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -61,7 +61,7 @@ type Options struct {
 	AgentLog string
 	// StressRepeats and StressBusy: rounds of the on-demand stress section (one incident of
 	// each kind a round) and the busy loops beside it.
-	StressRepeats, StressBusy int
+	StressRepeats, StressBusy, StressPods int
 }
 
 // NewOptions returns the defaults of `make bench`: about 30 minutes on 2 cores, most of it the
@@ -74,7 +74,7 @@ func NewOptions() *Options {
 		BenchCount: 6, HelperRepeats: 20, DiskRepeats: 20, MountRepeats: 10, DetectRepeats: 20, E2ERepeats: 8, ContainersRepeats: 20,
 		WindowPods: "1,20,100", WindowDown: 30 * time.Second,
 		ScaleSample: 20 * time.Second, ScaleOthers: 50000,
-		StressRepeats: 500, StressBusy: 2,
+		StressRepeats: 500, StressBusy: 2, StressPods: 5,
 	}
 }
 
@@ -100,6 +100,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.ScaleOthers, "scale-others", o.ScaleOthers, "PVs (and as many PVCs) bound to other nodes added for the agent-at-cluster-scale run")
 	fs.IntVar(&o.StressRepeats, "stress-repeats", o.StressRepeats, "rounds of the on-demand stress section (-only stress): one incident of each kind a round")
 	fs.IntVar(&o.StressBusy, "stress-busy", o.StressBusy, "busy loops beside the stress section")
+	fs.IntVar(&o.StressPods, "stress-pods", o.StressPods, "pods on the claim of the stress section's second rig (the first has one)")
 	fs.StringVar(&o.AgentLog, "agent-log", o.AgentLog, "file for the S3 rigs' agent log (V(1), timestamps) and the bench's marks; off when empty")
 }
 
@@ -115,7 +116,7 @@ func (o *Options) Validate() error {
 	if o.WebhookBlock < 200*time.Millisecond || o.WebhookBlock > o.WebhookDuration {
 		errs = append(errs, errors.New("-webhook-block must be between 200ms and -webhook-duration"))
 	}
-	for _, n := range []int{o.BenchCount, o.HelperRepeats, o.DiskRepeats, o.MountRepeats, o.DetectRepeats, o.E2ERepeats, o.ContainersRepeats, o.StressRepeats} {
+	for _, n := range []int{o.BenchCount, o.HelperRepeats, o.DiskRepeats, o.MountRepeats, o.DetectRepeats, o.E2ERepeats, o.ContainersRepeats, o.StressRepeats, o.StressPods} {
 		if n < 1 {
 			errs = append(errs, errors.New("counts and repeats must be at least 1"))
 			break

@@ -46,6 +46,16 @@ const pollBaselineInterval = time.Second
 
 func lostMount(ctx context.Context, o *Options, s *Section) error {
 	const before = "written before\n"
+	// Every rig's agent log is kept (bench/mount-agent.log unless -agent-log names another
+	// file): a sample over its target is explained from it below.
+	rawDir := o.RawDir
+	if !filepath.IsAbs(rawDir) {
+		rawDir = filepath.Join(o.Root, rawDir)
+	}
+	o, logPath, err := o.agentLogOr(filepath.Join(rawDir, "mount-agent.log"))
+	if err != nil {
+		return err
+	}
 	rigOpts := func(prefix string) s3RigOptions {
 		return s3RigOptions{names: newS3Names(prefix),
 			pod:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "busybox"}}},
@@ -54,7 +64,7 @@ func lostMount(ctx context.Context, o *Options, s *Section) error {
 	}
 	// measure times one loss: kill, the target dead, then readable again. With detect set it
 	// also returns the time from the kill to fusewatch's report of the daemon's exit.
-	measure := func(r *s3Rig, i int, kill func() error, dephase, detect bool) (time.Duration, time.Duration, error) {
+	measure := func(r *s3Rig, kind string, i int, kill func() error, dephase, detect bool) (time.Duration, time.Duration, error) {
 		readable := func() bool { return readsBack(filepath.Join(r.target, "before.txt"), before) }
 		if dephase {
 			r.dephase(ctx)
@@ -63,7 +73,7 @@ func lostMount(ctx context.Context, o *Options, s *Section) error {
 			time.Sleep(200 * time.Millisecond)
 		}
 		r.drainExits()
-		r.log.Info("bench: loss", "run", i)
+		r.log.Info("bench: loss", "kind", kind, "run", i)
 		t0 := time.Now()
 		if err := kill(); err != nil {
 			return 0, 0, err
@@ -82,7 +92,7 @@ func lostMount(ctx context.Context, o *Options, s *Section) error {
 			return 0, 0, fmt.Errorf("run %d: target not readable again within %s: %w", i, restoreTimeout, err)
 		}
 		d := time.Since(t0)
-		r.log.Info("bench: readable again", "run", i, "after", d)
+		r.log.Info("bench: readable again", "kind", kind, "run", i, "after", d)
 		return d, seen, nil
 	}
 
@@ -97,7 +107,7 @@ func lostMount(ctx context.Context, o *Options, s *Section) error {
 	defer func() { r.close() }()
 	var replayLat []time.Duration
 	for i := 0; i < o.MountRepeats; i++ {
-		d, _, err := measure(r, i, r.restartPlugin, true, false)
+		d, _, err := measure(r, "replay", i, r.restartPlugin, true, false)
 		if err != nil {
 			return fmt.Errorf("replay %w", err)
 		}
@@ -114,7 +124,7 @@ func lostMount(ctx context.Context, o *Options, s *Section) error {
 	readable := func() bool { return readsBack(filepath.Join(r.target, "before.txt"), before) }
 	var lat, handBack, bridgeGone []time.Duration
 	for i := 0; i < o.MountRepeats; i++ {
-		d, _, err := measure(r, i, func() error { r.plugin.KillMounts(); r.stopPlugin(); return nil }, true, false)
+		d, _, err := measure(r, "bridge", i, func() error { r.plugin.KillMounts(); r.stopPlugin(); return nil }, true, false)
 		if err != nil {
 			return fmt.Errorf("bridge %w", err)
 		}
@@ -122,7 +132,7 @@ func lostMount(ctx context.Context, o *Options, s *Section) error {
 		if len(testenv.S3fsPIDs(staging)) == 0 {
 			return fmt.Errorf("bridge run %d: readable again, but no s3fs of the agent's serves %s", i, staging)
 		}
-		r.log.Info("bench: starting the plugin again (hand-back)", "run", i)
+		r.log.Info("bench: starting the plugin again (hand-back)", "kind", "hand-back", "run", i)
 		t0 := time.Now()
 		if err := r.startPlugin(); err != nil {
 			return err
@@ -133,7 +143,7 @@ func lostMount(ctx context.Context, o *Options, s *Section) error {
 		if err := testenv.WaitUntil(ctx, restoreTimeout, benchPoll, func() bool {
 			if onDriver == 0 && r.onDriver() && readable() {
 				onDriver = time.Since(t0)
-				r.log.Info("bench: target on the driver's mount, readable", "run", i, "after", onDriver)
+				r.log.Info("bench: target on the driver's mount, readable", "kind", "hand-back", "run", i, "after", onDriver)
 			}
 			return onDriver > 0 && len(testenv.S3fsPIDs(staging)) == 0 && len(r.plugin.Pids()) > 0
 		}); err != nil {
@@ -160,7 +170,7 @@ func lostMount(ctx context.Context, o *Options, s *Section) error {
 	defer func() { rp.close() }()
 	var pollLat []time.Duration
 	for i := 0; i < o.MountRepeats; i++ {
-		d, _, err := measure(rp, i, rp.restartPlugin, true, false)
+		d, _, err := measure(rp, "replay-poll-only", i, rp.restartPlugin, true, false)
 		if err != nil {
 			return fmt.Errorf("poll-only replay %w", err)
 		}
@@ -181,7 +191,7 @@ func lostMount(ctx context.Context, o *Options, s *Section) error {
 	defer func() { rd.close() }()
 	var seenLat, detReadLat []time.Duration
 	for i := 0; i < o.DetectRepeats; i++ {
-		d, seen, err := measure(rd, i, rd.restartPlugin, false, true)
+		d, seen, err := measure(rd, "detect", i, rd.restartPlugin, false, true)
 		if err != nil {
 			return fmt.Errorf("detection %w", err)
 		}
@@ -225,6 +235,15 @@ func lostMount(ctx context.Context, o *Options, s *Section) error {
 		fmt.Sprintf("Detection: a third rig with s3.checkInterval %s; the same plugin restart; \"exit seen\" is the time from the SIGKILL to fusewatch's report of the daemon's exit (its OnExit hook, the moment it wakes the rescue); \"readable\" to the file reading back through the replayed mount. The runs are 200 ms apart (no dephasing: with a 1 h check there is no phase to fall into).", detectCheckInterval),
 		fmt.Sprintf("Bridge: the same plugin restart, but the plugin does not come back; the driver does not answer, so the agent waits s3.driverDownBridgeAfter (%s, shipped default: at once) after finding the target dead, then mounts its own s3fs and puts a bind of it beneath the dead mount at the target (the dead one then detached). Hand-back: the plugin then serves again (a new process on the same socket). Its socket appearing wakes the agent at once; as the socket exists from the plugin's bind(2), before it answers, the pending check comes every 50 ms for 2 s after it, so a pass that found the driver not yet answering is followed by another within 50 ms. The pass that finds the driver answering publishes at a fresh directory through it and replaces our bind at the target by the driver's mount; having moved a target, it asks for another pass at once, which retires the bridge (its mount detached; its s3fs then exits on its own). Timed twice: until the target's top mount is no longer our bridge and the file reads back (hand-back), and until no s3fs of the agent's is left (clean-up). Readable means a file written before the loss reads back with its content.", cfg.S3.DriverDownBridgeAfter.Duration),
 		fmt.Sprintf("Statfs timeout %s (shipped default); the bench polls the file every %s. Before each loss of the replay and bridge runs the bench waits a random time in [0, min(check interval, %s)), so losses fall at random points of the agent's periodic check.", cfg.S3.StatfsTimeout.Duration, benchPoll, maxDephase))
+	s.Notes = append(s.Notes, fmt.Sprintf("The agent's log of every rig (V(1), with the bench's marks): `%s`.", logPath))
+	slow := slowSamples(logPath, lossMarks, "replay", replayLat, restoreTarget)
+	slow = append(slow, slowSamples(logPath, lossMarks, "bridge", lat, windowTarget)...)
+	slow = append(slow, slowSamples(logPath, handBackMarks, "hand-back", handBack, restoreTarget)...)
+	slow = append(slow, slowSamples(logPath, lossMarks, "detect", detReadLat, restoreTarget)...)
+	if len(slow) == 0 {
+		s.Notes = append(s.Notes, "No replay, bridge, hand-back or detection sample was over its target.")
+	}
+	s.Notes = append(s.Notes, slow...)
 	if ttrOK && ttrN > replayN && replayN > 0 {
 		rmean := time.Duration(replayTTR / float64(replayN) * float64(time.Second))
 		bmean := time.Duration((ttrSum - replayTTR) / float64(ttrN-replayN) * float64(time.Second))
@@ -263,4 +282,17 @@ func shippedRemounter(deps nodeagent.Deps) (nodeagent.ContainerRemounter, error)
 		return nil, err
 	}
 	return containermount.New(deps, cmOS, containermount.NewOptions())
+}
+
+// slowSamples returns a note for each sample of kind over target, with the agent's log from the
+// incident's start mark to its end mark: where its time went.
+func slowSamples(logPath string, marks incidentMarks, kind string, xs []time.Duration, target time.Duration) []string {
+	var notes []string
+	for i, x := range xs {
+		if x > target {
+			notes = append(notes, fmt.Sprintf("Over its target (%s): %s run %d, %s. The agent's log of it:\n\n~~~text\n%s\n~~~",
+				Ms(target), kind, i, Ms(x), logExcerpt(logPath, marks, kind, fmt.Sprint(i), 40)))
+		}
+	}
+	return notes
 }

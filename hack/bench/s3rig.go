@@ -73,10 +73,13 @@ type s3Rig struct {
 	reg              *prometheus.Registry
 	pod              *corev1.Pod
 	target           string
-	srv              *testenv.S3Server
-	driverMount      *testenv.S3fsMount
-	plugin           *csitest.Plugin
-	deps             nodeagent.Deps
+	// targets are every pod's target (target is the first pod's), each published by an s3fs of
+	// its own in driverMounts until the first plugin restart.
+	targets      []string
+	srv          *testenv.S3Server
+	driverMounts []*testenv.S3fsMount
+	plugin       *csitest.Plugin
+	deps         nodeagent.Deps
 	// exits receives the time fusewatch saw each watched FUSE daemon exit (nil without fusewatch).
 	exits chan time.Time
 	// log is the agent's logger (-agent-log; discards otherwise); the bench marks its steps in it.
@@ -102,6 +105,8 @@ type s3RigOptions struct {
 	// stacking takes s3mount's Replacer out (the agent before replace-beneath, and its fallback):
 	// restored mounts are bound on top of the dead ones at kubelet's paths.
 	stacking bool
+	// pods is how many pods use the claim (0: one); pods after the first are named app-<i>.
+	pods int
 }
 
 // newS3Rig sets the scenario up; close undoes it, also after an error part way.
@@ -184,12 +189,19 @@ func newS3Rig(ctx context.Context, o *Options, ro s3RigOptions) (r *s3Rig, err e
 		r.cfg.S3.CheckInterval.Duration = ro.checkInterval
 	}
 	r.driver = r.cfg.S3.Drivers[0]
-	if r.pod, err = r.seed(ctx, ro.pod); err != nil {
+	pods, err := r.seed(ctx, ro.pod, max(ro.pods, 1))
+	if err != nil {
 		return r, err
 	}
-	r.target = s3mount.TargetPath(r.kubelet, string(r.pod.UID), ro.names.pv)
-	if err := r.publish(ctx); err != nil {
-		return r, err
+	r.pod = pods[0]
+	for _, p := range pods {
+		r.targets = append(r.targets, s3mount.TargetPath(r.kubelet, string(p.UID), ro.names.pv))
+	}
+	r.target = r.targets[0]
+	for _, t := range r.targets {
+		if err := r.publish(ctx, t); err != nil {
+			return r, err
+		}
 	}
 	if err := r.startPlugin(); err != nil {
 		return r, err
@@ -216,12 +228,16 @@ func (r *s3Rig) onDriver() bool {
 	if err != nil {
 		return false
 	}
-	top, ok := table.Top(r.target)
-	if !ok {
-		return false
+	for _, t := range r.targets {
+		top, ok := table.Top(t)
+		if !ok {
+			return false
+		}
+		if _, ours := stack.PVFromFSName(top.Source); ours {
+			return false
+		}
 	}
-	_, ours := stack.PVFromFSName(top.Source)
-	return !ours
+	return true
 }
 
 // close undoes the set-up, newest first.
@@ -245,10 +261,10 @@ func (r *s3Rig) startPlugin() error {
 // bench published first, then the plugin's own), the plugin stops serving and a new plugin
 // process serves the same socket at once.
 func (r *s3Rig) restartPlugin() error {
-	if r.driverMount != nil {
-		r.driverMount.Kill()
-		r.driverMount = nil
+	for _, m := range r.driverMounts {
+		m.Kill()
 	}
+	r.driverMounts = nil
 	r.plugin.KillMounts()
 	r.plugin.Stop()
 	return r.startPlugin()
@@ -389,8 +405,23 @@ func (r *s3Rig) firstExit(ctx context.Context, t0 time.Time) (time.Duration, err
 func (r *s3Rig) waitDead(ctx context.Context) error {
 	return testenv.WaitUntil(ctx, deadTimeout, benchPoll, func() bool {
 		var st unix.Statfs_t
-		return errors.Is(unix.Statfs(r.target, &st), syscall.ENOTCONN)
+		for _, t := range r.targets {
+			if !errors.Is(unix.Statfs(t, &st), syscall.ENOTCONN) {
+				return false
+			}
+		}
+		return true
 	})
+}
+
+// allRead reports whether rel reads back content at every pod's target.
+func (r *s3Rig) allRead(rel, content string) bool {
+	for _, t := range r.targets {
+		if !readsBack(filepath.Join(t, rel), content) {
+			return false
+		}
+	}
+	return true
 }
 
 // readsBack reports whether path holds content.
@@ -399,7 +430,28 @@ func readsBack(path, content string) bool {
 	return err == nil && string(b) == content
 }
 
-func (r *s3Rig) seed(ctx context.Context, spec corev1.PodSpec) (*corev1.Pod, error) {
+// seed creates the S3 objects and n pods on the claim (the first named app, then app-1, …),
+// each Running with its containers.
+func (r *s3Rig) seed(ctx context.Context, spec corev1.PodSpec, n int) ([]*corev1.Pod, error) {
+	if err := r.seedObjects(ctx); err != nil {
+		return nil, err
+	}
+	var pods []*corev1.Pod
+	for i := range n {
+		name := "app"
+		if i > 0 {
+			name = fmt.Sprintf("app-%d", i)
+		}
+		p, err := r.seedPod(ctx, name, *spec.DeepCopy())
+		if err != nil {
+			return nil, err
+		}
+		pods = append(pods, p)
+	}
+	return pods, nil
+}
+
+func (r *s3Rig) seedObjects(ctx context.Context) error {
 	n := r.names
 	sc, fs := n.sc, corev1.PersistentVolumeFilesystem
 	keys := r.cfg.S3.SecretKeys
@@ -444,13 +496,18 @@ func (r *s3Rig) seed(ctx context.Context, spec corev1.PodSpec) (*corev1.Pod, err
 	}
 	for _, f := range objs {
 		if err := f(); err != nil {
-			return nil, fmt.Errorf("seed S3 objects: %w", err)
+			return fmt.Errorf("seed S3 objects: %w", err)
 		}
 	}
+	return nil
+}
+
+func (r *s3Rig) seedPod(ctx context.Context, name string, spec corev1.PodSpec) (*corev1.Pod, error) {
+	n := r.names
 	spec.NodeName = n.node
 	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{
 		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: n.pv}}})
-	p, err := r.cs.CoreV1().Pods(n.ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: n.ns}, Spec: spec}, metav1.CreateOptions{})
+	p, err := r.cs.CoreV1().Pods(n.ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: n.ns}, Spec: spec}, metav1.CreateOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -468,22 +525,22 @@ func containerID(name string) string { return name + "-0123456789abcdef" }
 
 // publish does what kubelet and the CSI driver do: vol_data.json, then s3fs at the target (in a
 // process group of its own, as a driver's child).
-func (r *s3Rig) publish(ctx context.Context) error {
-	if err := os.MkdirAll(r.target, 0o750); err != nil {
+func (r *s3Rig) publish(ctx context.Context, target string) error {
+	if err := os.MkdirAll(target, 0o750); err != nil {
 		return err
 	}
 	vd, _ := json.Marshal(map[string]string{"specVolID": r.names.pv, "volumeHandle": s3Bucket + "/" + r.names.pv,
 		"driverName": r.driver, "nodeName": r.names.node, "attachmentID": "", "volumeLifecycleMode": "Persistent"})
-	if err := os.WriteFile(filepath.Join(filepath.Dir(r.target), s3mount.VolDataFile), vd, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(filepath.Dir(target), s3mount.VolDataFile), vd, 0o644); err != nil {
 		return err
 	}
 	mctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	m, err := testenv.StartS3fs(mctx, r.srv.S3Config, testenv.S3fsSpec{Source: s3Bucket + ":/" + r.names.pv, MountPoint: r.target,
+	m, err := testenv.StartS3fs(mctx, r.srv.S3Config, testenv.S3fsSpec{Source: s3Bucket + ":/" + r.names.pv, MountPoint: target,
 		PasswdFile: filepath.Join(r.dir, "driver.passwd"), Options: []string{"allow_other"}, OwnGroup: true})
 	if err != nil {
 		return fmt.Errorf("driver s3fs: %w", err)
 	}
-	r.driverMount = m
+	r.driverMounts = append(r.driverMounts, m)
 	return nil
 }

@@ -44,7 +44,7 @@ func stressKinds() []stressKind {
 				}
 				staging := filepath.Join(r.state, "s3", "staging", r.names.pv)
 				return testenv.WaitUntil(ctx, restoreTimeout, benchPoll, func() bool {
-					return r.onDriver() && readsBack(filepath.Join(r.target, "before.txt"), stressBefore) &&
+					return r.onDriver() && r.allRead("before.txt", stressBefore) &&
 						len(testenv.S3fsPIDs(staging)) == 0 && len(r.plugin.Pids()) > 0
 				})
 			}},
@@ -69,7 +69,7 @@ func runStress(ctx context.Context, o *Options) Section {
 	s := Section{
 		Title: "Stress (on demand): lost-mount incidents of the host rig, tail",
 		RanAgainst: "the lost-mount section's host rig (the agent's S3 rescue with fusewatch and the container remounter, real s3fs, " +
-			"a real S3 server, the objects in a real kube-apiserver " + KubeVersion + "), one pod on one PV, with busy loops beside it.",
+			"a real S3 server, the objects in a real kube-apiserver " + KubeVersion + "), one pod and then several on one PV, with busy loops beside it.",
 	}
 	if err := stress(ctx, o, &s); err != nil {
 		s.Err = err
@@ -78,84 +78,38 @@ func runStress(ctx context.Context, o *Options) Section {
 }
 
 func stress(ctx context.Context, o *Options, s *Section) error {
-	logPath := o.AgentLog
-	if logPath == "" {
-		dir := o.RawDir
-		if !filepath.IsAbs(dir) {
-			dir = filepath.Join(o.Root, dir)
-		}
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return err
-		}
-		logPath = filepath.Join(dir, "stress-agent.log")
-		if err := os.Truncate(logPath, 0); err != nil && !os.IsNotExist(err) {
-			return err
-		}
+	// Thousands of incidents log tens of megabytes: kept outside the repository (the report
+	// quotes what it needs of it).
+	ro, logPath, err := o.agentLogOr(filepath.Join(os.TempDir(), "pvrescue-bench-stress-agent.log"))
+	if err != nil {
+		return err
 	}
-	ro := o.withAgentLog(logPath)
 	stopBusy, err := startBusyLoops(o.StressBusy)
 	if err != nil {
 		return err
 	}
 	defer stopBusy()
 
-	r, err := newS3Rig(ctx, ro, s3RigOptions{names: newS3Names("bench-stress"),
-		pod:   corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "busybox"}}},
-		files: map[string]string{"before.txt": stressBefore}, remounter: shippedRemounter})
-	if err != nil {
-		return err
-	}
-	defer func() { r.close() }()
-	readable := func() bool { return readsBack(filepath.Join(r.target, "before.txt"), stressBefore) }
-
 	samples := map[string][]time.Duration{}
-	var names []string
-	var slow []string
-	for _, k := range stressKinds() {
-		names = append(names, k.name)
-		if k.after != nil {
-			names = append(names, k.name+": hand-back")
+	var names, slow []string
+	var cfgInterval time.Duration
+	for _, pods := range []int{1, o.StressPods} {
+		rigName := fmt.Sprintf("%d pod", pods)
+		if pods > 1 {
+			rigName += "s"
 		}
-	}
-	start := time.Now()
-	for i := 0; i < o.StressRepeats; i++ {
 		for _, k := range stressKinds() {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			time.Sleep(time.Duration(rand.Int64N(int64(stressMaxDephase))))
-			r.log.Info("bench: loss", "kind", k.name, "run", i)
-			t0 := time.Now()
-			if err := k.loss(r); err != nil {
-				return fmt.Errorf("%s run %d: %w", k.name, i, err)
-			}
-			if err := r.waitDead(ctx); err != nil {
-				return fmt.Errorf("%s run %d: mount not dead after the kill: %w", k.name, i, err)
-			}
-			if err := testenv.WaitUntil(ctx, restoreTimeout, benchPoll, readable); err != nil {
-				return fmt.Errorf("%s run %d: target not readable again within %s: %w", k.name, i, restoreTimeout, err)
-			}
-			d := time.Since(t0)
-			r.log.Info("bench: readable again", "kind", k.name, "run", i, "after", d)
-			samples[k.name] = append(samples[k.name], d)
-			if d > stressTarget {
-				slow = append(slow, fmt.Sprintf("%s run %d: %s", k.name, i, Ms(d)))
-			}
+			names = append(names, rigName+", "+k.name)
 			if k.after != nil {
-				t1 := time.Now()
-				if err := k.after(ctx, r); err != nil {
-					return fmt.Errorf("%s run %d, after: %w", k.name, i, err)
-				}
-				d := time.Since(t1)
-				r.log.Info("bench: handed back", "kind", k.name, "run", i, "after", d)
-				samples[k.name+": hand-back"] = append(samples[k.name+": hand-back"], d)
+				names = append(names, rigName+", "+k.name+": hand-back")
 			}
 		}
-		if (i+1)%50 == 0 {
-			fmt.Fprintf(os.Stderr, "   stress: %d/%d rounds in %s\n", i+1, o.StressRepeats, time.Since(start).Round(time.Second))
+		interval, err := stressRig(ctx, ro, pods, rigName, samples, &slow)
+		if err != nil {
+			return fmt.Errorf("%s: %w", rigName, err)
 		}
+		cfgInterval = interval
 	}
-	r.close()
 
 	s.Raw = RawSamples(names, samples)
 	s.Header = []string{"incident", "samples", "p50", "p99", "p99.9", "max", "over 1 s", "target"}
@@ -176,7 +130,7 @@ func stress(ctx context.Context, o *Options, s *Section) error {
 	}
 	s.Notes = append(s.Notes,
 		fmt.Sprintf("%d rounds; each round runs one incident of every kind, each after a random wait in [0, %s). \"restarted\": every s3fs of the driver SIGKILLed and a new plugin serves the socket at once (the agent replays through it); \"kept down\": the same, but the plugin stops serving (the agent bridges with its own s3fs), then it serves again and the agent hands the volume back (timed on its own, until the bridge's s3fs has exited); \"restarted twice\": a restart, then another after a random wait in [0, 200 ms) — the second kills the daemon the agent's replay may have just made (a plugin in a crash loop). Timed from the (last) kill to the first good read of a file written before the loss, polled every %s.", o.StressRepeats, stressMaxDephase, benchPoll),
-		fmt.Sprintf("Load: %d busy loops (sh) beside the rig for the whole run, as the reproduction of issue 54 ran. Shipped configuration (s3.checkInterval %s), except s3.bridgeFlapLimit 0 (the rig's incidents come faster than the flap window).", o.StressBusy, r.cfg.S3.CheckInterval.Duration),
+		fmt.Sprintf("Load: %d busy loops (sh) beside the rig for the whole run, as the reproduction of issue 54 ran. Shipped configuration (s3.checkInterval %s), except s3.bridgeFlapLimit 0 (the rig's incidents come faster than the flap window). Several pods: %d pods on the one claim, each target first published by an s3fs of its own; an incident ends when every target reads back.", o.StressBusy, cfgInterval, o.StressPods),
 		fmt.Sprintf("The agent's log (V(1), with the bench's marks): `%s`.", logPath))
 	if len(slow) == 0 {
 		s.Notes = append(s.Notes, "No incident took over 1 s.")
@@ -184,14 +138,22 @@ func stress(ctx context.Context, o *Options, s *Section) error {
 	for _, sl := range slow {
 		kind, run, _ := strings.Cut(sl, " run ")
 		run, _, _ = strings.Cut(run, ":")
-		s.Notes = append(s.Notes, fmt.Sprintf("Over 1 s: %s. The agent's log from the loss to the first good read:\n\n~~~text\n%s\n~~~", sl, logExcerpt(logPath, kind, run, 40)))
+		s.Notes = append(s.Notes, fmt.Sprintf("Over 1 s: %s. The agent's log from the loss to the first good read:\n\n~~~text\n%s\n~~~", sl, logExcerpt(logPath, lossMarks, kind, run, 40)))
 	}
 	return nil
 }
 
-// logExcerpt returns the agent log's lines from the bench's "loss" mark of kind and run to its
-// "readable again" mark (at most max lines, the first and last kept).
-func logExcerpt(path, kind, run string, max int) string {
+// incidentMarks are the bench's log messages that open and close one timed incident.
+type incidentMarks struct{ start, end string }
+
+var (
+	lossMarks     = incidentMarks{"bench: loss", "bench: readable again"}
+	handBackMarks = incidentMarks{"bench: starting the plugin again (hand-back)", "bench: target on the driver's mount, readable"}
+)
+
+// logExcerpt returns the agent log's lines from the bench's start mark of kind and run to its
+// end mark (at most max lines, the first and last kept).
+func logExcerpt(path string, marks incidentMarks, kind, run string, max int) string {
 	f, err := os.Open(path)
 	if err != nil {
 		return "(log unreadable: " + err.Error() + ")"
@@ -205,12 +167,12 @@ func logExcerpt(path, kind, run string, max int) string {
 	for sc.Scan() {
 		l := sc.Text()
 		marked := strings.Contains(l+" ", mark+" ") // "run"=1 is not "run"=17
-		if !in && strings.Contains(l, "bench: loss") && marked {
+		if !in && strings.Contains(l, marks.start) && marked {
 			in = true
 		}
 		if in {
 			lines = append(lines, l)
-			if strings.Contains(l, "bench: readable again") && marked {
+			if strings.Contains(l, marks.end) && marked {
 				break
 			}
 		}
@@ -225,11 +187,20 @@ func logExcerpt(path, kind, run string, max int) string {
 	return strings.Join(lines, "\n")
 }
 
-// withAgentLog returns a copy of o whose S3 rigs log to path.
-func (o *Options) withAgentLog(path string) *Options {
+// agentLogOr returns a copy of o whose S3 rigs log to -agent-log, or to def (emptied first)
+// when that is not set, and the log's path.
+func (o *Options) agentLogOr(def string) (*Options, string, error) {
 	c := *o
-	c.AgentLog = path
-	return &c
+	if c.AgentLog == "" {
+		if err := os.MkdirAll(filepath.Dir(def), 0o755); err != nil {
+			return nil, "", err
+		}
+		if err := os.Truncate(def, 0); err != nil && !os.IsNotExist(err) {
+			return nil, "", err
+		}
+		c.AgentLog = def
+	}
+	return &c, c.AgentLog, nil
 }
 
 // startBusyLoops starts n shell busy loops (the load of issue 54's reproduction); stop kills them.
@@ -281,4 +252,58 @@ func committedStress(o *Options) (string, error) {
 	body = strings.Replace(body, "## ", "### ", 1)
 	return fmt.Sprintf("## On demand: the stress run (not re-run by make bench)\n\nFrom `%s/%s`, generated by %s; not measured in this run.\n\n%s",
 		o.RawDir, stressReportFile, gen, body), nil
+}
+
+// stressRig runs o.StressRepeats rounds on a rig of pods pods, adding each incident's time to
+// samples under "<rigName>, <kind>" and the slow ones to slow; it returns the rig's
+// s3.checkInterval.
+func stressRig(ctx context.Context, o *Options, pods int, rigName string, samples map[string][]time.Duration, slow *[]string) (time.Duration, error) {
+	r, err := newS3Rig(ctx, o, s3RigOptions{names: newS3Names(fmt.Sprintf("bench-stress-%d", pods)), pods: pods,
+		pod:   corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "busybox"}}},
+		files: map[string]string{"before.txt": stressBefore}, remounter: shippedRemounter})
+	if err != nil {
+		return 0, err
+	}
+	defer func() { r.close() }()
+	readable := func() bool { return r.allRead("before.txt", stressBefore) }
+	start := time.Now()
+	for i := 0; i < o.StressRepeats; i++ {
+		for _, k := range stressKinds() {
+			if ctx.Err() != nil {
+				return 0, ctx.Err()
+			}
+			name := rigName + ", " + k.name
+			time.Sleep(time.Duration(rand.Int64N(int64(stressMaxDephase))))
+			r.log.Info("bench: loss", "kind", name, "run", i)
+			t0 := time.Now()
+			if err := k.loss(r); err != nil {
+				return 0, fmt.Errorf("%s run %d: %w", k.name, i, err)
+			}
+			if err := r.waitDead(ctx); err != nil {
+				return 0, fmt.Errorf("%s run %d: mount not dead after the kill: %w", k.name, i, err)
+			}
+			if err := testenv.WaitUntil(ctx, restoreTimeout, benchPoll, readable); err != nil {
+				return 0, fmt.Errorf("%s run %d: targets not readable again within %s: %w", k.name, i, restoreTimeout, err)
+			}
+			d := time.Since(t0)
+			r.log.Info("bench: readable again", "kind", name, "run", i, "after", d)
+			samples[name] = append(samples[name], d)
+			if d > stressTarget {
+				*slow = append(*slow, fmt.Sprintf("%s run %d: %s", name, i, Ms(d)))
+			}
+			if k.after != nil {
+				t1 := time.Now()
+				if err := k.after(ctx, r); err != nil {
+					return 0, fmt.Errorf("%s run %d, after: %w", k.name, i, err)
+				}
+				d := time.Since(t1)
+				r.log.Info("bench: handed back", "kind", name, "run", i, "after", d)
+				samples[name+": hand-back"] = append(samples[name+": hand-back"], d)
+			}
+		}
+		if (i+1)%50 == 0 {
+			fmt.Fprintf(os.Stderr, "   stress (%s): %d/%d rounds in %s\n", rigName, i+1, o.StressRepeats, time.Since(start).Round(time.Second))
+		}
+	}
+	return r.cfg.S3.CheckInterval.Duration, nil
 }

@@ -20,14 +20,14 @@ func TestLogExcerptTakesTheIncidentBetweenItsMarks(t *testing.T) {
 	if err := os.WriteFile(path, []byte(log), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	got := logExcerpt(path, "restarted", "17", 40)
+	got := logExcerpt(path, lossMarks, "restarted", "17", 40)
 	if n := strings.Count(got, "\n") + 1; n != 3 || !strings.Contains(got, "found dead") || strings.Contains(got, `"run"=18`) {
 		t.Fatalf("excerpt of restarted run 17:\n%s", got)
 	}
-	if got := logExcerpt(path, "restarted", "1", 40); got != "(no lines between the marks)" {
+	if got := logExcerpt(path, lossMarks, "restarted", "1", 40); got != "(no lines between the marks)" {
 		t.Fatalf("excerpt of a run that is not there: %q", got)
 	}
-	if got := logExcerpt(path, "kept down", "1", 1); !strings.Contains(got, "lines …") {
+	if got := logExcerpt(path, lossMarks, "kept down", "1", 1); !strings.Contains(got, "lines …") {
 		t.Fatalf("a long excerpt is cut: %q", got)
 	}
 }

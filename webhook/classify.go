@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/pvrescue/pvrescue/internal/config"
+	"github.com/pvrescue/pvrescue/internal/podclaim"
 )
 
 // Kind is what the webhook makes of one pod volume.
@@ -123,7 +124,7 @@ func (c *Classifier) classifyVolume(ctx context.Context, ns, podName string, v *
 		if spec.StorageClassName != nil {
 			sc = *spec.StorageClassName
 		}
-		return c.classifyClaim(ctx, EphemeralClaimName(podName, v.Name), sc, spec.VolumeMode)
+		return c.classifyClaim(ctx, podclaim.EphemeralName(podName, v.Name), sc, spec.VolumeMode)
 	case v.CSI != nil:
 		return ClassifyCSI(c.Config, v.CSI.Driver), nil
 	}
@@ -227,15 +228,6 @@ func ClassifyCSI(cfg *config.Config, driver string) VolumeClass {
 		return VolumeClass{Kind: KindS3, Source: "csi driver " + driver}
 	}
 	return VolumeClass{Kind: KindOther}
-}
-
-// EphemeralClaimName is the PVC name Kubernetes gives a generic ephemeral volume. Pods created
-// through generateName have no name yet at admission, so the volume name stands in.
-func EphemeralClaimName(podName, volume string) string {
-	if podName == "" {
-		return volume
-	}
-	return podName + "-" + volume
 }
 
 // storageClassOf returns the class a PVC asks for (the spec field, else the legacy annotation).

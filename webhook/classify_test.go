@@ -96,17 +96,6 @@ func TestClassify(t *testing.T) {
 	}
 }
 
-func TestEphemeralClaimName(t *testing.T) {
-	for _, tt := range []struct{ pod, vol, want string }{
-		{"web-0", "data", "web-0-data"},
-		{"", "data", "data"},
-	} {
-		if got := EphemeralClaimName(tt.pod, tt.vol); got != tt.want {
-			t.Errorf("EphemeralClaimName(%q, %q) = %q, want %q", tt.pod, tt.vol, got, tt.want)
-		}
-	}
-}
-
 // countingReader serves objects from a map and counts Get calls.
 type countingReader struct {
 	objs  map[client.ObjectKey]client.Object

@@ -15,16 +15,26 @@ import (
 var ErrNotOwned = errors.New("claim of an ephemeral volume is not controlled by the pod")
 
 // Name returns the claim pod volume v uses: a persistentVolumeClaim volume's claimName, or the
-// claim Kubernetes makes for a generic ephemeral volume, <pod name>-<volume name>. ok is false
-// for every other volume.
+// claim Kubernetes makes for a generic ephemeral volume (EphemeralName). ok is false for every
+// other volume.
 func Name(pod *corev1.Pod, v *corev1.Volume) (name string, ok bool) {
 	switch {
 	case v.PersistentVolumeClaim != nil:
 		return v.PersistentVolumeClaim.ClaimName, true
 	case v.Ephemeral != nil:
-		return pod.Name + "-" + v.Name, true
+		return EphemeralName(pod.Name, v.Name), true
 	}
 	return "", false
+}
+
+// EphemeralName is the claim name Kubernetes gives a pod's generic ephemeral volume:
+// <pod name>-<volume name>. A pod created through generateName has no name yet at admission
+// (the webhook sees it so), and the volume name stands in; a pod on a node always has its name.
+func EphemeralName(podName, volume string) string {
+	if podName == "" {
+		return volume
+	}
+	return podName + "-" + volume
 }
 
 // Check returns nil when pod may use pvc for its volume v: the claim of a generic ephemeral

@@ -34,6 +34,17 @@ func TestName(t *testing.T) {
 	}
 }
 
+func TestEphemeralName(t *testing.T) {
+	for _, tt := range []struct{ pod, vol, want string }{
+		{"web-0", "data", "web-0-data"},
+		{"", "data", "data"}, // generateName: no pod name yet at admission
+	} {
+		if got := podclaim.EphemeralName(tt.pod, tt.vol); got != tt.want {
+			t.Errorf("EphemeralName(%q, %q) = %q, want %q", tt.pod, tt.vol, got, tt.want)
+		}
+	}
+}
+
 func TestCheck(t *testing.T) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "app-0", Namespace: "ns", UID: "uid-pod"}}
 	eph := &corev1.Volume{Name: "scratch", VolumeSource: corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{}}}

@@ -148,6 +148,7 @@ func e2ePlugin(ctx context.Context, o *Options, s *Section) error {
 	}
 	if readErr == nil {
 		e2eFigures(s, &r, took)
+		s.Notes = append(s.Notes, windowSlowNotes(agentLog, &r)...)
 	}
 	if runErr != nil {
 		return errors.New(e2eFailure(runErr, readErr, &r, o.E2ERepeats, log.String(), logPath))

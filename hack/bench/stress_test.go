@@ -55,3 +55,28 @@ func TestCommittedStressIsEmbeddedUnderItsOwnHeading(t *testing.T) {
 		}
 	}
 }
+
+func TestWindowLogLinesTakeTheCellsIncidents(t *testing.T) {
+	log := strings.Join([]string{
+		"=== window down, 20 pod(s): death at 2026-12-06T07:00:00Z",
+		`2026-12-06T07:00:00.1Z {"msg":"found dead S3 mount"}`,
+		`2026-12-06T07:00:00.2Z {"msg":"something else"}`,
+		`2026-12-06T07:00:00.9Z {"msg":"restore pass over","bridgeUpAt":"700ms"}`,
+		"=== window down, 100 pod(s): death at 2026-12-06T07:01:00Z",
+		`2026-12-06T07:01:00.1Z {"msg":"restore pass over"}`,
+	}, "\n")
+	path := filepath.Join(t.TempDir(), "agent.log")
+	if err := os.WriteFile(path, []byte(log), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got := windowLogLines(path, "down", 20, 30)
+	if strings.Count(got, "\n") != 2 || !strings.Contains(got, "bridgeUpAt") || strings.Contains(got, "something else") || strings.Contains(got, "100 pod") {
+		t.Fatalf("lines of the 20-pod down cell:\n%s", got)
+	}
+	r := &pluginBenchResult{Window: []windowCase{{Behaviour: "shipped", Case: "down", Pods: 20, ContainerWindowMs: []float64{100, 900}},
+		{Behaviour: "shipped", Case: "down", Pods: 100, ContainerWindowMs: []float64{100, 200}}}}
+	notes := windowSlowNotes(path, r)
+	if len(notes) != 1 || !strings.Contains(notes[0], "window down, 20 pod(s)") {
+		t.Fatalf("notes for the cells over the target: %q", notes)
+	}
+}

@@ -64,11 +64,16 @@ job() {
 # every Go build runs beside it. The one job that may call apt-get.
 j_deps() { $MAKE deps; }
 
-# Critical path: the Kubernetes binaries (one go build into the version cache; cold ~10 min on 2
-# cores), then into bin/ with etcd (which comes from apt).
-j_kube() { $MAKE kube-binaries-together && after deps && $MAKE kube-binaries-all kubectl; }
+# Critical path: the Kubernetes binaries into the version cache, then into bin/ (with etcd, which
+# comes from apt). kube-apiserver first — integration and node tests need only it (with etcd) and
+# start on it — then the other four in one go build (most of their packages compiled by then),
+# beside the node tests, for the e2e suite.
+j_kube_api() {
+  $MAKE kube-binaries-together KUBE_TEST_BINARIES=kube-apiserver && after deps && $MAKE kube-binaries
+}
+j_kube() { after kube_api && $MAKE kube-binaries-together && $MAKE kube-binaries-all kubectl; }
 
-# The S3 server of the node tests and the e2e suite (its own module).
+# The S3 server of the node tests and the e2e suite (its own module; on the way to the node tests).
 j_versitygw() { $MAKE versitygw; }
 
 # What only the e2e suite needs: the Helm CLIs, and its compiles done ahead (e2e-prebuild).
@@ -78,21 +83,22 @@ j_tools() { $MAKE e2e-prebuild helm-clis; }
 # needs), unit (its promtool check needs apt) with -race.
 j_checks() { $MAKE lint && after deps && $MAKE unit; }
 
-j_integration() { after kube && $MAKE integration; }
+j_integration() { after kube_api && $MAKE integration; }
 
 # Node tests, then the e2e suite: one after the other (one machine's loop devices, mounts and
 # kubelet paths). With PVRESCUE_FRESH_DEVICES=1 (CI) the loop devices are first brought back to a
 # fresh boot's, so a test relying on devices an earlier run left fails here.
 j_node() {
-  after deps kube versitygw || return 1
+  after deps kube_api versitygw || return 1
   if [ "${PVRESCUE_FRESH_DEVICES:-}" = 1 ]; then $MAKE fresh-devices || return 1; fi
   $MAKE node
 }
-j_e2e() { after node tools && $MAKE e2e; }
+j_e2e() { after node kube tools && $MAKE e2e; }
 
 job deps 0 j_deps
+job kube_api 0 j_kube_api
 job kube 0 j_kube
-job versitygw "$BESIDE_NICE" j_versitygw
+job versitygw 0 j_versitygw
 job checks "$BESIDE_NICE" j_checks
 job tools "$BESIDE_NICE" j_tools
 job integration "$BESIDE_NICE" j_integration

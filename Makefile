@@ -87,16 +87,22 @@ unit: monitoring-deps ## Fast unit tests: pure functions and fakes, no root, no 
 	# The exit watcher's event loop and its walks run concurrently, on real processes.
 	CGO_ENABLED=1 $(GO) test $(GOTEST_FLAGS) -race ./nodeagent/fusewatch/
 
+# The packages (of this module) that hold test files of a build tag: the integration and node
+# layers run these, each package's whole suite with the tag. The other packages' test binaries are
+# the same as the unit layer's, which has run them (the node layer ran them again one by one, -p 1).
+tagged_packages = $(shell { git grep -l -E '^//go:build.*[^!]\b$(1)\b' -- '*.go' ':!e2e' 2>/dev/null || \
+  grep -rlE --include='*.go' --exclude-dir=e2e --exclude-dir=bin '^//go:build.*[^!]\b$(1)\b' .; } | xargs -r -n1 dirname | sed 's|^\./||' | sort -u | sed 's|^|./|')
+
 .PHONY: integration
 integration: kube-binaries ## Tests against a real kube-apiserver + etcd.
-	$(GO) test $(GOTEST_FLAGS) -tags integration ./...
+	$(GO) test $(GOTEST_FLAGS) -tags integration $(call tagged_packages,integration)
 	@if ls e2e/deploy/*_test.go e2e/certmanager/*_test.go >/dev/null 2>&1; then \
 	  cd e2e && $(GO) test $(GOTEST_FLAGS) -tags integration $$(ls -d ./deploy ./certmanager 2>/dev/null); fi
 
 .PHONY: node
 node: kube-binaries node-deps versitygw ## Privileged tests: real loop devices, mounts, s3fs + S3 server (root).
 	@[ "$$(id -u)" = 0 ] || { echo "make node needs root (loop devices, mounts)" >&2; exit 1; }
-	$(GO) test $(GOTEST_FLAGS) -p 1 -tags node ./...
+	$(GO) test $(GOTEST_FLAGS) -p 1 -tags node $(call tagged_packages,node)
 
 .PHONY: e2e
 e2e: kube-binaries-all kubectl helm-clis e2e-deps versitygw ## End-to-end suite on a real kubelet + containerd node (root).

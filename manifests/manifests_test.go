@@ -238,6 +238,7 @@ func TestAgentRBACIsLeastPrivilege(t *testing.T) {
 		"pods/eviction":                    {"create"},
 		"secrets":                          {"get"},
 		"nodes":                            {"list", "watch"},
+		"namespaces":                       {"list", "watch"},
 		"nodes/status":                     {"patch"},
 		"events":                           {"create", "patch"},
 		"events.k8s.io/events":             {"create", "patch"},

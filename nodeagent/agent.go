@@ -28,7 +28,8 @@ type Deps struct {
 	// Client is for writes (Events, status, evictions) and the rare uncached read.
 	Client kubernetes.Interface
 	// View is the node-scoped read side shared by every rescue: pods on this node from one
-	// informer, PVs/PVCs/StorageClasses read on demand. Never list or watch cluster-wide objects.
+	// informer, PVs/PVCs/StorageClasses read on demand. Never list or watch cluster-wide objects
+	// (the Namespaces the consent rule reads are the one exception: see ViewOptions.RequireConsent).
 	View ClusterView
 	// Recorder emits Events as component "pvrescue-agent", host NodeName.
 	Recorder record.EventRecorder

@@ -21,6 +21,8 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
+
+	"github.com/pvrescue/pvrescue/internal/contract"
 )
 
 // ClusterView is what one agent reads of the cluster, scoped to its own node so that the
@@ -34,9 +36,12 @@ import (
 //
 // Everything returned is shared: callers must not modify it. managedFields are stripped.
 type ClusterView interface {
-	// Pods lists the pods bound to this node.
+	// Pods lists the pods bound to this node that the agent may act for: by default only those
+	// Consents allows (their namespace opted in, the pod did not opt out); every pod of the node
+	// with the configuration's rescueAllNamespaces.
 	Pods() corelisters.PodLister
-	// OnPodChange registers f, called after any add, update or delete of a pod on this node.
+	// OnPodChange registers f, called after any add, update or delete of a pod on this node,
+	// and after a namespace's consent changed.
 	// f runs on the informer's delivery goroutine: it must not block (signal a worker).
 	// Register before Start.
 	OnPodChange(f func())
@@ -71,6 +76,12 @@ type ViewOptions struct {
 	NotFoundTTL time.Duration
 	// MaxEntries bounds the cache; the oldest entries go first (default 4096).
 	MaxEntries int
+	// RequireConsent makes Pods list only the pods Consents allows, judged from the Namespace
+	// objects of one more informer (every namespace of the cluster: list and watch, managed
+	// fields stripped). The agent sets it from the configuration (rescueAllNamespaces false, the
+	// default); the zero value, every pod of the node, is for tests and tools that build a view
+	// of their own.
+	RequireConsent bool
 }
 
 func (o *ViewOptions) defaults() {
@@ -93,6 +104,8 @@ type KubeView struct {
 	factory informers.SharedInformerFactory
 	pods    cache.SharedIndexInformer
 	nodes   cache.SharedIndexInformer
+	// namespaces is nil unless opts.RequireConsent.
+	namespaces cache.SharedIndexInformer
 
 	reads singleflight.Group // one live read per key at a time
 	// staleServed counts reads answered from an expired copy because the API server failed.
@@ -141,7 +154,42 @@ func NewKubeView(client kubernetes.Interface, nodeName string, clk clock.Passive
 	}); err != nil {
 		return nil, fmt.Errorf("nodeagent: pod handler: %w", err)
 	}
+	if opts.RequireConsent {
+		v.namespaces = v.factory.Core().V1().Namespaces().Informer()
+		// A namespace that opts in or out changes which pods the rescues see: they look again.
+		if _, err := v.namespaces.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc: func(o any) {
+				if optedIn(o) {
+					v.podChanged()
+				}
+			},
+			UpdateFunc: func(old, cur any) {
+				if optedIn(old) != optedIn(cur) {
+					v.podChanged()
+				}
+			},
+			DeleteFunc: func(any) { v.podChanged() },
+		}); err != nil {
+			return nil, fmt.Errorf("nodeagent: namespace handler: %w", err)
+		}
+	}
 	return v, nil
+}
+
+// optedIn reports whether o is a Namespace labelled for pvrescue.
+func optedIn(o any) bool {
+	ns, ok := o.(*corev1.Namespace)
+	return ok && ns.Labels[contract.LabelInject] == contract.LabelInjectEnabled
+}
+
+// namespace is the NamespaceGetter of the view's informer.
+func (v *KubeView) namespace(name string) (*corev1.Namespace, bool) {
+	o, ok, err := v.namespaces.GetIndexer().GetByKey(name)
+	if err != nil || !ok {
+		return nil, false
+	}
+	ns, ok := o.(*corev1.Namespace)
+	return ns, ok
 }
 
 func newFilteredPodInformer(c kubernetes.Interface, field, value string, resync time.Duration) cache.SharedIndexInformer {
@@ -196,7 +244,8 @@ func (v *KubeView) Start(ctx context.Context) error {
 // server that is away at start delays the rescues without failing the liveness probe.
 func (v *KubeView) StartInformers(ctx context.Context) { v.factory.Start(ctx.Done()) }
 
-// WaitForSync waits until the informers listed this node's pods and Node once; it fails only
+// WaitForSync waits until the informers listed this node's pods and Node (and, with
+// RequireConsent, the namespaces) once; it fails only
 // when ctx is done first. Once synced, the informers keep their last state through an API
 // server outage (their reflectors relist when it answers again).
 func (v *KubeView) WaitForSync(ctx context.Context) error {
@@ -209,13 +258,21 @@ func (v *KubeView) WaitForSync(ctx context.Context) error {
 }
 
 // HasSynced reports whether the informers listed once.
-func (v *KubeView) HasSynced() bool { return v.pods.HasSynced() && v.nodes.HasSynced() }
+func (v *KubeView) HasSynced() bool {
+	return v.pods.HasSynced() && v.nodes.HasSynced() && (v.namespaces == nil || v.namespaces.HasSynced())
+}
 
 // Shutdown waits for the informers to stop (after ctx of Start is done).
 func (v *KubeView) Shutdown() { v.factory.Shutdown() }
 
 // Pods implements ClusterView.
-func (v *KubeView) Pods() corelisters.PodLister { return corelisters.NewPodLister(v.pods.GetIndexer()) }
+func (v *KubeView) Pods() corelisters.PodLister {
+	l := corelisters.NewPodLister(v.pods.GetIndexer())
+	if v.namespaces == nil {
+		return l
+	}
+	return ConsentingPods(l, v.namespace)
+}
 
 // OnPodChange implements ClusterView.
 func (v *KubeView) OnPodChange(f func()) {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/pvrescue/pvrescue/e2e/disks"
 	"github.com/pvrescue/pvrescue/e2e/framework"
+	"github.com/pvrescue/pvrescue/e2e/stack"
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/internal/contract"
 	"github.com/pvrescue/pvrescue/nodeagent/containermount"
@@ -189,6 +190,16 @@ func hostileTenant(t *testing.T, e *env) {
 	t.Logf("RESULT hostile tenant: the kill killed the volume: %s", witness.checkVolumeDied(t, e))
 	t.Logf("stack at the target after the rescue: %s", describeStack(mountsAt(tgt)))
 	t.Logf("%s Events: %v", containermount.ReasonRestored, events(e, hostileNS, containermount.ReasonRestored))
+	remounted := 0
+	for _, m := range ms {
+		if strings.HasPrefix(outcome[m.container], "remounted") {
+			remounted++
+		}
+	}
+	if remounted == 0 {
+		// Skipping every container would pass the checks below without restoring anything.
+		t.Errorf("no container of the tenant was remounted (every one skipped: %v): the rescue restored nothing", outcome)
+	}
 	for _, m := range ms {
 		if strings.HasPrefix(outcome[m.container], "remounted") {
 			checkHostileView(t, e, m, []string{"marker.txt", "rescued.txt"}, "after the rescue")
@@ -208,6 +219,8 @@ func hostileTenant(t *testing.T, e *env) {
 	}
 
 	checkCopiedAnnotation(t, e, copiedPod, diskPath, loopsBefore)
+
+	t.Run("Consent", func(t *testing.T) { hostileTenantConsent(t, e) })
 }
 
 // seesRoot reports whether a listing shows any bucket-root name.
@@ -324,29 +337,21 @@ func copiedAnnotationPod(t *testing.T, e *env, diskPath, status string) *corev1.
 	return p
 }
 
-// checkCopiedAnnotation waits for the agent's UnguardedPodOnMissingDisk Event on the pod and checks
-// that nothing was faked for its PV: no link at the missing path, no loop of the agent's, no
-// fake-device annotation, the pod not running.
+// checkCopiedAnnotation checks that the agent did nothing for the pod with a copied status
+// annotation in a namespace that did not opt in (consent: the agent acts only for opted-in
+// namespaces, judged from the Namespace object): no Event of the agent on it, no link at the
+// missing path, no loop of the agent's, no fake-device annotation, the pod not running — after
+// two of the local rescue's resync periods, so the agent has passed over it.
 func checkCopiedAnnotation(t *testing.T, e *env, p *corev1.Pod, diskPath string, loopsBefore []string) {
 	t.Helper()
 	ctx := context.Background()
 	cs := e.c.Client
-	var ev string
-	waitFor(t, 60*time.Second, "an "+contract.ReasonUnguardedPodOnMissingDisk+" Event naming "+hostilePlainNS+"/copied", func() (bool, string) {
-		evs, err := cs.CoreV1().Events(hostilePlainNS).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(p.UID)})
-		if err != nil {
-			return false, err.Error()
-		}
-		var seen []string
-		for _, x := range evs.Items {
-			if x.Reason == contract.ReasonUnguardedPodOnMissingDisk && strings.Contains(x.Message, hostilePlainNS+"/copied") {
-				ev = x.Message
-				return true, ""
-			}
-			seen = append(seen, x.Reason+": "+x.Message)
-		}
-		return false, "events of the pod: " + strings.Join(seen, "; ")
-	})
+	if wait := time.Until(p.CreationTimestamp.Add(2 * config.Default().LocalBlock.ResyncPeriod.Duration)); wait > 0 {
+		time.Sleep(wait)
+	}
+	if evs := agentEvents(t, e, hostilePlainNS); len(evs) > 0 {
+		t.Errorf("the agent wrote Events in %s, a namespace that did not opt in: %v", hostilePlainNS, evs)
+	}
 	if fi, err := os.Lstat(diskPath); !os.IsNotExist(err) {
 		mode := "?"
 		if fi != nil {
@@ -371,6 +376,117 @@ func checkCopiedAnnotation(t *testing.T, e *env, p *corev1.Pod, diskPath string,
 	if framework.Running(now) {
 		t.Errorf("the pod with the copied annotation runs without its disk\n%s", framework.DescribePod(cs, now))
 	}
-	t.Logf("RESULT hostile tenant: pod %s/copied (copied %s, unlabelled namespace, missing disk %s): no fake, no link, loops unchanged %v; Event %s: %s",
-		hostilePlainNS, contract.AnnotationStatus, diskPath, loopsBefore, contract.ReasonUnguardedPodOnMissingDisk, ev)
+	t.Logf("RESULT hostile tenant: pod %s/copied (copied %s, namespace not opted in, missing disk %s): no fake, no link, loops unchanged %v, no Event of the agent",
+		hostilePlainNS, contract.AnnotationStatus, diskPath, loopsBefore)
+}
+
+const (
+	noConsentNS = "e2e-hostile-noconsent"
+	noConsentPV = "e2e-hostile-noconsent-pv"
+)
+
+// hostileTenantConsent: consent. Beside an opted-in pod, a pod of a namespace that did not opt in
+// (on its own PV of the same driver) and a pod labelled pvrescue.io/inject=false in the opted-in
+// namespace (on the opted-in pod's own claim) lose their s3fs to a plugin restart. The opted-in
+// pod reads the bucket again; the other two stay dead — no remount, no Event of the agent naming
+// them, no metric series naming them.
+func hostileTenantConsent(t *testing.T, e *env) {
+	ctx := context.Background()
+	cs := e.c.Client
+	fuseNamespace(t, e, noConsentNS, false)
+	keys := config.Default().S3
+	s3Volume(t, e, s3Vol{ns: noConsentNS, pv: noConsentPV, driver: e.csi.Driver, handle: s3Bucket + "-noconsent",
+		attrs: map[string]string{keys.Parameters.Bucket: s3Bucket, keys.Parameters.Endpoint: e.s3.Endpoint, "mounter": "s3fs"}})
+	deletePVAtCleanup(t, e, noConsentPV)
+	logAgentOnFailure(t, e, noConsentPV, hostilePV, "consent")
+	putInBucket(t, e, "consent/marker.txt", "consent\n")
+	t.Cleanup(func() {
+		if bucket, err := e.s3.Bucket(s3Bucket); err == nil {
+			_ = os.RemoveAll(filepath.Join(bucket, "consent"))
+		}
+	})
+
+	pod := func(name string, lbl map[string]string) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: lbl},
+			Spec: corev1.PodSpec{
+				AutomountServiceAccountToken: ptr(false), TerminationGracePeriodSeconds: ptr(int64(1)),
+				Containers: []corev1.Container{{Name: "app", Image: e.c.BusyboxImage, Command: []string{"sh", "-c", "while true; do sleep 1; done"},
+					VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data", SubPath: "consent"}}}},
+				Volumes: dataVolume(),
+			},
+		}
+	}
+	type consentPod struct {
+		ns, name string
+		lbl      map[string]string
+		rescued  bool
+	}
+	pods := []consentPod{
+		{hostileNS, "consent-in", nil, true},
+		{hostileNS, "nocons-optout", map[string]string{contract.LabelInject: contract.LabelInjectOptOutVal}, false},
+		{noConsentNS, "nocons-plain", nil, false},
+	}
+	uids := map[string]string{}
+	for _, p := range pods {
+		if _, err := cs.CoreV1().Pods(p.ns).Create(ctx, pod(p.name, p.lbl), metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create %s/%s: %v", p.ns, p.name, err)
+		}
+	}
+	for _, p := range pods {
+		got := framework.WaitPod(t, cs, p.ns, p.name, 2*time.Minute, "Running", framework.Running)
+		uids[p.name] = string(got.UID)
+		if out, err := execIn(e, p.ns, p.name, "app", "cat", "/data/marker.txt"); err != nil || out != "consent\n" {
+			t.Fatalf("%s/%s reads %q before the restart (%v)", p.ns, p.name, out, err)
+		}
+	}
+
+	t.Logf("deleting the CSI plugin's pod: the s3fs of all three pods die with it")
+	t0 := time.Now()
+	oldPlugin, err := e.csi.Kill(ctx)
+	if err != nil {
+		t.Fatalf("delete the CSI plugin pod: %v", err)
+	}
+	const rescued = "put on the S3 server's side while the plugin was down\n"
+	putInBucket(t, e, "consent/rescued.txt", rescued)
+	if _, err := e.csi.WaitRegistered(ctx, oldPlugin); err != nil {
+		t.Fatalf("the DaemonSet's new CSI plugin pod: %v", err)
+	}
+	at := rescueReads(t, e, t0, 90*time.Second, "by the opted-in pod", []*stack.CSI{e.csi},
+		reader{ns: hostileNS, pod: "consent-in", container: "app", path: "/data/rescued.txt", want: rescued})
+	t.Logf("RESULT consent: the opted-in pod %s/consent-in read the bucket again %s after the plugin was deleted", hostileNS, at[hostileNS+"/consent-in/app"])
+
+	// The others stay dead: checked for as long again as the agent's pending cadence takes many
+	// times over (1 s), so a late remount would show.
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, p := range pods[1:] {
+			out, err := execIn(e, p.ns, p.name, "app", "cat", "/data/marker.txt")
+			if err == nil {
+				t.Fatalf("%s/%s (no consent) reads %q after the plugin restart: the agent restored its mount", p.ns, p.name, out)
+			}
+			if !strings.Contains(err.Error(), "not connected") {
+				t.Logf("%s/%s: read fails with %v", p.ns, p.name, err)
+			}
+		}
+		time.Sleep(time.Second)
+	}
+	for _, p := range pods[1:] {
+		if ms := mountsAt(podTarget(e, uids[p.name], map[string]string{hostileNS: hostilePV, noConsentNS: noConsentPV}[p.ns])); len(ms) > 1 {
+			t.Errorf("%s/%s: %d mounts at its target, want only the driver's dead one: %s", p.ns, p.name, len(ms), describeStack(ms))
+		}
+	}
+	if evs := agentEvents(t, e, noConsentNS); len(evs) > 0 {
+		t.Errorf("the agent wrote Events in %s, which did not opt in: %v", noConsentNS, evs)
+	}
+	for _, ev := range agentEvents(t, e, hostileNS) {
+		if strings.Contains(ev, "nocons-optout") {
+			t.Errorf("the agent wrote an Event about the opted-out pod: %s", ev)
+		}
+	}
+	if series := seriesNaming(agentMetricsBody(t, e), noConsentNS, noConsentPV, "nocons-optout", uids["nocons-optout"], uids["nocons-plain"]); len(series) > 0 {
+		t.Errorf("the agent's metrics name the pods without consent: %v", series)
+	}
+	t.Logf("RESULT consent: %s/nocons-optout (labelled %s=%s) and %s/nocons-plain (namespace not opted in) stayed dead 15 s after the opted-in pod's rescue: no remount, no Event, no series",
+		hostileNS, contract.LabelInject, contract.LabelInjectOptOutVal, noConsentNS)
 }

@@ -49,6 +49,16 @@ type Config struct {
 	KubeletDir string `json:"kubeletDir"`
 	// StateDir is where the agent keeps everything it owns (fake images, staging mounts).
 	StateDir string `json:"stateDir"`
+	// RescueAllNamespaces makes the agent act for every pod on its node whose volume it knows.
+	// false (the default): it acts only for pods whose namespace is labelled
+	// pvrescue.io/inject=enabled (the label the webhook's namespaceSelector matches, read from
+	// the Namespace object, never from the pod) and that are not labelled pvrescue.io/inject=false;
+	// the others' volumes are left as their driver leaves them, with no Event and no metric
+	// series. true costs consent: the agent remounts, bridges (with its own s3fs, on the node's
+	// CPU and memory) and reports on pods whose owners never asked for it, and tenants who did
+	// not opt in can drive that work. false costs one more informer per agent: every Namespace
+	// of the cluster listed and watched.
+	RescueAllNamespaces bool `json:"rescueAllNamespaces"`
 }
 
 // LocalBlock configures fake devices for lost local block volumes.

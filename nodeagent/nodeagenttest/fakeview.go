@@ -35,6 +35,10 @@ type FakeView struct {
 	// BeforeRead, when set, runs at the start of every on-demand read, with the kind read (an API
 	// server that takes its time; set it before the view is shared).
 	BeforeRead func(kind string)
+	// RequireConsent makes Pods list only the pods nodeagent.Consents allows, judged from the
+	// Namespaces Set here (as nodeagent.ViewOptions.RequireConsent); off, every pod is listed.
+	// Set it before the view is shared.
+	RequireConsent bool
 }
 
 var _ nodeagent.ClusterView = (*FakeView)(nil)
@@ -54,6 +58,8 @@ func kindOf(o any) string {
 		return "Pod"
 	case *corev1.Node:
 		return "Node"
+	case *corev1.Namespace:
+		return "Namespace"
 	case *corev1.PersistentVolume:
 		return "PersistentVolume"
 	case *corev1.PersistentVolumeClaim:
@@ -70,7 +76,7 @@ func kindOf(o any) string {
 	return ""
 }
 
-// Set adds or replaces objects (Pod, Node, PersistentVolume, PersistentVolumeClaim,
+// Set adds or replaces objects (Pod, Node, Namespace, PersistentVolume, PersistentVolumeClaim,
 // StorageClass, CSIDriver, VolumeAttachment, Secret). The view's node is the last Node set.
 // An object of another type is a test's mistake: Set panics.
 func (v *FakeView) Set(objs ...any) {
@@ -100,6 +106,9 @@ func (v *FakeView) Delete(objs ...any) {
 				}
 			case "Node":
 				v.node = nil
+			case "Namespace":
+				delete(v.objs, fakeKey("Namespace", "", m.GetName()))
+				podChanged = podChanged || v.RequireConsent
 			case "":
 				panic(fmt.Sprintf("nodeagenttest: Delete of unsupported %T", o))
 			default:
@@ -127,6 +136,9 @@ func (v *FakeView) setLocked(o any) bool {
 		return true
 	case *corev1.Node:
 		v.node = o
+	case *corev1.Namespace:
+		v.objs[fakeKey("Namespace", "", m.GetName())] = o
+		return v.RequireConsent // which pods the rescues see may change
 	default:
 		kind := kindOf(o)
 		if kind == "" {
@@ -157,6 +169,7 @@ var resources = []struct {
 }{
 	{corev1.SchemeGroupVersion.WithResource("pods"), corev1.SchemeGroupVersion.WithKind("Pod")},
 	{corev1.SchemeGroupVersion.WithResource("nodes"), corev1.SchemeGroupVersion.WithKind("Node")},
+	{corev1.SchemeGroupVersion.WithResource("namespaces"), corev1.SchemeGroupVersion.WithKind("Namespace")},
 	{corev1.SchemeGroupVersion.WithResource("persistentvolumes"), corev1.SchemeGroupVersion.WithKind("PersistentVolume")},
 	{corev1.SchemeGroupVersion.WithResource("persistentvolumeclaims"), corev1.SchemeGroupVersion.WithKind("PersistentVolumeClaim")},
 	{corev1.SchemeGroupVersion.WithResource("secrets"), corev1.SchemeGroupVersion.WithKind("Secret")},
@@ -218,7 +231,19 @@ func (v *FakeView) Reads(kind string) int {
 func (v *FakeView) Pods() corelisters.PodLister {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	return corelisters.NewPodLister(v.pods)
+	l := corelisters.NewPodLister(v.pods)
+	if !v.RequireConsent {
+		return l
+	}
+	return nodeagent.ConsentingPods(l, v.namespace)
+}
+
+// namespace is the fake's nodeagent.NamespaceGetter.
+func (v *FakeView) namespace(name string) (*corev1.Namespace, bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	ns, ok := v.objs[fakeKey("Namespace", "", name)].(*corev1.Namespace)
+	return ns, ok
 }
 
 // OnPodChange implements nodeagent.ClusterView.

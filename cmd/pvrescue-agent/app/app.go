@@ -167,7 +167,8 @@ func Run(ctx context.Context, o *Options) error {
 	}}
 	recorder, stopEvents := nodeagent.NewRecorder(client, o.NodeName, nodeagent.RecorderOptions{PostDelay: o.EventDelay})
 	defer stopEvents()
-	view, err := nodeagent.NewKubeView(client, o.NodeName, clock.RealClock{}, nodeagent.ViewOptions{})
+	// Consent: by default the rescues see only the pods of opted-in namespaces that did not opt out.
+	view, err := nodeagent.NewKubeView(client, o.NodeName, clock.RealClock{}, nodeagent.ViewOptions{RequireConsent: !cfg.RescueAllNamespaces})
 	if err != nil {
 		return err
 	}
@@ -220,6 +221,7 @@ func Run(ctx context.Context, o *Options) error {
 		return err
 	}
 	agent.Add("s3mount", nodeagent.AfterSync(view, s3))
-	log.Info("starting", "node", o.NodeName, "config", o.ConfigFile, "containerRemount", o.ContainerRemount)
+	log.Info("starting", "node", o.NodeName, "config", o.ConfigFile, "containerRemount", o.ContainerRemount,
+		"rescueAllNamespaces", cfg.RescueAllNamespaces)
 	return agent.Run(ctx)
 }

@@ -137,7 +137,8 @@ type S3 struct {
 	// AbortHungAfter, when set, is how long a mount may stay hung before the agent aborts its
 	// FUSE connection (/sys/fs/fuse/connections/<minor>/abort), so the old daemon can never
 	// write late, and then restores it like a dead one. 0 (the default): a hung mount is
-	// reported and waited for, never replaced.
+	// reported and waited for, never replaced. A mount served by the agent's own bridge is
+	// never aborted: it is judged by the bridge's own health (its s3fs process and mount).
 	AbortHungAfter metav1.Duration `json:"abortHungAfter"`
 	// BridgeDiskFreeMB bounds the node disk a bridge's s3fs may fill with its temporary files
 	// (<state>/s3/tmp/<pv>): s3fs's ensure_diskfree, the free space in MB it leaves on that

@@ -23,32 +23,51 @@ import (
 // no second daemon, nothing stacked. It is reported (Event MountHung, metric, Node condition
 // S3MountHung after s3.hungConditionAfter), and with s3.abortHungAfter set its connection is
 // aborted through fusectl after that long; the mount is then dead and restored as such.
+//
+// Never our own bridge: a target served by the agent's s3fs (its bind, fsname pvrescue-s3:<pv>)
+// is judged by the bridge's own health, which its Supervisor watches (its process through a
+// pidfd, its mount): a bridge busy with a tenant's writes answers statfs late but is alive, and
+// aborting its connection would give every pod on the PV ENOTCONN and lose its unflushed
+// writes. A bridge whose s3fs exits leaves a dead mount (ENOTCONN), restored as such.
 
 // onHung handles one pass's view of a hung target: the first time an Event, then — with
 // s3.abortHungAfter — the abort once it has been hung that long.
 func (r *Restorer) onHung(ctx context.Context, t target, since time.Time, first bool) {
 	log := logr.FromContextOrDiscard(ctx)
+	after := r.cfg.S3.AbortHungAfter.Duration
+	due := after > 0 && r.clk.Since(since) >= after
+	if !first && !due {
+		return
+	}
+	table, terr := r.os.Mounter.MountTable()
+	top, topOK := stack.Mount{}, false
+	if terr == nil {
+		top, topOK = table.Top(t.path)
+	}
+	_, bridged := stack.PVFromFSName(top.Source)
+	bridged = topOK && bridged
 	if first {
 		r.metrics.HungFound.Inc()
-		log.Info("S3 mount hung: its daemon holds the connection but does not answer; waiting", "pod", klogRef(t.pod), "pv", t.pv, "path", t.path)
-		r.d.Recorder.Eventf(t.pod, corev1.EventTypeWarning, contract.ReasonMountHung,
-			"S3 volume %s does not answer (statfs timed out) while its FUSE daemon still runs: nothing is replaced or stacked; reads and writes wait until it answers%s",
-			t.pv, r.abortNote())
+		if bridged {
+			log.Info("S3 mount served by our bridge answers late; the bridge is judged by its own health and never aborted", "pod", klogRef(t.pod), "pv", t.pv, "path", t.path)
+			r.d.Recorder.Eventf(t.pod, corev1.EventTypeWarning, contract.ReasonMountHung,
+				"S3 volume %s, served by pvrescue's bridge, does not answer (statfs timed out) while the bridge's s3fs runs: nothing is replaced, stacked or aborted; reads and writes wait until it answers",
+				t.pv)
+		} else {
+			log.Info("S3 mount hung: its daemon holds the connection but does not answer; waiting", "pod", klogRef(t.pod), "pv", t.pv, "path", t.path)
+			r.d.Recorder.Eventf(t.pod, corev1.EventTypeWarning, contract.ReasonMountHung,
+				"S3 volume %s does not answer (statfs timed out) while its FUSE daemon still runs: nothing is replaced or stacked; reads and writes wait until it answers%s",
+				t.pv, r.abortNote())
+		}
 	}
-	after := r.cfg.S3.AbortHungAfter.Duration
-	if after <= 0 || r.clk.Since(since) < after {
+	if !due {
 		return
 	}
-	if r.os.FUSE == nil {
+	if r.os.FUSE == nil || !topOK || !stack.IsFUSE(top.FSType) {
 		return
 	}
-	table, err := r.os.Mounter.MountTable()
-	if err != nil {
-		return
-	}
-	top, ok := table.Top(t.path)
-	if !ok || !stack.IsFUSE(top.FSType) {
-		return
+	if bridged {
+		return // never our own bridge (see above)
 	}
 	if err := r.os.FUSE.Abort(top.Dev); err != nil {
 		log.Error(err, "aborting the hung FUSE connection", "path", t.path, "dev", top.Dev)

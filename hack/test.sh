@@ -22,6 +22,11 @@ MAKE="${MAKE:-make}"
 BESIDE_NICE="${BESIDE_NICE:-10}"
 state="$(mktemp -d)"
 trap 'rm -rf "$state"' EXIT
+# Each job runs in a process group of its own (set -m); interrupted (Ctrl-C, CI's timeout), the
+# script ends every job's group with it, as one make would end its recipes.
+set -m
+job_pids=()
+trap 'trap - INT TERM; for p in "${job_pids[@]}"; do kill -TERM -- -"$p" 2>/dev/null; done; exit 130' INT TERM
 t0=$SECONDS
 
 say() { printf '== %s (at %ds)\n' "$*" $((SECONDS - t0)); }
@@ -56,6 +61,7 @@ job() {
     echo "$rc" >"$state/$name.rc"
     say "$name ended rc=$rc after $((SECONDS - s))s"
   ) &
+  job_pids+=($!)
 }
 
 # --- the jobs -------------------------------------------------------------------------------

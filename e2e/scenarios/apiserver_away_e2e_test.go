@@ -30,9 +30,13 @@ import (
 )
 
 const (
-	// apiAwayFor is how long the API server stays stopped: longer than two liveness-probe
-	// failure windows of an agent that would wait for its caches (≈70 s each).
-	apiAwayFor = 3 * time.Minute
+	// apiAwayFor is how long the API server stays stopped: longer than what kubelet's liveness
+	// probe of the agent (manifests/agent.yaml: every 20 s, 3 failures) needs to restart a
+	// container whose /healthz fails from the outage's start — at most 20 s to the first failed
+	// probe, 40 s more to the third: 60 s, with 40 s to spare for the restart to show in the
+	// process and restart count checked every second. The /healthz and /metrics answers are
+	// checked every second throughout as well, so a failing probe shows at its first failure.
+	apiAwayFor = 100 * time.Second
 	// apiAwayKillAfter is when, into the outage, the driver's s3fs is killed: after the agent
 	// has seen the API server gone (its probe runs every 5 s).
 	apiAwayKillAfter = 20 * time.Second
@@ -42,7 +46,7 @@ const (
 	awayLocalPV      = "e2e-away-local-pv"
 )
 
-// apiServerAway: kube-apiserver stopped for 3 minutes → the agent's container is not restarted
+// apiServerAway: kube-apiserver stopped for apiAwayFor (100 s) → the agent's container is not restarted
 // (same process throughout, restart count unchanged), its /healthz and /metrics answer all the
 // while and say the API server is away; a lost disk's fake stays in place; an S3 mount whose
 // s3fs is killed during the outage is readable again once the API server is back (the test

@@ -37,6 +37,8 @@ type clusterEnv struct {
 	client kubernetes.Interface
 	cfg    *config.Config
 	ctx    context.Context
+	// reg holds the metrics of the agent startAgent started last.
+	reg *prometheus.Registry
 }
 
 func setupCluster(t *testing.T) *clusterEnv {
@@ -133,8 +135,9 @@ func (e *clusterEnv) startAgent(t *testing.T) (stop func()) {
 	if err := view.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
+	e.reg = prometheus.NewRegistry()
 	c, err := localdisk.New(nodeagent.Deps{NodeName: "node-1", Config: e.cfg, Client: e.client, View: view, Recorder: recorder,
-		Registerer: prometheus.NewRegistry(), Clock: clock.RealClock{}}, localdisk.NewRealOS(e.state),
+		Registerer: e.reg, Clock: clock.RealClock{}}, localdisk.NewRealOS(e.state),
 		localdisk.Options{PathRoots: []string{e.byID}, LinkRoots: []string{e.byID}, LoopSearchLimit: 20})
 	if err != nil {
 		cancel()
@@ -157,6 +160,22 @@ func (e *clusterEnv) startAgent(t *testing.T) (stop func()) {
 	}
 	t.Cleanup(stop)
 	return stop
+}
+
+// passes is the running agent's count of ended passes (pvrescue_localdisk_sync_duration_seconds,
+// observed at the end of each).
+func (e *clusterEnv) passes(t *testing.T) uint64 {
+	t.Helper()
+	mfs, err := e.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "pvrescue_localdisk_sync_duration_seconds" && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetHistogram().GetSampleCount()
+		}
+	}
+	return 0
 }
 
 func (e *clusterEnv) events(t *testing.T, obj string) []string {
@@ -272,7 +291,10 @@ func TestNodeAgentWithAPIServer(t *testing.T) {
 			_ = syscall.Lstat(e.devPath, &before)
 			stop()
 			stop = e.startAgent(t)
-			time.Sleep(300 * time.Millisecond)
+			// Checked once the new agent ended a whole pass (its first), not after a guess at
+			// how long that takes.
+			testenv.WaitFor(t, 15*time.Second, "the new agent's first pass", testenv.Until(func() bool { return e.passes(t) >= 1 }))
+			time.Sleep(time.Second) // an Event that pass recorded is sent by the broadcaster's goroutine
 			var after syscall.Stat_t
 			if err := syscall.Lstat(e.devPath, &after); err != nil || after.Ino != before.Ino || ourLinkTarget(e.devPath) != want {
 				t.Fatalf("restart changed the fake link (%v)", err)

@@ -20,6 +20,8 @@ cd "$(dirname "$0")/.."
 MAKE="${MAKE:-make}"
 # Lower priority of the jobs beside the critical path (nice 10: weight 110 against 1024).
 BESIDE_NICE="${BESIDE_NICE:-10}"
+# The tools the e2e suite waits for (Helm CLIs) run between the two (nice 5: weight 335).
+TOOLS_NICE="${TOOLS_NICE:-5}"
 state="$(mktemp -d)"
 trap 'rm -rf "$state"' EXIT
 # Each job runs in a process group of its own (set -m); interrupted (Ctrl-C, CI's timeout), the
@@ -82,8 +84,13 @@ j_kube() { after kube_api && $MAKE kube-binaries-together && $MAKE kube-binaries
 # The S3 server of the node tests and the e2e suite (its own module; on the way to the node tests).
 j_versitygw() { $MAKE versitygw; }
 
-# What only the e2e suite needs: the Helm CLIs, and its compiles done ahead (e2e-prebuild).
-j_tools() { $MAKE e2e-prebuild helm-clis; }
+# What only the e2e suite needs: the Helm CLIs (it waits for them: between the critical path and
+# the rest in priority).
+j_tools() { $MAKE helm-clis; }
+
+# The e2e suite's own compiles done ahead (e2e-prebuild), so its image builds find them in the
+# cache; nothing waits for it.
+j_prewarm() { $MAKE e2e-prebuild; }
 
 # Everything no other layer waits for: lint (its vet compiles most packages every later layer
 # needs), unit (its promtool check needs apt) with -race.
@@ -106,7 +113,8 @@ job kube_api 0 j_kube_api
 job kube 0 j_kube
 job versitygw 0 j_versitygw
 job checks "$BESIDE_NICE" j_checks
-job tools "$BESIDE_NICE" j_tools
+job tools "$TOOLS_NICE" j_tools
+job prewarm "$BESIDE_NICE" j_prewarm
 job integration "$BESIDE_NICE" j_integration
 job node 0 j_node
 job e2e 0 j_e2e

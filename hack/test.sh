@@ -92,9 +92,12 @@ j_tools() { $MAKE helm-clis; }
 # cache; nothing waits for it.
 j_prewarm() { $MAKE e2e-prebuild; }
 
-# Everything no other layer waits for: lint (its vet compiles most packages every later layer
-# needs), unit (its promtool check needs apt) with -race.
-j_checks() { $MAKE lint && after deps && $MAKE unit; }
+# Everything no other layer waits for: lint's vet first (it compiles most packages every later
+# layer needs), then golangci-lint beside unit (its promtool check needs apt) with -race.
+j_vet() { $MAKE vet; }
+j_golangci_build() { $MAKE golangci-lint; }
+j_golangci() { after vet golangci_build && $MAKE lint-golangci; }
+j_unit() { after vet deps && $MAKE unit; }
 
 j_integration() { after kube_api && $MAKE integration; }
 
@@ -112,7 +115,10 @@ job deps 0 j_deps
 job kube_api 0 j_kube_api
 job kube 0 j_kube
 job versitygw 0 j_versitygw
-job checks "$BESIDE_NICE" j_checks
+job vet "$BESIDE_NICE" j_vet
+job golangci_build "$BESIDE_NICE" j_golangci_build
+job golangci "$BESIDE_NICE" j_golangci
+job unit "$BESIDE_NICE" j_unit
 job tools "$TOOLS_NICE" j_tools
 job prewarm "$BESIDE_NICE" j_prewarm
 job integration "$BESIDE_NICE" j_integration
@@ -126,7 +132,7 @@ failed=0
 for j in "${jobs_started[@]}"; do
   read -r rc secs start <"$state/$j.time" || rc=?
   case "$rc" in 0) r=passed ;; 99) r="not run" ;; *) r="FAILED (rc $rc)" ;; esac
-  printf '   %-12s %-16s %6ss\n' "$j" "$r" "$((start + secs))"
+  printf '   %-15s %-16s %6ss\n' "$j" "$r" "$((start + secs))"
   [ "$rc" = 0 ] || failed=1
 done
 echo "== make test: $((SECONDS - t0))s, $([ $failed = 0 ] && echo passed || echo FAILED)"

@@ -32,7 +32,7 @@ import (
 // TestHelm installs pvrescue as the README says with the Helm 4 CLI (readmeInstall: the README's
 // install commands as written, images built by `make images` and pushed by `make push` to a
 // registry on the node, which the node pulls from), with the flag the README gives for a cluster
-// without cert-manager (tls.mode=bootstrap: the chart's post-install Job issues the certificate).
+// without cert-manager (tls.mode=bootstrap: the chart's bootstrap Job issues the certificate).
 // Then an in-place `helm upgrade` (Helm's Go SDK, the CLI's code) changes values (webhook timeout
 // and resources: the webhook Deployment rolls) while pods are being admitted continuously. Every
 // admission during the roll must be mutated (zero failed admissions: failurePolicy Ignore would

@@ -48,3 +48,26 @@ pvrescue-webhook-tls
 {{- end -}}
 {{- end -}}
 
+
+{{/*
+The agent's read-only host mounts for config.localBlock.pathRoots (the Go default when unset),
+as a JSON list of {name, path}: every root outside /dev (mounted whole), named after its path
+(/mnt/disks → mnt-disks).
+*/}}
+{{- define "pvrescue.agentPathRoots" -}}
+{{- $roots := list "/dev/disk" "/mnt/disks" "/mnt/fast-disks" -}}
+{{- with .Values.config.localBlock -}}
+{{- if hasKey . "pathRoots" -}}{{- $roots = .pathRoots -}}{{- end -}}
+{{- end -}}
+{{- $out := list -}}
+{{- $names := dict -}}
+{{- range $roots -}}
+{{- if not (or (eq . "/dev") (hasPrefix "/dev/" .)) -}}
+{{- $name := regexReplaceAll "[^a-z0-9]+" (lower (trimPrefix "/" .)) "-" | trunc 63 | trimSuffix "-" -}}
+{{- if hasKey $names $name -}}{{- fail (printf "config.localBlock.pathRoots: %q and %q give one volume name %q" (get $names $name) . $name) -}}{{- end -}}
+{{- $_ := set $names $name . -}}
+{{- $out = append $out (dict "name" $name "path" .) -}}
+{{- end -}}
+{{- end -}}
+{{ toJson $out }}
+{{- end -}}

@@ -28,8 +28,10 @@ PLATFORMS         ?= linux/amd64,linux/arm64
 # make push: REGISTRY=host[:port]/path; INSECURE=1 for plain http to a non-local registry.
 REGISTRY          ?=
 INSECURE          ?=
-# Optional multi-platform base for the agent image (with s3fs, fuse3, util-linux); empty: none.
+# Optional multi-platform base for the agent image (with s3fs, fuse3, util-linux); empty: the agent
+# carries Debian's s3fs, fuse3 and their libraries, pinned by IMAGE_LOCK (make image-lock).
 AGENT_BASE        ?=
+IMAGE_LOCK        ?= hack/images/debian.lock
 
 export KUBEBUILDER_ASSETS := $(KUBE_BIN)
 # Every Go build here is static, like the binaries the images and the e2e suite build: one variant
@@ -65,13 +67,29 @@ docker-build: ## Build the container images with docker or podman (needs a runni
 	$$b build -f Dockerfile.webhook -t $(IMG_WEBHOOK) . && $$b build -f Dockerfile.agent -t $(IMG_AGENT) .
 
 .PHONY: images
-images: ## Build the webhook, agent and helper images (linux/amd64+arm64) without an engine: OCI layouts in bin/images/, tagged `git describe`.
-	$(GO) run ./hack/images build -out $(BIN)/images -version $(VERSION) -platforms $(PLATFORMS) $(if $(AGENT_BASE),-agent-base $(AGENT_BASE)) $(if $(INSECURE),-insecure)
+images: images-deps ## Build the webhook, agent and helper images (linux/amd64+arm64) without an engine: OCI layouts in bin/images/, tagged `git describe`; the agent's Debian packages as hack/images/debian.lock pins them.
+	$(GO) run ./hack/images build -out $(BIN)/images -version $(VERSION) -platforms $(PLATFORMS) -lock $(IMAGE_LOCK) -deb-cache $(CACHE_DIR)/debs $(if $(AGENT_BASE),-agent-base $(AGENT_BASE)) $(if $(INSECURE),-insecure)
+
+.PHONY: image-lock
+image-lock: images-deps ## Re-resolve the agent image's Debian packages by name (s3fs, fuse3, … and their libraries, amd64+arm64) into hack/images/debian.lock.
+	$(GO) run ./hack/images lock -lock $(IMAGE_LOCK)
 
 .PHONY: push
-push: ## Push the images of `make images` to REGISTRY=host[:port]/path as <image>:VERSION (INSECURE=1: plain http).
+push: ## Push the images of `make images` to REGISTRY=host[:port]/path as <image>:VERSION, and the chart as oci://REGISTRY/pvrescue --version $(make -s chart-version) (INSECURE=1: plain http).
 	@[ -n "$(REGISTRY)" ] || { echo "make push needs REGISTRY=host[:port]/path" >&2; exit 1; }
-	$(GO) run ./hack/images push -in $(BIN)/images -version $(VERSION) -registry $(REGISTRY) $(if $(INSECURE),-insecure)
+	$(GO) run ./hack/images push -in $(BIN)/images -version $(VERSION) -registry $(REGISTRY) -chart charts/pvrescue $(if $(INSECURE),-insecure)
+
+.PHONY: chart-version
+chart-version: ## Print the version `make push` gives the chart: VERSION when it is SemVer (a release tag), else 0.0.0-g<VERSION>.
+	@v='$(VERSION)'; if [[ $$v =~ ^v?(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?$$ ]]; then echo "$$v"; else echo "0.0.0-g$$v"; fi
+
+# The kubectl plugin's directory: on PATH in a fresh shell (Debian's default PATH has /usr/local/bin).
+PLUGIN_DIR        ?= /usr/local/bin
+
+.PHONY: kubectl-plugin
+kubectl-plugin: ## Install the kubectl plugin (`kubectl pvrescue`) into PLUGIN_DIR (default /usr/local/bin, on PATH in a fresh shell).
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/kubectl-pvrescue ./cmd/kubectl-pvrescue
+	install -D -m 0755 $(BIN)/kubectl-pvrescue $(PLUGIN_DIR)/kubectl-pvrescue
 
 ##@ Test
 
@@ -86,6 +104,11 @@ unit: monitoring-deps ## Fast unit tests: pure functions and fakes, no root, no 
 	CGO_ENABLED=1 $(GO) test $(GOTEST_FLAGS) -race -run 'TestServeHTTP' ./webhook/
 	# The exit watcher's event loop and its walks run concurrently, on real processes.
 	CGO_ENABLED=1 $(GO) test $(GOTEST_FLAGS) -race ./nodeagent/fusewatch/
+
+.PHONY: image-check
+image-check: images-deps ## The images as built: two builds of one commit give one digest each; every arm64 binary (and the agent's s3fs from the image's own root) runs under qemu-user-static, the amd64 ones in a chroot (root).
+	@[ "$$(id -u)" = 0 ] || { echo "make image-check needs root (chroot into the unpacked amd64 images)" >&2; exit 1; }
+	$(GO) test $(GOTEST_FLAGS) -tags imagecheck -timeout 30m -run '^TestImages' ./hack/images/ -deb-cache $(CACHE_DIR)/debs
 
 # The packages (of this module) that hold test files of a build tag: the integration and node
 # layers run these, each package's whole suite with the tag. The other packages' test binaries are
@@ -173,7 +196,7 @@ vet:
 	$(GO) run ./hack/modsync
 	# One vet per module over every build tag: no file is built only without a tag (no `!integration`,
 	# `!node`, `!e2e` constraint), so the tagged build is a superset of the untagged one.
-	$(GO) vet -tags integration,node ./...
+	$(GO) vet -tags integration,node,imagecheck ./...
 	cd e2e && $(GO) vet -tags e2e,integration ./...
 
 .PHONY: lint-golangci
@@ -277,7 +300,7 @@ $(BIN)/versitygw:
 # makes and removes its own; fresh-devices resets them). No sysctl needs changing.
 .PHONY: deps
 deps: ## Install every host prerequisite of the tests (apt packages, kernel modules), when missing.
-	hack/install-deps.sh node e2e monitoring
+	hack/install-deps.sh node e2e monitoring images
 
 .PHONY: node-deps
 node-deps: ## Install host packages and kernel modules the node tests need, when missing.
@@ -285,7 +308,11 @@ node-deps: ## Install host packages and kernel modules the node tests need, when
 
 .PHONY: e2e-deps
 e2e-deps: ## Install host packages and kernel modules the e2e suite needs (Prometheus included), when missing.
-	hack/install-deps.sh node e2e monitoring
+	hack/install-deps.sh node e2e monitoring images
+
+.PHONY: images-deps
+images-deps: ## Add the images' architectures to apt (arm64) and install qemu-user-static, when missing.
+	hack/install-deps.sh images
 
 .PHONY: monitoring-deps
 monitoring-deps: ## Install promtool (Debian prometheus) for the alert-rule tests, when missing.

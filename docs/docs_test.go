@@ -428,7 +428,7 @@ var (
 // not pvrescue's.
 var notPvrescueNames = map[string]bool{
 	"HostToContainer": true, "ContainerCreating": true, "RuntimeDefault": true, "IfNotPresent": true,
-	"NodeStageVolume": true, "NodePublishVolume": true, "ImagePullBackOff": true,
+	"NodeStageVolume": true, "NodePublishVolume": true, "ImagePullBackOff": true, "FailedCreate": true,
 }
 
 // goIdentifiers are the names declared anywhere in the repository's Go code (both modules, tests

@@ -101,6 +101,10 @@ j_unit() { after vet deps && $MAKE unit; }
 
 j_integration() { after kube_api && $MAKE integration; }
 
+# The images as make images builds them: two builds, one digest; the arm64 binaries under
+# qemu-user-static, the amd64 ones in a chroot (apt's arm64 index and qemu come with deps).
+j_images() { after deps && $MAKE image-check; }
+
 # Node tests, then the e2e suite: one after the other (one machine's loop devices, mounts and
 # kubelet paths). With PVRESCUE_FRESH_DEVICES=1 (CI) the loop devices are first brought back to a
 # fresh boot's, so a test relying on devices an earlier run left fails here.
@@ -122,6 +126,7 @@ job unit "$BESIDE_NICE" j_unit
 job tools "$TOOLS_NICE" j_tools
 job prewarm "$BESIDE_NICE" j_prewarm
 job integration "$BESIDE_NICE" j_integration
+job images "$BESIDE_NICE" j_images
 job node 0 j_node
 job e2e 0 j_e2e
 wait

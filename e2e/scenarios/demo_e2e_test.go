@@ -160,14 +160,8 @@ func demoPluginRestart(t *testing.T, e *env) {
 	}
 	// The agent's own record: it found the mount dead, bridged it while the plugin did not
 	// answer, and handed it back through the new plugin (a replay in its count), in Events on the pod.
-	// With the engine-less image (no s3fs) the bridge fails and the replay through the new plugin
-	// restores it.
 	moved := []string{demoDeadFound, demoRestores(s3mount.MethodBridge), demoRestores(s3mount.MethodReplay)}
 	reasons := []string{contract.ReasonMountBridged, contract.ReasonBridgeRetired, contract.ReasonContainersRemounted}
-	if e.agentNoS3fs {
-		moved = []string{demoDeadFound, demoRestores(s3mount.MethodReplay)}
-		reasons = []string{contract.ReasonMountReplayed, contract.ReasonContainersRemounted}
-	}
 	after := demoCountersMoved(t, e, agent, counters, moved...)
 	told := demoWaitEvents(t, e, s3NS, "s3app", reasons...)
 	checkTopFUSE(t, target, "after the restore")

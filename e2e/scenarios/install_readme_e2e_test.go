@@ -32,11 +32,13 @@ const readmePlatforms = "linux/amd64"
 
 // TestInstallHelm3 installs pvrescue the way the README says, with the Helm 3 CLI, on a cluster
 // of its own: the README's install commands are read from README.md and run as written (bash, in
-// the checkout) with only the registry, the application namespace and the node name replaced —
-// `make images` (PLATFORMS=linux/amd64), `make push` to an empty registry on the node, `kubectl
-// apply -f manifests/namespace.yaml`, `helm install` (Helm 3, the chart's default tls.mode
-// cert-manager: cert-manager's controllers run in-process, no image of theirs can be pulled
-// here), the two labels and `kubectl pvrescue status`. The node's containerd pulls the images
+// the checkout) with only the registry, the application namespace and the node name replaced (and
+// --plain-http added: the test registry has no TLS) — `make images push` (PLATFORMS=linux/amd64:
+// the images and the chart) to an empty registry on the node, `kubectl apply -f
+// manifests/namespace.yaml`, `helm install oci://… --version … --wait` from that registry (Helm 3,
+// the chart's default tls.mode cert-manager: cert-manager's controllers run in-process, no image
+// of theirs can be pulled here), the two labels, `make kubectl-plugin` and `kubectl pvrescue
+// status`. The node's containerd pulls the images
 // from that registry (the registry's own record, and each container's image ID is the pushed
 // digest). Then both rescues run on that install: a lost local disk (the pod starts on a fake
 // device) and a lost FUSE mount (the CSI plugin restarts; the agent restores the mount). TestHelm
@@ -69,7 +71,7 @@ func TestInstallHelm3(t *testing.T) {
 // plugin (DaemonSet, driver csi-s3).
 func rescueEnv(ctx context.Context, t *testing.T, c *cluster.Cluster) *env {
 	t.Helper()
-	e := &env{c: c, agentNoS3fs: true}
+	e := &env{c: c}
 	var err error
 	if e.s3, err = stack.StartS3(ctx, c, testenv.Binary(t, "versitygw", "versitygw")); err != nil {
 		t.Fatalf("start versitygw: %v", err)
@@ -121,10 +123,6 @@ func readmeInstall(ctx context.Context, t *testing.T, e *env, major int, appNS s
 	if _, err := os.Stat(kubectl); err != nil {
 		t.Fatalf("kubectl missing (%v): run `make kubectl` (builds k8s.io/kubernetes/cmd/kubectl %s from the Go module proxy; make e2e does it)", err, testenv.KubeVersion)
 	}
-	plugin, err := stack.BuildKubectlPvrescue(ctx, repo, filepath.Join(c.Opts.WorkDir, "bin"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	readme, err := os.ReadFile(filepath.Join(repo, "README.md"))
 	if err != nil {
 		t.Fatal(err)
@@ -134,6 +132,9 @@ func readmeInstall(ctx context.Context, t *testing.T, e *env, major int, appNS s
 		t.Fatal(err)
 	}
 	registry := c.PullRegistry.Host + "/pvrescue"
+	// The test's registry speaks plain http: Helm reaches an oci:// chart there only with
+	// --plain-http (the README says to add it for such a registry).
+	helmArgs = append([]string{"--plain-http"}, helmArgs...)
 	cmds, err := stack.ReadmeSubst{Registry: registry, Namespace: appNS, Node: c.Opts.NodeName, HelmArgs: helmArgs}.Apply(asWritten)
 	if err != nil {
 		t.Fatal(err)
@@ -148,16 +149,25 @@ func readmeInstall(ctx context.Context, t *testing.T, e *env, major int, appNS s
 	t.Logf("running the README's install commands (README.md, between the install-commands markers) with Helm %s, kubectl %s, PLATFORMS=%s; replaced: %s → %s, %s → %s, %s → %s; added to helm install: %v",
 		helmSays, testenv.KubeVersion, readmePlatforms, stack.ReadmeRegistry, registry, stack.ReadmeNamespace, appNS, stack.ReadmeNode, c.Opts.NodeName, helmArgs)
 	t0 := time.Now()
+	run := "readme-helm-" + version
+	// No kubectl plugin is put on PATH: the README's own step (make kubectl-plugin) installs it,
+	// into PLUGIN_DIR, which RunCommands points at the head of its PATH.
 	out, err := stack.RunCommands(ctx, c, stack.CommandsRun{
-		Repo: repo, Commands: cmds, Name: "readme-helm-" + version,
-		CLIs: stack.CLIs{Helm: helm, Kubectl: kubectl, KubectlPvrescue: plugin},
+		Repo: repo, Commands: cmds, Name: run,
+		CLIs: stack.CLIs{Helm: helm, Kubectl: kubectl},
 		Env:  []string{"PLATFORMS=" + readmePlatforms},
 	})
 	t.Logf("README install commands (Helm %s), %s:\n%s", version, time.Since(t0).Round(100*time.Millisecond), out)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if fi, err := os.Lstat(filepath.Join(c.Opts.WorkDir, run, "bin", "kubectl-pvrescue")); err != nil || !fi.Mode().IsRegular() {
+		t.Errorf("the README's make kubectl-plugin did not install the plugin into PLUGIN_DIR: %v", err)
+	}
 	pushed := stack.ParsePushed(out)
+	if p, ok := pushed["pvrescue"]; !ok || p.Repo != registry+"/pvrescue" {
+		t.Fatalf("make push did not report the chart pushed to oci://%s/pvrescue: %+v", registry, pushed)
+	}
 	for _, name := range []string{"pvrescue-webhook", "pvrescue-agent", "pvrescue-helper"} {
 		if p, ok := pushed[name]; !ok || p.Repo != registry+"/"+name || p.Digest == "" {
 			t.Fatalf("make push did not report %s pushed to %s: %+v", name, registry, pushed)

@@ -22,9 +22,6 @@ type env struct {
 	s3  *stack.S3
 	csi *stack.CSI
 	in  *stack.Installed
-	// agentNoS3fs: the agent runs `make images`' engine-less image, which carries no s3fs (README),
-	// so it cannot bridge: a plugin restart is restored by the replay once the plugin is back.
-	agentNoS3fs bool
 }
 
 // TestPVRescue brings the cluster up once, installs pvrescue from manifests/, and runs the

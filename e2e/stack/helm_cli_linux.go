@@ -45,6 +45,9 @@ func RunCommands(ctx context.Context, c *cluster.Cluster, r CommandsRun) (string
 		return "", err
 	}
 	for name, p := range map[string]string{"helm": r.CLIs.Helm, "kubectl": r.CLIs.Kubectl, "kubectl-pvrescue": r.CLIs.KubectlPvrescue} {
+		if p == "" {
+			continue // installed by the commands themselves (the README's make kubectl-plugin)
+		}
 		if _, err := os.Stat(p); err != nil {
 			return "", fmt.Errorf("%s for the README's commands: %w", name, err)
 		}
@@ -60,6 +63,9 @@ func RunCommands(ctx context.Context, c *cluster.Cluster, r CommandsRun) (string
 		"HELM_CACHE_HOME="+filepath.Join(dir, "helm", "cache"),
 		"HELM_CONFIG_HOME="+filepath.Join(dir, "helm", "config"),
 		"HELM_DATA_HOME="+filepath.Join(dir, "helm", "data"),
+		// make kubectl-plugin installs there: first on this PATH, as /usr/local/bin is on a
+		// fresh shell's (the machine's own /usr/local/bin is left alone).
+		"PLUGIN_DIR="+binDir,
 	)
 	cmd.Env = append(cmd.Env, r.Env...)
 	out, err := cmd.CombinedOutput()

@@ -10,7 +10,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
 
 	"github.com/pvrescue/pvrescue/e2e/images"
 	"github.com/pvrescue/pvrescue/internal/contract"
@@ -19,9 +23,10 @@ import (
 // ErrNotLanded is returned when a component the suite installs is not in the tree yet.
 var ErrNotLanded = errors.New("component not in the tree yet")
 
-// Binaries are the pvrescue binaries, built like `make build` (static, CGO_ENABLED=0).
+// Binaries are the pvrescue binaries of the webhook image, built like `make build` (static,
+// CGO_ENABLED=0); the agent's image is built by `make images`' builder (BuildAgentImage).
 type Binaries struct {
-	Webhook, Agent, Sidecar string
+	Webhook, Sidecar string
 }
 
 // BuildBinaries runs `go build` of ./cmd/... in repo into dir. Static like the Dockerfiles'
@@ -30,12 +35,10 @@ type Binaries struct {
 func BuildBinaries(ctx context.Context, repo, dir string) (*Binaries, error) {
 	b := &Binaries{
 		Webhook: filepath.Join(dir, "pvrescue-webhook"),
-		Agent:   filepath.Join(dir, "pvrescue-agent"),
 		Sidecar: filepath.Join(dir, "pvrescue-sidecar"),
 	}
 	for _, x := range []struct{ out, pkg, ldflags string }{
 		{b.Webhook, "./cmd/pvrescue-webhook", ""},
-		{b.Agent, "./cmd/pvrescue-agent", ""},
 		{b.Sidecar, "./cmd/pvrescue-sidecar", "-s -w"},
 	} {
 		if _, err := os.Stat(filepath.Join(repo, x.pkg, "main.go")); err != nil {
@@ -65,19 +68,55 @@ func WebhookImage(b *Binaries) ([]images.File, []string) {
 	}, []string{"/pvrescue-webhook"}
 }
 
-// AgentHostBinaries are copied into the agent image with their shared libraries.
+// AgentHostBinaries are copied into the test CSI plugin's image with their shared libraries.
 var AgentHostBinaries = []string{"/usr/bin/s3fs", "/usr/bin/fusermount", "/usr/bin/fusermount3"}
 
-// AgentImage holds the agent plus s3fs, fusermount and their shared libraries copied from this
-// host. Deviation from Dockerfile.agent (a Debian base with apt-get install s3fs fuse3): no image can
-// be pulled here, so the same Debian binaries come from the host instead of a base image.
-func AgentImage(b *Binaries) ([]images.File, []string, error) {
-	files, err := S3fsFiles()
-	if err != nil {
-		return nil, nil, err
+// AgentImageTag is the tag BuildAgentImage builds (and the layout holds).
+const AgentImageTag = "e2e"
+
+// BuildAgentImage builds the agent image as `make images` does — the same builder
+// (go run ./hack/images build), the agent binary with s3fs, fuse3 and their libraries from the
+// Debian packages hack/images/debian.lock pins — for the node's platform only (linux/GOARCH: the
+// other half would only double a cold build; make image-check runs both), into dir, and returns
+// that platform's image.
+func BuildAgentImage(ctx context.Context, repo, dir string) (v1.Image, error) {
+	out := filepath.Join(dir, "images")
+	platform := "linux/" + runtime.GOARCH
+	cmd := exec.CommandContext(ctx, "go", "run", "./hack/images", "build", "-only", "pvrescue-agent",
+		"-platforms", platform, "-version", AgentImageTag, "-out", out)
+	cmd.Dir = repo
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("go run ./hack/images build (make images' builder) for %s: %w\n%s(make images-deps adds what apt needs)", platform, err, b)
 	}
-	files = append(files, images.File{Path: "/pvrescue-agent", Src: b.Agent})
-	return files, []string{"/pvrescue-agent"}, nil
+	p, err := layout.FromPath(filepath.Join(out, "pvrescue-agent"))
+	if err != nil {
+		return nil, err
+	}
+	top, err := p.ImageIndex()
+	if err != nil {
+		return nil, err
+	}
+	m, err := top.IndexManifest()
+	if err != nil {
+		return nil, err
+	}
+	if len(m.Manifests) != 1 {
+		return nil, fmt.Errorf("the agent's layout holds %d indexes, want 1", len(m.Manifests))
+	}
+	idx, err := top.ImageIndex(m.Manifests[0].Digest)
+	if err != nil {
+		return nil, err
+	}
+	im, err := idx.IndexManifest()
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range im.Manifests {
+		if d.Platform != nil && d.Platform.OS == "linux" && d.Platform.Architecture == runtime.GOARCH {
+			return idx.Image(d.Digest)
+		}
+	}
+	return nil, fmt.Errorf("no %s image in the agent's index", platform)
 }
 
 // PluginImage holds the test CSI plugin (cmd csi-s3-test, static) plus s3fs, fusermount and their

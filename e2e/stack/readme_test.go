@@ -23,7 +23,9 @@ func TestReadmeInstallCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"make images", "make push REGISTRY=", "kubectl apply -f manifests/namespace.yaml", "helm install pvrescue charts/pvrescue", "kubectl pvrescue status"} {
+	for _, want := range []string{"make images push REGISTRY=", "kubectl apply -f manifests/namespace.yaml",
+		"helm install pvrescue oci://" + ReadmeRegistry + "/pvrescue --version \"$(make -s chart-version)\"", "--wait",
+		"make kubectl-plugin", "kubectl pvrescue status"} {
 		if !strings.Contains(cmds, want) {
 			t.Errorf("the README's install commands lack %q:\n%s", want, cmds)
 		}

@@ -85,8 +85,8 @@ func (s *S3) Stop() error {
 	return s.proc.Kill()
 }
 
-// BuildAndPushImages builds the pvrescue binaries and the webhook and agent images from them, and
-// pushes both to the cluster's registry. The webhook image carries the injected helper and runs as
+// BuildAndPushImages builds the pvrescue binaries and the webhook image from them, the agent image
+// with `make images`' builder (BuildAgentImage), and pushes both to the cluster's registry. The webhook image carries the injected helper and runs as
 // images.HelperUser, as the published image does (distroless nonroot, Dockerfile.webhook's USER):
 // a helper that only works as root would fail here as it would in the field.
 func BuildAndPushImages(ctx context.Context, c *cluster.Cluster, repo string) (Images, error) {
@@ -100,11 +100,7 @@ func BuildAndPushImages(ctx context.Context, c *cluster.Cluster, repo string) (I
 	if err != nil {
 		return img, err
 	}
-	af, aEntry, err := AgentImage(bins)
-	if err != nil {
-		return img, err
-	}
-	aimg, err := images.Build(af, aEntry, nil)
+	aimg, err := BuildAgentImage(ctx, repo, c.Opts.WorkDir)
 	if err != nil {
 		return img, err
 	}
@@ -154,7 +150,7 @@ func Install(ctx context.Context, c *cluster.Cluster, repo string, opts InstallO
 	in.Deviations = append(in.Deviations,
 		"images: "+PublishedWebhook+" and "+PublishedAgent+" → the local registry "+c.Registry.Host+" (no pulls from the internet here)",
 		"config.yaml helper.image → the same local webhook image",
-		"agent image: s3fs, fusermount and their shared libraries copied from this host instead of Dockerfile.agent's Debian base",
+		"agent image: `make images`' builder for the node's platform only (the agent with Debian's s3fs, fuse3 and libraries as hack/images/debian.lock pins them), not Dockerfile.agent's engine build",
 	)
 	kept, certObjs := splitCertManager(objs)
 	if opts.CertManager {

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -52,6 +53,9 @@ type Spec struct {
 	Ports      []string
 	// Base, when set, is a multi-platform image whose layers go under this image's.
 	Base string
+	// Debian adds the files of the lockfile's Debian packages for each platform (the agent's
+	// s3fs, fuse3 and their libraries) when there is no Base.
+	Debian bool
 }
 
 // NonrootUser is distroless "nonroot", the user of Dockerfile.webhook's image and the helper's.
@@ -95,6 +99,7 @@ func Specs(agentBase string) []Spec {
 			Files:      agentFiles,
 			Entrypoint: []string{"/pvrescue-agent"},
 			Base:       agentBase,
+			Debian:     agentBase == "",
 		},
 		{
 			Name:       "pvrescue-helper",
@@ -108,6 +113,35 @@ func Specs(agentBase string) []Spec {
 
 // Compiler builds the Go package pkg for goos/goarch into the file out.
 type Compiler func(ctx context.Context, root, pkg, goos, goarch, out string) error
+
+// PackageFiles returns the files of the pinned Debian packages for the Debian architecture arch.
+type PackageFiles func(ctx context.Context, arch string) ([]File, error)
+
+// Tools are what Build runs: the Go compiler and the Debian packages' source.
+type Tools struct {
+	Compile  Compiler
+	Packages PackageFiles
+}
+
+// HostTools compile with the host's go and fetch packages with its apt, pinned by o.Lock.
+func HostTools(o *BuildOptions) (Tools, error) {
+	t := Tools{Compile: GoBuild}
+	if o.AgentBase != "" {
+		return t, nil
+	}
+	f, err := os.Open(o.Lock)
+	if err != nil {
+		return t, fmt.Errorf("%w: %w (make image-lock writes it)", ErrLock, err)
+	}
+	defer func() { _ = f.Close() }()
+	lock, err := ParseLock(f)
+	if err != nil {
+		return t, err
+	}
+	d := &Debs{Apt: HostApt{}, Lock: lock, Cache: o.DebCache}
+	t.Packages = d.Files
+	return t, nil
+}
 
 // GoBuild compiles as the Dockerfiles do: static, trimmed, stripped.
 func GoBuild(ctx context.Context, root, pkg, goos, goarch, out string) error {
@@ -134,7 +168,7 @@ type Built struct {
 
 // Build compiles the binaries for every platform and writes each image's index as an OCI image
 // layout o.Out/<name>, its index annotated with the tag o.Version.
-func Build(ctx context.Context, o *BuildOptions, compile Compiler) ([]Built, error) {
+func Build(ctx context.Context, o *BuildOptions, tools Tools) ([]Built, error) {
 	work, err := os.MkdirTemp("", "pvrescue-images-")
 	if err != nil {
 		return nil, err
@@ -142,7 +176,10 @@ func Build(ctx context.Context, o *BuildOptions, compile Compiler) ([]Built, err
 	defer func() { _ = os.RemoveAll(work) }()
 	var built []Built
 	for _, s := range Specs(o.AgentBase) {
-		idx, err := buildIndex(ctx, o, s, work, compile)
+		if len(o.Only) > 0 && !slices.Contains(o.Only, s.Name) {
+			continue
+		}
+		idx, err := buildIndex(ctx, o, s, work, tools)
 		if err != nil {
 			return nil, fmt.Errorf("image %s: %w", s.Name, err)
 		}
@@ -159,7 +196,7 @@ func Build(ctx context.Context, o *BuildOptions, compile Compiler) ([]Built, err
 	return built, nil
 }
 
-func buildIndex(ctx context.Context, o *BuildOptions, s Spec, work string, compile Compiler) (v1.ImageIndex, error) {
+func buildIndex(ctx context.Context, o *BuildOptions, s Spec, work string, tools Tools) (v1.ImageIndex, error) {
 	var base v1.ImageIndex
 	if s.Base != "" {
 		var opts []name.Option
@@ -184,7 +221,7 @@ func buildIndex(ctx context.Context, o *BuildOptions, s Spec, work string, compi
 		for _, b := range s.Binaries {
 			out := filepath.Join(work, goos+"-"+goarch, path.Base(b.Pkg))
 			if _, err := os.Stat(out); err != nil { // the helper is in two images: compile once
-				if err := compile(ctx, o.Root, b.Pkg, goos, goarch, out); err != nil {
+				if err := tools.Compile(ctx, o.Root, b.Pkg, goos, goarch, out); err != nil {
 					return nil, err
 				}
 			}
@@ -193,6 +230,20 @@ func buildIndex(ctx context.Context, o *BuildOptions, s Spec, work string, compi
 				return nil, err
 			}
 			files = append(files, File{Path: b.Path, Data: string(data), Mode: 0o755})
+		}
+		if s.Debian {
+			arch, err := DebArch(goarch)
+			if err != nil {
+				return nil, err
+			}
+			if tools.Packages == nil {
+				return nil, fmt.Errorf("%w: no Debian package source for %s", ErrLock, s.Name)
+			}
+			debs, err := tools.Packages(ctx, arch)
+			if err != nil {
+				return nil, err
+			}
+			files = append(files, debs...)
 		}
 		var baseImg v1.Image
 		if base != nil {
@@ -302,7 +353,10 @@ func layer(files []File) (v1.Layer, error) {
 	}
 	sorted := append([]File(nil), files...)
 	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Path < sorted[j].Path })
-	for _, f := range sorted {
+	for i, f := range sorted {
+		if i > 0 && sorted[i-1].Path == f.Path {
+			return nil, fmt.Errorf("layer entry %q: given twice", f.Path)
+		}
 		if !path.IsAbs(f.Path) || path.Clean(f.Path) != f.Path {
 			return nil, fmt.Errorf("layer entry %q: want a clean absolute path", f.Path)
 		}

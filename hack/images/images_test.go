@@ -44,6 +44,15 @@ func (f *fakeCompiler) compile(_ context.Context, _, pkg, goos, goarch, out stri
 	return os.WriteFile(out, []byte(pkg+" "+goos+"/"+goarch), 0o755)
 }
 
+// fakeDebs are the Debian packages' files for an architecture: an s3fs naming it.
+func fakeDebs(_ context.Context, arch string) ([]File, error) {
+	return []File{{Path: "/usr/bin/s3fs", Data: "s3fs " + arch, Mode: 0o755}, {Path: "/lib/libfuse.so.2", Link: "libfuse.so.2.9.9"}}, nil
+}
+
+func (f *fakeCompiler) tools() Tools { return Tools{Compile: f.compile, Packages: fakeDebs} }
+
+func (f *fakeCompiler) newTools(*BuildOptions) (Tools, error) { return f.tools(), nil }
+
 func serveRegistry(t *testing.T) string {
 	t.Helper()
 	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
@@ -103,7 +112,7 @@ func TestBuildPushReadBack(t *testing.T) {
 	if err := bo.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	built, err := Build(ctx, bo, fc.compile)
+	built, err := Build(ctx, bo, fc.tools())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,12 +130,13 @@ func TestBuildPushReadBack(t *testing.T) {
 
 	reg := serveRegistry(t) + "/team/pvrescue"
 	var buf bytes.Buffer
-	if err := runCommand(ctx, []string{"push", "-in", out, "-version", bo.Version, "-registry", reg}, &buf, fc.compile); err != nil {
+	if err := runCommand(ctx, []string{"push", "-in", out, "-version", bo.Version, "-registry", reg, "-chart", "../../charts/pvrescue"}, &buf, fc.newTools, nil); err != nil {
 		t.Fatalf("push: %v\n%s", err, buf.String())
 	}
-	if n := strings.Count(buf.String(), "pushed "); n != 3 {
-		t.Errorf("push printed %d pushed lines, want 3:\n%s", n, buf.String())
+	if n := strings.Count(buf.String(), "pushed "); n != 4 {
+		t.Errorf("push printed %d pushed lines, want 3 images and the chart:\n%s", n, buf.String())
 	}
+	checkPushedChart(t, reg, bo.Version, buf.String())
 
 	want := map[string]struct {
 		entry []string
@@ -137,7 +147,8 @@ func TestBuildPushReadBack(t *testing.T) {
 			"/pvrescue-webhook": "./cmd/pvrescue-webhook", contract.HelperBinaryInImage: "./cmd/pvrescue-sidecar",
 			"/etc/passwd": "root:x:0:0", "/tmp": "dir 1777 0:0", "/home/nonroot": "dir 700 65532:65532"}},
 		"pvrescue-agent": {[]string{"/pvrescue-agent"}, "", map[string]string{
-			"/pvrescue-agent": "./cmd/pvrescue-agent", "/etc/mtab": "-> /proc/self/mounts"}},
+			"/pvrescue-agent": "./cmd/pvrescue-agent", "/etc/mtab": "-> /proc/self/mounts", "/usr/bin/s3fs": "s3fs ",
+			"/lib/libfuse.so.2": "-> libfuse.so.2.9.9"}},
 		"pvrescue-helper": {[]string{contract.HelperBinaryInImage}, NonrootUser, map[string]string{
 			contract.HelperBinaryInImage: "./cmd/pvrescue-sidecar"}},
 	}
@@ -187,6 +198,9 @@ func TestBuildPushReadBack(t *testing.T) {
 				if strings.HasPrefix(prefix, "./cmd/") && got != prefix+" "+p {
 					t.Errorf("%s %s: %s holds the binary built for %q", imgName, p, path, strings.TrimPrefix(got, prefix+" "))
 				}
+				if prefix == "s3fs " && got != "s3fs "+d.Platform.Architecture {
+					t.Errorf("%s %s: the Debian packages of %q", imgName, p, strings.TrimPrefix(got, prefix))
+				}
 			}
 		}
 		if slices.Sort(platforms); !slices.Equal(platforms, DefaultPlatforms) {
@@ -195,7 +209,7 @@ func TestBuildPushReadBack(t *testing.T) {
 	}
 
 	// A version that was not built is refused before anything is pushed.
-	err = runCommand(ctx, []string{"push", "-in", out, "-version", "v9", "-registry", reg}, io.Discard, fc.compile)
+	err = runCommand(ctx, []string{"push", "-in", out, "-version", "v9", "-registry", reg}, io.Discard, fc.newTools, nil)
 	if !errors.Is(err, ErrNotBuilt) {
 		t.Errorf("push of an unbuilt version: %v, want ErrNotBuilt", err)
 	}
@@ -208,7 +222,7 @@ func TestBuildReproducible(t *testing.T) {
 	for i := range digests {
 		bo := NewBuildOptions()
 		bo.Out, bo.Version = t.TempDir(), "v1"
-		built, err := Build(context.Background(), bo, fc.compile)
+		built, err := Build(context.Background(), bo, fc.tools())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -254,7 +268,7 @@ func TestBuildAgentOnBase(t *testing.T) {
 	if err := bo.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Build(ctx, bo, (&fakeCompiler{}).compile); err != nil {
+	if _, err := Build(ctx, bo, Tools{Compile: (&fakeCompiler{}).compile}); err != nil {
 		t.Fatal(err)
 	}
 	idx, err := readLayout(filepath.Join(bo.Out, "pvrescue-agent"), "v1")
@@ -299,9 +313,10 @@ func TestValidate(t *testing.T) {
 		{"push bad registry", []string{"push", "-version", "v1", "-registry", "Bad Host/x"}, `-registry "Bad Host/x"`},
 		{"no subcommand", nil, "want a subcommand"},
 		{"unknown subcommand", []string{"publish"}, `unknown subcommand "publish"`},
+		{"build unknown image", []string{"build", "-version", "v1", "-only", "pvrescue-x"}, `-only: no image "pvrescue-x"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := runCommand(context.Background(), tc.args, io.Discard, (&fakeCompiler{}).compile)
+			err := runCommand(context.Background(), tc.args, io.Discard, (&fakeCompiler{}).newTools, nil)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %v, want one containing %q", err, tc.want)
 			}

@@ -3,10 +3,15 @@
 //
 //	images build -version V [-out bin/images] [-platforms linux/amd64,linux/arm64] [-agent-base REF]
 //	images push  -version V -registry HOST[:PORT]/PATH [-in bin/images] [-insecure]
+//	images lock  [-lock hack/images/debian.lock] [-platforms …]
 //
 // build cross-compiles the static binaries (CGO_ENABLED=0, GOOS/GOARCH) and writes one OCI image
 // layout per image under -out (pvrescue-webhook/, pvrescue-agent/, pvrescue-helper/), each holding a
-// multi-platform index tagged V. push copies those indexes to REGISTRY/<image>:V.
+// multi-platform index tagged V. The agent image also carries s3fs, fuse3 and their shared
+// libraries from Debian's packages for each platform's architecture, pinned by the lockfile (name,
+// version, architecture, sha256), unless -agent-base names a base image that has them. push copies
+// those indexes to REGISTRY/<image>:V. lock resolves the Debian packages by name with apt
+// (make image-lock) and rewrites the lockfile.
 package main
 
 import (
@@ -25,7 +30,7 @@ func main() {
 }
 
 func run(ctx context.Context, args []string) int {
-	if err := runCommand(ctx, args, os.Stdout, GoBuild); err != nil {
+	if err := runCommand(ctx, args, os.Stdout, HostTools, HostApt{}); err != nil {
 		fmt.Fprintln(os.Stderr, "images:", err)
 		return 1
 	}

@@ -6,6 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -24,11 +28,24 @@ type BuildOptions struct {
 	// e.g. one with s3fs, fuse3 and util-linux as Dockerfile.agent installs. Empty: no base.
 	AgentBase string
 	Insecure  bool // pull AgentBase over plain http
+	// Lock pins the agent's Debian packages (without AgentBase); DebCache keeps their .debs.
+	Lock, DebCache string
+	Only           []string // image names to build; empty: all
 }
 
 // NewBuildOptions returns the defaults.
 func NewBuildOptions() *BuildOptions {
-	return &BuildOptions{Root: ".", Out: "bin/images", Platforms: append([]string(nil), DefaultPlatforms...)}
+	return &BuildOptions{Root: ".", Out: "bin/images", Platforms: append([]string(nil), DefaultPlatforms...),
+		Lock: DefaultLock, DebCache: defaultDebCache()}
+}
+
+// defaultDebCache is pvrescue's cache directory (as the Makefile's CACHE_DIR) /debs.
+func defaultDebCache() string {
+	d, err := os.UserCacheDir()
+	if err != nil {
+		d = os.TempDir()
+	}
+	return filepath.Join(d, "pvrescue", "debs")
 }
 
 // AddFlags registers the options on fs.
@@ -42,6 +59,12 @@ func (o *BuildOptions) AddFlags(fs *flag.FlagSet) {
 	})
 	fs.StringVar(&o.AgentBase, "agent-base", o.AgentBase, "multi-platform base image for the agent (with s3fs, fuse3, util-linux); empty: none")
 	fs.BoolVar(&o.Insecure, "insecure", o.Insecure, "pull -agent-base over plain http")
+	fs.StringVar(&o.Lock, "lock", o.Lock, "lockfile of the agent's Debian packages (make image-lock)")
+	fs.StringVar(&o.DebCache, "deb-cache", o.DebCache, "directory the pinned .deb files are kept in, by sha256")
+	fs.Func("only", "comma-separated image names to build (default: all three)", func(s string) error {
+		o.Only = splitList(s)
+		return nil
+	})
 }
 
 // ErrInvalidOptions wraps every problem Validate finds.
@@ -68,6 +91,13 @@ func (o *BuildOptions) Validate() error {
 		if _, err := name.ParseReference(o.AgentBase); err != nil {
 			problems = append(problems, fmt.Sprintf("-agent-base: %v", err))
 		}
+	} else if o.Lock == "" || o.DebCache == "" {
+		problems = append(problems, "-lock and -deb-cache: required without -agent-base")
+	}
+	for _, n := range o.Only {
+		if !slices.ContainsFunc(Specs(""), func(s Spec) bool { return s.Name == n }) {
+			problems = append(problems, fmt.Sprintf("-only: no image %q", n))
+		}
 	}
 	return joinProblems(problems)
 }
@@ -80,10 +110,13 @@ type PushOptions struct {
 	// Insecure talks plain http to a registry go-containerregistry would reach over https.
 	// localhost, 127.0.0.0/8 and RFC 1918 addresses are reached over http without it.
 	Insecure bool
+	// Chart is the chart directory pushed beside the images as oci://Registry/<chart>, version
+	// ChartVersion(Version); empty: images only.
+	Chart string
 }
 
 // NewPushOptions returns the defaults.
-func NewPushOptions() *PushOptions { return &PushOptions{In: "bin/images"} }
+func NewPushOptions() *PushOptions { return &PushOptions{In: "bin/images", Chart: DefaultChart} }
 
 // AddFlags registers the options on fs.
 func (o *PushOptions) AddFlags(fs *flag.FlagSet) {
@@ -91,6 +124,7 @@ func (o *PushOptions) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Version, "version", o.Version, "the tag to push (as built)")
 	fs.StringVar(&o.Registry, "registry", o.Registry, "registry and path, e.g. registry.example:5000/pvrescue")
 	fs.BoolVar(&o.Insecure, "insecure", o.Insecure, "plain http (localhost and private addresses use http anyway)")
+	fs.StringVar(&o.Chart, "chart", o.Chart, "chart directory pushed beside the images (oci://REGISTRY/<chart>, version from -version); empty: none")
 }
 
 // Validate checks the options before anything is pushed.
@@ -145,10 +179,11 @@ func joinProblems(problems []string) error {
 	return fmt.Errorf("%w: %s", ErrInvalidOptions, strings.Join(problems, "; "))
 }
 
-// runCommand parses a subcommand and its flags and runs it; compile builds the binaries.
-func runCommand(ctx context.Context, args []string, out io.Writer, compile Compiler) error {
+// runCommand parses a subcommand and its flags and runs it; tools gives what build runs, apt
+// what lock asks.
+func runCommand(ctx context.Context, args []string, out io.Writer, tools func(*BuildOptions) (Tools, error), apt Apt) error {
 	if len(args) == 0 {
-		return fmt.Errorf("%w: want a subcommand, build or push", ErrInvalidOptions)
+		return fmt.Errorf("%w: want a subcommand, build, push or lock", ErrInvalidOptions)
 	}
 	fs := flag.NewFlagSet("images "+args[0], flag.ContinueOnError)
 	fs.SetOutput(out)
@@ -162,7 +197,11 @@ func runCommand(ctx context.Context, args []string, out io.Writer, compile Compi
 		if err := o.Validate(); err != nil {
 			return err
 		}
-		built, err := Build(ctx, o, compile)
+		t, err := tools(o)
+		if err != nil {
+			return err
+		}
+		built, err := Build(ctx, o, t)
 		if err != nil {
 			return err
 		}
@@ -187,8 +226,31 @@ func runCommand(ctx context.Context, args []string, out io.Writer, compile Compi
 				err = werr
 			}
 		}
+		if err == nil && o.Chart != "" {
+			_, err = fmt.Fprintf(out, "install: helm install pvrescue oci://%s/pvrescue --version %s\n", strings.TrimSuffix(o.Registry, "/"), ChartVersion(o.Version))
+		}
 		return err
+	case "lock":
+		file, platforms := DefaultLock, slices.Clone(DefaultPlatforms)
+		fs.StringVar(&file, "lock", file, "the lockfile to write")
+		fs.Func("platforms", "comma-separated os/arch list (default "+strings.Join(DefaultPlatforms, ",")+")", func(s string) error {
+			platforms = splitList(s)
+			return nil
+		})
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		l, err := WriteLock(ctx, apt, platforms, file)
+		if err != nil {
+			return err
+		}
+		for _, arch := range slices.Sorted(maps.Keys(l)) {
+			if _, err := fmt.Fprintf(out, "%s: %d packages pinned in %s\n", arch, len(l[arch]), file); err != nil {
+				return err
+			}
+		}
+		return nil
 	default:
-		return fmt.Errorf("%w: unknown subcommand %q (build or push)", ErrInvalidOptions, args[0])
+		return fmt.Errorf("%w: unknown subcommand %q (build, push or lock)", ErrInvalidOptions, args[0])
 	}
 }

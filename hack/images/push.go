@@ -18,7 +18,9 @@ import (
 var ErrNotBuilt = errors.New("image not built")
 
 // Push copies each image's index tagged o.Version from o.In to o.Registry/<name>:o.Version, with
-// the credentials of the Docker config (~/.docker/config.json) when the registry asks for them.
+// the credentials of the Docker config (~/.docker/config.json) when the registry asks for them,
+// then the chart o.Chart as oci://o.Registry/<chart>:ChartVersion(o.Version), its appVersion
+// o.Version and its images' repositories in o.Registry (credentials: `helm registry login`).
 // It returns the references pushed.
 func Push(ctx context.Context, o *PushOptions) ([]string, error) {
 	var opts []name.Option
@@ -45,7 +47,18 @@ func Push(ctx context.Context, o *PushOptions) ([]string, error) {
 		}
 		pushed = append(pushed, r+"@"+d.String())
 	}
-	return pushed, nil
+	if o.Chart == "" {
+		return pushed, nil
+	}
+	data, ch, err := PackageChart(o.Chart, o.Registry, o.Version)
+	if err != nil {
+		return pushed, err
+	}
+	ref, err := PushChart(ctx, data, ch, o.Registry, o.Insecure)
+	if err != nil {
+		return pushed, err
+	}
+	return append(pushed, ref), nil
 }
 
 // readLayout returns the index tagged version in the OCI image layout dir.

@@ -62,7 +62,7 @@ func ourFlags(t *testing.T) map[string][]string {
 // otherTools' flags the docs name, by the tool they belong to: a flag in the docs is either
 // pvrescue's or listed here (so a renamed or misspelt flag of ours cannot pass as someone else's).
 var otherTools = map[string][]string{
-	"helm":                 {"set", "set-string", "create-namespace", "reuse-values", "wait", "version", "namespace", "values", "plain-http"},
+	"helm":                 {"set", "set-string", "create-namespace", "reuse-values", "wait", "version", "namespace", "values", "plain-http", "reset-then-reuse-values"},
 	"kubectl":              {"subresource", "dry-run", "context", "namespace", "kubeconfig"},
 	"git describe":         {"tags", "always", "dirty"},
 	"dpkg":                 {"add-architecture"},

@@ -83,22 +83,56 @@ func (s ReadmeSubst) Apply(cmds string) (string, error) {
 	if len(s.HelmArgs) == 0 {
 		return cmds, nil
 	}
+	return AddArgs(cmds, "helm install ", s.HelmArgs)
+}
+
+// AddArgs appends args to the first command that starts with prefix (after its continuation
+// lines, before a trailing comment).
+func AddArgs(cmds, prefix string, args []string) (string, error) {
 	lines := strings.Split(cmds, "\n")
 	for i, l := range lines {
-		if !strings.HasPrefix(l, "helm install ") {
+		if !strings.HasPrefix(l, prefix) {
 			continue
 		}
 		for i < len(lines)-1 && strings.HasSuffix(lines[i], "\\") {
 			i++
 		}
 		code, comment, _ := strings.Cut(lines[i], " #")
-		lines[i] = strings.TrimRight(code, " ") + " " + strings.Join(s.HelmArgs, " ")
+		lines[i] = strings.TrimRight(code, " ") + " " + strings.Join(args, " ")
 		if comment != "" {
 			lines[i] += "   #" + comment
 		}
 		return strings.Join(lines, "\n"), nil
 	}
-	return "", fmt.Errorf("%w: no line starts with \"helm install \"", ErrReadme)
+	return "", fmt.Errorf("%w: no line starts with %q", ErrReadme, prefix)
+}
+
+// OperationsUpgradeCommands returns the commands of docs/operations.md's "## Upgrade" section (its
+// first ```sh fence), split where `helm rollback` begins: the upgrade to a new version, and the
+// rollback. The registry placeholder is replaced by registry; every placeholder must be there.
+func OperationsUpgradeCommands(doc, registry string) (upgrade, rollback string, err error) {
+	_, sec, ok := strings.Cut(doc, "\n## Upgrade\n")
+	if !ok {
+		return "", "", fmt.Errorf("%w: docs/operations.md has no \"## Upgrade\" section", ErrReadme)
+	}
+	sec, _, _ = strings.Cut(sec, "\n## ")
+	_, fence, ok := strings.Cut(sec, "\n```sh\n")
+	if !ok {
+		return "", "", fmt.Errorf("%w: no ```sh fence in operations.md's Upgrade section", ErrReadme)
+	}
+	cmds, _, ok := strings.Cut(fence, "\n```")
+	if !ok {
+		return "", "", fmt.Errorf("%w: unterminated ```sh fence in operations.md's Upgrade section", ErrReadme)
+	}
+	if !strings.Contains(cmds, ReadmeRegistry) {
+		return "", "", fmt.Errorf("%w: placeholder %q not in operations.md's upgrade commands:\n%s", ErrReadme, ReadmeRegistry, cmds)
+	}
+	cmds = strings.ReplaceAll(cmds, ReadmeRegistry, registry)
+	i := strings.Index(cmds, "\nhelm rollback ")
+	if i < 0 {
+		return "", "", fmt.Errorf("%w: no helm rollback line in operations.md's upgrade commands", ErrReadme)
+	}
+	return cmds[:i+1], cmds[i+1:] + "\n", nil
 }
 
 // ParsePushed returns the references `make push` printed ("pushed HOST/PATH/NAME:TAG@DIGEST"),

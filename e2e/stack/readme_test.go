@@ -101,3 +101,25 @@ func TestParsePushed(t *testing.T) {
 		t.Errorf("refs %s %s", w.ByDigest(), w.Ref())
 	}
 }
+
+func TestOperationsUpgradeCommands(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "docs", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	up, back, err := OperationsUpgradeCommands(string(b), "127.0.0.1:9/p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"make images push REGISTRY=127.0.0.1:9/p", "helm upgrade pvrescue oci://127.0.0.1:9/p/pvrescue --version \"$(make -s chart-version)\"", "--wait"} {
+		if !strings.Contains(up, want) {
+			t.Errorf("upgrade commands lack %q:\n%s", want, up)
+		}
+	}
+	if !strings.HasPrefix(back, "helm rollback pvrescue") || strings.Contains(up, "rollback") {
+		t.Errorf("rollback split wrong:\nupgrade:\n%s\nrollback:\n%s", up, back)
+	}
+	if got, err := AddArgs(up, "helm upgrade ", []string{"--plain-http"}); err != nil || !strings.Contains(got, "--reset-then-reuse-values --wait --plain-http") {
+		t.Errorf("AddArgs: %v\n%s", err, got)
+	}
+}

@@ -70,13 +70,13 @@ func demoLostDisk(t *testing.T, e *env) {
 		told = told[:0]
 		var missing []string
 		for _, reason := range []string{contract.ReasonFakeDeviceCreated, contract.ReasonFakeDeviceRetired} {
-			evs := events(e, "", reason)
+			evs := events(t, e, "", reason)
 			if len(evs) == 0 {
 				missing = append(missing, reason)
 			}
 			told = append(told, evs...)
 		}
-		told = append(told, events(e, localNS, contract.ReasonEvictedForRealDisk)...)
+		told = append(told, events(t, e, localNS, contract.ReasonEvictedForRealDisk)...)
 		return len(missing) == 0, "no Event " + strings.Join(missing, ", ")
 	})
 	t.Logf("the agent's Events:\n  %s", strings.Join(told, "\n  "))

@@ -23,6 +23,7 @@ import (
 	"github.com/pvrescue/pvrescue/e2e/stack"
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/internal/contract"
+	"github.com/pvrescue/pvrescue/nodeagent"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csitest"
 )
 
@@ -244,11 +245,13 @@ func foreignLocalPV(t *testing.T, e *env) {
 		t.Errorf("the webhook told the tenant whose claim %s is bound to: %s", foreignVictimPV, status)
 	}
 	// The agent lists the tenant's pods before the disk goes: a fake made while only the victim's
-	// guarded pod used the PV would stand whatever came after.
-	time.Sleep(agentObserveWindow)
+	// guarded pod used the PV would stand whatever came after. Two of its passes end (one began
+	// after the tenant's pods were there), then no fake may stand.
+	took := waitPasses(t, e, localDiskPasses, 2, time.Minute)
 	if l := loopsUnder(config.Default().StateDir); len(l) > 0 {
 		t.Fatalf("premise: no fake of the agent before the disk is lost, found %v", l)
 	}
+	t.Logf("the agent made two local-disk passes (%s) with the tenant's pods in place and no fake", took.Round(100*time.Millisecond))
 
 	t.Logf("unplugging %s (%s, PV %s) and deleting the victim's pod", d.Link(), d.Dev, foreignVictimPV)
 	if err := d.Unplug(); err != nil {
@@ -283,8 +286,11 @@ func foreignLocalPV(t *testing.T, e *env) {
 	if rep := guardReportIn(t, e, foreignVictimNS, "victim-2"); len(fakes(rep)) != 1 || fakes(rep)[0] != "/dev/data1" {
 		t.Errorf("the victim's guard should report /dev/data1 as fake, reported %+v", rep.Devices)
 	}
-	// Several agent passes with the tenant's pods and the fake in place, then what it made and said.
-	time.Sleep(agentObserveWindow)
+	// Two agent passes with the tenant's pods and the fake in place (one began after the victim's
+	// pod ran on it), and the Events they recorded sent (held DefaultEventPostDelay), then what
+	// it made and said.
+	waitPasses(t, e, localDiskPasses, 2, time.Minute)
+	time.Sleep(nodeagent.DefaultEventPostDelay + time.Second)
 	if l := loopsUnder(config.Default().StateDir); len(l) != 1 {
 		t.Errorf("the agent should hold exactly one fake (the victim's), has %v", l)
 	}

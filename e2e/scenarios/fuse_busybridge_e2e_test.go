@@ -234,7 +234,8 @@ func busyBridge(t *testing.T, e *env) {
 	}
 	pid := ours[0]
 	started := procStartTime(pid)
-	tgtIDs, bridgeIDs := mountIDs(mountsAt(target)), mountIDs(mountsAt(bridgeMount))
+	// The stacks by unique mount ID (a new mount may get a freed mountinfo ID and pass for the old).
+	tgtIDs, bridgeIDs := mustStackIdentity(t, target), mustStackIdentity(t, bridgeMount)
 	t.Logf("bridged after %s: s3fs pid %d (start %s) at %s; target %s", time.Since(t0).Round(100*time.Millisecond), pid, started, bridgeMount, describeStack(mountsAt(target)))
 
 	// The writers run through the bridge.
@@ -325,13 +326,13 @@ func busyBridge(t *testing.T, e *env) {
 	if got := ourS3fs(l.pv); len(got) != 1 || got[0] != pid {
 		t.Errorf("agent s3fs after the restart %v, want only the busy bridge %d (no second writer)", got, pid)
 	}
-	if got := mountIDs(mountsAt(target)); got != tgtIDs {
-		t.Errorf("the target's stack changed while the bridge was busy: %s → %s (%s)", tgtIDs, got, describeStack(mountsAt(target)))
+	if got, err := stackIdentity(target); got != tgtIDs {
+		t.Errorf("the target's stack changed while the bridge was busy: %s → %s (%v; %s)", tgtIDs, got, err, describeStack(mountsAt(target)))
 	}
-	if got := mountIDs(mountsAt(bridgeMount)); got != bridgeIDs {
-		t.Errorf("the bridge's mount changed while it was busy: %s → %s", bridgeIDs, got)
+	if got, err := stackIdentity(bridgeMount); got != bridgeIDs {
+		t.Errorf("the bridge's mount changed while it was busy: %s → %s (%v)", bridgeIDs, got, err)
 	}
-	hung := events(e, l.ns, contract.ReasonMountHung)
+	hung := events(t, e, l.ns, contract.ReasonMountHung)
 	t.Logf("new agent %s running %s after the delete of %s, adopted the busy bridge %s after it: %s", next, startedAfter, old.Name, adoptedAfter, ad.busy[0])
 
 	// s3fs and S3 resume: the writers go on and finish; nothing of theirs is lost.
@@ -381,8 +382,8 @@ func busyBridge(t *testing.T, e *env) {
 	if got := ourS3fs(l.pv); len(got) != 1 || got[0] != pid || procStartTime(pid) != started {
 		t.Errorf("agent s3fs after the resume %v (pid %d start %s now %s), want the same process %d", got, pid, started, procStartTime(pid), pid)
 	}
-	if got := mountIDs(mountsAt(target)); got != tgtIDs {
-		t.Errorf("the target's stack changed: %s → %s (%s)", tgtIDs, got, describeStack(mountsAt(target)))
+	if got, err := stackIdentity(target); got != tgtIDs {
+		t.Errorf("the target's stack changed: %s → %s (%v; %s)", tgtIDs, got, err, describeStack(mountsAt(target)))
 	}
 	rc := checkRestarts(t, e, l.ns, restarts)
 	t.Logf("RESULT busy bridge: %d writers, %d files / %d bytes written and on the S3 server byte for byte (%d finished, %d on the server at the stop); S3 stalled %s, s3fs %d stopped %s, statfs of the bridge blocked %s (agent timeout %s; with S3 stalled alone: %s); agent pod deleted → new agent adopted the bridge as busy after %s; s3fs pid %d → %d, start time unchanged; writer errors %d; MountHung Events %d; restarts %v",

@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/pvrescue/pvrescue/e2e/stack"
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/internal/mountinfo"
@@ -237,22 +235,4 @@ func checkNothingLeft(t testing.TB, e *env, pv, src string) {
 	if !ok {
 		t.Errorf("every pod of %s is gone, but 30 s later this is left: %s", pv, why)
 	}
-}
-
-// events lists the Events with reason ("" for any) in ns ("" for all namespaces), as
-// "namespace/object type reason: message".
-func events(e *env, ns, reason string) []string {
-	var opts metav1.ListOptions
-	if reason != "" {
-		opts.FieldSelector = "reason=" + reason
-	}
-	evs, err := e.c.Client.CoreV1().Events(ns).List(context.Background(), opts)
-	if err != nil {
-		return []string{err.Error()}
-	}
-	var out []string
-	for _, ev := range evs.Items {
-		out = append(out, fmt.Sprintf("%s/%s %s %s: %s", ev.InvolvedObject.Namespace, ev.InvolvedObject.Name, ev.Type, ev.Reason, ev.Message))
-	}
-	return out
 }

@@ -43,11 +43,12 @@ func lostFUSEMountHung(t *testing.T, e *env) {
 		t.Fatalf("the plugin runs %d s3fs %v, want 1 (one volume)", len(serving), serving)
 	}
 	pid := serving[0]
-	tgtBefore, globBefore := mountIDs(mountsAt(target)), mountIDs(mountsAt(global))
+	// The stacks by unique mount ID (a new mount may get a freed mountinfo ID and pass for the old).
+	tgtBefore, globBefore := mustStackIdentity(t, target), mustStackIdentity(t, global)
 	if others := otherS3fs(l, pid); len(others) > 0 {
 		t.Fatalf("before the stop, other s3fs of %s run: %v", l.src, others)
 	}
-	hungBefore := len(hungEvents(e, l))
+	hungBefore := len(hungEvents(t, e, l))
 
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatalf("SIGSTOP s3fs %d: %v", pid, err)
@@ -72,11 +73,13 @@ func lostFUSEMountHung(t *testing.T, e *env) {
 		if others := otherS3fs(l, pid); len(others) > 0 && len(second) < 5 {
 			second = append(second, fmt.Sprintf("+%s %v", time.Since(t0).Round(time.Second), others))
 		}
-		tgt, glob := mountsAt(target), mountsAt(global)
-		if (mountIDs(tgt) != tgtBefore || mountIDs(glob) != globBefore) && len(stacked) < 5 {
-			stacked = append(stacked, fmt.Sprintf("+%s target %s staging %s", time.Since(t0).Round(time.Second), describeStack(tgt), describeStack(glob)))
+		tgt, tgtErr := stackIdentity(target)
+		glob, globErr := stackIdentity(global)
+		if (tgt != tgtBefore || glob != globBefore) && len(stacked) < 5 {
+			stacked = append(stacked, fmt.Sprintf("+%s target %s %s (%v) staging %s %s (%v)", time.Since(t0).Round(time.Second),
+				tgt, describeStack(mountsAt(target)), tgtErr, glob, describeStack(mountsAt(global)), globErr))
 		}
-		if hungAt == 0 && len(hungEvents(e, l)) > hungBefore {
+		if hungAt == 0 && len(hungEvents(t, e, l)) > hungBefore {
 			hungAt = time.Since(t0).Round(100 * time.Millisecond)
 		}
 		time.Sleep(time.Second)
@@ -88,7 +91,7 @@ func lostFUSEMountHung(t *testing.T, e *env) {
 		t.Errorf("the mounts changed while s3fs was stopped (was target %s, staging %s): %s", tgtBefore, globBefore, strings.Join(stacked, "; "))
 	}
 	if hungAt == 0 {
-		t.Errorf("no Event MountHung for %s within %s of the stop; events: %v", l.pv, hungFor, allEventsAbout(e, l))
+		t.Errorf("no Event MountHung for %s within %s of the stop; events: %v", l.pv, hungFor, allEventsAbout(t, e, l))
 	}
 	rc := checkRestarts(t, e, l.ns, restarts)
 	t.Logf("RESULT hung s3fs: %s stopped; Event MountHung after %s; second s3fs %v; stacks changed %v; restarts %v → %v",
@@ -101,11 +104,11 @@ func lostFUSEMountHung(t *testing.T, e *env) {
 	at := waitReads(t, e, t1, 60*time.Second, "after SIGCONT", append(l.readers("app"),
 		reader{l.ns, "app", "app", "/data/while-stopped.txt", meanwhile})...)
 	writeReachesBucket(t, e, l.ns, "app", "app", "/data/after-cont.txt", l.dataDir+"after-cont.txt", "after SIGCONT")
-	if got := mountIDs(mountsAt(target)); got != tgtBefore {
-		t.Errorf("after SIGCONT the target's stack changed: %s → %s (%s)", tgtBefore, got, describeStack(mountsAt(target)))
+	if got, err := stackIdentity(target); got != tgtBefore {
+		t.Errorf("after SIGCONT the target's stack changed: %s → %s (%v; %s)", tgtBefore, got, err, describeStack(mountsAt(target)))
 	}
-	if got := mountIDs(mountsAt(global)); got != globBefore {
-		t.Errorf("after SIGCONT the staging path's stack changed: %s → %s (%s)", globBefore, got, describeStack(mountsAt(global)))
+	if got, err := stackIdentity(global); got != globBefore {
+		t.Errorf("after SIGCONT the staging path's stack changed: %s → %s (%v; %s)", globBefore, got, err, describeStack(mountsAt(global)))
 	}
 	if others := otherS3fs(l, pid); len(others) > 0 {
 		t.Errorf("after SIGCONT other s3fs of %s run: %v", l.src, others)
@@ -132,7 +135,9 @@ func otherS3fs(l *fieldLayout, pid int) []int {
 	return out
 }
 
-// mountIDs is the stack's mount IDs, bottom first ("[12 40]").
+// mountIDs is the stack's mountinfo IDs, bottom first ("[12 40]"). The kernel hands a freed ID
+// out again: to tell whether the mounts at a path are still the same ones, compare
+// stackIdentity.
 func mountIDs(ms []mountinfo.Mount) string {
 	ids := make([]int, 0, len(ms))
 	for _, m := range ms {
@@ -142,9 +147,9 @@ func mountIDs(ms []mountinfo.Mount) string {
 }
 
 // hungEvents are the MountHung Events about the layout's pods or PV.
-func hungEvents(e *env, l *fieldLayout) []string {
+func hungEvents(t testing.TB, e *env, l *fieldLayout) []string {
 	var out []string
-	for _, ev := range events(e, "", "MountHung") {
+	for _, ev := range events(t, e, "", "MountHung") {
 		if strings.HasPrefix(ev, l.ns+"/") || strings.Contains(ev, l.pv) {
 			out = append(out, ev)
 		}
@@ -153,6 +158,6 @@ func hungEvents(e *env, l *fieldLayout) []string {
 }
 
 // allEventsAbout lists every Event in the layout's namespace (for failure messages).
-func allEventsAbout(e *env, l *fieldLayout) []string {
-	return events(e, l.ns, "")
+func allEventsAbout(t testing.TB, e *env, l *fieldLayout) []string {
+	return events(t, e, l.ns, "")
 }

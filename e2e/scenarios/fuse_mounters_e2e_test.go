@@ -123,7 +123,7 @@ func lostFUSEMountMounters(t *testing.T, e *env) {
 		}
 		// The agent holds its Events a moment (--event-delay) so they do not compete with the pods.
 		waitFor(t, 30*time.Second, v.mounter+": the agent's "+contract.ReasonMountBridged+" Event", func() (bool, string) {
-			return len(events(e, v.ns, contract.ReasonMountBridged)) > 0, fmt.Sprintf("events %v", events(e, v.ns, ""))
+			return len(events(t, e, v.ns, contract.ReasonMountBridged)) > 0, fmt.Sprintf("events %v", events(t, e, v.ns, ""))
 		})
 		writeReachesBucket(t, e, v.ns, "app", "app", "/data/bridged-write.txt", v.prefix+"/bridged-write.txt", v.mounter+" while bridged")
 	}
@@ -164,7 +164,7 @@ func lostFUSEMountMounters(t *testing.T, e *env) {
 		if top := st[len(st)-1]; top.FSType != v.fsType() || top.Source == ourFSName(v.pv) {
 			t.Errorf("%s: after the hand-back the target's top is %s %s, want the driver's own %s mount; stack %s", v.mounter, top.FSType, top.Source, v.fsType(), describeStack(st))
 		}
-		if evs := events(e, v.ns, contract.ReasonReplayResultWrongFilesystem); len(evs) > 0 {
+		if evs := events(t, e, v.ns, contract.ReasonReplayResultWrongFilesystem); len(evs) > 0 {
 			t.Errorf("%s: the driver's mount was refused: %v", v.mounter, evs)
 		}
 		checkRestarts(t, e, v.ns, v.restarts)
@@ -262,7 +262,7 @@ func lostFUSEMountMounters(t *testing.T, e *env) {
 	var replayed []string
 	waitFor(t, 30*time.Second, "the agent's replay Event naming the recreated PV's attributes", func() (bool, string) {
 		// Replayed at once, or bridged while the plugin restarted and handed back by a replay.
-		replayed = append(events(e, id.ns, contract.ReasonMountReplayed), events(e, id.ns, contract.ReasonBridgeRetired)...)
+		replayed = append(events(t, e, id.ns, contract.ReasonMountReplayed), events(t, e, id.ns, contract.ReasonBridgeRetired)...)
 		for _, ev := range replayed {
 			if strings.Contains(ev, wantText) {
 				return true, ""
@@ -277,7 +277,7 @@ func lostFUSEMountMounters(t *testing.T, e *env) {
 	}
 	// The agent sends its held Events in the order it recorded them: with the replay's Event in
 	// the API, a refusal or failure recorded before it is too.
-	if evs := append(events(e, id.ns, contract.ReasonReplayResultWrongFilesystem), events(e, id.ns, contract.ReasonMountRestoreFailed)...); len(evs) > 0 {
+	if evs := append(events(t, e, id.ns, contract.ReasonReplayResultWrongFilesystem), events(t, e, id.ns, contract.ReasonMountRestoreFailed)...); len(evs) > 0 {
 		t.Errorf("recreated PV: the agent refused or failed: %v", evs)
 	}
 	t.Logf("RESULT recreated PV %s (uid %s → %s, mounter geesefs → rclone, prefix %s → %s): loss → replayed with the new attributes in %s: %v",

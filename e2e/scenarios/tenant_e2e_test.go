@@ -154,7 +154,7 @@ func hostileTenant(t *testing.T, e *env) {
 	var why []string
 	ok := pollFor(75*time.Second, func() bool {
 		why = why[:0]
-		skipped := events(e, hostileNS, containermount.ReasonSkipped)
+		skipped := events(t, e, hostileNS, containermount.ReasonSkipped)
 		for _, m := range ms {
 			if ls, err := execIn(e, hostileNS, "tenant", m.container, "ls", "-A", m.mountPath); err == nil && seesRoot(ls) {
 				t.Errorf("%s sees the bucket root at %q after the kill: %q", m.container, m.mountPath, ls)
@@ -178,7 +178,7 @@ func hostileTenant(t *testing.T, e *env) {
 		return len(why) == 0
 	})
 	if !ok {
-		t.Logf("events of %s: %s", hostileNS, strings.Join(events(e, hostileNS, ""), "\n  "))
+		t.Logf("events of %s: %s", hostileNS, strings.Join(events(t, e, hostileNS, ""), "\n  "))
 		t.Fatalf("timed out after 75 s after the kill: %s", strings.Join(why, "; "))
 	}
 	// The kill must have killed the volume: checked after the rescue (the killed s3fs gone,
@@ -189,7 +189,7 @@ func hostileTenant(t *testing.T, e *env) {
 	}
 	t.Logf("RESULT hostile tenant: the kill killed the volume: %s", witness.checkVolumeDied(t, e))
 	t.Logf("stack at the target after the rescue: %s", describeStack(mountsAt(tgt)))
-	t.Logf("%s Events: %v", containermount.ReasonRestored, events(e, hostileNS, containermount.ReasonRestored))
+	t.Logf("%s Events: %v", containermount.ReasonRestored, events(t, e, hostileNS, containermount.ReasonRestored))
 	remounted := 0
 	for _, m := range ms {
 		if strings.HasPrefix(outcome[m.container], "remounted") {

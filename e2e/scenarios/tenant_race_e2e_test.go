@@ -231,7 +231,7 @@ func hostileTenantRacing(t *testing.T, e *env) {
 			return len(why) == 0
 		})
 		if !ok {
-			t.Logf("events of %s: %s", racerNS, strings.Join(events(e, racerNS, ""), "\n  "))
+			t.Logf("events of %s: %s", racerNS, strings.Join(events(t, e, racerNS, ""), "\n  "))
 			t.Fatalf("kill %d: 45 s after the kill, not every container is restored or reported: %s", i, strings.Join(why, "; "))
 		}
 		slowest = max(slowest, time.Since(t0))
@@ -650,13 +650,13 @@ func hostileTenantNestedUserNS(t *testing.T, e *env) {
 	at := waitReads(t, e, t0, 45*time.Second, "after the kill (the runtime's namespace)", reader{nestedNS, "tenant", "tenant", "/data/nested/rescued.txt", "after the kill\n"})
 	var ev string
 	waitFor(t, 30*time.Second, "a "+containermount.ReasonSkipped+" Event naming the nested mount namespace", func() (bool, string) {
-		for _, s := range events(e, nestedNS, containermount.ReasonSkipped) {
+		for _, s := range events(t, e, nestedNS, containermount.ReasonSkipped) {
 			if strings.Contains(s, fmt.Sprintf("mount namespace %d of pid", nestedMnt)) && strings.Contains(s, containermount.ErrNotRuntimeNamespace.Error()) {
 				ev = s
 				return true, ""
 			}
 		}
-		return false, fmt.Sprintf("events: %v", events(e, nestedNS, ""))
+		return false, fmt.Sprintf("events: %v", events(t, e, nestedNS, ""))
 	})
 	t.Logf("RESULT nested user namespace: the kill killed the volume: %s", witness.checkVolumeDied(t, e))
 

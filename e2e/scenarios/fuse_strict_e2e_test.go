@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,10 +21,11 @@ import (
 
 // lostFUSEMountStrictTeardown: a driver whose NodeUnpublishVolume is not idempotent (the test
 // plugin's strict layout, as k8s-csi-s3: a plain umount of the target, codes.Internal on EINVAL
-// when nothing is mounted there). The plugin goes down (its s3fs die with its pod), the app pod
-// is deleted while its mount is dead and the plugin down, and the plugin stays down a while (the
-// agent runs many passes over the gone pod's target meanwhile). The agent must leave the target's
-// mount for the driver: the target is still a mount point while the plugin is down. The plugin
+// when nothing is mounted there). The plugin goes down (its s3fs die with its pod; the agent
+// bridges the live pod at once, s3.driverDownBridgeAfter 0), the app pod is deleted with the
+// plugin down, and the plugin stays down a while (the agent runs many passes over the gone pod's
+// target meanwhile). The agent must leave the target's last mount for the driver: the target holds
+// the mounts it held at the deletion (unique mount IDs) while the plugin is down. The plugin
 // comes back → kubelet's retried NodeUnpublishVolume succeeds, the pod is gone within 60 s, nothing
 // is left on the node nor in the plugin's container, and the new plugin logged no failed
 // unpublish.
@@ -43,7 +45,7 @@ func lostFUSEMountStrictTeardown(t *testing.T, e *env) {
 	if len(before) != 1 || !isFUSE(before[0].FSType) {
 		t.Fatalf("before the failure: want the driver's one FUSE mount at %s, got %s", target, describeStack(before))
 	}
-	driverMount := before[0]
+	driverMount, driverID := before[0], mustStackIdentity(t, target)
 	driverS3fs := pluginS3fs(l.plugin)
 	if len(driverS3fs) != 1 {
 		t.Fatalf("before the failure: the plugin runs s3fs %v, want exactly one", driverS3fs)
@@ -63,23 +65,41 @@ func lostFUSEMountStrictTeardown(t *testing.T, e *env) {
 		}
 		return true, ""
 	})
+	// The agent may bridge the live pod at once (s3.driverDownBridgeAfter 0): what stands at the
+	// target when the pod is deleted is then its bridge, else the driver's dead mount. Either is
+	// the last mount the driver's unpublish will take; the deletion waits until the agent is done
+	// (the target answers through a bridge, or 10 s without one), so that the stack it leaves is
+	// the one compared below.
+	settled := pollEvery(250*time.Millisecond, 10*time.Second, func() bool { return onOurMount(target, l.pv) && hostReads(filepath.Join(target, "app.txt"), l.want) })
+	atDel := mustStackIdentity(t, target)
+	topAtDel := describeStack(mountsAt(target))
 	tDel := time.Now()
 	if err := e.c.Client.CoreV1().Pods(l.ns).Delete(ctx, "app", metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("delete pod %s/app: %v", l.ns, err)
 	}
-	t.Logf("plugin %s (layout strict) down, its s3fs %v gone; pod %s/app (uid %s) deleted", l.driver, driverS3fs, l.ns, uid)
+	t.Logf("plugin %s (layout strict) down, its s3fs %v gone; pod %s/app (uid %s) deleted; the target then held %s (bridged by the agent: %v)", l.driver, driverS3fs, l.ns, uid, topAtDel, settled)
 
 	// The plugin stays down for 20 s: kubelet's NodeUnpublishVolume fails (driver not
 	// registered) and is retried; the agent, checking every second while a gone pod's target is
 	// mounted, must leave the mount kubelet's unpublish will need.
-	time.Sleep(20 * time.Second)
+	const down20 = 20 * time.Second
+	time.Sleep(down20)
 	down := mountsAt(target)
 	if len(down) == 0 {
 		t.Errorf("20 s after the deletion with the plugin down, the target %s is no mount point any more: the driver's plain-umount NodeUnpublish will fail with EINVAL for ever", target)
 	}
-	kept := len(down) == 1 && down[0].ID == driverMount.ID
-	t.Logf("with the plugin down %s after the deletion: target %s (the driver's own mount %d still there: %v)",
-		time.Since(tDel).Round(100*time.Millisecond), describeStack(down), driverMount.ID, kept)
+	// Asserted, not only logged: the gone pod's target holds exactly the mounts it held at the
+	// deletion (unique mount IDs) — the driver's own when the agent had not bridged, else its
+	// bridge — left for the driver's unpublish.
+	if now, err := stackIdentity(target); now != atDel {
+		t.Errorf("the agent changed the gone pod's target while the plugin was down: %s %s at the deletion → %s %s (%v)", atDel, topAtDel, now, describeStack(down), err)
+	}
+	kept := !settled && atDel == driverID
+	if !settled && !kept {
+		t.Errorf("the agent did not bridge, yet the driver's own mount %d is not what stands at the target: %s", driverMount.ID, describeStack(down))
+	}
+	t.Logf("with the plugin down %s after the deletion: target %s (the driver's own mount %d still there: %v; the agent's bridge of the live pod: %v)",
+		time.Since(tDel).Round(100*time.Millisecond), describeStack(down), driverMount.ID, kept, settled)
 
 	t1 := time.Now()
 	if err := l.plugin.Start(ctx); err != nil {
@@ -110,8 +130,12 @@ func lostFUSEMountStrictTeardown(t *testing.T, e *env) {
 		// Nothing of ours was at the target: the agent had nothing to remove, nor to finish.
 		checkNoTeardownHelp(t, agent, agentAfter, helpBefore, helpAfter, "the strict pod's deletion")
 	}
-	t.Logf("RESULT strict: pod deleted with its mount dead and the plugin down; plugin back (registered after %s) → pod gone %s later, nothing left; teardown help %v → %v",
-		back, gone, helpBefore, helpAfter)
+	held := "the driver's dead mount"
+	if settled {
+		held = "the agent's bridge of the live pod"
+	}
+	t.Logf("RESULT strict: pod deleted with the plugin down (its target holding %s, unchanged %s later); plugin back (registered after %s) → pod gone %s later, nothing left; teardown help %v → %v",
+		held, down20, back, gone, helpBefore, helpAfter)
 }
 
 // pidRuns reports whether pid runs (a zombie does not).

@@ -4,6 +4,7 @@ package scenarios
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -122,6 +124,8 @@ func demoPluginRestart(t *testing.T, e *env) {
 	t.Logf("the plugin's s3fs serving it: %s; the agent %s: %s", daemons, agent.Name, demoShowCounters(counters))
 
 	t.Logf("deleting the CSI plugin's pod: its s3fs dies with it and the volume goes dead; the plugin does not answer, so the agent bridges at once with its own s3fs; the DaemonSet brings a new plugin pod and the agent hands the volume to its mount")
+	window := demoWindowStart(t, pod, daemons, readers)
+	window.measure()
 	t0 := time.Now()
 	oldPlugin, err := e.csi.Kill(ctx)
 	if err != nil {
@@ -140,6 +144,7 @@ func demoPluginRestart(t *testing.T, e *env) {
 		rs = append(rs, r)
 	}
 	at := rescueReads(t, e, t0, 90*time.Second, "again without a restart (files put after the kill included)", []*stack.CSI{e.csi}, rs...)
+	saw := window.result(t)
 	// The agent bridged while the plugin was away; the new plugin answers: the volume goes back
 	// to the driver's own mount.
 	waitHandedBack(t, target, s3PV, e.csi)
@@ -178,7 +183,8 @@ func demoPluginRestart(t *testing.T, e *env) {
 	t.Logf("mounts at the pod's volume after the rescue (another mount ID, another FUSE device):\n%s", demoStackTable(target))
 	t.Logf("the plugin's s3fs: %s before (now gone), %s now; the agent: %s → %s", daemons, fresh, demoShowCounters(counters), demoShowCounters(after))
 	t.Logf("the agent's Events on the pod:\n  %s", strings.Join(told, "\n  "))
-	t.Logf("RESULT plugin restart: read again (files put after the kill) after follower (HostToContainer) %s, pinned (None) %s, sub (subPath) %s, ro (readOnly) %s; restarts %v → %v",
+	t.Logf("RESULT plugin restart: %s", saw)
+	t.Logf("RESULT plugin restart: files put on the S3 server after the kill read in every container, timed from the plugin pod's delete request (its grace period and the new plugin's start included): follower (HostToContainer) %s, pinned (None) %s, sub (subPath) %s, ro (readOnly) %s; restarts %v → %v",
 		at[s3NS+"/s3app/follower"], at[s3NS+"/s3app/pinned"], at[s3NS+"/s3app/sub"], at[s3NS+"/s3app/ro"], restarts["s3app"], final["s3app"])
 }
 
@@ -222,6 +228,8 @@ func demoBridge(t *testing.T, e *env) {
 	t.Logf("the plugin's s3fs serving it: %s; the agent %s: %s", daemons, agent.Name, demoShowCounters(counters))
 
 	t.Logf("stopping the %s plugin and keeping it down: its s3fs dies; the driver does not answer, so the agent bridges with its own s3fs (s3.driverDownBridgeAfter %s)", l.driver, bridgeAfter)
+	window := demoWindowStart(t, pod, daemons, l.readers("app"))
+	window.measure()
 	t0 := time.Now()
 	if err := l.plugin.Stop(ctx); err != nil {
 		t.Fatalf("stop the plugin's DaemonSet: %v", err)
@@ -237,6 +245,7 @@ func demoBridge(t *testing.T, e *env) {
 	putInBucket(t, e, l.dataDir+"while-down.txt", whileDown)
 	at := rescueReads(t, e, t0, bridgeAfter+90*time.Second, "through the agent's bridge while the plugin is down", nil,
 		append(l.readers("app"), reader{l.ns, "app", "app", "/data/while-down.txt", whileDown})...)
+	saw := window.result(t)
 	if alive := daemons.alive(); len(alive) > 0 {
 		t.Errorf("the plugin is down but its s3fs %v still runs", alive)
 	}
@@ -258,7 +267,8 @@ func demoBridge(t *testing.T, e *env) {
 	checkRestarts(t, e, l.ns, restarts)
 	t.Logf("mounts at the pod's volume while bridged (the agent's s3fs, fsname %s, pid %v):\n%s", ourFSName(l.pv), ours, demoStackTable(target))
 	t.Logf("the agent: %s → %s", demoShowCounters(counters), demoShowCounters(whileBridged))
-	t.Logf("RESULT bridge: plugin down → the app reads through the agent's s3fs after %s, pinned (None) %s (driverDownBridgeAfter %s); restarts 0",
+	t.Logf("RESULT bridge: plugin down → %s", saw)
+	t.Logf("RESULT bridge: plugin down → a file put on the S3 server while it was down reads through the agent's s3fs, timed from the stop request: app %s, pinned (None) %s (driverDownBridgeAfter %s); restarts 0",
 		at[l.ns+"/app/app"], at[l.ns+"/app/pinned"], bridgeAfter)
 
 	t.Logf("bringing the %s plugin back: the agent hands the volume back to the driver's own mount", l.driver)
@@ -540,4 +550,100 @@ func demoWaitEvents(t testing.TB, e *env, ns, pod string, reasons ...string) []s
 		return true, ""
 	})
 	return out
+}
+
+// demoWindow measures what make bench's window matrix measures, for the demo's pod: from the
+// death of the FUSE daemons serving the volume (the last of them exited, by pidfd) to the first
+// good read of each container's file through that container's own mount namespace
+// (/proc/<its init>/root/…: what the application sees), each container read every 10 ms; and the
+// reads in that span that failed.
+type demoWindow struct {
+	exited <-chan time.Time
+	rs     []reader
+	paths  []string
+	// Set by measure's goroutine, read after done is closed.
+	done    chan struct{}
+	death   time.Time
+	windows []time.Duration
+	failed  []int
+	err     error
+}
+
+// demoWindowStart opens pidfds on daemons and finds each reader's container before the failure
+// is caused.
+func demoWindowStart(t testing.TB, pod *corev1.Pod, daemons demoProcs, rs []reader) *demoWindow {
+	t.Helper()
+	pids := make([]int, 0, len(daemons))
+	for pid := range daemons {
+		pids = append(pids, pid)
+	}
+	exited, err := pidsExited(pids)
+	if err != nil {
+		t.Fatalf("watch the daemons %v: %v", pids, err)
+	}
+	w := &demoWindow{exited: exited, rs: rs}
+	for _, r := range rs {
+		init, err := containerInit(pod, r.container)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.paths = append(w.paths, fmt.Sprintf("/proc/%d/root%s", init, r.path))
+	}
+	return w
+}
+
+// measure starts reading: it waits (in the background) for the death, then reads every
+// container's file every 10 ms until it gives it back (90 s at most); call it before causing the
+// failure (the calls that cause it return only once the plugin's pod is gone), and result after.
+func (w *demoWindow) measure() {
+	w.done = make(chan struct{})
+	w.windows = make([]time.Duration, len(w.paths))
+	w.failed = make([]int, len(w.paths))
+	go func() {
+		defer close(w.done)
+		select {
+		case w.death = <-w.exited:
+		case <-time.After(2 * time.Minute):
+			w.err = errors.New("the daemons serving the volume still ran 2 min after the failure was caused")
+			return
+		}
+		var wg sync.WaitGroup
+		for i := range w.paths {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				w.windows[i] = -1
+				for time.Since(w.death) < 90*time.Second {
+					if hostReads(w.paths[i], w.rs[i].want) {
+						w.windows[i] = time.Since(w.death)
+						return
+					}
+					w.failed[i]++
+					time.Sleep(10 * time.Millisecond)
+				}
+			}()
+		}
+		wg.Wait()
+	}()
+}
+
+// result waits for the measurement and returns its line: each container's window and failed
+// reads.
+func (w *demoWindow) result(t testing.TB) string {
+	t.Helper()
+	<-w.done
+	if w.err != nil {
+		t.Fatal(w.err)
+	}
+	parts := make([]string, len(w.rs))
+	total := 0
+	for i, r := range w.rs {
+		if w.windows[i] < 0 {
+			t.Errorf("container %s did not read %s within 90 s of the daemons' death", r, r.path)
+		}
+		total += w.failed[i]
+		parts[i] = fmt.Sprintf("%s %s (%d failed reads)", r.container, w.windows[i].Round(time.Millisecond), w.failed[i])
+	}
+	return fmt.Sprintf("the window the pod saw, from the daemons' death to the first good read in each container (read every 10 ms through the container's own mount namespace, as make bench measures it): %s; %d failed reads in all",
+		strings.Join(parts, ", "), total)
 }

@@ -146,10 +146,38 @@ type S3 struct {
 	// start when less than this plus one multipart batch (about 50 MB) is free: the bridge then
 	// fails (S3fsFailed) rather than fill the node's disk. Must be at least 1.
 	BridgeDiskFreeMB int64 `json:"bridgeDiskFreeMB"`
+	// BridgeLimits bound the CPU and memory of the agent's own s3fs bridges, each and all
+	// together (cgroup v1: cpu.cfs_quota_us over cpu.cfs_period_us, memory.limit_in_bytes; v2:
+	// cpu.max, memory.max), in the bridges' cgroups (pvrescue/s3 and pvrescue/s3/<pv>-<pid>),
+	// which keep the kernel's default CPU weight: no bridge outranks a pod. A bridge's work is
+	// charged to these groups, not to the pods whose reads and writes it serves.
+	BridgeLimits BridgeLimits `json:"bridgeLimits"`
 	// Profiles say, per CSI driver, how its mount is laid out, so the bridge reproduces it.
 	// Built in: ru.yandex.s3.csi and ch.ctrox.csi.s3-driver (Default). A profile given here
 	// replaces the driver's built-in one as a whole; drivers without one get GenericS3Profile.
 	Profiles map[string]S3Profile `json:"profiles"`
+}
+
+// BridgeLimits bound the bridges' cgroups.
+type BridgeLimits struct {
+	// PerBridge bounds each bridge's own group (one s3fs). A bridge at its memory limit is killed
+	// by the kernel (its pods then read ENOTCONN until the next bridge or the driver's return);
+	// at its CPU limit it is throttled (its pods' reads and writes wait).
+	PerBridge CgroupLimits `json:"perBridge"`
+	// All bounds the bridges' parent group: every bridge of the node together.
+	All CgroupLimits `json:"all"`
+	// WarnPercent is the share of a limit at which a bridge (or all of them) is reported as
+	// near its cap: Event BridgeNearLimit on the Node and
+	// pvrescue_s3_bridge_near_limit_total{scope,resource} (1..100).
+	WarnPercent int `json:"warnPercent"`
+}
+
+// CgroupLimits are a group's CPU and memory limits.
+type CgroupLimits struct {
+	// CPU is the CPU time per period the group may use, in cores (500m: half of one core).
+	CPU resource.Quantity `json:"cpu"`
+	// Memory is the group's memory limit (page cache of the files s3fs writes included).
+	Memory resource.Quantity `json:"memory"`
 }
 
 // S3Profile is one driver's mount layout.
@@ -485,6 +513,11 @@ func Default() *Config {
 			BridgeFlapWindow:   metav1.Duration{Duration: time.Minute},
 			HungConditionAfter: metav1.Duration{Duration: 30 * time.Second},
 			BridgeDiskFreeMB:   1024,
+			BridgeLimits: BridgeLimits{
+				PerBridge:   CgroupLimits{CPU: resource.MustParse("500m"), Memory: resource.MustParse("512Mi")},
+				All:         CgroupLimits{CPU: resource.MustParse("1"), Memory: resource.MustParse("1Gi")},
+				WarnPercent: 80,
+			},
 			Profiles: map[string]S3Profile{
 				// Runs geesefs unless the volume says "mounter: s3fs" (or rclone). geesefs and
 				// rclone store one object per file under bucket/prefix as s3fs does: a dead mount
@@ -652,6 +685,25 @@ func (c *Config) Validate() error {
 	}
 	if c.S3.BridgeDiskFreeMB < 1 {
 		add("s3.bridgeDiskFreeMB: must be at least 1 (MB of node disk a bridge's s3fs leaves free), got %d", c.S3.BridgeDiskFreeMB)
+	}
+	bl := c.S3.BridgeLimits
+	for _, l := range []struct {
+		field string
+		l     CgroupLimits
+	}{{"s3.bridgeLimits.perBridge", bl.PerBridge}, {"s3.bridgeLimits.all", bl.All}} {
+		if l.l.CPU.MilliValue() < 10 {
+			add("%s.cpu: must be at least 10m, got %s", l.field, l.l.CPU.String())
+		}
+		if l.l.Memory.Value() < 32<<20 {
+			add("%s.memory: must be at least 32Mi (s3fs and its buffers), got %s", l.field, l.l.Memory.String())
+		}
+	}
+	if bl.PerBridge.CPU.Cmp(bl.All.CPU) > 0 || bl.PerBridge.Memory.Cmp(bl.All.Memory) > 0 {
+		add("s3.bridgeLimits.perBridge: must not exceed s3.bridgeLimits.all (cgroup v1 refuses a child's CPU quota above its parent's), got %s/%s over %s/%s",
+			bl.PerBridge.CPU.String(), bl.PerBridge.Memory.String(), bl.All.CPU.String(), bl.All.Memory.String())
+	}
+	if bl.WarnPercent < 1 || bl.WarnPercent > 100 {
+		add("s3.bridgeLimits.warnPercent: must be within 1..100, got %d", bl.WarnPercent)
 	}
 	if c.S3.HungConditionAfter.Duration < 0 {
 		add("s3.hungConditionAfter: must not be negative, got %s", c.S3.HungConditionAfter.Duration)

@@ -80,6 +80,10 @@ const (
 	// ReasonReplayResultNotAnswering: the mount does not answer statfs.
 	ReasonReplayResultNotAnswering = "ReplayResultNotAnswering"
 
+	// ReasonBridgeNearLimit (on the Node): a bridge, or all of them together, used
+	// s3.bridgeLimits.warnPercent of a CPU or memory limit.
+	ReasonBridgeNearLimit = "BridgeNearLimit"
+
 	// ConditionS3MountHung is the Node condition set while a mount has been hung for
 	// s3.hungConditionAfter.
 	ConditionS3MountHung = "S3MountHung"

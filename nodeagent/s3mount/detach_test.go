@@ -44,20 +44,24 @@ func bridgedInCgroups(t *testing.T) (*world, string) {
 	return w, target
 }
 
-// The bridge's group is given the weight the agent asks for (its --nice's), and none when it asks
-// for none: in a group of its own, the nice value s3fs inherits ranks it against nothing.
-func TestBridgeCgroupWeighed(t *testing.T) {
-	for _, weight := range []uint64{9548, 0} {
-		w := newWorld(t, standard(false)...)
-		w.bridgeCgroup = "pvrescue/s3"
-		w.bridgeCPUWeight = weight
-		target := w.publish("uid-1", "pv-a")
-		w.node.KillMount(target)
-		w.start()
-		w.waitFor("bridged", func() bool { return len(w.node.Table().Stack(target)) == 2 })
-		group := s3fs.BridgeCgroup("pvrescue/s3", "pv-a", w.node.Processes()[0].Pid())
-		if got := w.node.CPUWeight(group); got != weight {
-			t.Errorf("asked for weight %d: the bridge's group %s has %d", weight, group, got)
+// The bridge's group, and all bridges' parent, get the configured limits before s3fs is placed in
+// it (s3.bridgeLimits), and the levels above none: only the kernel's default CPU weight.
+func TestBridgeCgroupLimited(t *testing.T) {
+	w := newWorld(t, standard(false)...)
+	w.bridgeCgroup = "pvrescue/s3"
+	target := w.publish("uid-1", "pv-a")
+	w.node.KillMount(target)
+	w.start()
+	w.waitFor("bridged", func() bool { return len(w.node.Table().Stack(target)) == 2 })
+	group := s3fs.BridgeCgroup("pvrescue/s3", "pv-a", w.node.Processes()[0].Pid())
+	want := map[string]s3fs.Limits{
+		"pvrescue":    {},
+		"pvrescue/s3": {CPUMillis: 1000, MemoryBytes: 1 << 30},
+		group:         {CPUMillis: 500, MemoryBytes: 512 << 20},
+	}
+	for g, l := range want {
+		if got, ok := w.node.Limits(g); !ok || got != l {
+			t.Errorf("limits of %s = %+v (set: %v), want %+v", g, got, ok, l)
 		}
 	}
 }

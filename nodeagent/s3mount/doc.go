@@ -186,11 +186,9 @@
 //     /tmp/pvrescue-cgroup (a cgroup v1 container sees only its own cgroup at
 //     /sys/fs/cgroup/<controller>; a new mount of the hierarchy shows all of it). On v2 with a
 //     private cgroup namespace and /proc/1 out of reach there is no way out. A failed move is
-//     logged: the bridge works but dies with the container. The group has no limits set; the agent container's memory limit no
-//     longer covers s3fs. Its CPU weight, and that of each level above it (pvrescue, the
-//     parent that competes with kubelet's pods and the node's daemons), is the weight of the
-//     agent's --nice (Options.BridgeCPUWeight; -10: 9548, cpu.weight 365 on v2): the nice value
-//     s3fs inherits would rank it only within its own group. The agent removes a bridge's group once its s3fs has exited, and at
+//     logged: the bridge works but dies with the container. The group and its parent run under s3.bridgeLimits (each
+//     bridge, all together), since the agent container's limits no longer cover s3fs, with the
+//     kernel's default CPU weight on every level (no bridge outranks the pods' groups). The agent removes a bridge's group once its s3fs has exited, and at
 //     start any <pv>-<pid> group no bridge of its uses (an earlier agent was gone when its s3fs
 //     exited, or kept no record): the kernel refuses to remove one that still has a process;
 //   - recorded in <state>/s3/bridges/<pv>.json: pid, start time (field 22 of /proc/<pid>/stat)

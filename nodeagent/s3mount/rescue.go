@@ -40,9 +40,6 @@ type Options struct {
 	// s3fs gets a group of its own, outside the agent container's cgroups, so that it survives
 	// the container (doc.go). Empty: bridges stay in the agent's cgroups and die with it.
 	BridgeCgroup string
-	// BridgeCPUWeight is the CPU weight of the bridges' cgroups (s3fs.Options.CPUWeight; 0: the
-	// default). The agent gives the weight of its --nice.
-	BridgeCPUWeight uint64
 	// BridgeNetNS is the network namespace (a /proc/<pid>/ns/net path) each bridge's s3fs runs
 	// in. The default, init's, is the node's (the agent runs with hostPID): in the agent pod's
 	// own namespace s3fs would lose its network (only lo is left) when the agent pod is deleted,
@@ -173,7 +170,7 @@ func New(deps nodeagent.Deps, os OS, opts Options) (*Restorer, error) {
 		healthy:           map[string]healthKey{},
 	}
 	r.bridges = s3fs.NewSupervisor(s3fs.OS{Mounter: os.Mounter, Statfs: os.Statfs, FS: os.FS, Procs: os.Procs, Cgroups: os.Cgroups}, deps.Config, deps.Clock,
-		s3fs.Options{MountTimeout: opts.MountTimeout, KillGrace: opts.KillGrace, BridgeCgroup: opts.BridgeCgroup, CPUWeight: opts.BridgeCPUWeight, BridgeNetNS: opts.BridgeNetNS,
+		s3fs.Options{MountTimeout: opts.MountTimeout, KillGrace: opts.KillGrace, BridgeCgroup: opts.BridgeCgroup, BridgeNetNS: opts.BridgeNetNS,
 			Active: m.BridgesActive, Exits: m.BridgeExits, Exited: r.bridgeExited})
 	// The record of the mounts put at kubelet paths keeps the name earlier agents gave it.
 	r.rules = &stack.Rules{Mounter: os.Mounter, Statfs: os.Statfs, Placed: stack.NewPlaced(os.FS, filepath.Join(r.layout.Root(), "handed.json")),

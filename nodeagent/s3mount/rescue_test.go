@@ -55,9 +55,7 @@ type world struct {
 	bridgeCgroup string
 	// bridgeNetNS is Options.BridgeNetNS.
 	bridgeNetNS string
-	// bridgeCPUWeight is Options.BridgeCPUWeight.
-	bridgeCPUWeight uint64
-	registry        csiclient.Registry
+	registry    csiclient.Registry
 	// configure, when set, changes the configuration before the restorer starts.
 	configure func(*config.Config)
 	// replacer is OS.Replacer of the restorers start makes (nil: stacked, as on an old kernel).
@@ -106,7 +104,7 @@ func (w *world) start() {
 	os.Registry = w.registry
 	os.Replacer = w.replacer
 	r, err := New(w.deps(), os, Options{BackoffInitial: 2 * time.Second, BackoffMax: 10 * time.Second, KillGrace: time.Millisecond,
-		BridgeCgroup: w.bridgeCgroup, BridgeNetNS: w.bridgeNetNS, BridgeCPUWeight: w.bridgeCPUWeight})
+		BridgeCgroup: w.bridgeCgroup, BridgeNetNS: w.bridgeNetNS})
 	if err != nil {
 		w.t.Fatal(err)
 	}

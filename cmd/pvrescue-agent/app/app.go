@@ -26,6 +26,7 @@ import (
 	"github.com/pvrescue/pvrescue/nodeagent/fusewatch"
 	"github.com/pvrescue/pvrescue/nodeagent/localdisk"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 )
 
 // NodeNameEnv is set by the DaemonSet from the downward API (spec.nodeName).
@@ -45,8 +46,8 @@ type Options struct {
 	// when the node is busiest: the plugin's pod going down and coming back, kubelet and the
 	// runtime tearing down and starting containers. The agent's own use is small (its steady
 	// state is a periodic check). A nice value ranks a thread only within its cgroup: the
-	// bridges, each in a group of its own, get the value's weight on their groups instead
-	// (priority.Weight); the agent ranks against the node's pods by its pod's CPU request.
+	// bridges, each in a group of its own, rank against the node's pods by the kernel's default
+	// weight and run under s3.bridgeLimits; the agent ranks against them by its pod's CPU request.
 	Nice int
 	// EventDelay holds each Event this long before it is sent (nodeagent.RecorderOptions).
 	EventDelay time.Duration
@@ -73,7 +74,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "address of /healthz (\"0\" disables)")
 	fs.BoolVar(&o.ContainerRemount, "container-remount", o.ContainerRemount, "put restored S3 mounts back into running containers (needs hostPID: true on the agent pod; false turns it off)")
 	fs.DurationVar(&o.EventDelay, "event-delay", o.EventDelay, "how long each Kubernetes Event is held before it is sent, so a rescue's reports (two per pod it served) reach the API server after the pods read again, not while they wait; 0 sends at once (at most 1m)")
-	fs.IntVar(&o.Nice, "nice", o.Nice, "CPU scheduling priority (nice, -20..19) of the agent and the s3fs bridges it starts, so a rescue does not wait behind the node's busy processes; the bridges' cgroups get its CPU weight (cpu.shares, cpu.weight: -10 is 9548, 9.3 times a default group's); 0 leaves the defaults (lowering it needs CAP_SYS_NICE)")
+	fs.IntVar(&o.Nice, "nice", o.Nice, "CPU scheduling priority (nice, -20..19) of the agent and the s3fs bridges it starts, so a rescue does not wait behind the node's busy processes; the bridges' own cgroups keep the default weight and s3.bridgeLimits' limits, so the value ranks them only within them; 0 leaves the defaults (lowering it needs CAP_SYS_NICE)")
 }
 
 // ErrInvalidOptions is wrapped by every flag validation error.
@@ -213,14 +214,17 @@ func Run(ctx context.Context, o *Options) error {
 	agent.Add("fusewatch", fuse)
 	agent.Add("localdisk", nodeagent.AfterSync(view, ld))
 	s3opts := s3mount.NewOptions()
-	if o.Nice != 0 {
-		s3opts.BridgeCPUWeight = priority.Weight(o.Nice)
-	}
 	s3, err := s3mount.New(deps, s3mount.NewOS(), s3opts)
 	if err != nil {
 		return err
 	}
 	agent.Add("s3mount", nodeagent.AfterSync(view, s3))
+	// Bridges nearing s3.bridgeLimits are reported (metric, Event on the Node).
+	limits, err := s3fs.NewLimitWatcher(s3fs.NewCgroups(), s3opts.BridgeCgroup, cfg, recorder, o.NodeName, clock.RealClock{}, 10*time.Second, reg)
+	if err != nil {
+		return err
+	}
+	agent.Add("bridge-limits", limits)
 	log.Info("starting", "node", o.NodeName, "config", o.ConfigFile, "containerRemount", o.ContainerRemount,
 		"rescueAllNamespaces", cfg.RescueAllNamespaces)
 	return agent.Run(ctx)

@@ -16,7 +16,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pvrescue/pvrescue/internal/ossthread"
-	"github.com/pvrescue/pvrescue/internal/priority"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
@@ -216,60 +215,147 @@ func (c HostCgroups) Children(parent string) ([]string, error) {
 	return slices.Sorted(maps.Keys(seen)), err
 }
 
-// SetCPUWeight writes weight to each level of group below every hierarchy's root that has the
-// cpu controller: cpu.shares (v1), or cpu.weight (v2, converted as runc converts cpu.shares),
-// handing the controller down from a level of ours to the next when that level does not yet.
-// A group weighs against its siblings only, so every level must carry it: the bridges' parent
-// competes with the node's top-level groups (kubelet's pods, the system's daemons).
-func (c HostCgroups) SetCPUWeight(group string, weight uint64) error {
-	_, roots, err := c.view()
+// SetLimits creates group (as Place does) and sets its limits in every hierarchy that has the
+// controller: cgroup v1's cpu.cfs_period_us and cpu.cfs_quota_us, memory.limit_in_bytes; v2's
+// cpu.max and memory.max (the controllers handed down from the level above when it is ours; the
+// root's are the node's). The group gets the kernel's default CPU weight (v1 cpu.shares 1024,
+// v2 cpu.weight 100): earlier agents weighed the bridges' groups 9548, above the pods'.
+func (c HostCgroups) SetLimits(group string, l Limits) error {
+	procDir, roots, err := c.view()
 	if err != nil {
 		return err
 	}
-	var errs []error
-	weighed := false
-	for _, root := range roots {
-		dir := root
-		for _, part := range strings.Split(group, "/") {
-			parent := dir
-			dir = filepath.Join(dir, part)
-			ok, err := setCPUWeight(parent, dir, parent == root, weight)
+	return inCgroupNS(procDir, func() error {
+		var errs []error
+		for _, root := range roots {
+			dir, err := makeGroup(root, group)
+			if err == nil {
+				err = setLimits(root, filepath.Dir(dir), dir, l)
+			}
 			if err != nil {
-				errs = append(errs, fmt.Errorf("cgroup %s: %w", dir, err))
-				break
+				errs = append(errs, fmt.Errorf("cgroup %s: %w", filepath.Join(root, group), err))
 			}
-			if !ok {
-				break // no cpu controller in this hierarchy
-			}
-			weighed = true
 		}
-	}
-	if !weighed && len(errs) == 0 {
-		errs = append(errs, fmt.Errorf("%w with the cpu controller over %s", ErrNoCgroups, group))
-	}
-	return errors.Join(errs...)
+		return errors.Join(errs...)
+	})
 }
 
-// setCPUWeight weighs dir, a child of parent (the hierarchy's root when atRoot); false when
-// dir's hierarchy has no cpu controller.
-func setCPUWeight(parent, dir string, atRoot bool, weight uint64) (bool, error) {
-	if _, err := os.Stat(filepath.Join(dir, "cpu.shares")); err == nil {
-		return true, os.WriteFile(filepath.Join(dir, "cpu.shares"), []byte(strconv.FormatUint(weight, 10)), 0)
+// cfsPeriodUs is the CPU period limits are set over (the kernel's default, 100 ms).
+const cfsPeriodUs = 100000
+
+// setLimits writes l into dir, a child of parent, in one hierarchy rooted at root.
+func setLimits(root, parent, dir string, l Limits) error {
+	write := func(f, v string) error { return os.WriteFile(filepath.Join(dir, f), []byte(v), 0) }
+	exists := func(f string) bool { _, err := os.Stat(filepath.Join(dir, f)); return err == nil }
+	quota := "-1"
+	if l.CPUMillis > 0 {
+		quota = strconv.FormatInt(l.CPUMillis*cfsPeriodUs/1000, 10)
 	}
-	ctrls, err := os.ReadFile(filepath.Join(parent, "cgroup.controllers"))
-	if err != nil || !slices.Contains(strings.Fields(string(ctrls)), "cpu") {
-		return false, nil // v1 without cpu, or v2 whose parent has no cpu controller
-	}
-	if _, err := os.Stat(filepath.Join(dir, "cpu.weight")); errors.Is(err, fs.ErrNotExist) {
-		if atRoot {
-			// The root hands its controllers down as the node's init chose; not ours to change.
-			return false, fmt.Errorf("the root's cgroup.subtree_control does not enable cpu")
+	if exists("cgroup.controllers") { // v2
+		if err := enableV2(root, parent, dir, "cpu", "memory"); err != nil {
+			return err
 		}
-		if err := os.WriteFile(filepath.Join(parent, "cgroup.subtree_control"), []byte("+cpu"), 0); err != nil {
-			return false, fmt.Errorf("enable the cpu controller below %s: %w", parent, err)
+		if err := write("cpu.weight", "100"); err != nil {
+			return err
+		}
+		cpuMax := "max " + strconv.Itoa(cfsPeriodUs)
+		if l.CPUMillis > 0 {
+			cpuMax = quota + " " + strconv.Itoa(cfsPeriodUs)
+		}
+		if err := write("cpu.max", cpuMax); err != nil {
+			return err
+		}
+		memMax := "max"
+		if l.MemoryBytes > 0 {
+			memMax = strconv.FormatInt(l.MemoryBytes, 10)
+		}
+		return write("memory.max", memMax)
+	}
+	if exists("cpu.cfs_quota_us") { // v1 cpu
+		if err := write("cpu.shares", "1024"); err != nil {
+			return err
+		}
+		if err := write("cpu.cfs_period_us", strconv.Itoa(cfsPeriodUs)); err != nil {
+			return err
+		}
+		if err := write("cpu.cfs_quota_us", quota); err != nil {
+			return err
 		}
 	}
-	return true, os.WriteFile(filepath.Join(dir, "cpu.weight"), []byte(strconv.FormatUint(priority.CgroupV2Weight(weight), 10)), 0)
+	if exists("memory.limit_in_bytes") { // v1 memory
+		limit := "-1"
+		if l.MemoryBytes > 0 {
+			limit = strconv.FormatInt(l.MemoryBytes, 10)
+		}
+		return write("memory.limit_in_bytes", limit)
+	}
+	return nil // a v1 hierarchy of other controllers
+}
+
+// enableV2 makes sure dir has the controllers' files, handing them down from parent when parent
+// is a level of ours (never the root: its subtree_control is the node's).
+func enableV2(root, parent, dir string, ctrls ...string) error {
+	for _, ctrl := range ctrls {
+		if _, err := os.Stat(filepath.Join(dir, ctrl+".max")); err == nil {
+			continue
+		}
+		if parent == root {
+			return fmt.Errorf("the root's cgroup.subtree_control does not enable %s", ctrl)
+		}
+		if err := os.WriteFile(filepath.Join(parent, "cgroup.subtree_control"), []byte("+"+ctrl), 0); err != nil {
+			return fmt.Errorf("enable the %s controller below %s: %w", ctrl, parent, err)
+		}
+	}
+	return nil
+}
+
+// Usage reads group's CPU time used and memory in use from the hierarchies that have them
+// (v1: cpuacct.usage, memory.usage_in_bytes; v2: cpu.stat usage_usec, memory.current).
+func (c HostCgroups) Usage(group string) (Usage, error) {
+	procDir, roots, err := c.view()
+	if err != nil {
+		return Usage{}, err
+	}
+	var u Usage
+	err = inCgroupNS(procDir, func() error {
+		var found bool
+		for _, root := range roots {
+			dir := filepath.Join(root, group)
+			if v, ok := readInt(filepath.Join(dir, "cpuacct.usage")); ok {
+				u.CPUNanos, found = v, true
+			}
+			if v, ok := readInt(filepath.Join(dir, "memory.usage_in_bytes")); ok {
+				u.MemoryBytes, found = v, true
+			}
+			if v, ok := readInt(filepath.Join(dir, "memory.current")); ok {
+				u.MemoryBytes, found = v, true
+			}
+			if data, err := os.ReadFile(filepath.Join(dir, "cpu.stat")); err == nil {
+				for _, line := range strings.Split(string(data), "\n") {
+					if v, ok := strings.CutPrefix(line, "usage_usec "); ok {
+						if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+							u.CPUNanos, found = n*1000, true
+						}
+					}
+				}
+			}
+		}
+		if !found {
+			return fmt.Errorf("%w holding %s", ErrNoCgroups, group)
+		}
+		return nil
+	})
+	return u, err
+}
+
+// readInt reads a file holding one decimal number.
+func readInt(path string) (int64, bool) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
+	return n, err == nil
 }
 
 // inCgroupNS runs f on a thread that joined procDir's cgroup namespace when it differs from

@@ -11,11 +11,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/pvrescue/pvrescue/internal/priority"
+	"github.com/pvrescue/pvrescue/internal/testenv"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 )
 
@@ -105,80 +106,175 @@ func cpuTicks(t *testing.T, pid int) int {
 	return u + s
 }
 
-// SetCPUWeight weighs the group and every level above it, and the kernel shares a CPU by it: two
-// busy processes on one CPU, each in a group of its own, one of them weighed as nice -10 is
-// (9548) and the other left at the default, get CPU about 9.3 to 1 — while the nice value of
-// a process in its own group changes nothing against the other group (the reason the bridges'
-// groups are weighed instead of relying on the nice s3fs inherits).
-func TestNodeCgroupCPUWeight(t *testing.T) {
+// A bridge driven by parallel writes beside a busy sibling group weighed like kubelet's pods
+// (cpu.shares 2048, kubepods on two cores): a real s3fs of a real S3 server, placed as the
+// Supervisor places it (the parent's limits, then its own, then the process), and eight writers
+// copying 24 MiB each into it while two busy loops fill the sibling. The bridge's CPU stays
+// within its quota and its memory within its limit; both limits are hit (it is throttled, it
+// does not just idle below them) and the bridge still answers afterwards. The groups keep the
+// kernel's default CPU weight: no bridge outranks the pods.
+func TestNodeBridgeLimits(t *testing.T) {
 	if os.Getuid() != 0 {
-		t.Fatal("needs root (cgroup directories of the node): run make node as root")
+		t.Fatal("needs root (cgroup directories of the node, s3fs): run make node as root")
 	}
-	root, file := cpuHierarchy(t)
+	root, _ := cpuHierarchy(t)
 	c := s3fs.HostCgroups{ProcDir: "/proc/self"}
-	top := fmt.Sprintf("pvrescue-cgtest-%d", os.Getpid())
-	busy := func(nice int) *exec.Cmd {
-		cmd := exec.Command("taskset", "-c", "0", "nice", "-n", strconv.Itoa(nice), "sh", "-c", "while :; do :; done")
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("start a busy loop (taskset, nice: util-linux, coreutils): %v", err)
-		}
-		return cmd
-	}
-	// run places a busy process at heavyNice in top/s3/heavy (weighed weight, 0: not) and one at
-	// nice 0 in top/light, calls check while both run, and returns their CPU over 1.5 s.
-	run := func(heavyNice int, weight uint64, check func(heavyGroup string)) (heavyTicks, lightTicks int) {
-		heavy, light := busy(heavyNice), busy(0)
-		hg, lg := top+"/s3/heavy", top+"/light"
-		stop := func() {
-			for _, p := range []*exec.Cmd{heavy, light} {
-				_ = p.Process.Kill()
-				_, _ = p.Process.Wait()
-			}
-			for _, g := range []string{hg, lg, top + "/s3", top} {
-				if err := c.Remove(g); err != nil {
-					t.Logf("remove %s: %v", g, err)
-				}
-			}
-		}
-		defer stop()
-		if err := c.Place(heavy.Process.Pid, hg); err != nil {
-			t.Fatalf("place: %v", err)
-		}
-		if err := c.Place(light.Process.Pid, lg); err != nil {
-			t.Fatalf("place: %v", err)
-		}
-		if weight > 0 {
-			if err := c.SetCPUWeight(hg, weight); err != nil {
-				t.Fatalf("SetCPUWeight(%s, %d): %v", hg, weight, err)
-			}
-		}
-		check(hg)
-		h0, l0 := cpuTicks(t, heavy.Process.Pid), cpuTicks(t, light.Process.Pid)
-		time.Sleep(1500 * time.Millisecond)
-		return cpuTicks(t, heavy.Process.Pid) - h0, cpuTicks(t, light.Process.Pid) - l0
-	}
+	top := fmt.Sprintf("pvrescue-limtest-%d", os.Getpid())
+	parent, bridgeGroup, pods := top+"/s3", top+"/s3/pv-a-1", top+"/pods"
+	all := s3fs.Limits{CPUMillis: 400, MemoryBytes: 512 << 20}
+	each := s3fs.Limits{CPUMillis: 250, MemoryBytes: 160 << 20}
 
-	// Nice alone: the process at -10 in its own group gets no more than its sibling group.
-	h, l := run(-10, 0, func(string) {})
-	t.Logf("nice -10 in its own group %d ticks, a default group %d ticks", h, l)
-	if l == 0 || float64(h)/float64(l) > 2 {
-		t.Errorf("nice -10 in a group of its own: %d ticks against %d; want about even (a nice value ranks only within the group)", h, l)
-	}
-	// The weight: every level of the group carries it, and the CPU follows.
-	want := strconv.FormatUint(priority.Weight(-10), 10)
-	if file == "cpu.weight" {
-		want = strconv.FormatUint(priority.CgroupV2Weight(priority.Weight(-10)), 10)
-	}
-	h, l = run(0, priority.Weight(-10), func(hg string) {
-		for _, g := range []string{top, top + "/s3", hg} {
-			got, err := os.ReadFile(filepath.Join(root, g, file))
-			if err != nil || strings.TrimSpace(string(got)) != want {
-				t.Errorf("%s of %s = %q (%v), want %s", file, g, got, err, want)
+	srv := testenv.S3(t, "bkt")
+	m := testenv.S3fs(t, srv, "bkt", "parallel_count=8", "multipart_size=8")
+	pid := m.Cmd.Process.Pid
+	var busy []*exec.Cmd
+	t.Cleanup(func() {
+		for _, p := range busy {
+			_ = p.Process.Kill()
+			_, _ = p.Process.Wait()
+		}
+		m.Kill()
+		for _, g := range []string{bridgeGroup, parent, pods, top} {
+			for range 20 {
+				if err := c.Remove(g); err == nil || !errors.Is(err, syscall.EBUSY) {
+					break
+				}
+				time.Sleep(100 * time.Millisecond) // the killed processes leave their groups
 			}
 		}
 	})
-	if l == 0 || float64(h)/float64(l) < 4 {
-		t.Errorf("a group weighed %d against a default one on one CPU: %d ticks against %d; want about 9.3 to 1", priority.Weight(-10), h, l)
+	for _, x := range []struct {
+		g string
+		l s3fs.Limits
+	}{{top, s3fs.Limits{}}, {parent, all}, {bridgeGroup, each}} {
+		if err := c.SetLimits(x.g, x.l); err != nil {
+			t.Fatalf("SetLimits(%s, %+v): %v", x.g, x.l, err)
+		}
 	}
-	t.Logf("weighed group %d ticks, default group %d ticks", h, l)
+	if err := c.Place(pid, bridgeGroup); err != nil {
+		t.Fatalf("place s3fs: %v", err)
+	}
+	// The pods' stand-in: two busy loops in a sibling weighed as kubepods is on two cores.
+	for range 2 {
+		p := exec.Command("sh", "-c", "while :; do :; done")
+		if err := p.Start(); err != nil {
+			t.Fatal(err)
+		}
+		busy = append(busy, p)
+		if err := c.Place(p.Process.Pid, pods); err != nil {
+			t.Fatalf("place a busy loop: %v", err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, pods, "cpu.shares"), []byte("2048"), 0); err != nil {
+		t.Fatalf("weigh the pods' stand-in: %v", err)
+	}
+	for _, g := range []string{top, parent, bridgeGroup} {
+		if got, err := os.ReadFile(filepath.Join(root, g, "cpu.shares")); err != nil || strings.TrimSpace(string(got)) != "1024" {
+			t.Errorf("cpu.shares of %s = %q (%v), want the kernel's default 1024 (no bridge outranks the pods)", g, got, err)
+		}
+	}
+
+	// Eight writers, as a pod's parallel writes through the bridge.
+	src := filepath.Join(t.TempDir(), "src")
+	if err := exec.Command("dd", "if=/dev/urandom", "of="+src, "bs=1M", "count=24").Run(); err != nil {
+		t.Fatal(err)
+	}
+	u0, err := c.Usage(bridgeGroup)
+	if err != nil {
+		t.Fatalf("Usage: %v", err)
+	}
+	ticks0, start := cpuTicks(t, pid), time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if out, err := exec.Command("cp", src, filepath.Join(m.MountPoint, fmt.Sprintf("w%d", i))).CombinedOutput(); err != nil {
+				errs <- fmt.Errorf("writer %d: %w: %s", i, err, out)
+			}
+		}()
+	}
+	var maxMem int64
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	timeout := time.After(3 * time.Minute)
+wait:
+	for {
+		select {
+		case <-done:
+			break wait
+		case <-timeout:
+			t.Fatal("the writers did not finish within 3 minutes")
+		case <-time.After(100 * time.Millisecond):
+			if u, err := c.Usage(bridgeGroup); err == nil {
+				maxMem = max(maxMem, u.MemoryBytes)
+			}
+		}
+	}
+	wall := time.Since(start)
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	u1, _ := c.Usage(bridgeGroup)
+	cores := float64(u1.CPUNanos-u0.CPUNanos) / 1e9 / wall.Seconds()
+	procCores := float64(cpuTicks(t, pid)-ticks0) / 100 / wall.Seconds()
+	throttled := readStat(t, filepath.Join(root, bridgeGroup, "cpu.stat"), "nr_throttled")
+	memRoot := hierarchyOf(t, "memory")
+	failcnt, _ := os.ReadFile(filepath.Join(memRoot, bridgeGroup, "memory.failcnt"))
+	peak, _ := os.ReadFile(filepath.Join(memRoot, bridgeGroup, "memory.max_usage_in_bytes"))
+	t.Logf("8 writers × 24 MiB through the bridge in %s beside 2 busy loops (cpu.shares 2048): the bridge's group used %.3f cores (s3fs alone %.3f) against its quota of %dm, throttled %d times; memory peak %s B (sampled max %d) against %d, failcnt %s",
+		wall.Round(time.Millisecond), cores, procCores, each.CPUMillis, throttled, strings.TrimSpace(string(peak)), maxMem, each.MemoryBytes, strings.TrimSpace(string(failcnt)))
+	if limit := float64(each.CPUMillis) / 1000; cores > limit*1.1 {
+		t.Errorf("the bridge used %.3f cores, above its limit of %.3f (+10%%)", cores, limit)
+	}
+	if throttled == 0 {
+		t.Errorf("the bridge was never throttled: the writes did not drive it to its CPU limit, the check above proves nothing")
+	}
+	if p, err := strconv.ParseInt(strings.TrimSpace(string(peak)), 10, 64); err != nil || p > each.MemoryBytes {
+		t.Errorf("the bridge's memory peak %q (%v) is above its limit %d", peak, err, each.MemoryBytes)
+	}
+	select {
+	case <-m.Done():
+		t.Fatalf("the bridge's s3fs exited under its limits: %s", m.Log())
+	default:
+	}
+	for i := range 8 {
+		if fi, err := os.Stat(filepath.Join(m.MountPoint, fmt.Sprintf("w%d", i))); err != nil || fi.Size() != 24<<20 {
+			t.Errorf("file w%d through the bridge: %v, %v", i, fi, err)
+		}
+	}
+}
+
+// readStat reads one key of a cgroup stat file (0 when absent).
+func readStat(t *testing.T, path, key string) int64 {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("read %s: %v", path, err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, key+" "); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// hierarchyOf is the mount point of the v1 hierarchy holding controller.
+func hierarchyOf(t *testing.T, controller string) string {
+	t.Helper()
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range s3fs.ParseCgroupMounts(string(data)) {
+		if slices.Contains(m.Options, controller) {
+			return m.MountPoint
+		}
+	}
+	t.Fatalf("no cgroup v1 hierarchy of the %s controller on this node", controller)
+	return ""
 }

@@ -3,6 +3,8 @@ package s3fs
 import (
 	"errors"
 	"time"
+
+	"github.com/pvrescue/pvrescue/internal/config"
 )
 
 // ProcID names one process across agent restarts: its pid and its start time (clock ticks
@@ -67,8 +69,31 @@ type Cgroups interface {
 	// Children returns the names of parent's child groups in any hierarchy, sorted; none when
 	// parent does not exist.
 	Children(parent string) ([]string, error)
-	// SetCPUWeight gives the existing group, and each level above it below the hierarchy's root,
-	// the CPU weight weight (the kernel's scale: 1024 is nice 0 and a group's default): v1's
-	// cpu.shares, v2's cpu.weight. The root's own settings are the node's and stay.
-	SetCPUWeight(group string, weight uint64) error
+	// SetLimits creates group (in every hierarchy) and sets its CPU and memory limits, with the
+	// kernel's default CPU weight; a zero limit is none. Set a parent's before its children's:
+	// cgroup v1 refuses a child's CPU quota above its parent's.
+	SetLimits(group string, l Limits) error
+	// Usage reads group's CPU time used so far and memory in use.
+	Usage(group string) (Usage, error)
+}
+
+// Limits are a group's CPU and memory limits (0: none).
+type Limits struct {
+	// CPUMillis is the CPU time per period, in thousandths of a core.
+	CPUMillis int64
+	// MemoryBytes is the memory limit.
+	MemoryBytes int64
+}
+
+// Usage is what a group used: CPU time since it was made, memory now.
+type Usage struct {
+	CPUNanos    int64
+	MemoryBytes int64
+}
+
+// BridgeLimits returns the limits of all bridges together and of each from the configuration.
+func BridgeLimits(cfg *config.Config) (all, each Limits) {
+	bl := cfg.S3.BridgeLimits
+	return Limits{CPUMillis: bl.All.CPU.MilliValue(), MemoryBytes: bl.All.Memory.Value()},
+		Limits{CPUMillis: bl.PerBridge.CPU.MilliValue(), MemoryBytes: bl.PerBridge.Memory.Value()}
 }

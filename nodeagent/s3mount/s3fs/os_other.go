@@ -22,4 +22,5 @@ func (noCgroups) Remove(string) error     { return stack.ErrUnsupportedOS }
 func (noCgroups) Children(string) ([]string, error) {
 	return nil, stack.ErrUnsupportedOS
 }
-func (noCgroups) SetCPUWeight(string, uint64) error { return stack.ErrUnsupportedOS }
+func (noCgroups) SetLimits(string, Limits) error { return stack.ErrUnsupportedOS }
+func (noCgroups) Usage(string) (Usage, error)    { return Usage{}, stack.ErrUnsupportedOS }

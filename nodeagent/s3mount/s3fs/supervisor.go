@@ -57,10 +57,6 @@ type Options struct {
 	KillGrace time.Duration
 	// BridgeCgroup is the parent cgroup of each bridge's own group ("" none).
 	BridgeCgroup string
-	// CPUWeight is given to each bridge's cgroup and its parents (kernel scale, 1024 = nice 0;
-	// 0 leaves the groups' default): in a group of its own, s3fs's nice ranks it against
-	// nothing else.
-	CPUWeight uint64
 	// BridgeNetNS is the network namespace bridges start in ("" the agent's).
 	BridgeNetNS string
 	// Active counts the bridges running; Exits the unexpected exits of their s3fs.
@@ -207,6 +203,12 @@ func (s *Supervisor) Adopt(ctx context.Context) error {
 			st := &bridge{proc: proc, started: s.clk.Now()}
 			if proc != nil {
 				st.cgroup = rec.Cgroup
+				if rec.Cgroup != "" && s.opts.BridgeCgroup != "" && strings.HasPrefix(rec.Cgroup, s.opts.BridgeCgroup+"/") {
+					// An earlier agent's bridge: today's limits and no weight above the pods'.
+					if err := s.limit(rec.Cgroup); err != nil {
+						log.Error(err, "bounding an adopted bridge's cgroups failed", "pv", pv, "cgroup", rec.Cgroup)
+					}
+				}
 				go func() {
 					werr := proc.Wait()
 					s.onExit(ctx, pv, st, werr)
@@ -431,20 +433,41 @@ func (s *Supervisor) Ensure(ctx context.Context, pvName string, resolve func(con
 func (s *Supervisor) detach(ctx context.Context, pvName string, st *bridge) {
 	log := logr.FromContextOrDiscard(ctx).WithValues("pv", pvName)
 	if group := BridgeCgroup(s.opts.BridgeCgroup, pvName, st.proc.Pid()); group != "" {
+		// The limits first (the parents', then its own), so s3fs never runs unbounded in it.
+		if err := s.limit(group); err != nil {
+			log.Error(err, "bounding the bridge's cgroups failed: it may run without CPU or memory limits", "cgroup", group)
+		}
 		if err := s.os.Cgroups.Place(st.proc.Pid(), group); err != nil {
 			log.Error(err, "moving s3fs out of the agent's cgroups failed: this bridge dies with the agent container")
 		} else {
 			st.cgroup = group
-			if w := s.opts.CPUWeight; w > 0 {
-				if err := s.os.Cgroups.SetCPUWeight(group, w); err != nil {
-					log.Error(err, "weighing the bridge's cgroup failed: it competes for CPU with the group's default weight", "weight", w)
-				}
-			}
 		}
 	}
 	if err := s.writeRecord(pvName, BridgeRecord{Proc: st.proc.ID(), Cgroup: st.cgroup}); err != nil {
 		log.Error(err, "recording the bridge failed: a restarted agent will not adopt its process")
 	}
+}
+
+// limit sets the limits of group (a bridge's), of all bridges (BridgeCgroup) and the default
+// CPU weight of each level above: an earlier agent weighed them 9548, above the pods' groups,
+// and the weight stays in the node's cgroups until it is written again.
+func (s *Supervisor) limit(group string) error {
+	all, each := BridgeLimits(s.cfg)
+	var errs []error
+	parts := strings.Split(s.opts.BridgeCgroup, "/")
+	for i := range parts {
+		level, l := strings.Join(parts[:i+1], "/"), Limits{}
+		if i == len(parts)-1 {
+			l = all
+		}
+		if err := s.os.Cgroups.SetLimits(level, l); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := s.os.Cgroups.SetLimits(group, each); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 // forgetBridge removes what detach made once the bridge's process has exited: its record (when

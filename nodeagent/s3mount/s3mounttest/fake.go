@@ -18,22 +18,23 @@ import (
 // FakeNode is an in-memory node for unit tests: a mount table where mounts can die, files with
 // modes, and s3fs processes that mount (or fail) on start. It is safe for concurrent use.
 type FakeNode struct {
-	mu         sync.Mutex
-	nextID     int
-	nextDev    int
-	mounts     stack.Table
-	dead       map[string]bool // by Dev
-	hung       map[string]bool // by Dev: statfs times out
-	busy       map[int]bool    // by mount ID: a file is open on it (a plain unmount fails EBUSY)
-	files      map[string][]byte
-	modes      map[string]fs.FileMode
-	writes     map[string]int // FS.WriteFile calls, by path
-	started    [][]string
-	procs      []*FakeProcess
-	cgroups    map[string][]int  // by group: pids placed there
-	cpuWeights map[string]uint64 // by group: the weight SetCPUWeight gave it
-	removed    []string          // every path given to FS.Remove
-	aborted    []string          // devices whose FUSE connection was aborted
+	mu      sync.Mutex
+	nextID  int
+	nextDev int
+	mounts  stack.Table
+	dead    map[string]bool // by Dev
+	hung    map[string]bool // by Dev: statfs times out
+	busy    map[int]bool    // by mount ID: a file is open on it (a plain unmount fails EBUSY)
+	files   map[string][]byte
+	modes   map[string]fs.FileMode
+	writes  map[string]int // FS.WriteFile calls, by path
+	started [][]string
+	procs   []*FakeProcess
+	cgroups map[string][]int       // by group: pids placed there
+	limits  map[string]s3fs.Limits // by group: what SetLimits gave it
+	usage   map[string]s3fs.Usage  // by group: what Usage reports
+	removed []string               // every path given to FS.Remove
+	aborted []string               // devices whose FUSE connection was aborted
 	// lingering: devices with files still open through a lazily detached mount.
 	lingering map[string]bool
 	specs     []s3fs.ProcSpec
@@ -241,24 +242,44 @@ func (c fakeCgroups) Children(parent string) ([]string, error) {
 	return out, nil
 }
 
-func (c fakeCgroups) SetCPUWeight(group string, weight uint64) error {
+func (c fakeCgroups) SetLimits(group string, l s3fs.Limits) error {
 	c.f.mu.Lock()
 	defer c.f.mu.Unlock()
 	if _, ok := c.f.cgroups[group]; !ok {
-		return fmt.Errorf("weigh cgroup %s: %w", group, syscall.ENOENT)
+		c.f.cgroups[group] = nil
 	}
-	if c.f.cpuWeights == nil {
-		c.f.cpuWeights = map[string]uint64{}
+	if c.f.limits == nil {
+		c.f.limits = map[string]s3fs.Limits{}
 	}
-	c.f.cpuWeights[group] = weight
+	c.f.limits[group] = l
 	return nil
 }
 
-// CPUWeight returns the CPU weight set on group (0: none set).
-func (f *FakeNode) CPUWeight(group string) uint64 {
+func (c fakeCgroups) Usage(group string) (s3fs.Usage, error) {
+	c.f.mu.Lock()
+	defer c.f.mu.Unlock()
+	if _, ok := c.f.cgroups[group]; !ok {
+		return s3fs.Usage{}, fmt.Errorf("usage of cgroup %s: %w", group, syscall.ENOENT)
+	}
+	return c.f.usage[group], nil
+}
+
+// Limits returns the limits set on group, and whether any were.
+func (f *FakeNode) Limits(group string) (s3fs.Limits, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.cpuWeights[group]
+	l, ok := f.limits[group]
+	return l, ok
+}
+
+// SetUsage sets what Usage reports for group.
+func (f *FakeNode) SetUsage(group string, u s3fs.Usage) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.usage == nil {
+		f.usage = map[string]s3fs.Usage{}
+	}
+	f.usage[group] = u
 }
 
 // AddCgroup makes an empty group, as one left by an earlier agent.

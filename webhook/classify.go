@@ -34,9 +34,11 @@ const (
 // ErrNotFound is returned by a Lookup when the object exists neither in the cache nor live.
 var ErrNotFound = errors.New("not found")
 
-// ErrForeignPV is returned when the PersistentVolume a claim names does not name that claim back
-// (claimRef namespace, name and UID), in the cache nor live: the volume is not classified by it.
-var ErrForeignPV = errors.New("persistentvolume does not name the claim")
+// ErrForeignPV is returned when the PersistentVolume a claim names does not exist or does not
+// name that claim back (claimRef namespace, name and UID), in the cache nor live: the volume is
+// not classified by it. Both get this one answer, word for word: a tenant's claim may name any
+// PV, and a different answer would tell it which PV names exist.
+var ErrForeignPV = errors.New("persistentvolume not found or not bound to this claim")
 
 // Lookup reads the objects classification needs. Implementations: ReaderLookup (informer cache with
 // a live fallback) and StaticLookup (fixed objects, for tests and benchmarks). The objects returned
@@ -152,13 +154,18 @@ func (c *Classifier) classifyClaim(ctx context.Context, claim, class string, mod
 func (c *Classifier) claimedPV(ctx context.Context, pvc *corev1.PersistentVolumeClaim) (*corev1.PersistentVolume, error) {
 	name := pvc.Spec.VolumeName
 	pv, err := c.Lookup.PV(ctx, name, false)
+	if errors.Is(err, ErrNotFound) {
+		return nil, fmt.Errorf("persistentvolume %s: %w", name, ErrForeignPV) // as a foreign one
+	}
 	if err != nil {
 		return nil, fmt.Errorf("persistentvolume %s: %w", name, err)
 	}
 	if claimRefNames(pv, pvc) {
 		return pv, nil
 	}
-	if pv, err = c.Lookup.PV(ctx, name, true); err != nil {
+	if pv, err = c.Lookup.PV(ctx, name, true); errors.Is(err, ErrNotFound) {
+		return nil, fmt.Errorf("persistentvolume %s: %w", name, ErrForeignPV)
+	} else if err != nil {
 		return nil, fmt.Errorf("persistentvolume %s: %w", name, err)
 	}
 	if !claimRefNames(pv, pvc) {

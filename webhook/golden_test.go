@@ -236,3 +236,28 @@ func admitThroughHandler(t testing.TB, m *Defaulter, pod *corev1.Pod) (*corev1.P
 	}
 	return got, resp.Warnings
 }
+
+// A missing PV and a PV bound to another claim get the same answer, word for word (outcome,
+// warnings, patch, status annotation): a tenant's claim may name any PV, and a different answer
+// would tell it which PV names exist.
+func TestGoldenMissingAndForeignPVAnswerAlike(t *testing.T) {
+	answer := func(file string) []byte {
+		t.Helper()
+		pod, objs := loadCase(t, file)
+		o := newDefaulter(objs...).Default(context.Background(), pod.Namespace, pod)
+		out, err := json.MarshalIndent(golden{Result: o.Result, Reason: o.Reason, Warnings: o.Warnings, Patch: o.Patch, Pod: pod}, "", "  ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	missing, foreign := answer("testdata/golden/s3-missing-pv.yaml"), answer("testdata/golden/s3-foreign-pv.yaml")
+	if !bytes.Equal(missing, foreign) {
+		t.Errorf("a missing PV and a foreign PV are answered differently (-missing +foreign):\n%s", cmp.Diff(string(missing), string(foreign)))
+	}
+	for _, f := range []string{"s3-missing-pv", "s3-foreign-pv"} {
+		if b, err := os.ReadFile("testdata/golden/" + f + ".golden.json"); err != nil || !bytes.Equal(bytes.TrimSuffix(b, []byte("\n")), foreign) {
+			t.Errorf("testdata/golden/%s.golden.json is not the one answer (%v)", f, err)
+		}
+	}
+}

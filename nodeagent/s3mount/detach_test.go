@@ -56,8 +56,8 @@ func TestBridgeCgroupLimited(t *testing.T) {
 	group := s3fs.BridgeCgroup("pvrescue/s3", "pv-a", w.node.Processes()[0].Pid())
 	want := map[string]s3fs.Limits{
 		"pvrescue":    {},
-		"pvrescue/s3": {CPUMillis: 1000, MemoryBytes: 1 << 30},
-		group:         {CPUMillis: 500, MemoryBytes: 512 << 20},
+		"pvrescue/s3": {CPUMillis: 1500, MemoryBytes: 1 << 30},
+		group:         {CPUMillis: 1000, MemoryBytes: 512 << 20},
 	}
 	for g, l := range want {
 		if got, ok := w.node.Limits(g); !ok || got != l {

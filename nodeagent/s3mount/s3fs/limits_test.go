@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -25,7 +26,9 @@ func TestLimitWatcherReportsNearingACap(t *testing.T) {
 	node.AddCgroup(parent)
 	node.AddCgroup(bridge)
 	node.AddCgroup(parent + "/not-ours") // not a bridge's name: not read
-	cfg := config.Default()              // per bridge 500m / 512Mi, all 1 / 1Gi
+	cfg := config.Default()
+	cfg.S3.BridgeLimits.PerBridge.CPU = resource.MustParse("500m")
+	cfg.S3.BridgeLimits.All.CPU = resource.MustParse("1") // per bridge 500m / 512Mi, all 1 / 1Gi
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
 	rec := record.NewFakeRecorder(10)
 	reg := prometheus.NewRegistry()

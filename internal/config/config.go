@@ -146,6 +146,11 @@ type S3 struct {
 	// start when less than this plus one multipart batch (about 50 MB) is free: the bridge then
 	// fails (S3fsFailed) rather than fill the node's disk. Must be at least 1.
 	BridgeDiskFreeMB int64 `json:"bridgeDiskFreeMB"`
+	// BridgeDiskFreePercent raises that floor with the filesystem's size: a bridge leaves at least
+	// this share of its temporary files' filesystem free, above kubelet's default hard eviction
+	// threshold (nodefs.available<10%), so a bridge's writes never make kubelet evict the node's
+	// pods. A volume's own ensure_diskfree option may raise the floor, never lower it. 0..90.
+	BridgeDiskFreePercent int `json:"bridgeDiskFreePercent"`
 	// BridgeLimits bound the CPU and memory of the agent's own s3fs bridges, each and all
 	// together (cgroup v1: cpu.cfs_quota_us over cpu.cfs_period_us, memory.limit_in_bytes; v2:
 	// cpu.max, memory.max), in the bridges' cgroups (pvrescue/s3 and pvrescue/s3/<pv>-<pid>),
@@ -515,6 +520,8 @@ func Default() *Config {
 			BridgeFlapWindow:   metav1.Duration{Duration: time.Minute},
 			HungConditionAfter: metav1.Duration{Duration: 30 * time.Second},
 			BridgeDiskFreeMB:   1024,
+			// kubelet's default nodefs.available<10%, and a margin for its soft thresholds.
+			BridgeDiskFreePercent: 15,
 			BridgeLimits: BridgeLimits{
 				PerBridge:   CgroupLimits{CPU: resource.MustParse("1"), Memory: resource.MustParse("512Mi")},
 				All:         CgroupLimits{CPU: resource.MustParse("1500m"), Memory: resource.MustParse("1Gi")},
@@ -706,6 +713,9 @@ func (c *Config) Validate() error {
 	}
 	if bl.WarnPercent < 1 || bl.WarnPercent > 100 {
 		add("s3.bridgeLimits.warnPercent: must be within 1..100, got %d", bl.WarnPercent)
+	}
+	if p := c.S3.BridgeDiskFreePercent; p < 0 || p > 90 {
+		add("s3.bridgeDiskFreePercent: must be within 0..90, got %d", p)
 	}
 	if c.S3.HungConditionAfter.Duration < 0 {
 		add("s3.hungConditionAfter: must not be negative, got %s", c.S3.HungConditionAfter.Duration)

@@ -24,3 +24,5 @@ func (noCgroups) Children(string) ([]string, error) {
 }
 func (noCgroups) SetLimits(string, Limits) error { return stack.ErrUnsupportedOS }
 func (noCgroups) Usage(string) (Usage, error)    { return Usage{}, stack.ErrUnsupportedOS }
+
+func fsSize(string) int64 { return 0 }

@@ -208,3 +208,12 @@ func (p *adoptedProcess) Kill(grace time.Duration) {
 		<-p.done
 	}
 }
+
+// fsSize is the size in bytes of the filesystem holding path (0 when it cannot be read).
+func fsSize(path string) int64 {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return 0
+	}
+	return int64(st.Blocks) * st.Bsize //nolint:gosec // block counts of a real filesystem fit an int64
+}

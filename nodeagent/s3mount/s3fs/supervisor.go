@@ -361,7 +361,7 @@ func (s *Supervisor) Ensure(ctx context.Context, pvName string, resolve func(con
 		return err
 	}
 	passwd := s.layout.PasswdFile(pvName)
-	args, err := Args(vol, creds, path, passwd, s.layout.TmpDir(pvName), s.cfg.S3.BridgeDiskFreeMB)
+	args, err := Args(vol, creds, path, passwd, s.layout.TmpDir(pvName), DiskFreeFloorMB(s.cfg, fsSize(s.layout.TmpRoot())))
 	if err != nil {
 		return err // refused by the allowlists: nothing is written or started
 	}

@@ -292,8 +292,6 @@ func Args(v Volume, c Credentials, mountPoint, passwdFile, tmpDir string, diskFr
 		"-o", "nosuid",
 		"-o", "nodev",
 		"-o", "tmpdir=" + tmpDir,
-		// Bounded temp space: s3fs leaves this much of tmpDir's filesystem free.
-		"-o", "ensure_diskfree=" + strconv.FormatInt(max(diskFreeMB, 1), 10),
 	}
 	if v.ReadOnly {
 		// Read-only kept by the daemon we own, not only by the mount flag of the binds.
@@ -305,6 +303,7 @@ func Args(v Volume, c Credentials, mountPoint, passwdFile, tmpDir string, diskFr
 	if region != "" {
 		args = append(args, "-o", "endpoint="+region)
 	}
+	floor := max(diskFreeMB, 1)
 	for _, o := range v.Options {
 		if err := CheckOption(o); err != nil {
 			return nil, err
@@ -312,7 +311,26 @@ func Args(v Volume, c Credentials, mountPoint, passwdFile, tmpDir string, diskFr
 		if o == "ro" && v.ReadOnly {
 			continue // given above
 		}
+		if val, ok := strings.CutPrefix(o, "ensure_diskfree="); ok {
+			// A volume may ask for more free space, never for less than the node's floor.
+			if n, err := strconv.ParseInt(val, 10, 64); err == nil {
+				floor = max(floor, n)
+			}
+			continue
+		}
 		args = append(args, "-o", o)
 	}
-	return args, nil
+	// Last, so no earlier option can override it (s3fs takes the last value of an option).
+	return append(args, "-o", "ensure_diskfree="+strconv.FormatInt(floor, 10)), nil
+}
+
+// DiskFreeFloorMB is the space in MB a bridge's s3fs leaves free on its temporary files'
+// filesystem of fsBytes (0: unknown): s3.bridgeDiskFreeMB, or s3.bridgeDiskFreePercent of the
+// filesystem when that is more.
+func DiskFreeFloorMB(cfg *config.Config, fsBytes int64) int64 {
+	floor := max(cfg.S3.BridgeDiskFreeMB, 1)
+	if fsBytes > 0 && cfg.S3.BridgeDiskFreePercent > 0 {
+		floor = max(floor, (fsBytes/100*int64(cfg.S3.BridgeDiskFreePercent)+(1<<20)-1)>>20)
+	}
+	return floor
 }

@@ -270,6 +270,52 @@ func TestParseCredentials(t *testing.T) {
 	}
 }
 
+// The bridge's free-space floor: a volume's ensure_diskfree may raise it, never lower it (on the
+// command line it comes last: s3fs takes an option's last value), and it follows the filesystem's
+// size (s3.bridgeDiskFreePercent, above kubelet's eviction threshold).
+func TestDiskFreeFloor(t *testing.T) {
+	last := func(args []string) string {
+		for i := len(args) - 1; i >= 0; i-- {
+			if v, ok := strings.CutPrefix(args[i], "ensure_diskfree="); ok {
+				return v
+			}
+		}
+		return ""
+	}
+	for _, tc := range []struct {
+		opts []string
+		want string
+	}{
+		{nil, "2048"},
+		{[]string{"ensure_diskfree=1"}, "2048"},
+		{[]string{"retries=2", "ensure_diskfree=0"}, "2048"},
+		{[]string{"ensure_diskfree=4096"}, "4096"},
+	} {
+		v := Volume{PV: "pv-a", Bucket: "bkt", Options: tc.opts}
+		got, err := Args(v, Credentials{AccessKeyID: "AK", SecretAccessKey: "SK"}, "/st/pv-a", "/cr/pv-a.passwd", "/tmp/pv-a", 2048)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l := last(got); l != tc.want {
+			t.Errorf("options %v: s3fs takes ensure_diskfree=%s, want %s (args %v)", tc.opts, l, tc.want, got)
+		}
+	}
+	cfg := config.Default() // 1024 MB, 15%
+	for _, tc := range []struct {
+		fs   int64
+		want int64
+	}{
+		{0, 1024},          // size unknown: the configured MB
+		{4 << 30, 1024},    // 15% of 4 GiB is 615 MB: the configured 1024 stays
+		{100 << 30, 15360}, // 15% of 100 GiB
+		{1 << 40, 157287},  // 15% of 1 TiB, above kubelet's 10% hard eviction
+	} {
+		if got := DiskFreeFloorMB(cfg, tc.fs); got != tc.want {
+			t.Errorf("DiskFreeFloorMB(%d bytes) = %d, want %d", tc.fs, got, tc.want)
+		}
+	}
+}
+
 func TestArgs(t *testing.T) {
 	v := Volume{PV: "pv-a", Bucket: "bkt", Prefix: "p/q", Endpoint: "http://sc", Region: "eu", Options: []string{"retries=2"}}
 	got, err := Args(v, Credentials{AccessKeyID: "AK", SecretAccessKey: "SK", Endpoint: "http://secret"}, "/st/pv-a", "/cr/pv-a.passwd", "/tmp/pv-a", 512)
@@ -278,7 +324,7 @@ func TestArgs(t *testing.T) {
 	}
 	want := []string{"bkt:/p/q", "/st/pv-a", "-f", "-o", "passwd_file=/cr/pv-a.passwd", "-o", "fsname=pvrescue-s3:pv-a",
 		"-o", "use_path_request_style", "-o", "allow_other", "-o", "nosuid", "-o", "nodev", "-o", "tmpdir=/tmp/pv-a",
-		"-o", "ensure_diskfree=512", "-o", "url=http://secret", "-o", "endpoint=eu", "-o", "retries=2"}
+		"-o", "url=http://secret", "-o", "endpoint=eu", "-o", "retries=2", "-o", "ensure_diskfree=512"}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("(-want +got):\n%s", d)
 	}

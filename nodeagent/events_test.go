@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -196,4 +197,37 @@ func TestRecorderPostDelay(t *testing.T) {
 	}
 	stop()
 	waitOne(held, "stopped with an Event held")
+}
+
+// One namespace's burst cannot crowd out another's Events: while the held Events wait (the
+// clock does not move), a tenant's 3000 Events about its pods come first — more than
+// client-go's broadcaster queues — and one Event about another namespace's pod still reaches
+// the API server once they are released.
+func TestRecorderOneNamespaceCannotCrowdOutAnother(t *testing.T) {
+	client := fake.NewClientset()
+	clk := clocktesting.NewFakeClock(time.Now())
+	rec, stop := NewRecorder(client, "node-1", RecorderOptions{PostDelay: time.Hour, Clock: clk})
+	for i := range 3000 {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: fmt.Sprintf("p%d", i), UID: types.UID(fmt.Sprintf("t%d", i))}}
+		rec.Eventf(pod, corev1.EventTypeWarning, "MountRestoreFailed", "burst %d", i)
+	}
+	other := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "other", Name: "app", UID: "o1"}}
+	rec.Eventf(other, corev1.EventTypeNormal, "MountBridged", "S3 volume pv-o mounted again")
+	defer stop()
+	clk.Step(2 * time.Hour) // every held Event is due
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		list, err := client.CoreV1().Events("other").List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Items) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			n, _ := client.CoreV1().Events("tenant").List(context.Background(), metav1.ListOptions{})
+			t.Fatalf("the other namespace's Event never reached the API server (%d of the tenant's did): one namespace's burst crowded it out", len(n.Items))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

@@ -92,7 +92,7 @@ func lostDisk(ctx context.Context, o *Options, s *Section) error {
 	}
 	n := o.DiskRepeats
 	const ns = "bench-disk"
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, optedIn(ns), metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create namespace: %w", err)
 	}
 	links := make([]string, n)
@@ -114,7 +114,7 @@ func lostDisk(ctx context.Context, o *Options, s *Section) error {
 	}
 	rec, stopRec := nodeagent.NewRecorder(cs, node, nodeagent.RecorderOptions{PostDelay: nodeagent.DefaultEventPostDelay})
 	defer stopRec()
-	view, err := nodeagent.NewKubeView(cs, node, clock.RealClock{}, nodeagent.ViewOptions{})
+	view, err := nodeagent.NewKubeView(cs, node, clock.RealClock{}, nodeagent.ViewOptions{RequireConsent: !cfg.RescueAllNamespaces})
 	if err != nil {
 		return err
 	}

@@ -26,6 +26,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/pvrescue/pvrescue/internal/config"
+	"github.com/pvrescue/pvrescue/internal/contract"
 	"github.com/pvrescue/pvrescue/internal/testenv"
 	"github.com/pvrescue/pvrescue/nodeagent"
 	"github.com/pvrescue/pvrescue/nodeagent/fusewatch"
@@ -282,7 +283,7 @@ func (r *s3Rig) startAgent(ctx context.Context, ro s3RigOptions) error {
 	rec, stopRec := nodeagent.NewRecorder(r.cs, r.names.node, nodeagent.RecorderOptions{PostDelay: nodeagent.DefaultEventPostDelay})
 	r.undo = append(r.undo, stopRec)
 	r.reg = prometheus.NewRegistry()
-	view, err := nodeagent.NewKubeView(r.cs, r.names.node, clock.RealClock{}, nodeagent.ViewOptions{})
+	view, err := nodeagent.NewKubeView(r.cs, r.names.node, clock.RealClock{}, nodeagent.ViewOptions{RequireConsent: !r.cfg.RescueAllNamespaces})
 	if err != nil {
 		return err
 	}
@@ -457,7 +458,7 @@ func (r *s3Rig) seedObjects(ctx context.Context) error {
 	keys := r.cfg.S3.SecretKeys
 	objs := []func() error{
 		func() error {
-			_, err := r.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n.ns}}, metav1.CreateOptions{})
+			_, err := r.cs.CoreV1().Namespaces().Create(ctx, optedIn(n.ns), metav1.CreateOptions{})
 			return err
 		},
 		func() error {
@@ -543,4 +544,10 @@ func (r *s3Rig) publish(ctx context.Context, target string) error {
 	}
 	r.driverMounts = append(r.driverMounts, m)
 	return nil
+}
+
+// optedIn is a namespace labelled for pvrescue: the agent acts only for pods of such namespaces
+// (consent), as the webhook injects only into them.
+func optedIn(name string) *corev1.Namespace {
+	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{contract.LabelInject: contract.LabelInjectEnabled}}}
 }

@@ -376,7 +376,7 @@ func RequestCounts(exposition []byte) (map[string]float64, error) {
 // (local PVs with node affinity to one of 100 other nodes), 32 at a time.
 func seedOthers(ctx context.Context, cs kubernetes.Interface, n int) error {
 	const ns = "bench-scale-others"
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, optedIn(ns), metav1.CreateOptions{}); err != nil {
 		return err
 	}
 	if err := forEach(n, 32, func(i int) error { return createOtherVolume(ctx, cs, ns, i) }); err != nil {
@@ -429,7 +429,7 @@ func agentExited(o *Options, a *agentProc, label string) error {
 // seedScale creates the PVs (present paths under devDir) and the S3 pods of node, 8 at a time.
 func seedScale(ctx context.Context, cs kubernetes.Interface, cfg *config.Config, node, devDir string) error {
 	const ns = "bench-scale"
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, optedIn(ns), metav1.CreateOptions{}); err != nil {
 		return err
 	}
 	var jobs []func() error

@@ -36,8 +36,10 @@
 // named fuse on a hung NFS or FUSE volume would otherwise stall the watcher (a stat through the
 // magic link reaches the file's filesystem; readlink and fdinfo are answered from the kernel's
 // own structures). A device node elsewhere than /dev, or a tenant's plain file at /dev/fuse in
-// its own /dev, is handled by what the kernel says in fdinfo: no fuse_connection line makes it
-// a holder watched whatever it serves (an exit then costs one check). The cost of a walk is
+// its own /dev, is handled by what the kernel says in fdinfo: once a walk has seen the kernel
+// name a connection there, a descriptor that names none serves nothing mounted and makes no
+// holder (a tenant's loop opening such a file costs no walk and no check); on a kernel that
+// names none, every holder is watched whatever it serves (an exit then costs one check). The cost of a walk is
 // bounded: at most OSOptions.MaxFDsPerProcess (16384) descriptors of each process, their names
 // read 1024 at a time, one readlink each, plus one fdinfo read per /dev/fuse descriptor.
 //

@@ -118,7 +118,7 @@ func (r *racingOS) Holders() ([]Holder, error) {
 		}
 		return nil, nil
 	}
-	return []Holder{{PID: r.pid}}, nil
+	return []Holder{{PID: r.pid, Unnamed: true}}, nil
 }
 
 func (r *racingOS) Events() (Events, error) {

@@ -8,9 +8,12 @@ import (
 // Holder is a process holding /dev/fuse open.
 type Holder struct {
 	PID int
-	// Connections are those its descriptors serve; nil when the kernel does not say (then it
-	// is watched whatever it serves).
+	// Connections are those its descriptors serve, as fdinfo names them.
 	Connections []Connection
+	// Unnamed is set when one of its /dev/fuse descriptors names no connection: on a kernel
+	// that names them, a descriptor not mounted yet or a tenant's impostor (a plain file at
+	// /dev/fuse in its own mount namespace); on an older kernel, any descriptor.
+	Unnamed bool
 }
 
 // OS is what the Watcher needs of the system.

@@ -66,7 +66,7 @@ func (r realOS) holder(pid int, name string) (Holder, bool) {
 	}
 	defer func() { _ = d.Close() }() // a directory read only
 	h := Holder{PID: pid}
-	found, named := false, true
+	found := false
 	// Each link is read relative to the open directory: a readlink of the whole path resolved
 	// /proc/<pid>/fd again for every descriptor (half a walk's time).
 	dirFD := int(d.Fd())
@@ -82,13 +82,13 @@ func (r realOS) holder(pid int, name string) (Holder, bool) {
 			found = true
 			info, err := os.ReadFile(filepath.Join(r.opts.Proc, name, "fdinfo", fd))
 			if err != nil {
-				named = false
+				h.Unnamed = true
 				continue
 			}
 			if c, ok := FDInfoConnection(string(info)); ok {
 				h.Connections = append(h.Connections, c)
 			} else {
-				named = false
+				h.Unnamed = true
 			}
 		}
 		if err != nil || len(fds) == 0 {
@@ -97,9 +97,6 @@ func (r realOS) holder(pid int, name string) (Holder, bool) {
 	}
 	if !found {
 		return Holder{}, false
-	}
-	if !named {
-		h.Connections = nil // one descriptor the kernel did not name: watch it whatever it serves
 	}
 	return h, true
 }

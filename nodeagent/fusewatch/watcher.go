@@ -123,6 +123,11 @@ type Watcher struct {
 	retry      time.Duration // next orphan retry delay; 0 when none is due
 	// retryRestarted is set by a walk that saw a new orphan (the retries start over).
 	retryRestarted bool
+	// kernelNames is set once a walk found a descriptor whose fdinfo names its connection: the
+	// kernel does, so a /dev/fuse descriptor that names none serves nothing mounted (not mounted
+	// yet, or a tenant's plain file at /dev/fuse in its own mount namespace) and makes no holder.
+	// Before that, such a holder is watched whatever it serves (an older kernel).
+	kernelNames bool
 
 	exits   prometheus.Counter
 	daemons prometheus.Gauge
@@ -199,13 +204,16 @@ func (w *Watcher) Run(ctx context.Context) error {
 	tick := w.opts.Clock.NewTicker(w.opts.RescanInterval)
 	defer tick.Stop()
 	var retry clock.Timer
-	// A mount change within MountSettle of the last one read is read when the timer fires,
-	// with every change that came meanwhile.
+	// A mount change or an exit within MountSettle of the last walk they caused is walked for
+	// when the timer fires, with every change and exit that came meanwhile: a burst costs one
+	// walk per MountSettle, whatever its cause. An exit wakes the consumer at once all the same.
 	var settle clock.Timer
 	var lastMountRead time.Time
+	forceNext := false // an exit came: the next walk looks at every process
 	mountWalk := func() {
 		lastMountRead = w.opts.Clock.Now()
-		w.walk(log, ev, false)
+		w.walk(log, ev, forceNext)
+		forceNext = false
 	}
 	for {
 		var retryC, settleC <-chan time.Time
@@ -228,10 +236,10 @@ func (w *Watcher) Run(ctx context.Context) error {
 				}
 				return r.err
 			}
-			if len(r.e.Exited) > 0 {
-				w.exited(log, r.e.Exited)
-				w.walk(log, ev, true) // the descriptor may live on in another process
-			} else if r.e.MountsChanged && settle == nil {
+			// After an exit the descriptor may live on in another process: a walk of all.
+			exited := len(r.e.Exited) > 0 && w.exited(log, r.e.Exited)
+			forceNext = forceNext || exited
+			if (exited || r.e.MountsChanged) && settle == nil {
 				if since := w.opts.Clock.Since(lastMountRead); since < w.opts.MountSettle {
 					settle = w.opts.Clock.NewTimer(w.opts.MountSettle - since)
 				} else {
@@ -261,13 +269,17 @@ func (w *Watcher) Run(ctx context.Context) error {
 	}
 }
 
-func (w *Watcher) exited(log logr.Logger, pids []int) {
+// exited reports the exits of the watched pids among pids (wakes the consumer) and says whether
+// there was one.
+func (w *Watcher) exited(log logr.Logger, pids []int) bool {
 	now := w.opts.Clock.Now()
+	reported := false
 	for _, pid := range pids {
 		conns, ok := w.watched[pid]
 		if !ok {
 			continue
 		}
+		reported = true
 		delete(w.watched, pid)
 		w.exitedPIDs[pid] = true
 		for _, c := range conns {
@@ -282,7 +294,10 @@ func (w *Watcher) exited(log logr.Logger, pids []int) {
 		}
 	}
 	w.daemons.Set(float64(len(w.watched)))
-	w.signal()
+	if reported {
+		w.signal()
+	}
+	return reported
 }
 
 func (w *Watcher) signal() {
@@ -353,7 +368,10 @@ func (w *Watcher) walk(log logr.Logger, ev Events, force bool) {
 	want := map[int][]Connection{}
 	held := map[Connection]bool{}
 	for _, h := range holders {
-		if h.Connections == nil {
+		w.kernelNames = w.kernelNames || len(h.Connections) > 0
+	}
+	for _, h := range holders {
+		if h.Unnamed && !w.kernelNames {
 			if len(conns) > 0 {
 				want[h.PID] = nil
 			}

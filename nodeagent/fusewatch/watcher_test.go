@@ -210,14 +210,15 @@ func TestWatcherWatchesHoldersOfMountedConnections(t *testing.T) {
 	default:
 	}
 
-	// A kernel that does not name connections: every holder is watched.
-	fos.set(map[Connection][]string{39: {"/mnt/a"}}, Holder{PID: 100, Connections: []Connection{39}}, Holder{PID: 103})
+	// A descriptor that names no connection on a kernel that names them (a tenant's plain file at
+	// /dev/fuse in its own mount namespace): no holder, never watched.
+	fos.set(map[Connection][]string{39: {"/mnt/a"}}, Holder{PID: 100, Connections: []Connection{39}}, Holder{PID: 103, Unnamed: true})
 	fos.ev.ch <- Event{MountsChanged: true} // same connections: no walk
 	n := fos.walkCount()
 	testenv.WaitFor(t, 5*time.Second, "the slow rescan", testenv.Until(clk.HasWaiters))
 	clk.Step(time.Hour)
 	testenv.WaitFor(t, 5*time.Second, "a walk", testenv.Until(func() bool { return fos.walkCount() > n }))
-	waitPIDs(t, fos.ev, 100, 103)
+	waitPIDs(t, fos.ev, 100)
 
 	// Unmounted: nothing to watch (read at once, or MountSettle after the last read).
 	fos.set(map[Connection][]string{}, Holder{PID: 100, Connections: []Connection{39}})
@@ -423,4 +424,73 @@ func TestWatcherWatchesANewDaemonOnAReusedConnectionNumber(t *testing.T) {
 	waitPIDs(t, fos.ev, 200)
 	fos.ev.kill(200)
 	wakeWithin(t, w, 5*time.Second)
+}
+
+// A kernel that names no connection in fdinfo (older than this project's 6.18): every /dev/fuse
+// holder is watched whatever it serves, and its exit wakes the consumer.
+func TestWatcherWatchesEveryHolderWhereTheKernelNamesNone(t *testing.T) {
+	fos := newFakeOS()
+	fos.set(map[Connection][]string{39: {"/mnt/a"}}, Holder{PID: 100, Unnamed: true}, Holder{PID: 103, Unnamed: true})
+	w, exits := start(t, fos, Options{RescanInterval: time.Hour})
+	waitPIDs(t, fos.ev, 100, 103)
+	fos.ev.kill(103)
+	wakeWithin(t, w, 5*time.Second)
+	if x := <-exits; x.PID != 103 || !reflect.DeepEqual(x.MountPoints, []string{"/mnt/a"}) {
+		t.Fatalf("exit = %+v, want 103 with every FUSE mount point", x)
+	}
+}
+
+// A tenant's impostor (a plain file at /dev/fuse in its own mount namespace, opened again and
+// again by a loop) makes no holder once the kernel is seen naming connections: it is not
+// watched, and its exit wakes no one and costs no walk. Before, it counted as a holder of every
+// connection, and each exit of the loop's openers woke the rescue and walked every process.
+func TestWatcherIgnoresAnImpostorDevFuse(t *testing.T) {
+	fos := newFakeOS()
+	fos.set(map[Connection][]string{39: {"/mnt/a"}}, Holder{PID: 100, Connections: []Connection{39}}, Holder{PID: 500, Unnamed: true})
+	w, _ := start(t, fos, Options{RescanInterval: time.Hour})
+	waitPIDs(t, fos.ev, 100)
+	walks := fos.walkCount()
+	fos.ev.ch <- Event{Exited: []int{500}} // the opener exits (as the event source would report it, were it watched)
+	noWakeWithin(t, w, 200*time.Millisecond, "an impostor's exit woke the rescue")
+	if n := fos.walkCount() - walks; n != 0 {
+		t.Errorf("%d walks for an impostor's exit, want none", n)
+	}
+}
+
+// Daemons dying in a burst (a plugin pod's s3fs, or a tenant's FUSE loop) each wake the consumer
+// at once, but the walks after them come about once per MountSettle, not once per exit.
+func TestWatcherCoalescesWalksAfterExits(t *testing.T) {
+	fos := newFakeOS()
+	conns := map[Connection][]string{}
+	var holders []Holder
+	var pids []int
+	for i := range 30 {
+		c := Connection(100 + i)
+		conns[c] = []string{fmt.Sprintf("/mnt/%d", i)}
+		holders = append(holders, Holder{PID: 1000 + i, Connections: []Connection{c}})
+		pids = append(pids, 1000+i)
+	}
+	fos.set(conns, holders...)
+	w, exits := start(t, fos, Options{RescanInterval: time.Hour, MountSettle: 200 * time.Millisecond})
+	waitPIDs(t, fos.ev, pids...)
+	walks := fos.walkCount()
+	fos.set(conns)
+	go func() { // the start helper's exit channel holds 16: read them while the kills go on
+		for _, pid := range pids {
+			fos.ev.kill(pid)
+		}
+	}()
+	for range pids {
+		select {
+		case <-exits:
+		case <-time.After(5 * time.Second):
+			t.Fatal("an exit was not reported")
+		}
+	}
+	wakeWithin(t, w, time.Second)
+	waitPIDs(t, fos.ev)
+	time.Sleep(300 * time.Millisecond) // the burst's last walk
+	if n := fos.walkCount() - walks; n < 1 || n > 6 {
+		t.Errorf("30 exits walked the processes %d times, want a few (one per MountSettle)", n)
+	}
 }

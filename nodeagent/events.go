@@ -67,11 +67,12 @@ func NewRecorder(client kubernetes.Interface, nodeName string, o RecorderOptions
 	b := record.NewBroadcaster(record.WithCorrelatorOptions(record.CorrelatorOptions{SpamKeyFunc: spamKey}))
 	b.StartRecordingToSink(sink)
 	rec := b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: Component, Host: nodeName})
-	return &fairRecorder{EventRecorder: rec, clock: o.Clock, burst: float64(o.PerNamespaceBurst), rate: o.PerNamespaceRate,
-			buckets: map[string]*bucket{}}, func() {
-			sink.release()
-			b.Shutdown()
-		}
+	fair := &fairRecorder{EventRecorder: rec, clock: o.Clock, burst: float64(o.PerNamespaceBurst), rate: o.PerNamespaceRate,
+		buckets: map[string]*bucket{}}
+	return fair, func() {
+		sink.release()
+		b.Shutdown()
+	}
 }
 
 // delayedSink sends each Event no sooner than delay after it was recorded (its LastTimestamp,

@@ -119,3 +119,17 @@ type Kernel interface {
 	mountreplace.Kernel
 	MakeReadOnly(path string, top int) error
 }
+
+// MountInfoCapped is a ProcFS that can read a mount table up to a size: the mount tables of
+// namespaces a tenant made (reported, never entered) are read through it, so a namespace
+// holding many mounts costs the agent a bounded read.
+type MountInfoCapped interface {
+	MountInfoUpTo(pid, max int) (string, error)
+}
+
+// ErrMountInfoTooLarge: a mount table read through MountInfoCapped is larger than its cap.
+var ErrMountInfoTooLarge = errors.New("mount table too large")
+
+// MaxForeignMountInfo caps the read of a foreign namespace's mount table (a container's holds a
+// few dozen lines of about 150 bytes).
+const MaxForeignMountInfo = 256 << 10

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -64,6 +65,23 @@ func (p RealProcFS) Cgroup(pid int) (string, error) { return p.read(pid, "cgroup
 
 // MountInfo implements ProcFS.
 func (p RealProcFS) MountInfo(pid int) (string, error) { return p.read(pid, "mountinfo") }
+
+// MountInfoUpTo implements MountInfoCapped: at most max bytes are read.
+func (p RealProcFS) MountInfoUpTo(pid, max int) (string, error) {
+	f, err := os.Open(filepath.Join(p.Root, strconv.Itoa(pid), "mountinfo"))
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = f.Close() }()
+	b, err := io.ReadAll(io.LimitReader(f, int64(max)+1))
+	if err != nil {
+		return "", err
+	}
+	if len(b) > max {
+		return "", fmt.Errorf("%w: more than %d bytes", ErrMountInfoTooLarge, max)
+	}
+	return string(b), nil
+}
 
 // MountNS implements ProcFS.
 func (p RealProcFS) MountNS(pid int) (uint64, error) { return p.ns(pid, "mnt") }

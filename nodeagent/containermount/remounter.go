@@ -353,9 +353,12 @@ func (r *Remounter) skipForeign(log logr.Logger, req RemountRequest, live Mount,
 		if f.Cgroup.ContainerID != "" {
 			ns.ContainerIDs = []string{f.Cgroup.ContainerID}
 		}
-		table, err := r.table(ns)
+		table, err := r.foreignTable(ns)
 		if err != nil {
-			continue // gone: nothing left to leave dead
+			if errors.Is(err, ErrMountInfoTooLarge) {
+				log.Info("mount table of a namespace the runtime did not make not read: too large", "mountNamespace", f.MountNS, "pid", f.Pid, "err", err.Error())
+			}
+			continue // gone, or too large to read: nothing reported
 		}
 		plan := PlanNamespace(table, req.DeadDevice, req.DeadRoot, live.Dev)
 		dead := make([]string, 0, len(plan.Targets)+len(plan.Skipped))
@@ -513,6 +516,26 @@ func errString(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// foreignTable is table for a namespace the agent does not act in: read with a byte cap
+// (MaxForeignMountInfo) when the ProcFS can.
+func (r *Remounter) foreignTable(ns Namespace) (MountTable, error) {
+	capped, ok := r.os.Proc.(MountInfoCapped)
+	if !ok {
+		return r.table(ns)
+	}
+	for _, pid := range ns.Pids {
+		if inode, err := r.os.Proc.MountNS(pid); err != nil || inode != ns.Inode {
+			continue
+		}
+		content, err := capped.MountInfoUpTo(pid, MaxForeignMountInfo)
+		if err != nil {
+			return nil, fmt.Errorf("mountinfo of pid %d: %w", pid, err)
+		}
+		return ParseMountInfo(content)
+	}
+	return nil, ErrNamespaceGone
 }
 
 // table reads the namespace's mount table through the first pid that still answers.

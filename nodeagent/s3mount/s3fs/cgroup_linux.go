@@ -252,24 +252,30 @@ func setLimits(root, parent, dir string, l Limits) error {
 		quota = strconv.FormatInt(l.CPUMillis*cfsPeriodUs/1000, 10)
 	}
 	if exists("cgroup.controllers") { // v2
-		if err := enableV2(root, parent, dir, "cpu", "memory"); err != nil {
+		usable, err := enableV2(root, parent, dir, "cpu", "memory")
+		if err != nil {
 			return err
 		}
-		if err := write("cpu.weight", "100"); err != nil {
-			return err
+		if usable["cpu"] {
+			if err := write("cpu.weight", "100"); err != nil {
+				return err
+			}
+			cpuMax := "max " + strconv.Itoa(cfsPeriodUs)
+			if l.CPUMillis > 0 {
+				cpuMax = quota + " " + strconv.Itoa(cfsPeriodUs)
+			}
+			if err := write("cpu.max", cpuMax); err != nil {
+				return err
+			}
 		}
-		cpuMax := "max " + strconv.Itoa(cfsPeriodUs)
-		if l.CPUMillis > 0 {
-			cpuMax = quota + " " + strconv.Itoa(cfsPeriodUs)
+		if usable["memory"] {
+			memMax := "max"
+			if l.MemoryBytes > 0 {
+				memMax = strconv.FormatInt(l.MemoryBytes, 10)
+			}
+			return write("memory.max", memMax)
 		}
-		if err := write("cpu.max", cpuMax); err != nil {
-			return err
-		}
-		memMax := "max"
-		if l.MemoryBytes > 0 {
-			memMax = strconv.FormatInt(l.MemoryBytes, 10)
-		}
-		return write("memory.max", memMax)
+		return nil
 	}
 	if exists("cpu.cfs_quota_us") { // v1 cpu
 		if err := write("cpu.shares", "1024"); err != nil {
@@ -293,20 +299,29 @@ func setLimits(root, parent, dir string, l Limits) error {
 }
 
 // enableV2 makes sure dir has the controllers' files, handing them down from parent when parent
-// is a level of ours (never the root: its subtree_control is the node's).
-func enableV2(root, parent, dir string, ctrls ...string) error {
+// is a level of ours (never the root: its subtree_control is the node's), and returns those dir
+// has. A controller the parent does not have (a hybrid node's unified hierarchy has none: v1
+// holds them) is not one this hierarchy limits by.
+func enableV2(root, parent, dir string, ctrls ...string) (map[string]bool, error) {
+	usable := map[string]bool{}
+	avail, _ := os.ReadFile(filepath.Join(parent, "cgroup.controllers"))
 	for _, ctrl := range ctrls {
 		if _, err := os.Stat(filepath.Join(dir, ctrl+".max")); err == nil {
+			usable[ctrl] = true
+			continue
+		}
+		if !slices.Contains(strings.Fields(string(avail)), ctrl) {
 			continue
 		}
 		if parent == root {
-			return fmt.Errorf("the root's cgroup.subtree_control does not enable %s", ctrl)
+			return usable, fmt.Errorf("the root's cgroup.subtree_control does not enable %s", ctrl)
 		}
 		if err := os.WriteFile(filepath.Join(parent, "cgroup.subtree_control"), []byte("+"+ctrl), 0); err != nil {
-			return fmt.Errorf("enable the %s controller below %s: %w", ctrl, parent, err)
+			return usable, fmt.Errorf("enable the %s controller below %s: %w", ctrl, parent, err)
 		}
+		usable[ctrl] = true
 	}
-	return nil
+	return usable, nil
 }
 
 // Usage reads group's CPU time used and memory in use from the hierarchies that have them

@@ -61,6 +61,13 @@ func TestSetLimitsFiles(t *testing.T) {
 			want:   []file{{"g/cgroup.subtree_control", "+memory"}, {"g/b/cpu.max", "50000 100000"}, {"g/b/memory.max", "268435456"}},
 		},
 		{
+			name:   "hybrid node: the unified hierarchy has no controllers (v1 holds them): left alone",
+			files:  []file{{"g/cgroup.controllers", ""}, {"g/cgroup.subtree_control", ""}, {"g/b/cgroup.controllers", ""}},
+			atRoot: true,
+			limits: half,
+			want:   []file{{"g/cgroup.subtree_control", ""}},
+		},
+		{
 			name:   "v2, the node's root does not hand cpu down: not ours to change",
 			files:  []file{{"g/cgroup.controllers", "cpu memory"}, {"g/cgroup.subtree_control", "memory"}, {"g/b/cgroup.controllers", "memory"}},
 			atRoot: true,

@@ -404,14 +404,17 @@ func (r *s3Rig) firstExit(ctx context.Context, t0 time.Time) (time.Duration, err
 
 // waitDead waits until the target answers ENOTCONN (the kill has taken effect).
 func (r *s3Rig) waitDead(ctx context.Context) error {
+	// Each target is seen dead once: with several, the agent may restore the first before the
+	// last is seen dead.
+	seen := map[string]bool{}
 	return testenv.WaitUntil(ctx, deadTimeout, benchPoll, func() bool {
 		var st unix.Statfs_t
 		for _, t := range r.targets {
-			if !errors.Is(unix.Statfs(t, &st), syscall.ENOTCONN) {
-				return false
+			if !seen[t] && errors.Is(unix.Statfs(t, &st), syscall.ENOTCONN) {
+				seen[t] = true
 			}
 		}
-		return true
+		return len(seen) == len(r.targets)
 	})
 }
 

@@ -143,7 +143,7 @@ func (s *Session) Publish(ctx context.Context, req *csi.NodePublishVolumeRequest
 	}
 	if err := s.node.NodePublish(ctx, req); err != nil {
 		s.Undo(ctx, req.TargetPath)
-		return fmt.Errorf("%w: NodePublishVolume: %w", ErrReplay, err)
+		return replayErr("NodePublishVolume", err)
 	}
 	return nil
 }
@@ -194,7 +194,7 @@ func (c *Client) restage(ctx context.Context, node Node, pv *corev1.PersistentVo
 		PublishContext: pubCtx, Secrets: secrets, VolumeContext: pv.Spec.CSI.VolumeAttributes,
 	}); err != nil {
 		c.undoFresh(ctx, node, pv.Spec.CSI.VolumeHandle, fresh, true)
-		return fmt.Errorf("%w: NodeStageVolume: %w", ErrReplay, err)
+		return replayErr("NodeStageVolume", err)
 	}
 	if _, err := c.Rules.Check(ctx, fresh, stack.CheckFor(table, stagingPath, c.Config.S3.Profile(pv.Spec.CSI.Driver).FUSETypeOf(pv.Spec.CSI.VolumeAttributes))); err != nil {
 		c.undoFresh(ctx, node, pv.Spec.CSI.VolumeHandle, fresh, true)
@@ -335,4 +335,13 @@ func publishRequest(pv *corev1.PersistentVolume, capability *csi.VolumeCapabilit
 		VolumeId: pv.Spec.CSI.VolumeHandle, PublishContext: pubCtx, StagingTargetPath: stagingPath, TargetPath: targetPath,
 		VolumeCapability: capability, Readonly: ro, Secrets: secrets, VolumeContext: volCtx,
 	}
+}
+
+// replayErr is a replayed call's failure: ErrReplay when the plugin refused it, ErrDriverDown
+// (as it is) when the plugin went away under it.
+func replayErr(call string, err error) error {
+	if errors.Is(err, ErrDriverDown) {
+		return fmt.Errorf("%s: %w", call, err)
+	}
+	return fmt.Errorf("%w: %s: %w", ErrReplay, call, err)
 }

@@ -7,7 +7,9 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 )
 
 // ErrDriverDown is wrapped when the node plugin's socket does not answer.
@@ -68,21 +70,33 @@ func (n *grpcNode) StageUnstage(ctx context.Context) (bool, error) {
 
 func (n *grpcNode) NodeStage(ctx context.Context, req *csi.NodeStageVolumeRequest) error {
 	_, err := n.c.NodeStageVolume(ctx, req)
-	return err
+	return wentAway(err)
 }
 
 func (n *grpcNode) NodePublish(ctx context.Context, req *csi.NodePublishVolumeRequest) error {
 	_, err := n.c.NodePublishVolume(ctx, req)
-	return err
+	return wentAway(err)
 }
 
 func (n *grpcNode) NodeUnpublish(ctx context.Context, volumeID, targetPath string) error {
 	_, err := n.c.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: volumeID, TargetPath: targetPath})
-	return err
+	return wentAway(err)
 }
 
 func (n *grpcNode) NodeUnstage(ctx context.Context, volumeID, stagingPath string) error {
 	_, err := n.c.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: volumeID, StagingTargetPath: stagingPath})
+	return wentAway(err)
+}
+
+// wentAway wraps ErrDriverDown around a call that failed because the plugin went away under it
+// (gRPC Unavailable: its connection closed mid-call, as when the plugin restarts again while a
+// replay runs): the plugin does not answer, it did not refuse. Taken for a refusal, the restore
+// backed off for 2 s although the next plugin served a moment later (a bench incident of a
+// plugin restarted twice took 2.15 s).
+func wentAway(err error) error {
+	if err != nil && status.Code(err) == codes.Unavailable {
+		return fmt.Errorf("%w: %w", ErrDriverDown, err)
+	}
 	return err
 }
 

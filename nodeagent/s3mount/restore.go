@@ -70,12 +70,19 @@ func (r *Restorer) restore(ctx context.Context, pvName string, ts []target) {
 			return
 		}
 		r.metrics.Restores.WithLabelValues(MethodReplay, "failure").Inc()
-		driverDown = errors.Is(rerr, csiclient.ErrDriverDown)
-		if !driverDown {
+		// A replayed mount that died as it was put (its daemon exited: the plugin restarted
+		// again) is the driver's daemons dying, as when it does not answer: bridged at once
+		// (the flap limit bounds a driver whose every daemon dies), not backed off as a refusal.
+		died := errors.Is(rerr, stack.ErrDiedAfterPut)
+		driverDown = errors.Is(rerr, csiclient.ErrDriverDown) || died
+		switch {
+		case died:
+			log.Info("the replayed mount died as it was put (its daemon exited): bridging", "err", rerr.Error())
+		case driverDown:
+			log.V(1).Info("driver does not answer", "err", rerr.Error())
+		default:
 			log.Error(rerr, "replay through the driver failed", "reason", Reason(rerr))
 			r.failed(ts, rerr)
-		} else {
-			log.V(1).Info("driver does not answer", "err", rerr.Error())
 		}
 		if wait := r.bridgeWait(ctx, pvName, ts, driverDown); wait > 0 {
 			log.V(1).Info("waiting for the driver before bridging", "wait", wait, "driverDown", driverDown)

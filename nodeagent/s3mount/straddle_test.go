@@ -136,3 +136,39 @@ func TestDeathDuringAReplayWakesAPassAtItsEnd(t *testing.T) {
 		t.Errorf("second target still on its dead mount after the woken pass: %+v", top)
 	}
 }
+
+// The replay's mount dies as it is put (the plugin restarted again: its new daemon killed right
+// after it answered): a new death of the driver's daemons, bridged at once as when the driver
+// does not answer — not a refused replay backed off for 2 s (a stress incident took 3.4 s).
+func TestReplayedMountDyingAsItIsPutIsBridgedAtOnce(t *testing.T) {
+	w, target := replayWorld(t, false)
+	w.node.KillMount(target)
+	dead, _ := w.node.Table().Top(target)
+	var mu sync.Mutex
+	killed := false
+	w.node.BeforeStatfs = func(path string) {
+		if path != target {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		// The check of the replayed mount just put there: its daemon exits first.
+		if top, _ := w.node.Table().Top(target); !killed && top.Dev != dead.Dev {
+			killed = true
+			w.node.KillMount(target)
+		}
+	}
+	w.start()
+	if !killed {
+		t.Fatal("the replay never put its mount at the target: the test did not run the death")
+	}
+	if top, _ := w.node.Table().Top(target); top.Source != stack.FSName("pv-a") {
+		t.Errorf("top at the target is %+v, want our bridge at once", top)
+	}
+	w.r.mu.Lock()
+	_, backingOff := w.r.retry["pv-a"]
+	w.r.mu.Unlock()
+	if backingOff {
+		t.Error("the PV backs off: the death was taken for a refused replay")
+	}
+}

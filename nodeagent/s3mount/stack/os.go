@@ -10,6 +10,11 @@ import (
 // ErrMount is wrapped by every failed mount operation.
 var ErrMount = errors.New("mount operation failed")
 
+// ErrDiedAfterPut is wrapped when a mount put at a kubelet path was dead (ENOTCONN) when checked
+// right after: its daemon exited after it answered (a plugin restarted again during the replay).
+// That is a new death, not a refusal: the rescue goes on at once rather than backing off.
+var ErrDiedAfterPut = errors.New("the mount put there died as it was put")
+
 // Mounter reads the mount table and makes the few mounts the restorer needs.
 type Mounter interface {
 	// MountTable returns the current /proc/self/mountinfo.

@@ -156,7 +156,9 @@ func (r *Rules) Cover(ctx context.Context, source, path string, readOnly bool, a
 	// A Replacer checked that the top at path is now the clone of src, a mount that answered in
 	// this pass (check.Answered): a statfs at path would ask the same daemon once more.
 	if r.Replacer == nil || !check.Answered.Has(src) {
-		if err := r.statfs(ctx, path); err != nil {
+		if err := r.statfs(ctx, path); IsDead(err) {
+			return nil, false, false, fmt.Errorf("%w: %w: bind at %s: %w", ErrMount, ErrDiedAfterPut, path, err)
+		} else if err != nil {
 			return nil, false, false, fmt.Errorf("%w: bind at %s does not answer: %w", ErrMount, path, err)
 		}
 	}

@@ -175,6 +175,9 @@ func agentPodsRunning(ctx context.Context, t *testing.T, c *cluster.Cluster, ima
 		names = nil
 		var other []string
 		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+				continue // a replaced agent's pod that ended, not yet removed
+			}
 			ready := p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil
 			for _, st := range p.Status.ContainerStatuses {
 				ready = ready && st.Ready

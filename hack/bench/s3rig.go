@@ -266,9 +266,20 @@ func (r *s3Rig) restartPlugin() error {
 		m.Kill()
 	}
 	r.driverMounts = nil
-	r.plugin.KillMounts()
+	r.killDriverDaemons()
 	r.plugin.Stop()
 	return r.startPlugin()
+}
+
+// killDriverDaemons SIGKILLs every s3fs of the driver: the plugin's, and any an earlier plugin
+// process started for a call that raced its stop (a real plugin pod's restart takes every
+// process of its container). The agent's bridges mount under the state directory, not under
+// kubelet's: they live on.
+func (r *s3Rig) killDriverDaemons() {
+	r.plugin.KillMounts()
+	for _, pid := range testenv.S3fsPIDs(r.kubelet) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
 }
 
 // stopPlugin stops the plugin for good: it no longer answers; its s3fs keep running until killed.

@@ -40,7 +40,7 @@ type stressKind struct {
 func stressKinds() []stressKind {
 	return []stressKind{
 		{name: "restarted", loss: (*s3Rig).restartPlugin},
-		{name: "kept down", loss: func(r *s3Rig) error { r.plugin.KillMounts(); r.stopPlugin(); return nil },
+		{name: "kept down", loss: func(r *s3Rig) error { r.killDriverDaemons(); r.stopPlugin(); return nil },
 			after: func(ctx context.Context, r *s3Rig) error {
 				if err := r.startPlugin(); err != nil {
 					return err

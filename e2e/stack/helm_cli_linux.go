@@ -57,7 +57,7 @@ func RunCommands(ctx context.Context, c *cluster.Cluster, r CommandsRun) (string
 	}
 	cmd := exec.CommandContext(ctx, "bash", "-c", "set -euo pipefail\nPS4='+ [${SECONDS}s] '\nset -x\n"+r.Commands)
 	cmd.Dir = r.Repo
-	cmd.Env = append(os.Environ(),
+	cmd.Env = append(OperatorEnv(os.Environ()),
 		"PATH="+binDir+string(os.PathListSeparator)+os.Getenv("PATH"),
 		"KUBECONFIG="+c.Kubeconfig,
 		"HELM_CACHE_HOME="+filepath.Join(dir, "helm", "cache"),

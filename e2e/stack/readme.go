@@ -164,3 +164,19 @@ func (p PushedImage) Ref() string { return p.Repo + ":" + p.Tag }
 
 // ByDigest is repo@digest, the image ID the kubelet reports for a container pulled from it.
 func (p PushedImage) ByDigest() string { return p.Repo + "@" + p.Digest }
+
+// OperatorEnv is environ without what a make running the tests passes down (MAKEFLAGS, MAKELEVEL,
+// …): an operator runs the README's commands in a fresh shell. Inherited, they made the README's
+// `$(make -s chart-version)` print make's "Entering directory" lines into the version (under
+// `make test`, not under a bare go test).
+func OperatorEnv(environ []string) []string {
+	var out []string
+	for _, kv := range environ {
+		switch k, _, _ := strings.Cut(kv, "="); k {
+		case "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "MAKE_TERMOUT", "MAKE_TERMERR", "GNUMAKEFLAGS":
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}

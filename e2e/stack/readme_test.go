@@ -123,3 +123,10 @@ func TestOperationsUpgradeCommands(t *testing.T) {
 		t.Errorf("AddArgs: %v\n%s", err, got)
 	}
 }
+
+func TestOperatorEnvDropsWhatMakePassesDown(t *testing.T) {
+	got := OperatorEnv([]string{"PATH=/bin", "MAKEFLAGS=w -- ", "MAKELEVEL=2", "MFLAGS=-w", "HOME=/root", "MAKEOVERRIDES=", "MAKE_TERMOUT=/dev/pts/0"})
+	if want := []string{"PATH=/bin", "HOME=/root"}; strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("OperatorEnv = %q, want %q", got, want)
+	}
+}

@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/clock"
 
 	"github.com/pvrescue/pvrescue/internal/contract"
 	"github.com/pvrescue/pvrescue/internal/testenv"
@@ -50,17 +49,7 @@ func TestKubeViewConsentOnAnAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := NewKubeView(client, "node-a", clock.RealClock{}, ViewOptions{RequireConsent: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	changed := make(chan struct{}, 100)
-	v.OnPodChange(func() { changed <- struct{}{} })
-	vctx, stop := context.WithCancel(ctx)
-	defer func() { stop(); v.Shutdown() }()
-	if err := v.Start(vctx); err != nil {
-		t.Fatal(err)
-	}
+	v, changed := startNodeView(ctx, t, client, ViewOptions{RequireConsent: true})
 	want := func(what string, names ...string) {
 		t.Helper()
 		if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {

@@ -85,17 +85,7 @@ func TestKubeViewReadsOnlyItsNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := NewKubeView(client, "node-a", clock.RealClock{}, ViewOptions{TTL: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	changed := make(chan struct{}, 100)
-	v.OnPodChange(func() { changed <- struct{}{} })
-	vctx, stop := context.WithCancel(ctx)
-	defer func() { stop(); v.Shutdown() }()
-	if err := v.Start(vctx); err != nil {
-		t.Fatal(err)
-	}
+	v, changed := startNodeView(ctx, t, client, ViewOptions{TTL: time.Hour})
 
 	// A pod created later on the other node, then one on this node: the watch delivers in
 	// resourceVersion order, so once the second is seen the first would have been too.
@@ -196,4 +186,22 @@ func createBoundVolume(ctx context.Context, cs kubernetes.Interface, ns, name st
 		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, StorageClassName: &sc, VolumeName: name,
 			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}, metav1.CreateOptions{})
 	return err
+}
+
+// startNodeView starts a KubeView of node-a with opts; changed receives on every pod change. It
+// stops when the test ends.
+func startNodeView(ctx context.Context, t *testing.T, client kubernetes.Interface, opts ViewOptions) (*KubeView, chan struct{}) {
+	t.Helper()
+	v, err := NewKubeView(client, "node-a", clock.RealClock{}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := make(chan struct{}, 100)
+	v.OnPodChange(func() { changed <- struct{}{} })
+	vctx, stop := context.WithCancel(ctx)
+	t.Cleanup(func() { stop(); v.Shutdown() })
+	if err := v.Start(vctx); err != nil {
+		t.Fatal(err)
+	}
+	return v, changed
 }

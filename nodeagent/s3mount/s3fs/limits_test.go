@@ -13,6 +13,7 @@ import (
 
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/internal/contract"
+	"github.com/pvrescue/pvrescue/internal/testenv"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3mounttest"
 )
@@ -106,24 +107,9 @@ func TestLimitWatcherReportsNearingACap(t *testing.T) {
 // seriesValue is the value of the series of name with labels scope and resource in reg.
 func seriesValue(t *testing.T, reg *prometheus.Registry, name, scope, res string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
+	m, err := testenv.FindMetric(reg, name, map[string]string{"scope": scope, "resource": res})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("series %s{scope=%q,resource=%q}: %v", name, scope, res, err)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			l := map[string]string{}
-			for _, p := range m.GetLabel() {
-				l[p.GetName()] = p.GetValue()
-			}
-			if l["scope"] == scope && l["resource"] == res {
-				return m.GetGauge().GetValue() + m.GetCounter().GetValue()
-			}
-		}
-	}
-	t.Fatalf("no series %s{scope=%q,resource=%q}", name, scope, res)
-	return 0
+	return m.GetGauge().GetValue() + m.GetCounter().GetValue()
 }

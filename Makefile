@@ -179,7 +179,7 @@ bench: kube-binaries-all e2e-deps versitygw ## Measure against floors/baselines 
 	$(BIN)/bench -root $(CURDIR) -out BENCHMARKS.md -raw bench
 
 .PHONY: bench-stress
-bench-stress: kube-binaries node-deps versitygw ## On demand: 500 rounds of lost-mount incidents (restarted, kept down, restarted twice) on the host rig beside busy loops; writes bench/stress.md, which make bench embeds (root, ~15 min).
+bench-stress: kube-binaries node-deps versitygw ## On demand: 500 rounds of lost-mount incidents (restarted, kept down, rolled, restarted twice; 1 and 5 pods) on the host rig beside busy loops; writes bench/stress.md, which make bench embeds (root, ~40 min).
 	@[ "$$(id -u)" = 0 ] || { echo "make bench-stress needs root (mounts, s3fs)" >&2; exit 1; }
 	$(GO) build -o $(BIN)/bench ./hack/bench
 	$(BIN)/bench -root $(CURDIR) -only stress -out bench/stress.md -raw bench $(STRESS_FLAGS)

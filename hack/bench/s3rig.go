@@ -80,7 +80,9 @@ type s3Rig struct {
 	srv          *testenv.S3Server
 	driverMounts []*testenv.S3fsMount
 	plugin       *csitest.Plugin
-	deps         nodeagent.Deps
+	// rollIn gives the start of the new plugin of a "rolled" stress incident.
+	rollIn chan error
+	deps   nodeagent.Deps
 	// exits receives the time fusewatch saw each watched FUSE daemon exit (nil without fusewatch).
 	exits chan time.Time
 	// log is the agent's logger (-agent-log; discards otherwise); the bench marks its steps in it.

@@ -45,12 +45,28 @@ func stressKinds() []stressKind {
 				if err := r.startPlugin(); err != nil {
 					return err
 				}
-				staging := filepath.Join(r.state, "s3", "staging", r.names.pv)
-				return testenv.WaitUntil(ctx, restoreTimeout, benchPoll, func() bool {
-					return r.onDriver() && r.allRead("before.txt", stressBefore) &&
-						len(testenv.S3fsPIDs(staging)) == 0 && len(r.plugin.Pids()) > 0
-				})
+				return waitHandedBack(ctx, r)
 			}},
+		// A rollout of the plugin's DaemonSet: the old pod's processes die and its socket goes;
+		// the new pod serves after its start-up, a random wait in [0, stressRollStart). The agent
+		// bridges (the driver does not answer) or, when the new plugin came first, replays; a
+		// bridge is handed back once the new plugin answers (after, timed on its own).
+		{name: "rolled", loss: func(r *s3Rig) error {
+			r.killDriverDaemons()
+			r.stopPlugin()
+			started := make(chan error, 1)
+			r.rollIn = started
+			go func() {
+				time.Sleep(time.Duration(rand.Int64N(int64(stressRollStart))))
+				started <- r.startPlugin()
+			}()
+			return nil
+		}, after: func(ctx context.Context, r *s3Rig) error {
+			if err := <-r.rollIn; err != nil {
+				return fmt.Errorf("the new plugin did not start: %w", err)
+			}
+			return waitHandedBack(ctx, r)
+		}},
 		// A plugin in a crash loop: restarted again a moment after the first restart, while the
 		// agent may still be replaying through it (its new daemon killed just after it appeared,
 		// or the replay's call cut off). Timed from the first kill: the window the pod sees. The
@@ -70,6 +86,19 @@ func stressKinds() []stressKind {
 }
 
 const stressBefore = "written before\n"
+
+// stressRollStart bounds the new plugin's start-up in a "rolled" incident.
+const stressRollStart = time.Second
+
+// waitHandedBack waits until the targets are on the driver's mounts again, readable, with the
+// bridge's s3fs gone and the plugin serving: the hand-back of a plugin that came back.
+func waitHandedBack(ctx context.Context, r *s3Rig) error {
+	staging := filepath.Join(r.state, "s3", "staging", r.names.pv)
+	return testenv.WaitUntil(ctx, restoreTimeout, benchPoll, func() bool {
+		return r.onDriver() && r.allRead("before.txt", stressBefore) &&
+			len(testenv.S3fsPIDs(staging)) == 0 && len(r.plugin.Pids()) > 0
+	})
+}
 
 // runStress is the on-demand stress mode (issue 54): many incidents of each kind on the host rig
 // with the machine loaded, reporting the tail (p99.9, max) and, for every incident over
@@ -138,7 +167,7 @@ func stress(ctx context.Context, o *Options, s *Section) error {
 			Ms(Percentile(xs, 99.9)), Ms(Percentile(xs, 100)), fmt.Sprint(over), target})
 	}
 	s.Notes = append(s.Notes,
-		fmt.Sprintf("%d rounds; each round runs one incident of every kind, each after a random wait in [0, %s). \"restarted\": every s3fs of the driver SIGKILLed and a new plugin serves the socket at once (the agent replays through it); \"kept down\": the same, but the plugin stops serving (the agent bridges with its own s3fs), then it serves again and the agent hands the volume back (timed on its own, until the bridge's s3fs has exited); \"restarted twice\": a restart, the target seen dead, then another restart after a random wait in [0, 200 ms) — the second kills the daemon the agent's replay may have just made, or cuts the replay's call off (a plugin in a crash loop); timed from the first kill. Timed from the kill to the first good read of a file written before the loss, polled every %s.", o.StressRepeats, stressMaxDephase, benchPoll),
+		fmt.Sprintf("%d rounds; each round runs one incident of every kind, each after a random wait in [0, %s). \"restarted\": every s3fs of the driver SIGKILLed and a new plugin serves the socket at once (the agent replays through it); \"kept down\": the same, but the plugin stops serving (the agent bridges with its own s3fs), then it serves again and the agent hands the volume back (timed on its own, until the bridge's s3fs has exited); \"rolled\": the plugin's DaemonSet rolled out, the driver's s3fs killed and the plugin stopped, a new plugin serving after a random start-up in [0, %s) (the agent bridges or, when the new plugin came first, replays; a bridge is handed back, timed on its own); \"restarted twice\": a restart, the target seen dead, then another restart after a random wait in [0, 200 ms) — the second kills the daemon the agent's replay may have just made, or cuts the replay's call off (a plugin in a crash loop); timed from the first kill. Timed from the kill to the first good read of a file written before the loss, polled every %s.", o.StressRepeats, stressMaxDephase, stressRollStart, benchPoll),
 		fmt.Sprintf("Load: %d busy loops (sh) beside the rig for the whole run, as the reproduction of issue 54 ran. Shipped configuration (s3.checkInterval %s), except s3.bridgeFlapLimit 0 (the rig's incidents come faster than the flap window). Several pods: %d pods on the one claim, each target first published by an s3fs of its own; an incident ends when every target reads back.", o.StressBusy, cfgInterval, o.StressPods),
 		fmt.Sprintf("The agent's log (V(1), with the bench's marks): `%s`.", logPath))
 	if len(slow) == 0 {

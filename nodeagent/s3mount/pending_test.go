@@ -1,6 +1,8 @@
 package s3mount
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -135,5 +137,56 @@ func TestNextCheckInJustAfterAPluginSocketAppears(t *testing.T) {
 	w.clock.Step(200 * time.Millisecond)
 	if got := w.r.nextCheckIn(); got != time.Second {
 		t.Fatalf("2.1 s after the socket: next check in %s, want s3.pendingCheckInterval 1s", got)
+	}
+}
+
+// A plugin that refused a replay (its own restart killed the daemon it started: "s3fs exited
+// before mounting", the bench's "restarted twice") is asked again at once once a new plugin's
+// socket appears — during the failed pass or after it — not after the back-off (2 s: issue 54's
+// 2.3 s incidents). Without a new socket the back-off holds.
+func TestANewPluginSocketEndsTheBackOffOfAFailedReplay(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		duringPass   bool
+		afterPass    bool
+		wantReplayed bool
+	}{
+		{name: "socket appears while the replay fails", duringPass: true, wantReplayed: true},
+		{name: "socket appears during the back-off", afterPass: true, wantReplayed: true},
+		{name: "no new socket", wantReplayed: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w, target := replayWorld(t, false)
+			refusals := 1
+			w.csi.Refuse = func() error {
+				if refusals == 0 {
+					return nil
+				}
+				refusals--
+				if tc.duringPass {
+					w.r.socketAppeared() // the successor binds its socket as the old plugin's call fails
+				}
+				return errors.New("rpc error: code = Internal desc = s3fs exited before mounting")
+			}
+			w.node.KillMount(target)
+			w.start()
+			if n := len(w.csi.Publish); n != 1 {
+				t.Fatalf("NodePublishVolume calls after the first pass: %d, want 1 (refused)", n)
+			}
+			if tc.afterPass {
+				w.r.socketAppeared()
+			}
+			w.sync() // no clock step: the 2 s back-off has not run out
+			replayed := len(w.csi.Publish) == 2
+			if replayed != tc.wantReplayed {
+				t.Fatalf("replayed again before the back-off ran out: %t, want %t (NodePublishVolume calls %d)", replayed, tc.wantReplayed, len(w.csi.Publish))
+			}
+			if !tc.wantReplayed {
+				return
+			}
+			if err := fakeOS(w.node).Statfs.Statfs(context.Background(), target, time.Second); err != nil {
+				t.Fatalf("target after the second replay: %v", err)
+			}
+		})
 	}
 }

@@ -117,8 +117,11 @@ type Restorer struct {
 	// driverDownBridges are, by PV, when bridges were made because the driver did not answer
 	// (within s3.bridgeFlapWindow): the flap limit (restore.go).
 	driverDownBridges map[string][]time.Time
-	// socketSeen is when a node plugin's socket last appeared (zero: never).
+	// socketSeen is when a node plugin's socket last appeared (zero: never); socketGen counts
+	// the sockets that appeared, and passGen is, by PV in flight, socketGen when its pass began.
 	socketSeen time.Time
+	socketGen  uint64
+	passGen    map[string]uint64
 	// lastHungCondition is the S3MountHung condition last written ("" none yet); Sync only.
 	lastHungCondition string
 	healthy           map[string]healthKey // by target path: the pvrescue_s3_mount_healthy series
@@ -139,6 +142,9 @@ type healthKey struct{ pv, namespace, pod string }
 type retryState struct {
 	failures int
 	next     time.Time
+	// socketGen is the Restorer's socketGen when the failed pass began: a plugin socket that
+	// appeared since (a new plugin process) ends the wait (claim).
+	socketGen uint64
 }
 
 // New checks the dependencies and registers for pod changes on deps.View; Run does the work.
@@ -163,6 +169,7 @@ func New(deps nodeagent.Deps, os OS, opts Options) (*Restorer, error) {
 		kick:              make(chan struct{}, 1),
 		retry:             map[string]*retryState{},
 		inflight:          map[string]bool{},
+		passGen:           map[string]uint64{},
 		joining:           map[string][]target{},
 		deadSince:         map[string]time.Time{},
 		hungSince:         map[string]time.Time{},
@@ -285,6 +292,7 @@ const (
 func (r *Restorer) socketAppeared() {
 	r.mu.Lock()
 	r.socketSeen = r.clk.Now()
+	r.socketGen++
 	r.mu.Unlock()
 	r.poke()
 }
@@ -432,6 +440,7 @@ func (r *Restorer) endPass(pv string) (deadLeft bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.inflight, pv)
+	delete(r.passGen, pv)
 	deadLeft = len(r.joining[pv]) > 0
 	delete(r.joining, pv) // rediscovered by the next check, still dead
 	return deadLeft
@@ -456,13 +465,17 @@ func (r *Restorer) joiners(pv string, ts []target, claims map[types.NamespacedNa
 }
 
 // claim marks pv in flight (one restore or retire at a time per PV) unless it already is or
-// backs off after a failure; false when pv is busy.
+// backs off after a failure; false when pv is busy. A plugin socket that appeared since the
+// failed pass began ends its back-off: the failure may be the old plugin's (its daemon killed by
+// its own restart: "s3fs exited before mounting"), and the new one is worth asking at once.
 func (r *Restorer) claim(pv string, now time.Time) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if rs := r.retry[pv]; r.inflight[pv] || (rs != nil && now.Before(rs.next)) {
+	rs := r.retry[pv]
+	if r.inflight[pv] || (rs != nil && now.Before(rs.next) && rs.socketGen == r.socketGen) {
 		return false
 	}
 	r.inflight[pv] = true
+	r.passGen[pv] = r.socketGen
 	return true
 }

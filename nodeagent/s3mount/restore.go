@@ -307,6 +307,10 @@ func (r *Restorer) backoff(pv string) {
 	}
 	wait = min(wait, r.opts.BackoffMax)
 	rs.next = r.clk.Now().Add(wait)
+	rs.socketGen = r.socketGen
+	if gen, ok := r.passGen[pv]; ok { // a pass's failure: judged against the sockets since it began
+		rs.socketGen = gen
+	}
 }
 
 // claimsOf is the set of ts's claims (what livePV reads live).

@@ -25,6 +25,9 @@ type FakeCSI struct {
 	// Result, when set, replaces the mount a NodeStage or NodePublish makes at path (a driver
 	// that mounts elsewhere or something else); it returns whether it handled the call.
 	Result func(node *FakeNode, path string) bool
+	// Refuse, when set and returning an error, fails a NodePublish with it: a plugin that
+	// answers but could not mount (its daemon killed before it mounted).
+	Refuse func() error
 
 	mu          sync.Mutex
 	Staged      []*csi.NodeStageVolumeRequest
@@ -82,6 +85,11 @@ func (n fakeCSINode) NodePublish(_ context.Context, req *csi.NodePublishVolumeRe
 	n.f.mu.Lock()
 	n.f.Publish = append(n.f.Publish, req)
 	n.f.mu.Unlock()
+	if n.f.Refuse != nil {
+		if err := n.f.Refuse(); err != nil {
+			return err
+		}
+	}
 	if top, ok := n.f.Node.Table().Top(req.GetTargetPath()); ok && n.f.Node.isDead(top.Dev) {
 		// What real drivers do: their mount check of the target fails with ENOTCONN.
 		return errors.New("target: transport endpoint is not connected")

@@ -18,15 +18,18 @@
 //     container's init — the process the runtime started: the oldest of the container's cgroup
 //     (/proc/<pid>/stat start time; in a tie, the one whose parent is outside the container),
 //     ContainerInits — whose mount namespace the runtime made: owned (NS_GET_USERNS) by the
-//     init's user namespace, which is the host's (the agent's) or, for a pod with hostUsers:
-//     false, a child of the host's (NS_GET_PARENT; RuntimeMade), and groups those by mount
-//     namespace, skipping the host's (pid 1) and the agent's own (GroupByNamespace). A mount
-//     namespace only another process of the container is in was made by the container's own
-//     processes (unshare -Urm): a clone put there from the agent's namespace would not be
-//     locked, and its owner could remount a read-only volume writable. Such a namespace is
-//     never entered; where it still holds the dead mount, the pass reports it
+//     init's user namespace, which must be the pod's — its sandbox's, the pod's oldest init —
+//     and that the host's (the agent's) or a child of the host's (NS_GET_PARENT; RuntimeMade;
+//     judged from the kernel only, never from the spec's hostUsers, which a tenant writes),
+//     and groups those by mount namespace, skipping the host's (pid 1) and the agent's own
+//     (GroupByNamespace). A mount namespace only another process of the container is in was
+//     made by the container's own processes (unshare -Urm): a clone put there from the agent's
+//     namespace would not be locked, and its owner could remount a read-only volume writable.
+//     Such a namespace is never entered; where it still holds the dead mount, the pass reports it
 //     (ErrNotRuntimeNamespace, reason "not_runtime_namespace") with a ContainerMountSkipped
-//     Event, and the container's liveness probe remains the fallback;
+//     Event, and the container's liveness probe remains the fallback. Those namespaces' mount
+//     tables are read (capped, MaxForeignMountInfo) and their Events sent after the pass has
+//     released the remounter's lock, so a tenant's namespace never holds up another pass;
 //  3. in each namespace's mountinfo, takes every mount point where a lookup still reaches the
 //     dead connection (MountTable.Reach follows parent IDs, so a mount hidden under a later one
 //     is seen as hidden); its mountinfo root relative to the dead target's root is its offset
@@ -135,6 +138,9 @@
 //   - Files and directories opened on the dead connection (open descriptors, a working
 //     directory) stay broken: the kernel cannot move them to the new connection. Only new path
 //     lookups reach the live mount. Applications that keep files open must reopen them.
+//   - The pod's user namespace is its sandbox's (the pause process the runtime starts first).
+//     Under a runtime that runs no sandbox process the pod's oldest container stands for it, and
+//     an entrypoint of that container that is `unshare -Urm …` would be taken as the pod's.
 //   - Containers in a user namespace (hostUsers: false; the runtime's, a child of the host's):
 //     detected (the namespace's user namespace differs from the agent's); when the kernel refuses, the failure is reported with reason "userns_locked" and
 //     the other containers are still fixed. On this kernel (6.18) their inherited (locked) mounts

@@ -43,8 +43,6 @@ type node struct {
 	restores int
 	// spec is each container's volumeMounts in the pod spec request() sends (the API's view).
 	spec map[string][]corev1.VolumeMount
-	// hostUsers is the pod spec's hostUsers (nil: the default, true).
-	hostUsers *bool
 }
 
 // vm is one volumeMount of the volume.
@@ -126,8 +124,7 @@ func (n *node) remounter(cgroups map[int]string) (*containermount.Remounter, *re
 }
 
 func (n *node) request(containers ...string) containermount.RemountRequest {
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: types.UID(podUID)},
-		Spec: corev1.PodSpec{HostUsers: n.hostUsers}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: types.UID(podUID)}}
 	for _, c := range containers {
 		pod.Status.ContainerStatuses = append(pod.Status.ContainerStatuses,
 			corev1.ContainerStatus{Name: c, ContainerID: "containerd://" + c + "-id"})

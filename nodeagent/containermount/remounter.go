@@ -121,10 +121,21 @@ func (r *Remounter) RemountInContainers(ctx context.Context, req RemountRequest)
 // process that exits or a pid reused afterwards is caught where the namespace is entered (its
 // inode and owner checked on the descriptor). One outcome per request, in the same order.
 func (r *Remounter) RemountPods(ctx context.Context, reqs []RemountRequest) []RemountOutcome {
+	out := make([]RemountOutcome, len(reqs))
+	// What a tenant's namespaces cost (reading their mount tables, the Events) is paid after the
+	// pass, outside r.mu: a slow read there never holds up the next pass.
+	for _, finish := range r.pass(ctx, reqs, out) {
+		finish()
+	}
+	return out
+}
+
+// pass is RemountPods' part under r.mu; it returns, per pod worked on, what is left to do once
+// r.mu is released.
+func (r *Remounter) pass(ctx context.Context, reqs []RemountRequest, out []RemountOutcome) []func() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	start := r.clock.Now()
-	out := make([]RemountOutcome, len(reqs))
 	uids := map[string]bool{}
 	for i := range reqs {
 		out[i].Result = RemountResult{Failed: map[string]error{}}
@@ -133,9 +144,10 @@ func (r *Remounter) RemountPods(ctx context.Context, reqs []RemountRequest) []Re
 		}
 	}
 	if len(uids) == 0 {
-		return out
+		return nil
 	}
 	n, err := r.snapshot(uids)
+	var later []func()
 	for i, req := range reqs {
 		if out[i].Err != nil {
 			continue
@@ -144,9 +156,12 @@ func (r *Remounter) RemountPods(ctx context.Context, reqs []RemountRequest) []Re
 			out[i].Err = err
 			continue
 		}
-		out[i].Result, out[i].Err = r.remountPod(ctx, req, n, start)
+		finish, perr := r.remountPod(ctx, req, n, start, &out[i].Result)
+		if out[i].Err = perr; finish != nil {
+			later = append(later, finish)
+		}
 	}
-	return out
+	return later
 }
 
 // node is what one pass reads once: the agent's own pid, namespaces and mount table, the
@@ -184,31 +199,36 @@ func (r *Remounter) snapshot(uids map[string]bool) (node, error) {
 	return n, err
 }
 
-func (r *Remounter) remountPod(ctx context.Context, req RemountRequest, n node, start time.Time) (RemountResult, error) {
-	res := RemountResult{Failed: map[string]error{}}
+// remountPod fixes the pod's runtime-made namespaces into res; the returned func reports the
+// foreign ones and the pass's Events, and is called without r.mu.
+func (r *Remounter) remountPod(ctx context.Context, req RemountRequest, n node, start time.Time, res *RemountResult) (func(), error) {
 	pod := req.Pod
 	log := logr.FromContextOrDiscard(ctx).WithName("containermount").WithValues(
 		"pod", pod.Namespace+"/"+pod.Name, "device", req.DeadDevice, "livePath", req.LivePath)
 	live, err := liveMount(n.table, req)
 	if err != nil {
-		return res, err
+		return nil, err
 	}
 	procs := n.procs[NormalizeUID(string(pod.UID))]
 	names := containerNames(pod)
-	runtimeProcs, foreign := r.runtimeInits(procs, n.selfUser, pod.Spec.HostUsers == nil || *pod.Spec.HostUsers)
+	runtimeProcs, foreign := runtimeInits(procs, n.selfUser)
 	var fixedLabels []string
 	for _, ns := range GroupByNamespace(runtimeProcs, string(pod.UID), n.selfNS, n.hostNS) {
 		label := nsLabel(ns, names)
 		spec, identified := SpecMounts(pod, nsNames(ns, names))
-		fixed := r.fixNamespace(ctx, log, req, live, ns, label, n.selfUser, nsSpec{spec, identified}, &res)
+		fixed := r.fixNamespace(ctx, log, req, live, ns, label, n.selfUser, nsSpec{spec, identified}, res)
 		if fixed && !contains(fixedLabels, label) {
 			fixedLabels = append(fixedLabels, label)
 		}
 	}
-	r.skipForeign(log, req, live, foreign, names, &res, n.selfNS, n.hostNS)
-	r.report(pod, res, fixedLabels, start)
-	log.V(1).Info("remount pass done", "fixed", res.Fixed, "failed", len(res.Failed), "untouched", res.Untouched)
-	return res, nil
+	if len(res.Fixed) > 0 {
+		r.metrics.Duration.Observe(r.clock.Since(start).Seconds())
+	}
+	return func() {
+		r.skipForeign(log, req, live, foreign, names, res, n.selfNS, n.hostNS)
+		r.report(pod, *res, fixedLabels)
+		log.V(1).Info("remount pass done", "fixed", res.Fixed, "failed", len(res.Failed), "untouched", res.Untouched)
+	}, nil
 }
 
 func validate(req *RemountRequest) error {
@@ -299,11 +319,12 @@ func (r *Remounter) readProc(pid int, uids map[string]bool) (Proc, bool) {
 // (ContainerInits) whose namespaces the runtime made (RuntimeMade). foreign lists the processes
 // in every other mount namespace of the pod's — made by a process of a container, or held by an
 // init that fails RuntimeMade — each with why it is left alone.
-func (r *Remounter) runtimeInits(procs []Proc, agentUser uint64, hostUsers bool) (ok []Proc, foreign []foreignProc) {
+func runtimeInits(procs []Proc, agentUser uint64) (ok []Proc, foreign []foreignProc) {
 	inits, nested := ContainerInits(procs)
+	sandbox := podSandbox(inits)
 	runtimeNS := map[uint64]bool{}
 	for _, p := range inits {
-		if err := RuntimeMade(p, agentUser, hostUsers); err != nil {
+		if err := RuntimeMade(p, sandbox, agentUser); err != nil {
 			foreign = append(foreign, foreignProc{p, err})
 			continue
 		}

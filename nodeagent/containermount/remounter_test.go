@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -248,12 +249,8 @@ func (s stepNS) AttachInNamespace(ctx context.Context, ns containermount.Namespa
 
 func TestRemountReportsFailuresAndFixesTheOthers(t *testing.T) {
 	c := newFakeCluster(t)
-	// "sub" runs in a user namespace the runtime made (the pod says hostUsers: false; a
-	// container in the host's is still the runtime's) and the kernel refuses to enter it;
-	// c3+c4's attach fails.
-	hostUsers := false
-	c.pod.Spec.HostUsers = &hostUsers
-	c.node.AddProc(30, containermounttest.FakeProc{Cgroup: cg("sub"), MountNS: 3, UserNS: 77, UserNSParent: 1})
+	// The kernel refuses to enter "sub"'s namespace; c3+c4's attach fails. (A user-namespaced
+	// container's refusal is ErrLocked: TestRemountJudgesUserNamespacesFromTheKernel.)
 	c.node.FailSetns[3] = errors.New("operation not permitted")
 	c.node.FailAttach["/data"] = errors.New("invalid argument")
 	h := newHarness(t, c.node.OS(), containermount.Options{})
@@ -262,14 +259,14 @@ func TestRemountReportsFailuresAndFixesTheOthers(t *testing.T) {
 	if len(res.Fixed) != 0 {
 		t.Errorf("fixed = %v, want none (app and c3+c4 both mount /data, which fails)", res.Fixed)
 	}
-	if !errors.Is(res.Failed["sub:/cfg"], containermount.ErrLocked) {
-		t.Errorf("sub:/cfg failure = %v, want ErrLocked", res.Failed["sub:/cfg"])
+	if !errors.Is(res.Failed["sub:/cfg"], containermount.ErrSetns) {
+		t.Errorf("sub:/cfg failure = %v, want ErrSetns", res.Failed["sub:/cfg"])
 	}
 	if !errors.Is(res.Failed["app:/data"], containermount.ErrAttach) || !errors.Is(res.Failed["c3+c4:/data"], containermount.ErrAttach) {
 		t.Errorf("failures = %v, want ErrAttach for app:/data and c3+c4:/data", res.Failed)
 	}
-	if got := counter(t, h.reg, "failure", "userns_locked"); got != 1 {
-		t.Errorf("userns_locked failures = %v, want 1", got)
+	if got := counter(t, h.reg, "failure", "setns"); got != 1 {
+		t.Errorf("setns failures = %v, want 1", got)
 	}
 	if got := counter(t, h.reg, "failure", "attach"); got != 2 {
 		t.Errorf("attach failures = %v, want 2", got)
@@ -684,6 +681,62 @@ func TestRemountConcurrentPassesFixOnce(t *testing.T) {
 	}
 	if len(c.node.Violations) != 0 {
 		t.Errorf("violations: %v", c.node.Violations)
+	}
+}
+
+// slowForeign makes the first read of a foreign namespace's mount table (MountInfoUpTo) wait
+// for release, as a read of a tenant's huge or contended table would.
+type slowForeign struct {
+	containermount.ProcFS
+	entered, release chan struct{}
+	reads            atomic.Int32
+}
+
+func (s *slowForeign) MountInfoUpTo(pid, _ int) (string, error) {
+	if s.reads.Add(1) == 1 {
+		close(s.entered)
+		<-s.release
+	}
+	return s.MountInfo(pid)
+}
+
+// A foreign namespace's mount table is read, and its Event sent, after the pass releases the
+// node-wide lock: another pass is not held up by it.
+func TestRemountReadsForeignNamespacesOutsideTheLock(t *testing.T) {
+	c := newFakeCluster(t)
+	c.node.AddProc(22, containermounttest.FakeProc{Cgroup: cg("app"), MountNS: 9, UserNS: 99, UserNSParent: 1, PPid: 20, StartTime: 5})
+	must(t, c.node.SetTable(9, "1 0 0:30 / / rw - overlay overlay rw\n490 1 "+deadDev+" / /data rw - fuse.s3fs s3fs rw\n"))
+	os := c.node.OS()
+	slow := &slowForeign{ProcFS: os.Proc, entered: make(chan struct{}), release: make(chan struct{})}
+	os.Proc = slow
+	h := newHarness(t, os, containermount.Options{})
+	first := make(chan containermount.RemountResult, 1)
+	go func() {
+		res, err := h.r.RemountInContainers(ctxFor(t), c.req())
+		if err != nil {
+			t.Error(err)
+		}
+		first <- res
+	}()
+	<-slow.entered
+	second := make(chan error, 1)
+	go func() {
+		_, err := h.r.RemountInContainers(ctxFor(t), c.req())
+		second <- err
+	}()
+	select {
+	case err := <-second:
+		must(t, err)
+	case <-time.After(5 * time.Second):
+		t.Error("a second pass waited for the first pass's read of a foreign namespace")
+	}
+	close(slow.release)
+	res := <-first
+	if key := "app (mount namespace 9 of pid 22):/data"; !errors.Is(res.Failed[key], containermount.ErrNotRuntimeNamespace) {
+		t.Errorf("first pass failed = %v; want %s skipped", res.Failed, key)
+	}
+	if len(res.Fixed) != 3 {
+		t.Errorf("first pass fixed %v, want 3", res.Fixed)
 	}
 }
 

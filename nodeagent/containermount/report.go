@@ -6,15 +6,11 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 )
 
-func (r *Remounter) report(pod *corev1.Pod, res RemountResult, fixedLabels []string, start time.Time) {
-	if len(res.Fixed) > 0 {
-		r.metrics.Duration.Observe(r.clock.Since(start).Seconds())
-	}
+func (r *Remounter) report(pod *corev1.Pod, res RemountResult, fixedLabels []string) {
 	if r.rec == nil {
 		return
 	}

@@ -91,25 +91,36 @@ func olderInit(a, b Proc, in map[int]bool) bool {
 	return a.Pid < b.Pid
 }
 
-// RuntimeMade checks that init's mount namespace is one the runtime made for its container: it
-// is owned by init's user namespace, and that user namespace is the agent's own (the host's) or,
-// for a pod with hostUsers: false, one whose parent is the agent's (the runtime makes it from
-// the host's). A container whose init itself went into namespaces of its own making (an
-// entrypoint that is `unshare -Urm …`) fails: in a hostUsers pod its user namespace is not the
-// host's; in a hostUsers: false pod its parent is the pod's, not the host's.
-func RuntimeMade(init Proc, agentUser uint64, hostUsers bool) error {
+// podSandbox is the pod's oldest container init: the sandbox, which the runtime starts before
+// any container of the pod (Proc{} for none).
+func podSandbox(inits []Proc) Proc {
+	var best Proc
+	for i, p := range inits {
+		if i == 0 || p.StartTime < best.StartTime || (p.StartTime == best.StartTime && p.Pid < best.Pid) {
+			best = p
+		}
+	}
+	return best
+}
+
+// RuntimeMade checks, from the kernel alone, that init's mount namespace is one the runtime made
+// for its container: it is owned by init's user namespace; that user namespace is the pod's,
+// its sandbox's (podSandbox), which the runtime gives every container of the pod; and the pod's
+// is the agent's own (the host's) or a child of it (hostUsers: false: the runtime makes it from
+// the host's). The pod spec is no input: a tenant writes hostUsers. A container whose init
+// itself went into namespaces of its own making (an entrypoint that is `unshare -Urm …`) fails:
+// its user namespace is not the sandbox's.
+func RuntimeMade(init, sandbox Proc, agentUser uint64) error {
 	switch {
-	case init.MountNSOwner == 0 || init.UserNS == 0 || agentUser == 0:
+	case init.MountNSOwner == 0 || init.UserNS == 0 || sandbox.UserNS == 0 || agentUser == 0:
 		return fmt.Errorf("%w: the owners of pid %d's namespaces are unknown", ErrNotRuntimeNamespace, init.Pid)
 	case init.MountNSOwner != init.UserNS:
 		return fmt.Errorf("%w: pid %d's mount namespace is owned by user namespace %d, not by its own user namespace %d",
 			ErrNotRuntimeNamespace, init.Pid, init.MountNSOwner, init.UserNS)
-	case init.UserNS == agentUser:
-		return nil
-	case hostUsers:
-		return fmt.Errorf("%w: pid %d is in user namespace %d, not the host's %d (the pod shares the host's user namespace)",
-			ErrNotRuntimeNamespace, init.Pid, init.UserNS, agentUser)
-	case init.UserNSParent != agentUser:
+	case init.UserNS != sandbox.UserNS:
+		return fmt.Errorf("%w: pid %d is in user namespace %d, not the pod's %d (its sandbox's, pid %d)",
+			ErrNotRuntimeNamespace, init.Pid, init.UserNS, sandbox.UserNS, sandbox.Pid)
+	case init.UserNS != agentUser && init.UserNSParent != agentUser:
 		return fmt.Errorf("%w: pid %d's user namespace %d is nested in %d, not made from the host's %d",
 			ErrNotRuntimeNamespace, init.Pid, init.UserNS, init.UserNSParent, agentUser)
 	}

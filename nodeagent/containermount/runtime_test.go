@@ -2,6 +2,7 @@ package containermount_test
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -66,27 +67,76 @@ func TestContainerInits(t *testing.T) {
 
 func TestRuntimeMade(t *testing.T) {
 	const host = 1
+	hostPod := containermount.Proc{Pid: 2, UserNS: host, MountNSOwner: host}
+	usernsPod := containermount.Proc{Pid: 2, UserNS: 7, MountNSOwner: 7, UserNSParent: host}
 	for _, tc := range []struct {
-		name      string
-		p         containermount.Proc
-		hostUsers bool
-		ok        bool
+		name       string
+		p, sandbox containermount.Proc
+		ok         bool
 	}{
-		{"host's user namespace", containermount.Proc{Pid: 1, UserNS: host, MountNSOwner: host}, true, true},
-		{"runtime's user namespace (hostUsers false)", containermount.Proc{Pid: 1, UserNS: 7, MountNSOwner: 7, UserNSParent: host}, false, true},
-		{"host's user namespace in a hostUsers false pod", containermount.Proc{Pid: 1, UserNS: host, MountNSOwner: host}, false, true},
-		{"init ran unshare -Urm in a hostUsers pod", containermount.Proc{Pid: 1, UserNS: 7, MountNSOwner: 7, UserNSParent: host}, true, false},
-		{"nested in the pod's user namespace", containermount.Proc{Pid: 1, UserNS: 8, MountNSOwner: 8, UserNSParent: 7}, false, false},
-		{"mount namespace owned by another user namespace", containermount.Proc{Pid: 1, UserNS: host, MountNSOwner: 7}, true, false},
-		{"owner unknown", containermount.Proc{Pid: 1, UserNS: host}, true, false},
+		{"host's user namespace", containermount.Proc{Pid: 3, UserNS: host, MountNSOwner: host}, hostPod, true},
+		{"the pod's user namespace, made by the runtime from the host's", containermount.Proc{Pid: 3, UserNS: 7, MountNSOwner: 7, UserNSParent: host}, usernsPod, true},
+		{"the sandbox itself", usernsPod, usernsPod, true},
+		{"init ran unshare -Urm in a pod in the host's user namespace", containermount.Proc{Pid: 3, UserNS: 8, MountNSOwner: 8, UserNSParent: host}, hostPod, false},
+		{"init ran unshare -Urm in a user-namespaced pod", containermount.Proc{Pid: 3, UserNS: 8, MountNSOwner: 8, UserNSParent: 7}, usernsPod, false},
+		{"host's user namespace in a user-namespaced pod", containermount.Proc{Pid: 3, UserNS: host, MountNSOwner: host}, usernsPod, false},
+		{"pod's user namespace nested in another than the host's", containermount.Proc{Pid: 3, UserNS: 8, MountNSOwner: 8, UserNSParent: 7},
+			containermount.Proc{Pid: 2, UserNS: 8, MountNSOwner: 8, UserNSParent: 7}, false},
+		{"mount namespace owned by another user namespace", containermount.Proc{Pid: 3, UserNS: host, MountNSOwner: 7}, hostPod, false},
+		{"owner unknown", containermount.Proc{Pid: 3, UserNS: host}, hostPod, false},
+		{"sandbox's user namespace unknown", containermount.Proc{Pid: 3, UserNS: host, MountNSOwner: host}, containermount.Proc{Pid: 2}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := containermount.RuntimeMade(tc.p, host, tc.hostUsers)
+			err := containermount.RuntimeMade(tc.p, tc.sandbox, host)
 			if (err == nil) != tc.ok || (err != nil && !errors.Is(err, containermount.ErrNotRuntimeNamespace)) {
 				t.Fatalf("RuntimeMade = %v; want ok %t", err, tc.ok)
 			}
 		})
 	}
+}
+
+// User namespaces are judged from the kernel, whatever the pod spec's hostUsers says.
+func TestRemountJudgesUserNamespacesFromTheKernel(t *testing.T) {
+	yes, no := true, false
+	t.Run("spec hostUsers true, the runtime put the pod in a user namespace", func(t *testing.T) {
+		c := newFakeCluster(t)
+		c.pod.Spec.HostUsers = &yes
+		for pid, ctr := range map[int]string{11: "sandbox", 20: "app", 21: "app", 30: "sub", 40: "c3", 41: "c4", 60: "fresh"} {
+			ns := map[string]uint64{"sandbox": 6, "app": 2, "sub": 3, "c3": 4, "c4": 4, "fresh": 5}[ctr]
+			c.node.AddProc(pid, containermounttest.FakeProc{Cgroup: cg(ctr), MountNS: ns, UserNS: 77, UserNSParent: 1})
+		}
+		c.node.FailSetns[3] = errors.New("operation not permitted")
+		h := newHarness(t, c.node.OS(), containermount.Options{})
+		res, err := h.r.RemountInContainers(ctxFor(t), c.req())
+		must(t, err)
+		if !slices.Equal(res.Fixed, []string{"app:/data", "c3+c4:/data"}) || len(res.Failed) != 1 {
+			t.Errorf("result %+v; want app and c3+c4 fixed, sub failed", res)
+		}
+		if !errors.Is(res.Failed["sub:/cfg"], containermount.ErrLocked) {
+			t.Errorf("sub:/cfg failure = %v, want ErrLocked (entered as a user-namespaced container)", res.Failed["sub:/cfg"])
+		}
+	})
+	t.Run("spec hostUsers false, app's init made its own user namespace", func(t *testing.T) {
+		c := newFakeCluster(t)
+		c.pod.Spec.HostUsers = &no
+		c.node.AddProc(20, containermounttest.FakeProc{Cgroup: cg("app"), MountNS: 2, UserNS: 99, UserNSParent: 1})
+		c.node.AddProc(21, containermounttest.FakeProc{Cgroup: cg("app"), MountNS: 2, UserNS: 99, UserNSParent: 1})
+		h := newHarness(t, c.node.OS(), containermount.Options{})
+		res, err := h.r.RemountInContainers(ctxFor(t), c.req())
+		must(t, err)
+		for _, call := range c.node.Calls {
+			if call.NS == 2 {
+				t.Errorf("app's namespace, made by its own init, was entered: %+v", call)
+			}
+		}
+		key := "app (mount namespace 2 of pid 20):/data"
+		if !errors.Is(res.Failed[key], containermount.ErrNotRuntimeNamespace) || len(res.Failed) != 1 {
+			t.Errorf("failed = %v; want only %s skipped (ErrNotRuntimeNamespace)", res.Failed, key)
+		}
+		if !slices.Equal(res.Fixed, []string{"sub:/cfg", "c3+c4:/data"}) {
+			t.Errorf("fixed = %v, want sub and c3+c4", res.Fixed)
+		}
+	})
 }
 
 // A process of app that made its own user and mount namespace (holding a copy of the dead

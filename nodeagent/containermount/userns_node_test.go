@@ -23,15 +23,14 @@ import (
 	"github.com/pvrescue/pvrescue/nodeagent/containermount"
 )
 
-// TestNodeUserNamespacedContainer: a container in a user namespace of its own, whose mount
-// namespace holds a locked copy of the pod target (inherited) and a bind it made itself, next to
-// an ordinary container. Stacking needs no unmount, so locked mounts are fixed too; unmounting
-// the dead mount first (the other way to replace it) is refused for the locked one.
+// TestNodeUserNamespacedContainer: a pod in a user namespace of its own (the runtime makes one
+// from the host's for hostUsers: false, judged from the kernel: the container is the pod's only
+// one, so its user namespace is the pod's), whose mount namespace holds a locked copy of the pod
+// target (inherited) and a bind it made itself. Stacking needs no unmount, so locked mounts are
+// fixed too; unmounting the dead mount first (the other way to replace it) is refused for the
+// locked one. The pod spec says nothing of hostUsers (the default, true): the kernel decides.
 func TestNodeUserNamespacedContainer(t *testing.T) {
 	n := newNode(t)
-	hostUsers := false // the runtime made the user namespace: the pod says hostUsers: false
-	n.hostUsers = &hostUsers
-	app, data, _ := n.appContainer("app")
 	udata := filepath.Join(n.dir, "ctr-userns", "data")
 	must(t, os.MkdirAll(udata, 0o755))
 	uc := n.startContainerArgs("userns", []string{"-U", "--map-root-user", "-m", "--propagation", "private"},
@@ -47,10 +46,10 @@ func TestNodeUserNamespacedContainer(t *testing.T) {
 	}
 
 	n.mounts("userns", vm(udata, "", false), vm(n.target, "", false))
-	r, _ := n.remounter(inPod(map[int]string{app.pid: "app", uc.pid: "userns"}))
-	res, err := r.RemountInContainers(logr.NewContext(context.Background(), testr.New(t)), n.request("app", "userns"))
+	r, _ := n.remounter(inPod(map[int]string{uc.pid: "userns"}))
+	res, err := r.RemountInContainers(logr.NewContext(context.Background(), testr.New(t)), n.request("userns"))
 	must(t, err)
-	for _, want := range []string{"userns:" + udata, "userns:" + n.target, "app:" + data} {
+	for _, want := range []string{"userns:" + udata, "userns:" + n.target} {
 		if !slices.Contains(res.Fixed, want) {
 			t.Errorf("%s not fixed: %+v", want, res)
 		}
@@ -58,7 +57,7 @@ func TestNodeUserNamespacedContainer(t *testing.T) {
 	if len(res.Failed) != 0 {
 		t.Errorf("failures: %v", res.Failed)
 	}
-	for _, p := range []string{uc.path(udata), uc.path(n.target), app.path(data)} {
+	for _, p := range []string{uc.path(udata), uc.path(n.target)} {
 		if got := read(t, p+"/root.txt"); got != "volume root\n" {
 			t.Errorf("%s/root.txt = %q", p, got)
 		}

@@ -62,8 +62,8 @@ func ourFlags(t *testing.T) map[string][]string {
 // otherTools' flags the docs name, by the tool they belong to: a flag in the docs is either
 // pvrescue's or listed here (so a renamed or misspelt flag of ours cannot pass as someone else's).
 var otherTools = map[string][]string{
-	"helm":                 {"set", "set-string", "create-namespace", "reuse-values", "wait", "version", "namespace", "values", "plain-http", "reset-then-reuse-values"},
-	"kubectl":              {"subresource", "dry-run", "context", "namespace", "kubeconfig"},
+	"helm":                 {"set", "set-string", "create-namespace", "reuse-values", "wait", "version", "namespace", "values", "plain-http", "reset-then-reuse-values", "set-file"},
+	"kubectl":              {"subresource", "dry-run", "context", "namespace", "kubeconfig", "cert", "key"},
 	"git describe":         {"tags", "always", "dirty"},
 	"dpkg":                 {"add-architecture"},
 	"rclone (mounter)":     {"uid", "gid", "dir-mode", "file-mode", "umask", "vfs-cache-mode", "s3-provider", "s3-force-path-style", "read-only"},

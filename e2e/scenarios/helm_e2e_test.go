@@ -58,7 +58,7 @@ func TestHelm(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	img := readmeInstall(ctx, t, e, 4, "e2e-helm", strings.Fields(noCertManager))
+	img := readmeInstall(ctx, t, e, 4, "e2e-helm", strings.Fields(noCertManager), "")
 	t.Logf("installed from the README with Helm 4 in %s", time.Since(start).Round(100*time.Millisecond))
 	h, err := stack.AttachHelm(c, img)
 	if err != nil {

@@ -59,7 +59,7 @@ func TestInstallHelm3(t *testing.T) {
 	t.Cleanup(cm.Stop)
 	e := rescueEnv(ctx, t, c)
 	installed := time.Now()
-	readmeInstall(ctx, t, e, 3, "e2e-readme-app", nil)
+	readmeInstall(ctx, t, e, 3, "e2e-readme-app", nil, "")
 	installTook := time.Since(installed)
 	rescuesStart := time.Now()
 	installRescues(t, e)
@@ -98,9 +98,10 @@ func installRescues(t *testing.T, e *env) {
 // readmeInstall runs the README's install commands with the Helm CLI of that major (3 or 4;
 // `make helm-clis` builds them), kubectl (`make kubectl`) and the kubectl plugin, on the cluster's
 // pull registry, with appNS (created here, not opted in) for my-app and the node for my-node, and
-// helmArgs added to the helm install line. It waits for the workloads, proves the node pulled the
-// pushed images, checks the README's labels took effect, and returns the images installed.
-func readmeInstall(ctx context.Context, t *testing.T, e *env, major int, appNS string, helmArgs []string) stack.Images {
+// helmArgs added to the helm install line, after the commands before (other docs' steps, run first
+// in the same shell; "" for none). It waits for the workloads, proves the node pulled the pushed
+// images, checks the README's labels took effect, and returns the images installed.
+func readmeInstall(ctx context.Context, t *testing.T, e *env, major int, appNS string, helmArgs []string, before string) stack.Images {
 	t.Helper()
 	c := e.c
 	if c.PullRegistry == nil {
@@ -150,14 +151,24 @@ func readmeInstall(ctx context.Context, t *testing.T, e *env, major int, appNS s
 		helmSays, testenv.KubeVersion, readmePlatforms, stack.ReadmeRegistry, registry, stack.ReadmeNamespace, appNS, stack.ReadmeNode, c.Opts.NodeName, helmArgs)
 	t0 := time.Now()
 	run := "readme-helm-" + version
+	runEnv := []string{"PLATFORMS=" + readmePlatforms}
+	if before != "" {
+		// mktemp in those commands (operations.md's existingSecret keys) writes into the run's
+		// work dir, not the machine's /tmp.
+		tmp := filepath.Join(c.Opts.WorkDir, run, "tmp")
+		if err := os.MkdirAll(tmp, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		runEnv = append(runEnv, "TMPDIR="+tmp)
+	}
 	// No kubectl plugin is put on PATH: the README's own step (make kubectl-plugin) installs it,
 	// into PLUGIN_DIR, which RunCommands points at the head of its PATH.
 	out, err := stack.RunCommands(ctx, c, stack.CommandsRun{
-		Repo: repo, Commands: cmds, Name: run,
+		Repo: repo, Commands: before + cmds, Name: run,
 		CLIs: stack.CLIs{Helm: helm, Kubectl: kubectl},
-		Env:  []string{"PLATFORMS=" + readmePlatforms},
+		Env:  runEnv,
 	})
-	t.Logf("README install commands (Helm %s), %s:\n%s", version, time.Since(t0).Round(100*time.Millisecond), out)
+	t.Logf("README install commands (Helm %s; %d lines of other docs' commands first), %s:\n%s", version, strings.Count(before, "\n"), time.Since(t0).Round(100*time.Millisecond), out)
 	if err != nil {
 		t.Fatal(err)
 	}

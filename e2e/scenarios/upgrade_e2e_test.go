@@ -60,7 +60,7 @@ func TestUpgradeRollback(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := rescueEnv(ctx, t, c)
-	imgA := readmeInstall(ctx, t, e, 3, "e2e-upgrade-app", strings.Fields(noCertManager))
+	imgA := readmeInstall(ctx, t, e, 3, "e2e-upgrade-app", strings.Fields(noCertManager), "")
 	agentA := agentPodsRunning(ctx, t, c, imgA.Agent)
 	t.Logf("version A installed: agent %s on %v", imgA.Agent, agentA)
 

@@ -27,13 +27,18 @@ const (
 // ReadmeInstallCommands returns the shell commands of README.md's install block (the ```sh fence
 // between the install-commands markers), as written.
 func ReadmeInstallCommands(readme string) (string, error) {
-	_, rest, ok := strings.Cut(readme, readmeInstallBegin)
+	return markedCommands(readme, readmeInstallBegin, readmeInstallEnd)
+}
+
+// markedCommands returns the one ```sh fence between the begin and end markers of doc.
+func markedCommands(doc, begin, end string) (string, error) {
+	_, rest, ok := strings.Cut(doc, begin)
 	if !ok {
-		return "", fmt.Errorf("%w: no %q marker in README.md", ErrReadme, readmeInstallBegin)
+		return "", fmt.Errorf("%w: no %q marker", ErrReadme, begin)
 	}
-	block, _, ok := strings.Cut(rest, readmeInstallEnd)
+	block, _, ok := strings.Cut(rest, end)
 	if !ok {
-		return "", fmt.Errorf("%w: no %q after the begin marker", ErrReadme, readmeInstallEnd)
+		return "", fmt.Errorf("%w: no %q after the begin marker", ErrReadme, end)
 	}
 	_, fence, ok := strings.Cut(block, "\n```sh\n")
 	if !ok {
@@ -44,6 +49,30 @@ func ReadmeInstallCommands(readme string) (string, error) {
 		return "", fmt.Errorf("%w: the markers must hold exactly one ```sh fence", ErrReadme)
 	}
 	return cmds + "\n", nil
+}
+
+// docs/operations.md's commands for tls.mode=existingSecret (a CA, a serving certificate and its
+// Secret, made as an operator would) sit between these markers, and the sentence after them gives
+// the flags to add to the helm install line.
+const (
+	existingSecretBegin = "<!-- existing-secret-commands:"
+	existingSecretEnd   = "<!-- /existing-secret-commands -->"
+)
+
+var existingSecretFlags = regexp.MustCompile("add `(--set tls\\.mode=existingSecret [^`]+)`\\s+to the `helm install` line")
+
+// OperationsExistingSecret returns docs/operations.md's commands that make the Secret of
+// tls.mode=existingSecret, and the flags it says to add to the helm install line (in the same
+// shell: they may name the commands' variables), as written.
+func OperationsExistingSecret(doc string) (cmds string, helmArgs []string, err error) {
+	if cmds, err = markedCommands(doc, existingSecretBegin, existingSecretEnd); err != nil {
+		return "", nil, fmt.Errorf("docs/operations.md: %w", err)
+	}
+	m := existingSecretFlags.FindStringSubmatch(doc)
+	if m == nil {
+		return "", nil, fmt.Errorf("%w: docs/operations.md no longer says %q", ErrReadme, existingSecretFlags.String())
+	}
+	return cmds, strings.Fields(m[1]), nil
 }
 
 // readmeNoCertManager is the README's advice for a cluster without cert-manager: the flag to add

@@ -130,3 +130,40 @@ func TestOperatorEnvDropsWhatMakePassesDown(t *testing.T) {
 		t.Fatalf("OperatorEnv = %q, want %q", got, want)
 	}
 }
+
+// The real docs/operations.md: the existingSecret commands are found, make the Secret the flags
+// name, write the CA file the flags read, and the flags set each value that mode requires.
+func TestOperationsExistingSecret(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "docs", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmds, args, err := OperationsExistingSecret(string(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	flags := strings.Join(args, " ")
+	for _, want := range []string{"--set tls.mode=existingSecret", "--set tls.existingSecret.name=", "--set-file tls.existingSecret.caBundle="} {
+		if !strings.Contains(flags, want) {
+			t.Errorf("the existingSecret flags %q lack %q", flags, want)
+		}
+	}
+	name, caFile := "", ""
+	for i, a := range args {
+		if v, ok := strings.CutPrefix(a, "tls.existingSecret.name="); ok && i > 0 && args[i-1] == "--set" {
+			name = v
+		}
+		if v, ok := strings.CutPrefix(a, "tls.existingSecret.caBundle="); ok && i > 0 && args[i-1] == "--set-file" {
+			caFile = v
+		}
+	}
+	for _, want := range []string{"kubectl apply -f manifests/namespace.yaml", "kubectl -n pvrescue-system create secret tls " + name + " ", "-out " + caFile,
+		"DNS:pvrescue-webhook.pvrescue-system.svc"} {
+		if name == "" || caFile == "" || !strings.Contains(cmds, want) {
+			t.Errorf("the existingSecret commands lack %q (Secret %q, CA file %q):\n%s", want, name, caFile, cmds)
+		}
+	}
+	if _, _, err := OperationsExistingSecret("no markers"); !errors.Is(err, ErrReadme) {
+		t.Errorf("without markers: %v, want ErrReadme", err)
+	}
+}

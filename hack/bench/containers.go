@@ -219,11 +219,12 @@ func (a *ctrAgent) loss(ctx context.Context, i int) error {
 		}
 	}
 	r.log.Info("bench: loss", "run", i, "agent", a.name)
+	devs := r.targetDevs()
 	t0 := time.Now()
 	if err := r.restartPlugin(); err != nil {
 		return err
 	}
-	if err := r.waitDead(ctx); err != nil {
+	if err := r.waitDead(ctx, devs); err != nil {
 		return fmt.Errorf("mount not dead after the plugin restart: %w", err)
 	}
 	got := map[string]time.Duration{}

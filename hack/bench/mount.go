@@ -74,6 +74,7 @@ func lostMount(ctx context.Context, o *Options, s *Section) error {
 		}
 		r.drainExits()
 		r.log.Info("bench: loss", "kind", kind, "run", i)
+		devs := r.targetDevs()
 		t0 := time.Now()
 		if err := kill(); err != nil {
 			return 0, 0, err
@@ -85,7 +86,7 @@ func lostMount(ctx context.Context, o *Options, s *Section) error {
 				return 0, 0, fmt.Errorf("run %d: %w", i, err)
 			}
 		}
-		if err := r.waitDead(ctx); err != nil {
+		if err := r.waitDead(ctx, devs); err != nil {
 			return 0, 0, fmt.Errorf("run %d: mount not dead after kill -9: %w", i, err)
 		}
 		if err := testenv.WaitUntil(ctx, restoreTimeout, benchPoll, readable); err != nil {

@@ -416,19 +416,46 @@ func (r *s3Rig) firstExit(ctx context.Context, t0 time.Time) (time.Duration, err
 }
 
 // waitDead waits until the target answers ENOTCONN (the kill has taken effect).
-func (r *s3Rig) waitDead(ctx context.Context) error {
+func (r *s3Rig) waitDead(ctx context.Context, before map[string]uint64) error {
 	// Each target is seen dead once: with several, the agent may restore the first before the
-	// last is seen dead.
+	// last is seen dead. A target whose mount changed since before (devices read before the
+	// loss) was dead too: the agent put a new mount there between two polls — on a loaded
+	// machine the dead window (tens of ms) can fall between polls (stress: 5 pods, rolled).
 	seen := map[string]bool{}
 	return testenv.WaitUntil(ctx, deadTimeout, benchPoll, func() bool {
 		var st unix.Statfs_t
 		for _, t := range r.targets {
-			if !seen[t] && errors.Is(unix.Statfs(t, &st), syscall.ENOTCONN) {
+			if seen[t] {
+				continue
+			}
+			if errors.Is(unix.Statfs(t, &st), syscall.ENOTCONN) {
+				seen[t] = true
+			} else if dev, ok := mountDev(t); ok && before[t] != 0 && dev != before[t] {
 				seen[t] = true
 			}
 		}
 		return len(seen) == len(r.targets)
 	})
+}
+
+// targetDevs reads the device of the mount at each target (0 where it cannot be read): what
+// waitDead compares with after a loss.
+func (r *s3Rig) targetDevs() map[string]uint64 {
+	out := map[string]uint64{}
+	for _, t := range r.targets {
+		out[t], _ = mountDev(t)
+	}
+	return out
+}
+
+// mountDev is the device of the file system mounted at path (false when stat fails, as on a
+// dead FUSE mount).
+func mountDev(path string) (uint64, bool) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return 0, false
+	}
+	return st.Dev, true
 }
 
 // allRead reports whether rel reads back content at every pod's target.

@@ -73,10 +73,11 @@ func stressKinds() []stressKind {
 		// second restart may find the target bridged (the plugin went away under the replay)
 		// and so not die again.
 		{name: "restarted twice", lossSeesDead: true, loss: func(r *s3Rig) error {
+			devs := r.targetDevs()
 			if err := r.restartPlugin(); err != nil {
 				return err
 			}
-			if err := r.waitDead(context.Background()); err != nil {
+			if err := r.waitDead(context.Background(), devs); err != nil {
 				return fmt.Errorf("mount not dead after the first kill: %w", err)
 			}
 			time.Sleep(time.Duration(rand.Int64N(int64(200 * time.Millisecond))))
@@ -314,12 +315,13 @@ func stressRig(ctx context.Context, o *Options, pods int, rigName string, sample
 			name := rigName + ", " + k.name
 			time.Sleep(time.Duration(rand.Int64N(int64(stressMaxDephase))))
 			r.log.Info("bench: loss", "kind", name, "run", i)
+			devs := r.targetDevs()
 			t0 := time.Now()
 			if err := k.loss(r); err != nil {
 				return 0, fmt.Errorf("%s run %d: %w", k.name, i, err)
 			}
 			if !k.lossSeesDead {
-				if err := r.waitDead(ctx); err != nil {
+				if err := r.waitDead(ctx, devs); err != nil {
 					return 0, fmt.Errorf("%s run %d: mount not dead after the kill: %w", k.name, i, err)
 				}
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -236,6 +237,9 @@ func lostMount(ctx context.Context, o *Options, s *Section) error {
 		fmt.Sprintf("Detection: a third rig with s3.checkInterval %s; the same plugin restart; \"exit seen\" is the time from the SIGKILL to fusewatch's report of the daemon's exit (its OnExit hook, the moment it wakes the rescue); \"readable\" to the file reading back through the replayed mount. The runs are 200 ms apart (no dephasing: with a 1 h check there is no phase to fall into).", detectCheckInterval),
 		fmt.Sprintf("Bridge: the same plugin restart, but the plugin does not come back; the driver does not answer, so the agent waits s3.driverDownBridgeAfter (%s, shipped default: at once) after finding the target dead, then mounts its own s3fs and puts a bind of it beneath the dead mount at the target (the dead one then detached). Hand-back: the plugin then serves again (a new process on the same socket). Its socket appearing wakes the agent at once; as the socket exists from the plugin's bind(2), before it answers, the pending check comes every 50 ms for 2 s after it, so a pass that found the driver not yet answering is followed by another within 50 ms. The pass that finds the driver answering publishes at a fresh directory through it and replaces our bind at the target by the driver's mount; having moved a target, it asks for another pass at once, which retires the bridge (its mount detached; its s3fs then exits on its own). Timed twice: until the target's top mount is no longer our bridge and the file reads back (hand-back), and until no s3fs of the agent's is left (clean-up). Readable means a file written before the loss reads back with its content.", cfg.S3.DriverDownBridgeAfter.Duration),
 		fmt.Sprintf("Statfs timeout %s (shipped default); the bench polls the file every %s. Before each loss of the replay and bridge runs the bench waits a random time in [0, min(check interval, %s)), so losses fall at random points of the agent's periodic check.", cfg.S3.StatfsTimeout.Duration, benchPoll, maxDephase))
+	if rel, err := filepath.Rel(o.Root, logPath); err == nil && !strings.HasPrefix(rel, "..") {
+		logPath = rel // the report names files of the repository as the repository does
+	}
 	s.Notes = append(s.Notes, fmt.Sprintf("The agent's log of every rig (V(1), with the bench's marks): `%s`.", logPath))
 	slow := slowSamples(logPath, lossMarks, "replay", replayLat, restoreTarget)
 	slow = append(slow, slowSamples(logPath, lossMarks, "bridge", lat, windowTarget)...)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -72,6 +73,26 @@ func TestWindowLogLinesTakeTheCellsIncidents(t *testing.T) {
 	got := windowLogLines(path, "down", 20, 30)
 	if strings.Count(got, "\n") != 2 || !strings.Contains(got, "bridgeUpAt") || strings.Contains(got, "something else") || strings.Contains(got, "100 pod") {
 		t.Fatalf("lines of the 20-pod down cell:\n%s", got)
+	}
+	// At 100 pods the per-target lines would fill the excerpt before the pass's phases: each is
+	// quoted as its first and last line with a count.
+	many := []string{"=== window deleted, 100 pod(s): death at 2026-12-06T07:02:00Z"}
+	for i := range 100 {
+		many = append(many, fmt.Sprintf(`2026-12-06T07:02:00.1Z {"msg":"found dead S3 mount","pod":"load-%d"}`, i))
+	}
+	many = append(many, `2026-12-06T07:02:00.6Z {"msg":"restore pass over","containersDoneAt":"425ms"}`)
+	manyPath := filepath.Join(t.TempDir(), "many.log")
+	if err := os.WriteFile(manyPath, []byte(strings.Join(many, "\n")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got = windowLogLines(manyPath, "deleted", 100, 30)
+	for _, want := range []string{"containersDoneAt", "load-0\"", "load-99\"", `100 "found dead S3 mount" lines in all`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("100-pod excerpt lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "load-50\"") {
+		t.Errorf("100-pod excerpt quotes a middle per-target line:\n%s", got)
 	}
 	r := &pluginBenchResult{Window: []windowCase{{Behaviour: "shipped", Case: "down", Pods: 20, ContainerWindowMs: []float64{100, 900}},
 		{Behaviour: "shipped", Case: "down", Pods: 100, ContainerWindowMs: []float64{100, 200}}}}

@@ -3,6 +3,7 @@
 package scenarios
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -14,8 +15,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/pvrescue/pvrescue/e2e/cluster"
 	"github.com/pvrescue/pvrescue/e2e/framework"
@@ -41,8 +42,10 @@ const readmePlatforms = "linux/amd64"
 // status`. The node's containerd pulls the images
 // from that registry (the registry's own record, and each container's image ID is the pushed
 // digest). Then both rescues run on that install: a lost local disk (the pod starts on a fake
-// device) and a lost FUSE mount (the CSI plugin restarts; the agent restores the mount). TestHelm
-// does the same with the Helm 4 CLI before its upgrade, Prometheus and alert checks.
+// device) and a lost FUSE mount (the CSI plugin restarts; the agent restores the mount). Before
+// them, operations.md's `helm upgrade --wait` changes a value in place (readmeUpgradeInPlace), after
+// which cert-manager's serving certificate, the same, still verifies against cainjector's caBundle.
+// TestHelm does the same install with the Helm 4 CLI before its upgrade, Prometheus and alert checks.
 func TestInstallHelm3(t *testing.T) {
 	start := time.Now()
 	c := framework.UpWith(t, "install", func(o *cluster.Options) { o.PullRegistry = true })
@@ -61,10 +64,33 @@ func TestInstallHelm3(t *testing.T) {
 	installed := time.Now()
 	readmeInstall(ctx, t, e, 3, "e2e-readme-app", nil, "")
 	installTook := time.Since(installed)
+	servingBefore := certManagerServing(ctx, t, c.Client)
+	upgradeTook := readmeUpgradeInPlace(ctx, t, e, 3, "e2e-readme-app")
+	// cert-manager's serving certificate still verifies against the caBundle cainjector set (helm
+	// upgrade renders no caBundle in this mode and must leave the live one alone), and is the same.
+	if servingAfter := certManagerServing(ctx, t, c.Client); !bytes.Equal(servingAfter, servingBefore) {
+		t.Errorf("Secret pvrescue-webhook-tls's certificate changed across an in-place helm upgrade")
+	}
 	rescuesStart := time.Now()
 	installRescues(t, e)
-	t.Logf("RESULT README install with Helm 3: installed (images built, pushed, pulled; workloads ready) in %s; both rescues in %s; %s since the start of the test (cluster and S3 included)",
-		installTook.Round(100*time.Millisecond), time.Since(rescuesStart).Round(100*time.Millisecond), time.Since(start).Round(100*time.Millisecond))
+	t.Logf("RESULT README install with Helm 3: installed (images built, pushed, pulled; workloads ready) in %s; helm upgrade --wait in place in %s; both rescues in %s; %s since the start of the test (cluster and S3 included)",
+		installTook.Round(100*time.Millisecond), upgradeTook.Round(100*time.Millisecond), time.Since(rescuesStart).Round(100*time.Millisecond), time.Since(start).Round(100*time.Millisecond))
+}
+
+// certManagerServing checks that the webhook configuration's caBundle (cainjector's) verifies the
+// serving certificate cert-manager keeps in Secret pvrescue-webhook-tls, and returns its tls.crt.
+func certManagerServing(ctx context.Context, t *testing.T, cs kubernetes.Interface) []byte {
+	t.Helper()
+	mwc, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "pvrescue-webhook", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret, err := cs.CoreV1().Secrets(stack.Namespace).Get(ctx, "pvrescue-webhook-tls", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("Secret pvrescue-webhook-tls (cert-manager's): %v", err)
+	}
+	verifyServing(t, mwc.Webhooks[0].ClientConfig.CABundle, secret.Data["tls.crt"], "Secret pvrescue-webhook-tls")
+	return secret.Data["tls.crt"]
 }
 
 // rescueEnv starts what the rescues need around an install: the S3 server and the test CSI
@@ -200,23 +226,7 @@ func readmeInstall(ctx context.Context, t *testing.T, e *env, major int, appNS s
 	if label := config.Default().LocalBlock.NodeLabel; err != nil || node.Labels[label] != contract.LabelFakeDevicesEnabled {
 		t.Errorf("node %s not labelled %s=%s by the README's command: %v", c.Opts.NodeName, label, contract.LabelFakeDevicesEnabled, err)
 	}
-	waitFor(t, 2*time.Minute, "a pod created in "+appNS+" to be mutated", func() (bool, string) {
-		p := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: "probe"},
-			Spec: corev1.PodSpec{
-				AutomountServiceAccountToken: ptr(false),
-				Containers: []corev1.Container{{Name: "app", Image: c.BusyboxImage,
-					VolumeMounts: []corev1.VolumeMount{{Name: "bucket", MountPath: "/data"}}}},
-				Volumes: []corev1.Volume{{Name: "bucket", VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{
-					Driver: e.csi.Driver, VolumeAttributes: map[string]string{"bucket": "b"}}}}},
-			},
-		}
-		got, err := c.Client.CoreV1().Pods(appNS).Create(ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if err != nil {
-			return false, err.Error()
-		}
-		return got.Annotations[contract.AnnotationStatus] != "", "admitted without mutation (webhook not reachable yet: failurePolicy Ignore)"
-	})
+	waitMutated(ctx, t, e, appNS, 2*time.Minute)
 	return stack.Images{Webhook: pushed["pvrescue-webhook"].Ref(), Agent: pushed["pvrescue-agent"].Ref()}
 }
 

@@ -83,8 +83,12 @@ func TestBridgePassReadsTheTableAFixedNumberOfTimes(t *testing.T) {
 		requireBridged(t, w, targets)
 		return w.node.TableReads()
 	}
-	if one, eight := readsInPass(1), readsInPass(8); one != eight {
-		t.Errorf("mount tables read by a check and its bridge pass: %d with 1 dead target, %d with 8; want the same", one, eight)
+	// The check's own retire step (retireUnusedBridges) reads the table once when the pass
+	// goroutine has already ended, and skips the PV while it is in flight: a race between the two,
+	// as likely with 1 target as with 8 (it failed ~7% of runs under -race when the counts had
+	// to be equal). A read per target would add 7.
+	if one, eight := readsInPass(1), readsInPass(8); eight-one > 1 || one-eight > 1 {
+		t.Errorf("mount tables read by a check and its bridge pass: %d with 1 dead target, %d with 8; want the same, give or take the retire step's one", one, eight)
 	}
 }
 

@@ -46,6 +46,9 @@ type Metrics struct {
 	// top-only NodeUnpublish finds one mount and kubelet finishes alone: it moves only for
 	// stacks (left by earlier agents, or where the kernel refused to replace).
 	TeardownHelp *prometheus.CounterVec
+	// SyncSeconds observes each pass (Sync) at its end: its count is the passes ended, which
+	// lets a test wait until the rescue has looked instead of for a fixed time.
+	SyncSeconds prometheus.Histogram
 	// Replace is pvrescue_mount_replace_total{mode,reason}, shared with containermount.
 	Replace *mountreplace.Metrics
 }
@@ -103,6 +106,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "pvrescue_s3_teardown_help_total",
 			Help: "Gone pods' S3 volume targets the agent helped kubelet tear down, by action (emptied: our own mounts removed, the driver's and the last mount left for the driver's NodeUnpublish; finished: after a top-only NodeUnpublish took our mount, the dead driver mount it left, kubelet's mount dir and vol_data.json removed).",
 		}, []string{"action"})),
+		SyncSeconds: metrics.Add(r, prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "pvrescue_s3_sync_duration_seconds",
+			Help:    "Duration of one check pass of the S3 rescue (finding dead targets and starting their restores; the restores run on after it).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		})),
 	}
 	if err := r.Err(); err != nil {
 		return nil, err

@@ -339,10 +339,12 @@ func (r *Restorer) Wait() { r.wg.Wait() }
 
 // Sync runs one check: find dead targets, start restores, clean up after gone pods.
 func (r *Restorer) Sync(ctx context.Context) error {
+	start := r.clk.Now()
 	table, err := r.os.Mounter.MountTable()
 	if err != nil {
-		return err
+		return err // not a pass: nothing was looked at
 	}
+	defer func() { r.metrics.SyncSeconds.Observe(r.clk.Since(start).Seconds()) }()
 	targets, live := r.discover(ctx)
 	needs := map[string][]target{}
 	var answered []target

@@ -591,3 +591,18 @@ func (f *fakeRemounter) RemountPods(ctx context.Context, reqs []nodeagent.Remoun
 	f.mu.Unlock()
 	return nodeagent.RemountEach(ctx, f, reqs)
 }
+
+// Each pass is counted once at its end (pvrescue_s3_sync_duration_seconds' count): e2e absence
+// checks wait on it ("two passes ended, still no bridge") instead of a fixed time.
+func TestSyncCountsEachPassItEnds(t *testing.T) {
+	w := newWorld(t, standard(false)...)
+	w.publish("uid-1", "pv-a")
+	w.start() // one pass
+	if got := counter(t, w.r.Metrics().SyncSeconds); got != 1 {
+		t.Fatalf("passes counted after start = %v, want 1", got)
+	}
+	w.settle() // three more
+	if got := counter(t, w.r.Metrics().SyncSeconds); got != 4 {
+		t.Errorf("passes counted after settle = %v, want 4", got)
+	}
+}

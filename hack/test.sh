@@ -57,7 +57,7 @@ job() {
     JOB=$name
     s=$SECONDS
     say "$name started (nice $nice)"
-    "$fn" 2>&1 | sed -u "s/^/[$name] /"
+    "$fn" 2>&1 | tee "$state/$name.log" | sed -u "s/^/[$name] /"
     rc=${PIPESTATUS[0]}
     echo "$rc $((SECONDS - s)) $((s - t0))" >"$state/$name.time"
     echo "$rc" >"$state/$name.rc"
@@ -139,6 +139,16 @@ for j in "${jobs_started[@]}"; do
   case "$rc" in 0) r=passed ;; 99) r="not run" ;; *) r="FAILED (rc $rc)" ;; esac
   printf '   %-15s %-16s %6ss\n' "$j" "$r" "$((start + secs))"
   [ "$rc" = 0 ] || failed=1
+done
+# What failed, last: a CI system that keeps only the end of the output still names the failed
+# tests and their last complaints (a failed layer's whole log is above, prefixed with its name).
+for j in "${jobs_started[@]}"; do
+  read -r rc _ <"$state/$j.time" 2>/dev/null || continue
+  case "$rc" in 0 | 99) continue ;; esac
+  echo "== $j failed; its failed tests, then its last test complaints:"
+  grep -E -e '--- FAIL: ' -e '^(FAIL|panic:)' "$state/$j.log" | sed 's/^ *//' | head -n 8 | sed "s/^/   [$j] /"
+  grep -E '_test\.go:[0-9]+: .*([Ff]ail|[Ee]rror|want|should|expected|timed out|not reached|refused)' "$state/$j.log" |
+    tail -n 6 | cut -c1-300 | sed "s/^/   [$j] /"
 done
 echo "== make test: $((SECONDS - t0))s, $([ $failed = 0 ] && echo passed || echo FAILED)"
 exit $failed

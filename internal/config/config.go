@@ -143,8 +143,10 @@ type S3 struct {
 	// BridgeDiskFreeMB bounds the node disk a bridge's s3fs may fill with its temporary files
 	// (<state>/s3/tmp/<pv>): s3fs's ensure_diskfree, the free space in MB it leaves on that
 	// filesystem (below it s3fs stops caching and uploads from memory). s3fs 1.90 refuses to
-	// start when less than this plus one multipart batch (about 50 MB) is free: the bridge then
-	// fails (S3fsFailed) rather than fill the node's disk. Must be at least 1.
+	// start when less than this plus one multipart batch (about 50 MB) is free; a bridge started
+	// on a node that has less free than the floor gets instead what is free then less that batch
+	// and 16 MB, so it serves reads and may add at most that much to the node's disk use (logged).
+	// Must be at least 1.
 	BridgeDiskFreeMB int64 `json:"bridgeDiskFreeMB"`
 	// BridgeDiskFreePercent raises that floor with the filesystem's size: a bridge leaves at least
 	// this share of its temporary files' filesystem free, above kubelet's default hard eviction

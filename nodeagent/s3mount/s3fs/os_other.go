@@ -26,3 +26,5 @@ func (noCgroups) SetLimits(string, Limits) error { return stack.ErrUnsupportedOS
 func (noCgroups) Usage(string) (Usage, error)    { return Usage{}, stack.ErrUnsupportedOS }
 
 func fsSize(string) int64 { return 0 }
+
+func fsAvailMB(string) int64 { return -1 }

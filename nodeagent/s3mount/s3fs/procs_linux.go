@@ -217,3 +217,13 @@ func fsSize(path string) int64 {
 	}
 	return int64(st.Blocks) * st.Bsize //nolint:gosec // block counts of a real filesystem fit an int64
 }
+
+// fsAvailMB is the space in MB a process may still write on the filesystem holding path (statvfs
+// f_bavail, what s3fs compares with ensure_diskfree); -1 when it cannot be read.
+func fsAvailMB(path string) int64 {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return -1
+	}
+	return int64(st.Bavail) * st.Bsize >> 20 //nolint:gosec // block counts of a real filesystem fit an int64
+}

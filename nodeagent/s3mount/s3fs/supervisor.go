@@ -361,9 +361,15 @@ func (s *Supervisor) Ensure(ctx context.Context, pvName string, resolve func(con
 		return err
 	}
 	passwd := s.layout.PasswdFile(pvName)
-	args, err := Args(vol, creds, path, passwd, s.layout.TmpDir(pvName), DiskFreeFloorMB(s.cfg, fsSize(s.layout.TmpRoot())))
+	floor := DiskFreeFloorMB(s.cfg, fsSize(s.layout.TmpRoot()))
+	startable, lowered := StartableFloorMB(floor, fsAvailMB(s.layout.TmpRoot()), vol.Options)
+	args, err := Args(vol, creds, path, passwd, s.layout.TmpDir(pvName), startable)
 	if err != nil {
 		return err // refused by the allowlists: nothing is written or started
+	}
+	if lowered {
+		log.Info("the node has less disk free than the bridges' floor: this bridge's s3fs gets a floor it can start with, so it serves reads and may write little to the node's disk",
+			"floorMB", floor, "startsWithFloorMB", startable, "tmpRoot", s.layout.TmpRoot())
 	}
 	for _, dir := range []string{path, s.layout.TmpDir(pvName)} {
 		if err := s.os.FS.MkdirAll(dir, 0o700); err != nil {

@@ -324,6 +324,49 @@ func Args(v Volume, c Credentials, mountPoint, passwdFile, tmpDir string, diskFr
 	return append(args, "-o", "ensure_diskfree="+strconv.FormatInt(floor, 10)), nil
 }
 
+// s3fs's defaults for the options that size its start-up check (see startNeedMB).
+const (
+	defaultMultipartSizeMB = 10
+	defaultParallelCount   = 5
+	// startMarginMB is kept free above s3fs's start-up need when the floor is lowered, for what
+	// the node writes between our look and s3fs's.
+	startMarginMB = 16
+)
+
+// startNeedMB is the space s3fs must see free above its floor (ensure_diskfree) to start at all:
+// one multipart buffer per parallel request (multipart_size MB × parallel_count), with the
+// volume's options or s3fs's defaults.
+func startNeedMB(options []string) int64 {
+	size, count := int64(defaultMultipartSizeMB), int64(defaultParallelCount)
+	for _, o := range options {
+		key, val, _ := strings.Cut(o, "=")
+		n, err := strconv.ParseInt(val, 10, 64)
+		switch {
+		case err != nil || n < 1:
+		case key == "multipart_size":
+			size = n
+		case key == "parallel_count":
+			count = n
+		}
+	}
+	return size * count
+}
+
+// StartableFloorMB is the floor a bridge's s3fs is given when availMB is free (to a process,
+// statvfs f_bavail, as s3fs reads it) on its temporary files' filesystem now; availMB < 0 is
+// unknown. It is floorMB while s3fs can start above it. Below that s3fs refuses to start
+// ("no enough disk space"), which would leave the pods on a dead mount although the node is not
+// short of disk (kubelet's eviction threshold lies below the floor); it then gets what is free now
+// less its start-up need and a margin: it serves reads, and its writes add at most that much to
+// the node's disk use. lowered says whether floorMB was lowered.
+func StartableFloorMB(floorMB, availMB int64, options []string) (mb int64, lowered bool) {
+	need := startNeedMB(options) + startMarginMB
+	if availMB < 0 || availMB >= floorMB+need {
+		return floorMB, false
+	}
+	return max(availMB-need, 1), true
+}
+
 // DiskFreeFloorMB is the space in MB a bridge's s3fs leaves free on its temporary files'
 // filesystem of fsBytes (0: unknown): s3.bridgeDiskFreeMB, or s3.bridgeDiskFreePercent of the
 // filesystem when that is more.

@@ -316,6 +316,41 @@ func TestDiskFreeFloor(t *testing.T) {
 	}
 }
 
+// Below the floor s3fs refuses to start ("no enough disk space") unless floor + its start-up
+// need (multipart_size × parallel_count MB) is free; seen on a 252 GB disk with 36.9 GB free to
+// processes against a 15% floor of 37.8 GB: every bridge of the node failed. The floor is then
+// lowered to what lets it start, never raised, and only by what the start needs.
+func TestStartableFloorMB(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		floor       int64
+		avail       int64
+		opts        []string
+		want        int64
+		wantLowered bool
+	}{
+		{"plenty free", 1024, 50000, nil, 1024, false},
+		{"unknown free", 37800, -1, nil, 37800, false},
+		{"just enough: floor + 50 + margin", 1000, 1066, nil, 1000, false},
+		{"one MB short", 1000, 1065, nil, 999, true},
+		{"the CI disk", 38706, 37814, nil, 37748, true},
+		{"the volume's multipart buffers count", 1000, 2000, []string{"multipart_size=64", "parallel_count=20"}, 704, true},
+		{"bad values keep the defaults", 1000, 1065, []string{"multipart_size=x", "parallel_count=0"}, 999, true},
+		{"nothing free: s3fs will say so", 1000, 30, nil, 1, true},
+	} {
+		got, lowered := StartableFloorMB(tc.floor, tc.avail, tc.opts)
+		if got != tc.want || lowered != tc.wantLowered {
+			t.Errorf("%s: StartableFloorMB(%d, %d, %v) = %d, %v; want %d, %v", tc.name, tc.floor, tc.avail, tc.opts, got, lowered, tc.want, tc.wantLowered)
+		}
+		if got > tc.floor {
+			t.Errorf("%s: the floor was raised: %d > %d", tc.name, got, tc.floor)
+		}
+		if lowered && got > 1 && got+startNeedMB(tc.opts) > tc.avail {
+			t.Errorf("%s: floor %d + start need %d > %d free: s3fs would still refuse", tc.name, got, startNeedMB(tc.opts), tc.avail)
+		}
+	}
+}
+
 func TestArgs(t *testing.T) {
 	v := Volume{PV: "pv-a", Bucket: "bkt", Prefix: "p/q", Endpoint: "http://sc", Region: "eu", Options: []string{"retries=2"}}
 	got, err := Args(v, Credentials{AccessKeyID: "AK", SecretAccessKey: "SK", Endpoint: "http://secret"}, "/st/pv-a", "/cr/pv-a.passwd", "/tmp/pv-a", 512)

@@ -552,9 +552,13 @@ func foreignS3Annotation(t *testing.T, e *env) {
 	}
 	at := rescueReads(t, e, t0, 90*time.Second, "from the control after its s3fs was killed", []*stack.CSI{e.csi},
 		reader{foreignS3NS, "control", "app", "/data/after.txt", after})
-	// The agent restored the control within that time; give it as long again on the foreign one,
-	// and at least five of its check intervals (2 s as shipped).
-	time.Sleep(max(at[foreignS3NS+"/control/app"], 10*time.Second))
+	// The agent restored the control; two more of its S3 passes end (one began after the
+	// control read again: a restore of the foreign volume would have started beside the
+	// control's, in the pass the deaths woke, and run as long) and the Events they recorded are
+	// sent (held DefaultEventPostDelay).
+	looked := waitS3Passes(t, e, 2, 3*time.Minute)
+	time.Sleep(nodeagent.DefaultEventPostDelay + time.Second)
+	t.Logf("the agent made two S3 passes (%s) after the control read again", looked.Round(100*time.Millisecond))
 	if ok, _ := readFrom(e, foreignS3NS, "foreign", "app", "/data/after.txt", after); ok {
 		t.Errorf("the foreign volume (driver %s) answers again after its s3fs was killed: someone restored it; stack %s", foreignDriver, describeStack(mountsAt(targets[foreignOthPV])))
 	}

@@ -75,10 +75,10 @@ func agentRestarts(t *testing.T, e *env, check func(*testing.T) any, rs ...reade
 		})
 		up := time.Since(t0).Round(100 * time.Millisecond)
 		// The new agent's first pass over the readers' pods: it exports their targets' health
-		// once it checked them. Then the readers go on a while longer, over its next passes and
-		// whatever a pass may have started.
+		// once it checked them. Then the readers go on over two more of its S3 passes (one
+		// began after that check) and whatever a pass may have started.
 		checked := waitAgentChecked(t, e, rs)
-		time.Sleep(agentObserveWindow)
+		looked := waitS3Passes(t, e, 2, 3*time.Minute)
 		close(done)
 		r := <-res
 		if len(r.failures) > 0 {
@@ -86,8 +86,8 @@ func agentRestarts(t *testing.T, e *env, check func(*testing.T) any, rs ...reade
 		}
 		alone := checkLeftAlone(t, e, before)
 		state := check(t)
-		t.Logf("RESULT %s: new agent pod %s ready after %s, checked the readers' targets %s after the restart; %d read rounds over %d containers, %d failed reads; left alone: %s; now %v",
-			what, next, up, checked, r.rounds, len(rs), len(r.failures), alone, state)
+		t.Logf("RESULT %s: new agent pod %s ready after %s, checked the readers' targets %s after the restart, two more S3 passes in %s; %d read rounds over %d containers, %d failed reads; left alone: %s; now %v",
+			what, next, up, checked, looked.Round(100*time.Millisecond), r.rounds, len(rs), len(r.failures), alone, state)
 	}
 
 	during("agent pod deleted", func() {
@@ -102,9 +102,6 @@ func agentRestarts(t *testing.T, e *env, check func(*testing.T) any, rs ...reade
 		}
 	})
 }
-
-// agentObserveWindow is how long reads go on after a new agent checked the readers' targets.
-const agentObserveWindow = 4 * time.Second
 
 // readerTargets maps every S3 CSI target of the readers' pods on the node to its stack's identity
 // (stackIdentity: unique mount IDs).

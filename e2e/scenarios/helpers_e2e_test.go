@@ -123,11 +123,46 @@ func agentCount(e *env, name string) (types.UID, float64, error) {
 // agent has looked, however slow the machine. It returns how long it waited.
 func waitPasses(t testing.TB, e *env, metric string, n int, timeout time.Duration) time.Duration {
 	t.Helper()
+	return waitPassesNudged(t, e, metric, n, timeout, nil)
+}
+
+// s3Passes is the metric counting the S3 rescue's passes: one observation of the pass's
+// duration at the end of every Restorer.Sync.
+const s3Passes = "pvrescue_s3_sync_duration_seconds_count"
+
+// waitS3Passes is waitPasses for the S3 rescue (s3Passes). While nothing is under way its passes
+// come only every s3.checkInterval (1 min as shipped), but any change of a pod on the node wakes it
+// at once (the agent's view calls it on every pod add, update or delete): while the count lags,
+// the annotation e2e.pvrescue.io/nudge on the agent's own pod is rewritten once a second. The
+// passes so woken are whole passes over everything on the node; nothing they read is changed.
+func waitS3Passes(t testing.TB, e *env, n int, timeout time.Duration) time.Duration {
+	t.Helper()
+	return waitPassesNudged(t, e, s3Passes, n, timeout, func(agent types.UID) error {
+		p, why := runningAgent(e)
+		if p == nil {
+			return errors.New(why)
+		}
+		if p.UID != agent {
+			return fmt.Errorf("the agent pod changed (%s → %s)", agent, p.UID)
+		}
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{"e2e.pvrescue.io/nudge":%q}}}`, time.Now().Format(time.RFC3339Nano))
+		_, err := e.c.Client.CoreV1().Pods(p.Namespace).Patch(context.Background(), p.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		return err
+	})
+}
+
+// waitPassesNudged is waitPasses; with nudge set, it is called (with the counted agent pod's
+// UID) whenever the count has not moved for a second, to wake the agent.
+func waitPassesNudged(t testing.TB, e *env, metric string, n int, timeout time.Duration, nudge func(types.UID) error) time.Duration {
+	t.Helper()
 	t0 := time.Now()
 	uid, from, err := agentCount(e, metric)
 	if err != nil {
 		t.Fatalf("read %s: %v", metric, err)
 	}
+	last, moved := from, time.Now()
+	var nudged int
+	var nudgeErr error
 	waitFor(t, timeout, fmt.Sprintf("the agent to end %d passes (%s from %.0f)", n, metric, from), func() (bool, string) {
 		u, now, err := agentCount(e, metric)
 		switch {
@@ -136,7 +171,17 @@ func waitPasses(t testing.TB, e *env, metric string, n int, timeout time.Duratio
 		case u != uid:
 			return false, fmt.Sprintf("the agent pod changed (%s → %s): its passes are not the ones counted", uid, u)
 		}
-		return now >= from+float64(n), fmt.Sprintf("%s %.0f", metric, now)
+		if now >= from+float64(n) {
+			return true, ""
+		}
+		if now != last {
+			last, moved = now, time.Now()
+		} else if nudge != nil && time.Since(moved) >= time.Second {
+			moved = time.Now()
+			nudged++
+			nudgeErr = nudge(uid)
+		}
+		return false, fmt.Sprintf("%s %.0f (nudged %d times, last error %v)", metric, now, nudged, nudgeErr)
 	})
 	return time.Since(t0)
 }

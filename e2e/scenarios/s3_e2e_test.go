@@ -288,11 +288,16 @@ func lostFUSEMount(t *testing.T, e *env) {
 	checkKubeletMounts(t, e, "after the restore")
 	checkPluginMounts(t, e, e.csi, "after the restore")
 	afterRestore := []any{checkRestarts(t, e, s3NS, restarts), checkRestarts(t, e, s3PlainNS, plainRestarts)}
-	// Consent: the opted-in pod reads again; the one of the unlabelled namespace stays dead.
+	// Consent: the opted-in pod reads again; the one of the unlabelled namespace stays dead —
+	// checked once two more S3 passes of the agent ended (one began after the opted-in pod read
+	// again; a restore of the plain pod's volume would have started beside the other's).
+	looked := waitS3Passes(t, e, 2, 3*time.Minute)
+	plainState := fmt.Sprintf("left dead (consent) over two S3 passes of the agent (%s)", looked.Round(100*time.Millisecond))
 	if ok, why := readFrom(e, plainReader.ns, plainReader.pod, plainReader.container, plainReader.path, plainReader.want); ok {
+		plainState = "READS AGAIN (the agent acted without consent)"
 		t.Errorf("the pod of the namespace that did not opt in reads again after the plugin restart: the agent acted for it (%s)", why)
 	} else {
-		t.Logf("consent: %s/%s left dead as it did not opt in: %s", s3PlainNS, "plain", why)
+		t.Logf("consent: %s/%s left dead as it did not opt in, over two S3 passes of the agent (%s): %s", s3PlainNS, "plain", looked.Round(100*time.Millisecond), why)
 	}
 	checkReadOnly(t, e, s3NS, "s3app", "ro", "after the restore")
 	died := witness.checkVolumeDied(t, e)
@@ -303,8 +308,8 @@ func lostFUSEMount(t *testing.T, e *env) {
 	t.Logf("RESULT lost FUSE mount: the plugin restart killed the volumes: %s", died)
 	t.Logf("pods after the repair:\n%s%s", framework.PodTable(cs, s3NS), framework.PodTable(cs, s3PlainNS))
 	t.Logf("mounts at the pod's volume after the repair (the dead s3fs mount, the agent's bind on top):\n%s", framework.MountTable(target))
-	t.Logf("RESULT lost FUSE mount: read again after the plugin restart: follower (HostToContainer) %s, pinned (None) %s, sub (subPath, reads sub/) %s, ro (readOnly) %s, plain (unlabelled namespace, never mutated) left dead (consent)%s; restarts %v %v → %v; depth %d at the target",
-		at[s3NS+"/s3app/follower"], at[s3NS+"/s3app/pinned"], at[s3NS+"/s3app/sub"], at[s3NS+"/s3app/ro"], "", restarts, plainRestarts, afterRestore, len(atTarget))
+	t.Logf("RESULT lost FUSE mount: read again after the plugin restart: follower (HostToContainer) %s, pinned (None) %s, sub (subPath, reads sub/) %s, ro (readOnly) %s, plain (unlabelled namespace, never mutated) %s; restarts %v %v → %v; depth %d at the target",
+		at[s3NS+"/s3app/follower"], at[s3NS+"/s3app/pinned"], at[s3NS+"/s3app/sub"], at[s3NS+"/s3app/ro"], plainState, restarts, plainRestarts, afterRestore, len(atTarget))
 
 	t.Run("AgentRestart", func(t *testing.T) {
 		agentRestarts(t, e, func(t *testing.T) any {

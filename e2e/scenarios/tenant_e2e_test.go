@@ -22,6 +22,7 @@ import (
 	"github.com/pvrescue/pvrescue/e2e/stack"
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/internal/contract"
+	"github.com/pvrescue/pvrescue/nodeagent"
 	"github.com/pvrescue/pvrescue/nodeagent/containermount"
 )
 
@@ -341,14 +342,15 @@ func copiedAnnotationPod(t *testing.T, e *env, diskPath, status string) *corev1.
 // annotation in a namespace that did not opt in (consent: the agent acts only for opted-in
 // namespaces, judged from the Namespace object): no Event of the agent on it, no link at the
 // missing path, no loop of the agent's, no fake-device annotation, the pod not running — after
-// two of the local rescue's resync periods, so the agent has passed over it.
+// two passes of the local rescue (one began after the pod was there) and the Events they
+// recorded were sent (held DefaultEventPostDelay), so the agent has passed over it.
 func checkCopiedAnnotation(t *testing.T, e *env, p *corev1.Pod, diskPath string, loopsBefore []string) {
 	t.Helper()
 	ctx := context.Background()
 	cs := e.c.Client
-	if wait := time.Until(p.CreationTimestamp.Add(2 * config.Default().LocalBlock.ResyncPeriod.Duration)); wait > 0 {
-		time.Sleep(wait)
-	}
+	looked := waitPasses(t, e, localDiskPasses, 2, time.Minute)
+	time.Sleep(nodeagent.DefaultEventPostDelay + time.Second)
+	t.Logf("the agent made two local-disk passes (%s) with pod %s/%s in place", looked.Round(100*time.Millisecond), p.Namespace, p.Name)
 	if evs := agentEvents(t, e, hostilePlainNS); len(evs) > 0 {
 		t.Errorf("the agent wrote Events in %s, a namespace that did not opt in: %v", hostilePlainNS, evs)
 	}
@@ -456,10 +458,11 @@ func hostileTenantConsent(t *testing.T, e *env) {
 		reader{ns: hostileNS, pod: "consent-in", container: "app", path: "/data/rescued.txt", want: rescued})
 	t.Logf("RESULT consent: the opted-in pod %s/consent-in read the bucket again %s after the plugin was deleted", hostileNS, at[hostileNS+"/consent-in/app"])
 
-	// The others stay dead: checked for as long again as the agent's pending cadence takes many
-	// times over (1 s), so a late remount would show.
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
+	// The others stay dead: two more S3 passes of the agent end (one began after the opted-in
+	// pod read again; a restore of theirs would have started beside the opted-in pod's, in the
+	// pass the deaths woke) and the Events they recorded are sent (held DefaultEventPostDelay),
+	// then neither reads, nor did on the way.
+	stillDead := func() {
 		for _, p := range pods[1:] {
 			out, err := execIn(e, p.ns, p.name, "app", "cat", "/data/marker.txt")
 			if err == nil {
@@ -469,8 +472,11 @@ func hostileTenantConsent(t *testing.T, e *env) {
 				t.Logf("%s/%s: read fails with %v", p.ns, p.name, err)
 			}
 		}
-		time.Sleep(time.Second)
 	}
+	stillDead()
+	looked := waitS3Passes(t, e, 2, 3*time.Minute)
+	time.Sleep(nodeagent.DefaultEventPostDelay + time.Second)
+	stillDead()
 	for _, p := range pods[1:] {
 		if ms := mountsAt(podTarget(e, uids[p.name], map[string]string{hostileNS: hostilePV, noConsentNS: noConsentPV}[p.ns])); len(ms) > 1 {
 			t.Errorf("%s/%s: %d mounts at its target, want only the driver's dead one: %s", p.ns, p.name, len(ms), describeStack(ms))
@@ -487,6 +493,6 @@ func hostileTenantConsent(t *testing.T, e *env) {
 	if series := seriesNaming(agentMetricsBody(t, e), noConsentNS, noConsentPV, "nocons-optout", uids["nocons-optout"], uids["nocons-plain"]); len(series) > 0 {
 		t.Errorf("the agent's metrics name the pods without consent: %v", series)
 	}
-	t.Logf("RESULT consent: %s/nocons-optout (labelled %s=%s) and %s/nocons-plain (namespace not opted in) stayed dead 15 s after the opted-in pod's rescue: no remount, no Event, no series",
-		hostileNS, contract.LabelInject, contract.LabelInjectOptOutVal, noConsentNS)
+	t.Logf("RESULT consent: %s/nocons-optout (labelled %s=%s) and %s/nocons-plain (namespace not opted in) stayed dead over two S3 passes of the agent (%s) after the opted-in pod's rescue: no remount, no Event, no series",
+		hostileNS, contract.LabelInject, contract.LabelInjectOptOutVal, noConsentNS, looked.Round(100*time.Millisecond))
 }

@@ -156,9 +156,12 @@ func lostFUSEMountMounters(t *testing.T, e *env) {
 		all = append(all, v.readers("app", "/data/after-back.txt", want)...)
 	}
 	rescueReads(t, e, t1, 30*time.Second, "on the driver's mounts again", []*stack.CSI{plugin}, all...)
-	// The agent holds each Event --event-delay after it was recorded: a refusal of the hand-back's
-	// mount is in the API only that long after the hand-back.
-	time.Sleep(time.Until(handedBack.Add(nodeagent.DefaultEventPostDelay + time.Second)))
+	// Two more S3 passes of the agent end (one began after the hand-back was seen), and the
+	// agent holds each Event --event-delay after it was recorded: a refusal of the driver's
+	// mount is in the API only that long after the pass that refused it.
+	looked := waitS3Passes(t, e, 2, 3*time.Minute)
+	time.Sleep(nodeagent.DefaultEventPostDelay + time.Second)
+	t.Logf("two S3 passes of the agent %s after the hand-back (%s)", time.Since(handedBack).Round(100*time.Millisecond), looked.Round(100*time.Millisecond))
 	for _, v := range vols {
 		st := mountsAt(v.target)
 		if top := st[len(st)-1]; top.FSType != v.fsType() || top.Source == ourFSName(v.pv) {
@@ -183,10 +186,17 @@ func lostFUSEMountMounters(t *testing.T, e *env) {
 			t.Fatalf("delete pod %s/app: %v", v.ns, err)
 		}
 	}
-	time.Sleep(15 * time.Second) // kubelet's unpublish fails meanwhile; the agent must leave the driver's mounts
+	// kubelet's unpublish fails meanwhile; the agent must leave the driver's mounts over two of
+	// its S3 passes after the pods were gone to it (no container running).
+	tDel := time.Now()
+	for _, v := range vols {
+		waitGoneToAgent(t, e, v.ns, "app", v.uid, time.Minute)
+	}
+	looked = waitS3Passes(t, e, 2, 3*time.Minute)
 	for _, v := range vols {
 		if len(mountsAt(v.target)) == 0 {
-			t.Errorf("%s: 15 s after the deletion with the plugin down, the target is no mount point: the driver's plain-umount NodeUnpublish will fail for ever", v.mounter)
+			t.Errorf("%s: %s after the deletion with the plugin down (two S3 passes over the gone pods in %s), the target is no mount point: the driver's plain-umount NodeUnpublish will fail for ever",
+				v.mounter, time.Since(tDel).Round(100*time.Millisecond), looked.Round(100*time.Millisecond))
 		}
 	}
 	t2 := time.Now()

@@ -23,8 +23,8 @@ import (
 // plugin's strict layout, as k8s-csi-s3: a plain umount of the target, codes.Internal on EINVAL
 // when nothing is mounted there). The plugin goes down (its s3fs die with its pod; the agent
 // bridges the live pod at once, s3.driverDownBridgeAfter 0), the app pod is deleted with the
-// plugin down, and the plugin stays down a while (the agent runs many passes over the gone pod's
-// target meanwhile). The agent must leave the target's last mount for the driver: the target holds
+// plugin down, and the plugin stays down until the agent has made two S3 passes over the gone
+// pod's target (counted by its pass histogram, after no container of the pod runs). The agent must leave the target's last mount for the driver: the target holds
 // the mounts it held at the deletion (unique mount IDs) while the plugin is down. The plugin
 // comes back → kubelet's retried NodeUnpublishVolume succeeds, the pod is gone within 60 s, nothing
 // is left on the node nor in the plugin's container, and the new plugin logged no failed
@@ -79,14 +79,17 @@ func lostFUSEMountStrictTeardown(t *testing.T, e *env) {
 	}
 	t.Logf("plugin %s (layout strict) down, its s3fs %v gone; pod %s/app (uid %s) deleted; the target then held %s (bridged by the agent: %v)", l.driver, driverS3fs, l.ns, uid, topAtDel, settled)
 
-	// The plugin stays down for 20 s: kubelet's NodeUnpublishVolume fails (driver not
-	// registered) and is retried; the agent, checking every second while a gone pod's target is
-	// mounted, must leave the mount kubelet's unpublish will need.
-	const down20 = 20 * time.Second
-	time.Sleep(down20)
+	// The plugin stays down: kubelet's NodeUnpublishVolume fails (driver not registered) and is
+	// retried; the agent, which takes the pod for gone once no container of it runs, must leave
+	// the mount kubelet's unpublish will need over two of its S3 passes after that (one began
+	// after the pod was gone to it).
+	waitGoneToAgent(t, e, l.ns, "app", uid, time.Minute)
+	looked := waitS3Passes(t, e, 2, 3*time.Minute)
+	downFor := time.Since(tDel).Round(100 * time.Millisecond)
 	down := mountsAt(target)
 	if len(down) == 0 {
-		t.Errorf("20 s after the deletion with the plugin down, the target %s is no mount point any more: the driver's plain-umount NodeUnpublish will fail with EINVAL for ever", target)
+		t.Errorf("%s after the deletion with the plugin down (two S3 passes over the gone pod in %s), the target %s is no mount point any more: the driver's plain-umount NodeUnpublish will fail with EINVAL for ever",
+			downFor, looked.Round(100*time.Millisecond), target)
 	}
 	// Asserted, not only logged: the gone pod's target holds exactly the mounts it held at the
 	// deletion (unique mount IDs) — the driver's own when the agent had not bridged, else its
@@ -134,8 +137,8 @@ func lostFUSEMountStrictTeardown(t *testing.T, e *env) {
 	if settled {
 		held = "the agent's bridge of the live pod"
 	}
-	t.Logf("RESULT strict: pod deleted with the plugin down (its target holding %s, unchanged %s later); plugin back (registered after %s) → pod gone %s later, nothing left; teardown help %v → %v",
-		held, down20, back, gone, helpBefore, helpAfter)
+	t.Logf("RESULT strict: pod deleted with the plugin down (its target holding %s, unchanged %s later, over two S3 passes of the agent after the pod was gone to it); plugin back (registered after %s) → pod gone %s later, nothing left; teardown help %v → %v",
+		held, downFor, back, gone, helpBefore, helpAfter)
 }
 
 // pidRuns reports whether pid runs (a zombie does not).

@@ -346,3 +346,32 @@ func TestStackIdentityOnThisKernel(t *testing.T) {
 	}
 	t.Logf("unique IDs %s → %s; mountinfo IDs %s → %s (reused: %t)", before, after, plainBefore, plainAfter, plainBefore == plainAfter)
 }
+
+// waitGoneToAgent waits until pod ns/name (uid) is gone as the S3 rescue judges it (s3mount's
+// podGone): no longer in the API, in phase Succeeded or Failed, or deleted with no container
+// running or waiting. The rescue's handling of a gone pod's target starts with its first pass
+// after that, so an absence check over it counts passes from here.
+func waitGoneToAgent(t testing.TB, e *env, ns, name, uid string, timeout time.Duration) {
+	t.Helper()
+	waitFor(t, timeout, fmt.Sprintf("pod %s/%s (uid %s) to be gone to the agent (deleted, no container running)", ns, name, uid), func() (bool, string) {
+		p, err := e.c.Client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || (err == nil && string(p.UID) != uid) {
+			return true, ""
+		}
+		if err != nil {
+			return false, err.Error()
+		}
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			return true, ""
+		}
+		if p.DeletionTimestamp == nil {
+			return false, "not deleted yet"
+		}
+		for _, cs := range append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...) {
+			if cs.State.Terminated == nil && (cs.State.Running != nil || cs.State.Waiting != nil) {
+				return false, fmt.Sprintf("container %s not ended: %+v", cs.Name, cs.State)
+			}
+		}
+		return true, ""
+	})
+}

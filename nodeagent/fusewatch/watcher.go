@@ -61,6 +61,9 @@ type Options struct {
 	// of the node's whole table (a thousand mounts) competed with the pass's own mount calls
 	// for the kernel's mount lock and the node's CPU. Exits are never delayed.
 	MountSettle time.Duration
+	// AblateMountSettle reads the table on every mount table change (no MountSettle): for the
+	// bench's ablation mode only (`make bench-ablation`, issue 52); false in production.
+	AblateMountSettle bool
 	// Clock (default the real clock).
 	Clock clock.WithTicker
 	// OnExit, when set, is called on the Run goroutine for each watched daemon that exited.
@@ -87,8 +90,11 @@ func (o *Options) defaults() {
 	if o.MaxOrphanRetry < o.OrphanRetry {
 		o.MaxOrphanRetry = 64 * o.OrphanRetry
 	}
-	if o.MountSettle == 0 {
+	if o.MountSettle == 0 && !o.AblateMountSettle {
 		o.MountSettle = 50 * time.Millisecond
+	}
+	if o.AblateMountSettle {
+		o.MountSettle = 0
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}

@@ -494,3 +494,23 @@ func TestWatcherCoalescesWalksAfterExits(t *testing.T) {
 		t.Errorf("30 exits walked the processes %d times, want a few (one per MountSettle)", n)
 	}
 }
+
+// The bench's ablation switch (AblateMountSettle, bench only) reads the table on every change of
+// a burst: the coalescing TestWatcherCoalescesMountChanges shows is off.
+func TestWatcherAblateMountSettle(t *testing.T) {
+	fos := newFakeOS()
+	fos.set(map[Connection][]string{39: {"/mnt/a"}}, Holder{PID: 100, Connections: []Connection{39}})
+	w, _ := start(t, fos, Options{RescanInterval: time.Hour, MountSettle: 200 * time.Millisecond, AblateMountSettle: true})
+	waitPIDs(t, fos.ev, 100)
+	reads := fos.connectionReads()
+	for i := 0; i < 50; i++ {
+		fos.ev.ch <- Event{MountsChanged: true}
+	}
+	fos.set(map[Connection][]string{39: {"/mnt/a"}, 40: {"/mnt/b"}}, Holder{PID: 100, Connections: []Connection{39}}, Holder{PID: 101, Connections: []Connection{40}})
+	fos.ev.ch <- Event{MountsChanged: true}
+	waitPIDs(t, fos.ev, 100, 101)
+	if n := fos.connectionReads() - reads; n < 45 {
+		t.Errorf("mount settle ablated: 51 mount changes read the table %d times, want about one per change", n)
+	}
+	_ = w
+}

@@ -45,6 +45,9 @@ type Options struct {
 	// own namespace s3fs would lose its network (only lo is left) when the agent pod is deleted,
 	// and every read through the surviving bridge would hang. Empty: the agent's own namespace.
 	BridgeNetNS string
+	// Ablate switches rescue-path mechanisms off for the bench's ablation mode (ablate.go);
+	// zero in production.
+	Ablate Ablations
 }
 
 // NewOptions returns the defaults.
@@ -452,6 +455,9 @@ func (r *Restorer) endPass(pv string) (deadLeft bool) {
 // claim the pass read live (claims): the chain of another claim was not checked, so those wait
 // for the next pass, as they would have without joining.
 func (r *Restorer) joiners(pv string, ts []target, claims map[types.NamespacedName]bool) []target {
+	if r.opts.Ablate.Joiners {
+		return nil // left in joining: endPass wakes the next pass for them
+	}
 	r.mu.Lock()
 	joined := r.joining[pv]
 	delete(r.joining, pv)

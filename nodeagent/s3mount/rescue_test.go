@@ -63,6 +63,8 @@ type world struct {
 	// cache, when set, is the restorers' view in front of view (a cache that can be stale).
 	cache  nodeagent.ClusterView
 	client *fake.Clientset
+	// ablate is Options.Ablate of the restorers start makes (bench only; zero: shipped).
+	ablate Ablations
 }
 
 func newWorld(t *testing.T, objs ...runtime.Object) *world {
@@ -104,7 +106,7 @@ func (w *world) start() {
 	os.Registry = w.registry
 	os.Replacer = w.replacer
 	r, err := New(w.deps(), os, Options{BackoffInitial: 2 * time.Second, BackoffMax: 10 * time.Second, KillGrace: time.Millisecond,
-		BridgeCgroup: w.bridgeCgroup, BridgeNetNS: w.bridgeNetNS})
+		BridgeCgroup: w.bridgeCgroup, BridgeNetNS: w.bridgeNetNS, Ablate: w.ablate})
 	if err != nil {
 		w.t.Fatal(err)
 	}

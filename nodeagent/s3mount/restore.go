@@ -137,7 +137,10 @@ func (r *Restorer) restore(ctx context.Context, pvName string, ts []target) {
 	// One bridge mount goes over every target: its daemon is asked once, the mount table read
 	// once, and the record of what we put where written once, after the binds.
 	pass := &bindPass{answered: stack.NewAnswers(), snapshot: r.snapshot(ctx, bridgeMount, bridgeable)}
-	release := r.rules.Placed.Hold()
+	release := func() error { return nil }
+	if !r.opts.Ablate.HeldRecords {
+		release = r.rules.Placed.Hold()
+	}
 	for i, t := range bridgeable {
 		var berr error
 		if dead[i], berr = r.bindTarget(ctx, bridgeMount, t, pass); berr != nil {
@@ -174,6 +177,9 @@ func (r *Restorer) restore(ctx context.Context, pvName string, ts []target) {
 // snapshot reads the mount table once for a bridge pass over ts (stack.Snapshot); nil, so each
 // target reads its own, when the read fails.
 func (r *Restorer) snapshot(ctx context.Context, bridgeMount string, ts []target) *stack.Snapshot {
+	if r.opts.Ablate.Snapshot {
+		return nil
+	}
 	paths := []string{bridgeMount}
 	for _, t := range ts {
 		paths = append(paths, t.path)

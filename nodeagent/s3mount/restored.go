@@ -84,6 +84,9 @@ type deadAt struct {
 // waited 25–57 ms for that list after every target was live.
 func (r *Restorer) prefetchPods(ts []target) {
 	p, ok := r.d.Remounter.(nodeagent.PodPrefetcher)
+	if r.opts.Ablate.Prefetch {
+		ok = false
+	}
 	if !ok || len(ts) == 0 {
 		return
 	}

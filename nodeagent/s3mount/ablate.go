@@ -1,0 +1,78 @@
+package s3mount
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Ablations switches mechanisms of the rescue path off one at a time, for the bench's ablation
+// mode only (`make bench-ablation`, issue 52: each mechanism must move the window a pod sees
+// beyond the run-to-run spread to stay). Never set in production: the zero value is the
+// shipped agent, and the agent sets it only from its hidden --ablate flag.
+type Ablations struct {
+	// Prefetch: a restore does not start the container remounter's list of the pods' processes
+	// at its beginning (PrefetchPods); the remount pass lists them itself.
+	Prefetch bool
+	// Joiners: dead targets of the PV found while its bridge pass runs are not bound by that
+	// pass; they are left to the pass its end wakes.
+	Joiners bool
+	// Snapshot: a bridge pass shares no read of the mount table (stack.Snapshot) between its
+	// binds; each bind reads the table itself.
+	Snapshot bool
+	// HeldRecords: the record of the mounts put at kubelet paths (handed.json) is written after
+	// each bind, not once after all of a bridge pass's binds (Placed.Hold).
+	HeldRecords bool
+}
+
+// Ablation names accepted by ParseAblation (the agent's --ablate flag) for Ablations' fields.
+const (
+	AblatePrefetch    = "prefetch"
+	AblateJoiners     = "joiners"
+	AblateSnapshot    = "snapshots"
+	AblateHeldRecords = "held-records"
+)
+
+// Set switches the named mechanism off; false when the name is not one of s3mount's.
+func (a *Ablations) Set(name string) bool {
+	switch strings.TrimSpace(name) {
+	case AblatePrefetch:
+		a.Prefetch = true
+	case AblateJoiners:
+		a.Joiners = true
+	case AblateSnapshot:
+		a.Snapshot = true
+	case AblateHeldRecords:
+		a.HeldRecords = true
+	default:
+		return false
+	}
+	return true
+}
+
+// String lists the mechanisms switched off ("" for the shipped agent).
+func (a Ablations) String() string {
+	var out []string
+	for _, f := range []struct {
+		on   bool
+		name string
+	}{{a.Prefetch, AblatePrefetch}, {a.Joiners, AblateJoiners}, {a.Snapshot, AblateSnapshot}, {a.HeldRecords, AblateHeldRecords}} {
+		if f.on {
+			out = append(out, f.name)
+		}
+	}
+	return strings.Join(out, ",")
+}
+
+// ParseAblations switches off each named mechanism (comma-separated).
+func ParseAblations(names string) (Ablations, error) {
+	var a Ablations
+	for _, n := range strings.Split(names, ",") {
+		if strings.TrimSpace(n) == "" {
+			continue
+		}
+		if !a.Set(n) {
+			return a, fmt.Errorf("unknown ablation %q (s3mount: %s, %s, %s, %s)", n, AblatePrefetch, AblateJoiners, AblateSnapshot, AblateHeldRecords)
+		}
+	}
+	return a, nil
+}

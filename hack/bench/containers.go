@@ -51,6 +51,8 @@ type benchContainer struct {
 	name, propagation string
 	// src is what it binds (relative to the volume), at data (a host path, seen inside it).
 	src, data string
+	// target is the kubelet target of its pod's volume (empty: the rig's first pod's).
+	target string
 	// file and content are what it reads back to count as restored.
 	file, content string
 	cmd           *exec.Cmd
@@ -477,9 +479,15 @@ func (r *s3Rig) startContainer(ctx context.Context, c *benchContainer, kubelets 
 		return err
 	}
 	ready := filepath.Join(root, "ready")
+	if err := os.Remove(ready); err != nil && !os.IsNotExist(err) { // an earlier container's
+		return err
+	}
 	src := r.target
+	if c.target != "" {
+		src = c.target
+	}
 	if c.src != "" {
-		src = filepath.Join(r.target, c.src)
+		src = filepath.Join(src, c.src)
 	}
 	nsProp, bindProp := "private", "--make-private"
 	if c.propagation == "HostToContainer" {

@@ -62,6 +62,15 @@ type Options struct {
 	// StressRepeats and StressBusy: rounds of the on-demand stress section (one incident of
 	// each kind a round) and the busy loops beside it.
 	StressRepeats, StressBusy, StressPods int
+	// The on-demand ablation section (issue 52): pod counts, rounds (each variant once, the
+	// shipped agent twice a round), busy loops beside it, and the mechanisms to switch off
+	// (comma-separated; empty: all).
+	AblationPods                  string
+	AblationRepeats, AblationBusy int
+	AblationVariants              string
+	// RefreshAppendix, when set, is a report (BENCHMARKS.md) whose on-demand appendix is
+	// replaced by the committed on-demand reports; nothing is measured.
+	RefreshAppendix string
 }
 
 // NewOptions returns the defaults of `make bench`: about 30 minutes on 2 cores, most of it the
@@ -75,6 +84,7 @@ func NewOptions() *Options {
 		WindowPods: "1,20,100", WindowDown: 30 * time.Second,
 		ScaleSample: 20 * time.Second, ScaleOthers: 50000,
 		StressRepeats: 500, StressBusy: 2, StressPods: 5,
+		AblationPods: "20,100", AblationRepeats: 4, AblationBusy: 2,
 	}
 }
 
@@ -101,6 +111,11 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.StressRepeats, "stress-repeats", o.StressRepeats, "rounds of the on-demand stress section (-only stress): one incident of each kind a round")
 	fs.IntVar(&o.StressBusy, "stress-busy", o.StressBusy, "busy loops beside the stress section")
 	fs.IntVar(&o.StressPods, "stress-pods", o.StressPods, "pods on the claim of the stress section's second rig (the first has one)")
+	fs.StringVar(&o.AblationPods, "ablation-pods", o.AblationPods, "pod counts of the on-demand ablation section (-only ablation), comma-separated")
+	fs.IntVar(&o.AblationRepeats, "ablation-repeats", o.AblationRepeats, "rounds of the ablation section per pod count: each switched-off mechanism once, the shipped agent twice")
+	fs.IntVar(&o.AblationBusy, "ablation-busy", o.AblationBusy, "busy loops beside the ablation section")
+	fs.StringVar(&o.AblationVariants, "ablation-variants", o.AblationVariants, "mechanisms the ablation section switches off, comma-separated (empty: all): "+strings.Join(ablationNames(), ","))
+	fs.StringVar(&o.RefreshAppendix, "refresh-appendix", o.RefreshAppendix, "replace the on-demand appendix of this report (BENCHMARKS.md) with the committed on-demand reports (bench/stress.md, bench/ablation.md) and exit; nothing is measured")
 	fs.StringVar(&o.AgentLog, "agent-log", o.AgentLog, "file for the S3 rigs' agent log (V(1), timestamps) and the bench's marks; off when empty")
 }
 
@@ -116,7 +131,7 @@ func (o *Options) Validate() error {
 	if o.WebhookBlock < 200*time.Millisecond || o.WebhookBlock > o.WebhookDuration {
 		errs = append(errs, errors.New("-webhook-block must be between 200ms and -webhook-duration"))
 	}
-	for _, n := range []int{o.BenchCount, o.HelperRepeats, o.DiskRepeats, o.MountRepeats, o.DetectRepeats, o.E2ERepeats, o.ContainersRepeats, o.StressRepeats, o.StressPods} {
+	for _, n := range []int{o.BenchCount, o.HelperRepeats, o.DiskRepeats, o.MountRepeats, o.DetectRepeats, o.E2ERepeats, o.ContainersRepeats, o.StressRepeats, o.StressPods, o.AblationRepeats} {
 		if n < 1 {
 			errs = append(errs, errors.New("counts and repeats must be at least 1"))
 			break
@@ -127,6 +142,12 @@ func (o *Options) Validate() error {
 	}
 	if _, err := os.Stat(filepath.Join(o.Root, "go.mod")); err != nil {
 		errs = append(errs, fmt.Errorf("-root %s is not the repository root: %w", o.Root, err))
+	}
+	if _, err := o.selectedVariants(); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := parsePodCounts(o.AblationPods); err != nil {
+		errs = append(errs, fmt.Errorf("-ablation-pods: %w", err))
 	}
 	for _, s := range o.only() {
 		if _, ok := sectionByName(s); !ok {
@@ -164,6 +185,7 @@ func sections() []section {
 		{name: "helper", run: runHelper},
 		{name: "gobench", run: runGoBench},
 		{name: "stress", run: runStress, onDemand: true},
+		{name: "ablation", run: runAblation, onDemand: true},
 	}
 }
 
@@ -233,7 +255,7 @@ func run(ctx context.Context, o *Options) error {
 		}
 	}
 	if o.only() == nil {
-		if r.Appendix, err = committedStress(o); err != nil {
+		if r.Appendix, err = committedAppendix(o); err != nil {
 			return err
 		}
 		if err := writeReport(o.Out, r); err != nil {
@@ -284,6 +306,13 @@ func main() {
 	}
 	// Logging is off for every handler alike: the figures are the admission path, not log I/O.
 	ctrllog.SetLogger(logr.Discard())
+	if o.RefreshAppendix != "" {
+		if err := refreshAppendix(o, o.RefreshAppendix); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, o)
 	stop()

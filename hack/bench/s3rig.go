@@ -88,6 +88,8 @@ type s3Rig struct {
 	// log is the agent's logger (-agent-log; discards otherwise); the bench marks its steps in it.
 	log  logr.Logger
 	undo []func()
+	// stopAgent stops the running agent (startAgent); nil when none runs.
+	stopAgent func()
 }
 
 // s3RigOptions choose the pod and what the agent is built with.
@@ -110,6 +112,14 @@ type s3RigOptions struct {
 	stacking bool
 	// pods is how many pods use the claim (0: one); pods after the first are named app-<i>.
 	pods int
+	// ablate, noMountSettle and eventDelay switch mechanisms of the agent off for the ablation
+	// section (s3mount.Options.Ablate, fusewatch's AblateMountSettle, the Events' hold: nil
+	// is the shipped nodeagent.DefaultEventPostDelay). Zero: the shipped agent.
+	ablate        s3mount.Ablations
+	noMountSettle bool
+	eventDelay    *time.Duration
+	// configure, when set, changes the agent's configuration after the rig's own changes.
+	configure func(*config.Config)
 }
 
 // newS3Rig sets the scenario up; close undoes it, also after an error part way.
@@ -191,6 +201,9 @@ func newS3Rig(ctx context.Context, o *Options, ro s3RigOptions) (r *s3Rig, err e
 	if ro.checkInterval > 0 {
 		r.cfg.S3.CheckInterval.Duration = ro.checkInterval
 	}
+	if ro.configure != nil {
+		ro.configure(r.cfg)
+	}
 	r.driver = r.cfg.S3.Drivers[0]
 	pods, err := r.seed(ctx, ro.pod, max(ro.pods, 1))
 	if err != nil {
@@ -222,7 +235,21 @@ func newS3Rig(ctx context.Context, o *Options, ro s3RigOptions) (r *s3Rig, err e
 			_, _ = fmt.Fprintln(f, prefix, args) // a diagnostic log: a lost line changes no figure
 		}, funcr.Options{LogTimestamp: true, TimestampFormat: "15:04:05.000000", Verbosity: 1}).WithValues("rig", ro.names.ns)
 	}
+	// The plugin goes after the agent (it replays through it until the end).
+	r.undo = append(r.undo, func() {
+		r.stopRunningAgent()
+		r.plugin.KillMounts()
+		r.plugin.Stop()
+	})
 	return r, r.startAgent(logr.NewContext(ctx, r.log), ro)
+}
+
+// stopRunningAgent stops the agent startAgent started, if one runs.
+func (r *s3Rig) stopRunningAgent() {
+	if r.stopAgent != nil {
+		r.stopAgent()
+		r.stopAgent = nil
+	}
 }
 
 // onDriver reports whether the target's top mount is not our bridge (the driver's, live or dead).
@@ -293,8 +320,20 @@ func (r *s3Rig) stopPlugin() {
 // FUSE daemon's exit (unless ro.pollOnly), the container remounter when ro has one.
 func (r *s3Rig) startAgent(ctx context.Context, ro s3RigOptions) error {
 	remounter := ro.remounter
-	rec, stopRec := nodeagent.NewRecorder(r.cs, r.names.node, nodeagent.RecorderOptions{PostDelay: nodeagent.DefaultEventPostDelay})
-	r.undo = append(r.undo, stopRec)
+	var stops []func()
+	defer func() {
+		if r.stopAgent == nil { // failed part way: undo what started
+			for i := len(stops) - 1; i >= 0; i-- {
+				stops[i]()
+			}
+		}
+	}()
+	delay := nodeagent.DefaultEventPostDelay
+	if ro.eventDelay != nil {
+		delay = *ro.eventDelay
+	}
+	rec, stopRec := nodeagent.NewRecorder(r.cs, r.names.node, nodeagent.RecorderOptions{PostDelay: delay})
+	stops = append(stops, stopRec)
 	r.reg = prometheus.NewRegistry()
 	view, err := nodeagent.NewKubeView(r.cs, r.names.node, clock.RealClock{}, nodeagent.ViewOptions{RequireConsent: !r.cfg.RescueAllNamespaces})
 	if err != nil {
@@ -305,7 +344,7 @@ func (r *s3Rig) startAgent(ctx context.Context, ro s3RigOptions) error {
 		stopView()
 		return err
 	}
-	r.undo = append(r.undo, func() { stopView(); view.Shutdown() }) // Shutdown waits for Start's context to end
+	stops = append(stops, func() { stopView(); view.Shutdown() }) // Shutdown waits for Start's context to end
 	r.deps = nodeagent.Deps{NodeName: r.names.node, Config: r.cfg, Client: r.cs, View: view, Recorder: rec,
 		Registerer: r.reg, Clock: clock.RealClock{}}
 	if remounter != nil {
@@ -319,7 +358,7 @@ func (r *s3Rig) startAgent(ctx context.Context, ro s3RigOptions) error {
 		fuseDone <- nil
 	} else {
 		r.exits = make(chan time.Time, 64)
-		fw, err := fusewatch.New(fusewatch.NewOS(fusewatch.OSOptions{}), fusewatch.Options{Registerer: r.reg, OnExit: func(e fusewatch.Exit) {
+		fw, err := fusewatch.New(fusewatch.NewOS(fusewatch.OSOptions{}), fusewatch.Options{Registerer: r.reg, AblateMountSettle: ro.noMountSettle, OnExit: func(e fusewatch.Exit) {
 			select {
 			case r.exits <- e.At:
 			default:
@@ -341,7 +380,9 @@ func (r *s3Rig) startAgent(ctx context.Context, ro s3RigOptions) error {
 	if ro.stacking {
 		sos.Replacer = nil
 	}
-	rs, err := s3mount.New(r.deps, sos, s3mount.NewOptions())
+	s3opts := s3mount.NewOptions()
+	s3opts.Ablate = ro.ablate
+	rs, err := s3mount.New(r.deps, sos, s3opts)
 	if err != nil {
 		cancel()
 		if ferr := <-fuseDone; ferr != nil {
@@ -351,7 +392,7 @@ func (r *s3Rig) startAgent(ctx context.Context, ro s3RigOptions) error {
 	}
 	done := make(chan error, 1)
 	go func() { done <- rs.Run(cctx) }()
-	r.undo = append(r.undo, func() {
+	stops = append(stops, func() {
 		cancel()
 		if err := <-done; err != nil {
 			fmt.Fprintf(os.Stderr, "bench: s3 rescue: %v\n", err)
@@ -359,10 +400,12 @@ func (r *s3Rig) startAgent(ctx context.Context, ro s3RigOptions) error {
 		if err := <-fuseDone; err != nil {
 			fmt.Fprintf(os.Stderr, "bench: fusewatch: %v\n", err)
 		}
-		// The plugin goes after the agent (it replays through it until the end).
-		r.plugin.KillMounts()
-		r.plugin.Stop()
 	})
+	r.stopAgent = func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
 	time.Sleep(time.Second) // let it see the healthy mount first
 	return nil
 }

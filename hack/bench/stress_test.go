@@ -36,7 +36,7 @@ func TestLogExcerptTakesTheIncidentBetweenItsMarks(t *testing.T) {
 func TestCommittedStressIsEmbeddedUnderItsOwnHeading(t *testing.T) {
 	o := NewOptions()
 	o.Root, o.RawDir = t.TempDir(), "bench"
-	if got, err := committedStress(o); err != nil || got != "" {
+	if got, err := committedReport(o, stressReportFile, "the stress run"); err != nil || got != "" {
 		t.Fatalf("no committed stress report: %q, %v", got, err)
 	}
 	if err := os.MkdirAll(filepath.Join(o.Root, "bench"), 0o755); err != nil {
@@ -46,7 +46,7 @@ func TestCommittedStressIsEmbeddedUnderItsOwnHeading(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(o.Root, "bench", stressReportFile), []byte(report), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	got, err := committedStress(o)
+	got, err := committedReport(o, stressReportFile, "the stress run")
 	if err != nil {
 		t.Fatal(err)
 	}

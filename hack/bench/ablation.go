@@ -1,0 +1,390 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/pvrescue/pvrescue/internal/config"
+	"github.com/pvrescue/pvrescue/internal/mountreplace"
+	"github.com/pvrescue/pvrescue/internal/priority"
+	"github.com/pvrescue/pvrescue/internal/testenv"
+	"github.com/pvrescue/pvrescue/nodeagent"
+	"github.com/pvrescue/pvrescue/nodeagent/containermount"
+	"github.com/pvrescue/pvrescue/nodeagent/containermount/containermounttest"
+	"github.com/pvrescue/pvrescue/nodeagent/s3mount"
+)
+
+// shippedNice is the agent's --nice default (cmd/pvrescue-agent/app).
+const shippedNice = -10
+
+// ablationVariant is one agent of the ablation section: the shipped one, or the shipped one with
+// one mechanism of the rescue path switched off.
+type ablationVariant struct {
+	name string
+	// off says what is switched off and where the mechanism lives.
+	off           string
+	ablate        s3mount.Ablations
+	noMountSettle bool
+	eventDelay    *time.Duration
+	// nice is the bench process's nice value during the variant's incidents (the agent runs in
+	// it; its s3fs bridge inherits it).
+	nice int
+}
+
+const shippedVariant = "shipped"
+
+func ablationNames() []string {
+	var out []string
+	for _, v := range ablationVariants()[1:] {
+		out = append(out, v.name)
+	}
+	return out
+}
+
+func ablationVariants() []ablationVariant {
+	zero := time.Duration(0)
+	return []ablationVariant{
+		{name: shippedVariant, off: "nothing (the shipped agent)", nice: shippedNice},
+		{name: s3mount.AblatePrefetch, off: "prefetched processes: no containermount PrefetchPods at the restore's start (s3mount restored.go prefetchPods, containermount prefetch.go)", ablate: s3mount.Ablations{Prefetch: true}, nice: shippedNice},
+		{name: s3mount.AblateJoiners, off: "joiners: a target found dead during the bridge pass waits for the pass its end wakes (s3mount rescue.go join/joiners)", ablate: s3mount.Ablations{Joiners: true}, nice: shippedNice},
+		{name: s3mount.AblateSnapshot, off: "pass snapshots: each bind reads the mount table itself (s3mount restore.go snapshot, stack/snapshot.go)", ablate: s3mount.Ablations{Snapshot: true}, nice: shippedNice},
+		{name: s3mount.AblateHeldRecords, off: "held records: handed.json written after each bind (s3mount restore.go, stack/placed.go Hold)", ablate: s3mount.Ablations{HeldRecords: true}, nice: shippedNice},
+		{name: "mount-settle", off: "mount-table settling: fusewatch reads the table on every change (fusewatch watcher.go MountSettle)", noMountSettle: true, nice: shippedNice},
+		{name: "event-delay", off: "held Events: sent at once (--event-delay=0; nodeagent/events.go)", eventDelay: &zero, nice: shippedNice},
+		{name: "nice", off: "--nice: the agent and its bridge at nice 0 (--nice=0; internal/priority)", nice: 0},
+	}
+}
+
+// selectedVariants returns the shipped variant and those -ablation-variants names (all when empty).
+func (o *Options) selectedVariants() ([]ablationVariant, error) {
+	all := ablationVariants()
+	if o.AblationVariants == "" {
+		return all, nil
+	}
+	out := []ablationVariant{all[0]}
+	for _, n := range strings.Split(o.AblationVariants, ",") {
+		i := slices.IndexFunc(all, func(v ablationVariant) bool { return v.name == strings.TrimSpace(n) })
+		if i < 0 {
+			return nil, fmt.Errorf("-ablation-variants: unknown mechanism %q", n)
+		}
+		if i > 0 && !slices.ContainsFunc(out, func(v ablationVariant) bool { return v.name == all[i].name }) {
+			out = append(out, all[i])
+		}
+	}
+	return out, nil
+}
+
+// ablationSchedule is one round's order: the shipped agent first and again in the middle, the
+// others rotated by round, so that drift in the machine's load falls on every variant alike.
+func ablationSchedule(vs []ablationVariant, round int) []ablationVariant {
+	shipped, others := vs[0], slices.Clone(vs[1:])
+	if len(others) > 0 {
+		k := round % len(others)
+		others = append(others[k:], others[:k]...)
+	}
+	half := len(others) / 2
+	out := []ablationVariant{shipped}
+	out = append(out, others[:half]...)
+	out = append(out, shipped)
+	return append(out, others[half:]...)
+}
+
+func parsePodCounts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("pod count %q: want a positive integer", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func runAblation(ctx context.Context, o *Options) Section {
+	s := Section{
+		Title: "Ablation (on demand): the window a pod sees with each mechanism of the rescue path switched off",
+		RanAgainst: "the lost-mount section's host rig (the agent's S3 rescue with fusewatch and containermount's remounter as the agent wires them, " +
+			"real s3fs, a real S3 server, the objects in a real kube-apiserver " + KubeVersion + ") with one container per pod as the containers " +
+			"section makes them (a process in a mount namespace of its own, unshare(1), binding its pod's target with propagation None; " +
+			"the only stand-in is its cgroup as containermount reads it). The agent is stopped and started again before each incident with the " +
+			"variant's switches (s3mount.Options.Ablate, fusewatch AblateMountSettle, the Events' hold, the process's nice value).",
+	}
+	if err := ablation(ctx, o, &s); err != nil {
+		s.Err = err
+	}
+	return s
+}
+
+// ablationCell is what one (pods, variant) cell measured: each incident's per-container windows.
+type ablationCell struct {
+	incidents [][]time.Duration
+}
+
+func (c *ablationCell) pooled() []time.Duration {
+	var all []time.Duration
+	for _, in := range c.incidents {
+		all = append(all, in...)
+	}
+	return all
+}
+
+// perIncident is one figure (p50 or max) of each incident.
+func (c *ablationCell) perIncident(p float64) []time.Duration {
+	out := make([]time.Duration, 0, len(c.incidents))
+	for _, in := range c.incidents {
+		out = append(out, Percentile(in, p))
+	}
+	return out
+}
+
+func ablation(ctx context.Context, o *Options, s *Section) error {
+	if _, err := exec.LookPath("unshare"); err != nil {
+		return fmt.Errorf("unshare not found (apt-get install util-linux): %w", err)
+	}
+	if sup := mountreplace.NodeSupport(); !sup.Beneath {
+		return fmt.Errorf("this kernel cannot mount beneath (the shipped agent would stack): %w", sup.Err)
+	}
+	variants, err := o.selectedVariants()
+	if err != nil {
+		return err
+	}
+	sizes, err := parsePodCounts(o.AblationPods)
+	if err != nil {
+		return err
+	}
+	ro, logPath, err := o.agentLogOr(filepath.Join(os.TempDir(), "pvrescue-bench-ablation-agent.log"))
+	if err != nil {
+		return err
+	}
+	startNice, err := priority.Nice(0)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = priority.SetNice(startNice) }()
+	stopBusy, err := startBusyLoops(o.AblationBusy)
+	if err != nil {
+		return err
+	}
+	defer stopBusy()
+
+	cells := map[string]*ablationCell{}
+	key := func(pods int, v string) string { return fmt.Sprintf("%d pods, %s", pods, v) }
+	start := time.Now()
+	for _, pods := range sizes {
+		if err := ablationRig(ctx, ro, pods, variants, func(v string) *ablationCell {
+			k := key(pods, v)
+			if cells[k] == nil {
+				cells[k] = &ablationCell{}
+			}
+			return cells[k]
+		}); err != nil {
+			return fmt.Errorf("%d pods: %w", pods, err)
+		}
+	}
+	took := time.Since(start)
+
+	var names []string
+	series := map[string][]time.Duration{}
+	s.Header = []string{"pods", "switched off", "incidents × containers", "p50", "max", "p50 ratio to shipped", "max ratio to shipped",
+		"per-incident p50, as ratios to shipped's p50 (shipped's own: the spread)", "per-incident max, as ratios to shipped's max (shipped's own: the spread)", "verdict p50", "verdict max"}
+	for _, pods := range sizes {
+		base := cells[key(pods, shippedVariant)]
+		bp50, bmax := Percentile(base.pooled(), 50), Percentile(base.pooled(), 100)
+		bInc50, bIncMax := base.perIncident(50), base.perIncident(100)
+		for _, v := range variants {
+			c := cells[key(pods, v.name)]
+			k := key(pods, v.name)
+			names = append(names, k)
+			series[k] = c.pooled()
+			p50, mx := Percentile(c.pooled(), 50), Percentile(c.pooled(), 100)
+			inc50, incMax := c.perIncident(50), c.perIncident(100)
+			v50, vmax := "—", "—"
+			if v.name != shippedVariant {
+				v50, vmax = spreadVerdict(inc50, bInc50), spreadVerdict(incMax, bIncMax)
+			}
+			s.Rows = append(s.Rows, []string{fmt.Sprint(pods), v.name, fmt.Sprintf("%d × %d", len(c.incidents), pods), Ms(p50), Ms(mx),
+				ratioTo(p50, bp50), ratioTo(mx, bmax), rangeRatio(inc50, bp50), rangeRatio(incMax, bmax), v50, vmax})
+		}
+	}
+	s.Raw = RawSamples(names, series)
+	var offs []string
+	for _, v := range variants[1:] {
+		offs = append(offs, fmt.Sprintf("%s — %s", v.name, v.off))
+	}
+	s.Notes = append(s.Notes,
+		fmt.Sprintf("Incident (the e2e window's \"kept down\" and the stress section's): every s3fs of the driver SIGKILLed and the node plugin stopped, so the agent bridges with its own s3fs; timed from the kill to each container's first read of a file written before the loss (through /proc/<pid>/root, polled every %s until every container has read once): the window the pod sees. Then the plugin serves again and the agent hands back (not timed); the next incident starts on the driver's mounts with no bridge left, after a random wait in [0, %s).", benchPoll, stressMaxDephase),
+		fmt.Sprintf("Switched off, one at a time: %s.", strings.Join(offs, "; ")),
+		fmt.Sprintf("Rounds: %d per pod count; each round runs every variant once and the shipped agent twice (first and in the middle), the others in an order rotated by round, so that load that drifts during the run falls on all alike. %d pod counts took %s in all.", o.AblationRepeats, len(sizes), took.Round(time.Second)),
+		"Verdict, the same rule both ways: a variant's per-incident figures (p50 or max over its containers) against the shipped agent's own per-incident figures of the same run. \"beyond spread, slower\" when every incident without the mechanism was slower than the slowest shipped one (the mechanism shortens the window), \"beyond spread, faster\" when every one was faster than the fastest shipped one (the mechanism lengthens it), \"inside spread\" otherwise. Ratios are the pooled p50 (or max) over every container of every incident of the cell against the shipped cell's.",
+		fmt.Sprintf("Load: %d busy loops (sh, nice %d) beside the rig for the whole run, as the stress section runs (without contention for the CPU --nice could not act). The agent runs in the bench process: --nice is the whole process's nice value (%d shipped, 0 for the nice variant), set before the agent starts, so the bench's own pollers share it; the S3 server, the busy loops and the containers were started at nice %d. The plugin's layout is the plain one (an s3fs per target, as the stress section's 5-pod rig): at %s pods as many daemons die per incident. Shipped configuration otherwise, except s3.bridgeFlapLimit 0 (the incidents come faster than the flap window) and s3.bridgeDiskFreePercent 0 (15 %% of this machine's shared disk is more than it has free: every bridge's s3fs refused to mount, \"no enough disk space\"; the absolute floor s3.bridgeDiskFreeMB stays).", o.AblationBusy, startNice, shippedNice, startNice, o.AblationPods),
+		"Not switched off: the bridges' CPU weight (removed in bd3a935); worker pools (none found in the shipped rescue path: nodeagent/s3mount, containermount, fusewatch and cmd/pvrescue-agent start one restore goroutine per PV and bind a PV's targets one after the other); \"priorities\" beyond --nice (internal/priority is the only scheduling priority the agent sets; its bridges inherit it).",
+		fmt.Sprintf("The agent's log (V(1), with the bench's marks): `%s`.", logPath))
+	return nil
+}
+
+// spreadVerdict compares a variant's per-incident figures with the shipped agent's: beyond the
+// spread only when they do not overlap, either way.
+func spreadVerdict(variant, shipped []time.Duration) string {
+	if len(variant) == 0 || len(shipped) == 0 {
+		return "no samples"
+	}
+	vmin, vmax := slices.Min(variant), slices.Max(variant)
+	smin, smax := slices.Min(shipped), slices.Max(shipped)
+	switch {
+	case vmin > smax:
+		return "beyond spread, slower without it"
+	case vmax < smin:
+		return "beyond spread, faster without it"
+	default:
+		return "inside spread"
+	}
+}
+
+func ratioTo(v, base time.Duration) string {
+	if base <= 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f×", float64(v)/float64(base))
+}
+
+// rangeRatio renders min–max of xs as ratios to base.
+func rangeRatio(xs []time.Duration, base time.Duration) string {
+	if len(xs) == 0 || base <= 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f–%.2f×", float64(slices.Min(xs))/float64(base), float64(slices.Max(xs))/float64(base))
+}
+
+// ablationRig runs o.AblationRepeats rounds of every variant on a rig of pods pods, one
+// container each, adding each incident to cell(variant).
+func ablationRig(ctx context.Context, o *Options, pods int, variants []ablationVariant, cell func(string) *ablationCell) error {
+	const before = "written before\n"
+	ctrRoot, err := os.MkdirTemp("", "pvrescue-bench-ablation-ctr-")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(ctrRoot) }()
+	data := filepath.Join(ctrRoot, "app", "data")
+	none := corev1.MountPropagationNone
+	spec := corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "busybox",
+		VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: data, MountPropagation: &none}}}}}
+	cgroups := map[int]string{}
+	remounter := func(deps nodeagent.Deps) (nodeagent.ContainerRemounter, error) {
+		cmOS, err := containermount.NewOS("/proc", mountreplace.NodeSupport())
+		if err != nil {
+			return nil, err
+		}
+		cmOS.Proc = containermounttest.CgroupProcFS{ProcFS: cmOS.Proc, Cgroups: cgroups}
+		return containermount.New(deps, cmOS, containermount.NewOptions())
+	}
+	base := s3RigOptions{names: newS3Names(fmt.Sprintf("bench-ablation-%d", pods)), pods: pods, pod: spec,
+		files: map[string]string{"before.txt": before}, remounter: remounter,
+		// The floor of free space a bridge's s3fs keeps grows with the filesystem (15 % of it by
+		// default): on this machine's shared disk that is more than is free, and every bridge
+		// would refuse to mount; the absolute floor (s3.bridgeDiskFreeMB) stays.
+		configure: func(c *config.Config) { c.S3.BridgeDiskFreePercent = 0 }}
+	r, err := newS3Rig(ctx, o, base)
+	if err != nil {
+		return err
+	}
+	defer r.close()
+	pl, err := r.cs.CoreV1().Pods(r.names.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	uidOf := map[string]string{}
+	for _, p := range pl.Items {
+		uidOf[s3mount.TargetPath(r.kubelet, string(p.UID), r.names.pv)] = string(p.UID)
+	}
+	var ctrs []*benchContainer
+	defer func() {
+		for _, c := range ctrs {
+			_ = c.cmd.Process.Kill()
+			_ = c.cmd.Wait()
+		}
+	}()
+	for _, t := range r.targets {
+		c := &benchContainer{name: "app", propagation: "None", data: data, target: t, file: "before.txt", content: before}
+		if err := r.startContainer(ctx, c, []string{r.kubelet}); err != nil {
+			return err
+		}
+		ctrs = append(ctrs, c)
+		cgroups[c.cmd.Process.Pid] = containermounttest.PodCgroup(uidOf[t], containerID(c.name))
+		if ok, _ := readOutcome(c.path(filepath.Join(c.data, c.file)), c.content); !ok {
+			return fmt.Errorf("container of %s does not read %s before the loss", t, c.file)
+		}
+	}
+	staging := filepath.Join(r.state, "s3", "staging", r.names.pv)
+	for round := 0; round < o.AblationRepeats; round++ {
+		for _, v := range ablationSchedule(variants, round) {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			ro := base
+			ro.ablate, ro.noMountSettle, ro.eventDelay = v.ablate, v.noMountSettle, v.eventDelay
+			r.stopRunningAgent()
+			if err := priority.SetNice(v.nice); err != nil {
+				return fmt.Errorf("nice %d for %s: %w", v.nice, v.name, err)
+			}
+			if err := r.startAgent(logr.NewContext(ctx, r.log), ro); err != nil {
+				return fmt.Errorf("%s agent: %w", v.name, err)
+			}
+			time.Sleep(time.Duration(rand.Int64N(int64(stressMaxDephase))))
+			label := fmt.Sprintf("%d pods, %s", pods, v.name)
+			r.log.Info("bench: loss", "kind", label, "run", round)
+			devs := r.targetDevs()
+			t0 := time.Now()
+			for _, m := range r.driverMounts {
+				m.Kill()
+			}
+			r.driverMounts = nil
+			r.killDriverDaemons()
+			r.stopPlugin()
+			if err := r.waitDead(ctx, devs); err != nil {
+				return fmt.Errorf("%s round %d: mount not dead after the kill: %w", v.name, round, err)
+			}
+			got := make([]time.Duration, len(ctrs))
+			seen := make([]bool, len(ctrs))
+			left := len(ctrs)
+			if err := testenv.WaitUntil(ctx, restoreTimeout, benchPoll, func() bool {
+				for i, c := range ctrs {
+					if !seen[i] && readsBack(c.path(filepath.Join(c.data, c.file)), c.content) {
+						seen[i], got[i] = true, time.Since(t0)
+						left--
+					}
+				}
+				return left == 0
+			}); err != nil {
+				return fmt.Errorf("%s round %d: %d of %d containers not readable again within %s: %w", v.name, round, left, len(ctrs), restoreTimeout, err)
+			}
+			r.log.Info("bench: readable again", "kind", label, "run", round, "after", slices.Max(got))
+			cell(v.name).incidents = append(cell(v.name).incidents, got)
+			if err := r.startPlugin(); err != nil {
+				return err
+			}
+			if err := testenv.WaitUntil(ctx, restoreTimeout, benchPoll, func() bool {
+				return r.onDriver() && r.allRead("before.txt", before) && len(testenv.S3fsPIDs(staging)) == 0 && len(r.plugin.Pids()) > 0
+			}); err != nil {
+				return fmt.Errorf("%s round %d: not handed back with no bridge within %s: %w", v.name, round, restoreTimeout, err)
+			}
+			fmt.Fprintf(os.Stderr, "   ablation (%d pods): round %d %s: max %s\n", pods, round, v.name, Ms(slices.Max(got)))
+		}
+	}
+	return nil
+}
+
+// ablationReportFile is where the ablation section's report is committed (`make bench-ablation`).
+const ablationReportFile = "ablation.md"

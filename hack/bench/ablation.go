@@ -199,7 +199,7 @@ func ablation(ctx context.Context, o *Options, s *Section) error {
 	var names []string
 	series := map[string][]time.Duration{}
 	s.Header = []string{"pods", "switched off", "incidents × containers", "p50", "max", "p50 ratio to shipped", "max ratio to shipped",
-		"per-incident p50, as ratios to shipped's p50 (shipped's own: the spread)", "per-incident max, as ratios to shipped's max (shipped's own: the spread)", "verdict p50", "verdict max"}
+		"incidents' p50: min–median–max, ratios to shipped's p50 (shipped's row: the spread)", "incidents' max: min–median–max, ratios to shipped's max (shipped's row: the spread)", "verdict p50", "verdict max"}
 	for _, pods := range sizes {
 		base := cells[key(pods, shippedVariant)]
 		bp50, bmax := Percentile(base.pooled(), 50), Percentile(base.pooled(), 100)
@@ -228,7 +228,7 @@ func ablation(ctx context.Context, o *Options, s *Section) error {
 		fmt.Sprintf("Incident (the e2e window's \"kept down\" and the stress section's): every s3fs of the driver SIGKILLed and the node plugin stopped, so the agent bridges with its own s3fs; timed from the kill to each container's first read of a file written before the loss (through /proc/<pid>/root, polled every %s until every container has read once): the window the pod sees. Then the plugin serves again and the agent hands back (not timed); the next incident starts on the driver's mounts with no bridge left, after a random wait in [0, %s).", benchPoll, stressMaxDephase),
 		fmt.Sprintf("Switched off, one at a time: %s.", strings.Join(offs, "; ")),
 		fmt.Sprintf("Rounds: %d per pod count; each round runs every variant once and the shipped agent twice (first and in the middle), the others in an order rotated by round, so that load that drifts during the run falls on all alike. %d pod counts took %s in all.", o.AblationRepeats, len(sizes), took.Round(time.Second)),
-		"Verdict, the same rule both ways: a variant's per-incident figures (p50 or max over its containers) against the shipped agent's own per-incident figures of the same run. \"beyond spread, slower\" when every incident without the mechanism was slower than the slowest shipped one (the mechanism shortens the window), \"beyond spread, faster\" when every one was faster than the fastest shipped one (the mechanism lengthens it), \"inside spread\" otherwise. Ratios are the pooled p50 (or max) over every container of every incident of the cell against the shipped cell's.",
+		"Verdict, the same rule both ways: each incident gives a p50 and a max over its containers; the spread is the range of the shipped agent's incidents of the same run and pod count (shown as ratios to the shipped cell's pooled figure). \"beyond spread, slower without it\" when the variant's median incident is slower than the slowest shipped incident (the mechanism shortens the window), \"beyond spread, faster without it\" when it is faster than the fastest shipped incident (the mechanism lengthens it), \"inside spread\" otherwise. Ratios are the pooled p50 (or max) over every container of every incident of the cell against the shipped cell's.",
 		fmt.Sprintf("Load: %d busy loops (sh, nice %d) beside the rig for the whole run, as the stress section runs (without contention for the CPU --nice could not act). The agent runs in the bench process: --nice is the whole process's nice value (%d shipped, 0 for the nice variant), set before the agent starts, so the bench's own pollers share it; the S3 server, the busy loops and the containers were started at nice %d. The plugin's layout is the plain one (an s3fs per target, as the stress section's 5-pod rig): at %s pods as many daemons die per incident. Shipped configuration otherwise, except s3.bridgeFlapLimit 0 (the incidents come faster than the flap window) and s3.bridgeDiskFreePercent 0 (15 %% of this machine's shared disk is more than it has free: every bridge's s3fs refused to mount, \"no enough disk space\"; the absolute floor s3.bridgeDiskFreeMB stays).", o.AblationBusy, startNice, shippedNice, startNice, o.AblationPods),
 		"Not switched off: the bridges' CPU weight (removed in bd3a935); worker pools (none found in the shipped rescue path: nodeagent/s3mount, containermount, fusewatch and cmd/pvrescue-agent start one restore goroutine per PV and bind a PV's targets one after the other); \"priorities\" beyond --nice (internal/priority is the only scheduling priority the agent sets; its bridges inherit it).",
 		fmt.Sprintf("The agent's log (V(1), with the bench's marks): `%s`.", logPath))
@@ -236,17 +236,18 @@ func ablation(ctx context.Context, o *Options, s *Section) error {
 }
 
 // spreadVerdict compares a variant's per-incident figures with the shipped agent's: beyond the
-// spread only when they do not overlap, either way.
+// spread when the variant's median incident lies outside the range of the shipped agent's
+// incidents of the same run, either way; inside it otherwise.
 func spreadVerdict(variant, shipped []time.Duration) string {
 	if len(variant) == 0 || len(shipped) == 0 {
 		return "no samples"
 	}
-	vmin, vmax := slices.Min(variant), slices.Max(variant)
+	med := Percentile(variant, 50)
 	smin, smax := slices.Min(shipped), slices.Max(shipped)
 	switch {
-	case vmin > smax:
+	case med > smax:
 		return "beyond spread, slower without it"
-	case vmax < smin:
+	case med < smin:
 		return "beyond spread, faster without it"
 	default:
 		return "inside spread"
@@ -260,12 +261,13 @@ func ratioTo(v, base time.Duration) string {
 	return fmt.Sprintf("%.2f×", float64(v)/float64(base))
 }
 
-// rangeRatio renders min–max of xs as ratios to base.
+// rangeRatio renders min–median–max of xs as ratios to base.
 func rangeRatio(xs []time.Duration, base time.Duration) string {
 	if len(xs) == 0 || base <= 0 {
 		return "—"
 	}
-	return fmt.Sprintf("%.2f–%.2f×", float64(slices.Min(xs))/float64(base), float64(slices.Max(xs))/float64(base))
+	r := func(d time.Duration) float64 { return float64(d) / float64(base) }
+	return fmt.Sprintf("%.2f–%.2f–%.2f×", r(slices.Min(xs)), r(Percentile(xs, 50)), r(slices.Max(xs)))
 }
 
 // ablationRig runs o.AblationRepeats rounds of every variant on a rig of pods pods, one

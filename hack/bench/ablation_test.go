@@ -44,10 +44,10 @@ func TestSpreadVerdictIsTheSameRuleBothWays(t *testing.T) {
 		variant []time.Duration
 		want    string
 	}{
-		{ms(150, 160, 200), "beyond spread, slower without it"},
-		{ms(60, 80, 90), "beyond spread, faster without it"},
+		{ms(90, 150, 200), "beyond spread, slower without it"},
+		{ms(60, 80, 300), "beyond spread, faster without it"},
 		{ms(90, 130, 150), "inside spread"},
-		{ms(140, 150, 160), "inside spread"}, // touches the slowest shipped incident
+		{ms(100, 140, 160), "inside spread"}, // the median is the slowest shipped incident
 	} {
 		if got := spreadVerdict(tc.variant, shipped); got != tc.want {
 			t.Errorf("spreadVerdict(%v) = %q, want %q", tc.variant, got, tc.want)

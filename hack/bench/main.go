@@ -84,7 +84,7 @@ func NewOptions() *Options {
 		WindowPods: "1,20,100", WindowDown: 30 * time.Second,
 		ScaleSample: 20 * time.Second, ScaleOthers: 50000,
 		StressRepeats: 500, StressBusy: 2, StressPods: 5,
-		AblationPods: "20,100", AblationRepeats: 4, AblationBusy: 2,
+		AblationPods: "20,100", AblationRepeats: 10, AblationBusy: 2,
 	}
 }
 

@@ -329,7 +329,7 @@ func refreshAppendix(o *Options, path string) error {
 	if app != "" {
 		text = strings.TrimRight(text, "\n") + "\n\n" + app
 	}
-	return os.WriteFile(path, []byte(text), 0o644)
+	return os.WriteFile(path, []byte(text), 0o644) //nolint:gosec // path is the -refresh-appendix flag of whoever runs the bench (make bench-ablation: BENCHMARKS.md)
 }
 
 // stressRig runs o.StressRepeats rounds on a rig of pods pods, adding each incident's time to

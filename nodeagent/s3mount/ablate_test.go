@@ -76,8 +76,10 @@ func TestAblateSnapshot(t *testing.T) {
 		requireBridged(t, w, targets)
 		return w.node.TableReads()
 	}
-	if one, eight := readsInPass(1), readsInPass(8); eight-one < 7 {
-		t.Errorf("snapshots ablated: mount tables read %d with 1 dead target, %d with 8; want at least one more per target", one, eight)
+	// Seven more binds, seven more reads; less one: Sync's retireUnusedBridges reads a table
+	// only when the pass has ended, which races it (TestBridgePassReadsTheTableAFixedNumberOfTimes).
+	if one, eight := readsInPass(1), readsInPass(8); eight-one < 6 {
+		t.Errorf("snapshots ablated: mount tables read %d with 1 dead target, %d with 8; want at least one more per added target (less the retire step's one racy read)", one, eight)
 	}
 }
 

@@ -595,6 +595,62 @@ func setAgentS3Config(t testing.TB, e *env, lines string) {
 	t.Helper()
 	ctx := context.Background()
 	cs := e.c.Client
+	writeAgentS3Config(t, e, lines)
+	old, why := runningAgent(e)
+	if old == nil {
+		t.Fatal(why)
+	}
+	if err := cs.CoreV1().Pods(stack.Namespace).Delete(ctx, old.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("delete the agent pod: %v", err)
+	}
+	waitFor(t, 2*time.Minute, "the agent's new pod with the changed configuration", func() (bool, string) {
+		p, why := runningAgent(e)
+		if p == nil || p.UID == old.UID {
+			return false, why
+		}
+		for _, s := range p.Status.ContainerStatuses {
+			if !s.Ready {
+				return false, "not ready"
+			}
+		}
+		return true, ""
+	})
+}
+
+// restoreAgentConfigAtCleanup is setAgentS3Config(t, e, "") for a Cleanup function, where
+// t.Context() (and so waitFor) has already ended: it polls with its own deadline.
+func restoreAgentConfigAtCleanup(t testing.TB, e *env) {
+	t.Helper()
+	writeAgentS3Config(t, e, "")
+	old, _ := runningAgent(e)
+	if old != nil {
+		if err := e.c.Client.CoreV1().Pods(stack.Namespace).Delete(context.Background(), old.Name, metav1.DeleteOptions{}); err != nil {
+			t.Errorf("delete the agent pod %s to put the installed configuration back: %v", old.Name, err)
+			return
+		}
+	}
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
+		p, _ := runningAgent(e)
+		if p == nil || (old != nil && p.UID == old.UID) {
+			continue
+		}
+		ready := len(p.Status.ContainerStatuses) > 0
+		for _, s := range p.Status.ContainerStatuses {
+			ready = ready && s.Ready
+		}
+		if ready {
+			return
+		}
+	}
+	t.Errorf("no ready agent pod with the installed configuration 2 min after putting it back: %s", framework.PodTable(e.c.Client, stack.Namespace))
+}
+
+// writeAgentS3Config writes the agent's ConfigMap as setAgentS3Config does, without replacing
+// the agent pod: the agent reads it at its next start.
+func writeAgentS3Config(t testing.TB, e *env, lines string) {
+	t.Helper()
+	ctx := context.Background()
+	cs := e.c.Client
 	ds, err := cs.AppsV1().DaemonSets(stack.Namespace).Get(ctx, stack.AgentDS, metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("get the agent DaemonSet: %v", err)
@@ -625,25 +681,6 @@ func setAgentS3Config(t testing.TB, e *env, lines string) {
 	if _, err := cs.CoreV1().ConfigMaps(stack.Namespace).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("update the agent's ConfigMap: %v", err)
 	}
-	old, why := runningAgent(e)
-	if old == nil {
-		t.Fatal(why)
-	}
-	if err := cs.CoreV1().Pods(stack.Namespace).Delete(ctx, old.Name, metav1.DeleteOptions{}); err != nil {
-		t.Fatalf("delete the agent pod: %v", err)
-	}
-	waitFor(t, 2*time.Minute, "the agent's new pod with the changed configuration", func() (bool, string) {
-		p, why := runningAgent(e)
-		if p == nil || p.UID == old.UID {
-			return false, why
-		}
-		for _, s := range p.Status.ContainerStatuses {
-			if !s.Ready {
-				return false, "not ready"
-			}
-		}
-		return true, ""
-	})
 }
 
 // ensureLoadPods creates load pods "load-<i>" on l's claim until there are n, and returns their names.

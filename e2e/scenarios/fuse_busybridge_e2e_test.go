@@ -30,6 +30,7 @@ import (
 	"github.com/pvrescue/pvrescue/e2e/stack"
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/internal/contract"
+	"github.com/pvrescue/pvrescue/nodeagent"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csitest"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 )
@@ -57,6 +58,9 @@ const (
 	// busyStallLimit releases the proxy by itself if the test never does: below s3fs's curl
 	// timeouts (readwrite_timeout 120 s), so a stall that ran over is reported, not a lost upload.
 	busyStallLimit = 100 * time.Second
+	// busyAbortHungAfter is the agent's s3.abortHungAfter once the bridge is busy (at least
+	// s3.statfsTimeout, 2 s, as the configuration requires).
+	busyAbortHungAfter = 3 * time.Second
 )
 
 // busyBody is the body every written file starts with (what the writers' `yes | head -c` makes).
@@ -295,6 +299,18 @@ func busyBridge(t *testing.T, e *env) {
 	t.Logf("s3fs %d stopped; statfs of the bridge unanswered after %s (agent's s3.statfsTimeout %s); writers finished %d files, the S3 server holds %d complete; %d S3 request(s) held",
 		pid, 2*statfsTimeout, statfsTimeout, atStop.total(), onServer, heldAtStop.held)
 
+	// The new agent runs with s3.abortHungAfter set (off as shipped): it aborts the FUSE
+	// connection of a mount hung that long — never its own bridge's, which is judged by its s3fs
+	// (nodeagent/s3mount/hung.go). Aborting it would fail every writer with ENOTCONN and lose
+	// what s3fs holds. The installed configuration is back (and the agent restarted) at the end.
+	writeAgentS3Config(t, e, fmt.Sprintf("  abortHungAfter: %s\n", busyAbortHungAfter))
+	restored := false
+	t.Cleanup(func() {
+		if !restored {
+			restoreAgentConfigAtCleanup(t, e)
+		}
+	})
+
 	// The agent pod is deleted; the DaemonSet's new agent adopts the busy bridge.
 	old, why := runningAgent(e)
 	if old == nil {
@@ -320,6 +336,35 @@ func busyBridge(t *testing.T, e *env) {
 	if len(ad.dropped) > 0 {
 		t.Errorf("the new agent dropped the busy bridge: %s", strings.Join(ad.dropped, "\n"))
 	}
+	// The new agent finds the bridged target hung (statfs times out); once it has been hung
+	// longer than s3.abortHungAfter, two more of its S3 passes end (one began past that point,
+	// when an abort would be due) and their Events are sent. Only then is the bridge checked.
+	waitFor(t, 60*time.Second, "the new agent to find the bridged target hung (pvrescue_s3_hung_mounts_found_total)", func() (bool, string) {
+		_, n, err := agentCount(e, "pvrescue_s3_hung_mounts_found_total")
+		return err == nil && n >= 1, fmt.Sprintf("%v %v", n, err)
+	})
+	hungSeen := time.Now()
+	time.Sleep(busyAbortHungAfter)
+	looked := waitS3Passes(t, e, 2, time.Minute)
+	time.Sleep(nodeagent.DefaultEventPostDelay + time.Second)
+	abortedSum := 0.0
+	aborts := metricSeries(agentMetricsBody(t, e), "pvrescue_s3_hung_aborts_total")
+	for _, v := range aborts {
+		abortedSum += v
+	}
+	if abortedSum != 0 {
+		t.Errorf("the agent aborted a hung FUSE connection while the only hung mount was its own busy bridge: pvrescue_s3_hung_aborts_total %v", aborts)
+	}
+	hung := events(t, e, l.ns, contract.ReasonMountHung)
+	if len(hung) == 0 || !strings.Contains(strings.Join(hung, "\n"), "served by pvrescue's bridge") {
+		t.Errorf("no MountHung Event saying the bridge is hung and never aborted (the agent did not judge the bridged target, so the abort was never in reach): %v", hung)
+	}
+	if evs := events(t, e, l.ns, contract.ReasonMountHungAborted); len(evs) > 0 {
+		t.Errorf("the agent says it aborted a hung mount of the busy bridge's volume: %v", evs)
+	}
+	heldFor := time.Since(hungSeen).Round(100 * time.Millisecond)
+	t.Logf("the new agent found the bridged target hung; %s later (s3.abortHungAfter %s, two more S3 passes in %s): aborts %v, MountHung Events %v",
+		heldFor, busyAbortHungAfter, looked.Round(100*time.Millisecond), abortedSum, hung)
 	if s := procState(pid); s != "T" {
 		t.Errorf("the busy bridge's s3fs %d is in state %q after the agent restart, want T (stopped by the test, alive, not signalled)", pid, s)
 	}
@@ -332,7 +377,6 @@ func busyBridge(t *testing.T, e *env) {
 	if got, err := stackIdentity(bridgeMount); got != bridgeIDs {
 		t.Errorf("the bridge's mount changed while it was busy: %s → %s (%v)", bridgeIDs, got, err)
 	}
-	hung := events(t, e, l.ns, contract.ReasonMountHung)
 	t.Logf("new agent %s running %s after the delete of %s, adopted the busy bridge %s after it: %s", next, startedAfter, old.Name, adoptedAfter, ad.busy[0])
 
 	// s3fs and S3 resume: the writers go on and finish; nothing of theirs is lost.
@@ -351,6 +395,10 @@ func busyBridge(t *testing.T, e *env) {
 	resumed, err := readWriters(e, l.ns)
 	if err != nil {
 		t.Fatalf("read the writers' state: %v", err)
+	}
+	// The app reads through the bridge again (an aborted connection would answer ENOTCONN).
+	if ok, why := readFrom(e, l.ns, "app", "app", "/data/app.txt", l.want); !ok {
+		t.Errorf("after the resume the app cannot read through the bridge: %s", why)
 	}
 	waitFor(t, 60*time.Second, "every writer to finish two more files after the resume", func() (bool, string) {
 		if ws, err = readWriters(e, l.ns); err != nil {
@@ -386,9 +434,9 @@ func busyBridge(t *testing.T, e *env) {
 		t.Errorf("the target's stack changed: %s → %s (%v; %s)", tgtIDs, got, err, describeStack(mountsAt(target)))
 	}
 	rc := checkRestarts(t, e, l.ns, restarts)
-	t.Logf("RESULT busy bridge: %d writers, %d files / %d bytes written and on the S3 server byte for byte (%d finished, %d on the server at the stop); S3 stalled %s, s3fs %d stopped %s, statfs of the bridge blocked %s (agent timeout %s; with S3 stalled alone: %s); agent pod deleted → new agent adopted the bridge as busy after %s; s3fs pid %d → %d, start time unchanged; writer errors %d; MountHung Events %d; restarts %v",
+	t.Logf("RESULT busy bridge: %d writers, %d files / %d bytes written and on the S3 server byte for byte (%d finished, %d on the server at the stop); S3 stalled %s, s3fs %d stopped %s, statfs of the bridge blocked %s (agent timeout %s; with S3 stalled alone: %s); agent pod deleted → new agent (s3.abortHungAfter %s) adopted the bridge as busy after %s, found it hung and left it %s (aborts %v); s3fs pid %d → %d, start time unchanged; writer errors %d; MountHung Events %d; restarts %v",
 		busyWriters, files, bytesWritten, atStop.total(), onServer, stall, pid, stopped, slow.took.Round(100*time.Millisecond), statfsTimeout, stalledAnswer,
-		adoptedAfter, pid, ourS3fs(l.pv), len(ws.errs), len(hung), rc)
+		busyAbortHungAfter, adoptedAfter, heldFor, abortedSum, pid, ourS3fs(l.pv), len(ws.errs), len(hung), rc)
 
 	// The new agent is ready; the plugin comes back and the volume is handed back to it.
 	waitFor(t, 60*time.Second, "the new agent to be ready", func() (bool, string) {
@@ -412,6 +460,11 @@ func busyBridge(t *testing.T, e *env) {
 	waitBridgeExited(t, l.pv)
 	checkNothingLeft(t, e, l.pv, l.src)
 	t.Logf("RESULT busy bridge handed back: plugin back → volume on the driver's mount after %s; pod deleted and gone in %s, the bridge's s3fs exited, nothing left", back, gone)
+	// The scenarios after this one run with the installed configuration (abortHungAfter off).
+	tRestore := time.Now()
+	setAgentS3Config(t, e, "")
+	restored = true
+	t.Logf("the installed agent configuration is back, the agent restarted in %s", time.Since(tRestore).Round(100*time.Millisecond))
 }
 
 // describeErrs renders the writers' error outputs, one writer a line.

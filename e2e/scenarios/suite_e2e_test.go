@@ -46,6 +46,7 @@ func TestPVRescue(t *testing.T) {
 	t.Run("HostileTenant", func(t *testing.T) { hostileTenant(t, e) })
 	t.Run("HostileTenantRacing", func(t *testing.T) { hostileTenantRacing(t, e) })
 	t.Run("HostileTenantNestedUserNS", func(t *testing.T) { hostileTenantNestedUserNS(t, e) })
+	t.Run("HostileTenantImpostorFUSE", func(t *testing.T) { hostileTenantImpostorFUSE(t, e) })
 	t.Run("LeftAlone", func(t *testing.T) { leftAlone(t, e) })
 	t.Run("APIServerAway", func(t *testing.T) { apiServerAway(t, e) })
 	t.Run("WebhookDown", func(t *testing.T) { webhookDown(t, e) })

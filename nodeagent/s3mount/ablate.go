@@ -16,9 +16,6 @@ type Ablations struct {
 	// Joiners: dead targets of the PV found while its bridge pass runs are not bound by that
 	// pass; they are left to the pass its end wakes.
 	Joiners bool
-	// Snapshot: a bridge pass shares no read of the mount table (stack.Snapshot) between its
-	// binds; each bind reads the table itself.
-	Snapshot bool
 	// HeldRecords: the record of the mounts put at kubelet paths (handed.json) is written after
 	// each bind, not once after all of a bridge pass's binds (Placed.Hold).
 	HeldRecords bool
@@ -28,7 +25,6 @@ type Ablations struct {
 const (
 	AblatePrefetch    = "prefetch"
 	AblateJoiners     = "joiners"
-	AblateSnapshot    = "snapshots"
 	AblateHeldRecords = "held-records"
 )
 
@@ -39,8 +35,6 @@ func (a *Ablations) Set(name string) bool {
 		a.Prefetch = true
 	case AblateJoiners:
 		a.Joiners = true
-	case AblateSnapshot:
-		a.Snapshot = true
 	case AblateHeldRecords:
 		a.HeldRecords = true
 	default:
@@ -55,7 +49,7 @@ func (a Ablations) String() string {
 	for _, f := range []struct {
 		on   bool
 		name string
-	}{{a.Prefetch, AblatePrefetch}, {a.Joiners, AblateJoiners}, {a.Snapshot, AblateSnapshot}, {a.HeldRecords, AblateHeldRecords}} {
+	}{{a.Prefetch, AblatePrefetch}, {a.Joiners, AblateJoiners}, {a.HeldRecords, AblateHeldRecords}} {
 		if f.on {
 			out = append(out, f.name)
 		}
@@ -71,7 +65,7 @@ func ParseAblations(names string) (Ablations, error) {
 			continue
 		}
 		if !a.Set(n) {
-			return a, fmt.Errorf("unknown ablation %q (s3mount: %s, %s, %s, %s)", n, AblatePrefetch, AblateJoiners, AblateSnapshot, AblateHeldRecords)
+			return a, fmt.Errorf("unknown ablation %q (s3mount: %s, %s, %s)", n, AblatePrefetch, AblateJoiners, AblateHeldRecords)
 		}
 	}
 	return a, nil

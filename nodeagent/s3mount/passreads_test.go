@@ -72,10 +72,12 @@ func TestBridgePassAsksTheBridgeAndWritesTheRecordOnce(t *testing.T) {
 	}
 }
 
-// A bridge pass reads the node's mount table a fixed number of times however many targets it
-// binds (stack.Snapshot): each read is every mount on the node under the kernel's mount lock,
-// and reading it per target made a pass O(targets × mounts).
-func TestBridgePassReadsTheTableAFixedNumberOfTimes(t *testing.T) {
+// A bridge pass reads the node's mount table once per bind (the check before each bind, in
+// stack.Rules.Cover), on top of the fixed reads of its check and its bridgeable checks. A pass
+// snapshot that shared one read between the binds was removed (issue 52: the ablation bench
+// found it inside the run-to-run spread at 20 and 100 pods), so 8 targets read 7 tables more
+// than 1 does.
+func TestBridgePassReadsTheTableOncePerBind(t *testing.T) {
 	readsInPass := func(pods int) int {
 		w, targets := deadPodsWorld(t, pods)
 		w.replacer = &beneathReplacer{node: w.node}
@@ -85,10 +87,9 @@ func TestBridgePassReadsTheTableAFixedNumberOfTimes(t *testing.T) {
 	}
 	// The check's own retire step (retireUnusedBridges) reads the table once when the pass
 	// goroutine has already ended, and skips the PV while it is in flight: a race between the two,
-	// as likely with 1 target as with 8 (it failed ~7% of runs under -race when the counts had
-	// to be equal). A read per target would add 7.
-	if one, eight := readsInPass(1), readsInPass(8); eight-one > 1 || one-eight > 1 {
-		t.Errorf("mount tables read by a check and its bridge pass: %d with 1 dead target, %d with 8; want the same, give or take the retire step's one", one, eight)
+	// as likely with 1 target as with 8, so give or take one.
+	if one, eight := readsInPass(1), readsInPass(8); eight-one < 6 || eight-one > 8 {
+		t.Errorf("mount tables read by a check and its bridge pass: %d with 1 dead target, %d with 8; want one more per bind (7), give or take the retire step's one", one, eight)
 	}
 }
 

@@ -134,9 +134,9 @@ func (r *Restorer) restore(ctx context.Context, pvName string, ts []target) {
 		log.Info("dead targets found during the pass join its bridge", "joined", len(js), "targets", len(bridgeable))
 	}
 	dead := make([][]stack.Mount, len(bridgeable))
-	// One bridge mount goes over every target: its daemon is asked once, the mount table read
-	// once, and the record of what we put where written once, after the binds.
-	pass := &bindPass{answered: stack.NewAnswers(), snapshot: r.snapshot(ctx, bridgeMount, bridgeable)}
+	// One bridge mount goes over every target: its daemon is asked once, and the record of what
+	// we put where written once, after the binds. Each bind reads the mount table itself.
+	pass := &bindPass{answered: stack.NewAnswers()}
 	release := func() error { return nil }
 	if !r.opts.Ablate.HeldRecords {
 		release = r.rules.Placed.Hold()
@@ -172,24 +172,6 @@ func (r *Restorer) restore(ctx context.Context, pvName string, ts []target) {
 	r.mu.Lock()
 	delete(r.retry, pvName)
 	r.mu.Unlock()
-}
-
-// snapshot reads the mount table once for a bridge pass over ts (stack.Snapshot); nil, so each
-// target reads its own, when the read fails.
-func (r *Restorer) snapshot(ctx context.Context, bridgeMount string, ts []target) *stack.Snapshot {
-	if r.opts.Ablate.Snapshot {
-		return nil
-	}
-	paths := []string{bridgeMount}
-	for _, t := range ts {
-		paths = append(paths, t.path)
-	}
-	snap, err := r.rules.Snapshot(paths)
-	if err != nil {
-		logr.FromContextOrDiscard(ctx).Error(err, "reading the mount table for the bridge pass; each target reads its own")
-		return nil
-	}
-	return snap
 }
 
 // bridgeWait is how much longer the targets must stay dead before a bridge (0: now): when the

@@ -21,10 +21,6 @@ import (
 // bridge pass shares between its targets (nil: each target is covered on its own).
 func (r *Restorer) cover(ctx context.Context, source string, t target, pass *bindPass) (dead []stack.Mount, ro, ok bool, err error) {
 	bridge := source == r.layout.MountPoint(t.pv)
-	var snap *stack.Snapshot
-	if pass != nil {
-		snap = pass.snapshot
-	}
 	return r.rules.Cover(ctx, source, t.path, t.readOnly, func(table stack.Table) stack.Check {
 		c := stack.CheckFor(table, t.path, r.cfg.S3.Profile(t.driver).FUSEType)
 		if pass != nil {
@@ -34,15 +30,13 @@ func (r *Restorer) cover(ctx context.Context, source string, t target, pass *bin
 			c.FUSETypes = append(c.FUSETypes, stack.OurFUSETypes...)
 		}
 		return c
-	}, snap)
+	})
 }
 
 // bindPass is what one bridge pass shares between the targets it binds its one bridge mount
-// over: the sources that answered (the bridge's daemon is asked once) and one read of the
-// mount table (stack.Snapshot).
+// over: the sources that answered (the bridge's daemon is asked once).
 type bindPass struct {
 	answered *stack.Answers
-	snapshot *stack.Snapshot
 }
 
 // restored records a restored target: timers, metrics, log, Event, and the container remount.

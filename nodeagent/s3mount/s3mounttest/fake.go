@@ -337,21 +337,6 @@ func (f *FakeNode) TableReads() int {
 	return f.tableReads
 }
 
-var _ stack.TopIdentifier = fakeMounter{}
-
-// TopUniqueID implements stack.TopIdentifier: the fake never reuses a mount ID. A path that
-// is no mount point is on the mount of its longest mounted prefix, as on a node.
-func (m fakeMounter) TopUniqueID(path string) (uint64, error) {
-	f := m.f
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	top, ok := f.mounts.Top(f.coveringLocked(path))
-	if !ok {
-		return 0, fmt.Errorf("fake statx %s: %w", path, syscall.ENOENT)
-	}
-	return uint64(top.ID), nil //nolint:gosec // G115: fake IDs are small and positive
-}
-
 // coveringLocked is the mount point of the mount covering path (the longest mounted prefix).
 func (f *FakeNode) coveringLocked(path string) string {
 	best := ""

@@ -79,7 +79,7 @@ func TestCoverAsksTheBridgeOncePerPass(t *testing.T) {
 					c.FUSETypes = append(c.FUSETypes, OurFUSETypes...)
 					c.Answered = tc.answers
 					return c
-				}, nil)
+				})
 				if err != nil || !ok {
 					t.Fatalf("Cover %s: ok %v, %v", p, ok, err)
 				}

@@ -28,8 +28,6 @@ func NewFS() FS { return realFS{} }
 
 type realMounter struct{}
 
-var _ TopIdentifier = realMounter{}
-
 // NewReplacer returns the node's real replacement (internal/mountreplace) acting on support, the
 // start-up probe's answer: without MOVE_MOUNT_BENEATH every replacement stacks and says why.
 func NewReplacer(support mountreplace.Support) Replacer { return realReplacer{support: support} }
@@ -55,27 +53,6 @@ func (realMounter) MountTable() (Table, error) {
 	}
 	t, err := ParseMountInfo(string(data))
 	return t, err
-}
-
-// TopUniqueID implements TopIdentifier: path is opened without following any symlink (O_PATH:
-// nothing is read), and statx names its mount without asking a FUSE daemon (DONT_SYNC).
-func (realMounter) TopUniqueID(path string) (uint64, error) {
-	fd, err := unix.Openat2(unix.AT_FDCWD, path, &unix.OpenHow{
-		Flags:   unix.O_PATH | unix.O_CLOEXEC | unix.O_NOFOLLOW,
-		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-	})
-	if err != nil {
-		return 0, fmt.Errorf("open %s: %w", path, err)
-	}
-	defer func() { _ = unix.Close(fd) }() // an O_PATH descriptor
-	var stx unix.Statx_t
-	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_STATX_DONT_SYNC, unix.STATX_MNT_ID_UNIQUE, &stx); err != nil {
-		return 0, fmt.Errorf("statx %s: %w", path, err)
-	}
-	if stx.Mask&unix.STATX_MNT_ID_UNIQUE == 0 {
-		return 0, fmt.Errorf("statx %s: no STATX_MNT_ID_UNIQUE (Linux < 6.8): %w", path, unix.ENOTSUP)
-	}
-	return stx.Mnt_id, nil
 }
 
 func (realMounter) Bind(source, target string, readOnly bool) error {

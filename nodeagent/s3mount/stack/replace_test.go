@@ -114,7 +114,7 @@ func TestCoverReplacesTheDeadMount(t *testing.T) {
 				c := CheckFor(tab, replaceTarget, "fuse.s3fs")
 				c.FUSETypes = append(c.FUSETypes, OurFUSETypes...)
 				return c
-			}, nil)
+			})
 			if err != nil || !ok || !ro {
 				t.Fatalf("Cover: ok %v, ro %v, %v", ok, ro, err)
 			}
@@ -150,7 +150,7 @@ func TestCoverWithoutAReplacerBindsOnTop(t *testing.T) {
 	r := &Rules{Mounter: m, Statfs: replaceStatfs{&replaced}, StatfsTimeout: func() time.Duration { return time.Second }, Placed: NewPlaced(memFS{}, "/state/placed.json")}
 	if _, _, ok, err := r.Cover(context.Background(), "/k/fresh", replaceTarget, false, func(tab Table) Check {
 		return CheckFor(tab, replaceTarget, "fuse.s3fs")
-	}, nil); err != nil || !ok {
+	}); err != nil || !ok {
 		t.Fatalf("Cover: ok %v, %v", ok, err)
 	}
 	if want := "/k/fresh->" + replaceTarget + " ro=true"; len(m.binds) != 1 || m.binds[0] != want {

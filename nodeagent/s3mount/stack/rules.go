@@ -88,11 +88,10 @@ func (r *Rules) DropOurTops(ctx context.Context, path string) error {
 // (readOnly, or the mount it covers is). The new mount is recorded as ours (Placed): when it
 // vanishes from a gone pod's target without us removing it, kubelet's teardown took it. With
 // the check's Answered memory, a source that answered earlier in the pass is not asked again,
-// nor is the new mount once a Replacer checked it is the top at path. snap, when not nil, is
-// the pass's table: used where path's and source's tops are still the ones it was read with.
-func (r *Rules) Cover(ctx context.Context, source, path string, readOnly bool, accept func(Table) Check, snap *Snapshot) (dead []Mount, ro, ok bool, err error) {
+// nor is the new mount once a Replacer checked it is the top at path.
+func (r *Rules) Cover(ctx context.Context, source, path string, readOnly bool, accept func(Table) Check) (dead []Mount, ro, ok bool, err error) {
 	log := logr.FromContextOrDiscard(ctx)
-	table, err := r.tableFor(snap, path, source)
+	table, err := r.Mounter.MountTable()
 	if err != nil {
 		return nil, false, false, err
 	}

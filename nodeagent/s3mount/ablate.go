@@ -13,9 +13,6 @@ type Ablations struct {
 	// Prefetch: a restore does not start the container remounter's list of the pods' processes
 	// at its beginning (PrefetchPods); the remount pass lists them itself.
 	Prefetch bool
-	// Joiners: dead targets of the PV found while its bridge pass runs are not bound by that
-	// pass; they are left to the pass its end wakes.
-	Joiners bool
 	// HeldRecords: the record of the mounts put at kubelet paths (handed.json) is written after
 	// each bind, not once after all of a bridge pass's binds (Placed.Hold).
 	HeldRecords bool
@@ -24,7 +21,6 @@ type Ablations struct {
 // Ablation names accepted by ParseAblation (the agent's --ablate flag) for Ablations' fields.
 const (
 	AblatePrefetch    = "prefetch"
-	AblateJoiners     = "joiners"
 	AblateHeldRecords = "held-records"
 )
 
@@ -33,8 +29,6 @@ func (a *Ablations) Set(name string) bool {
 	switch strings.TrimSpace(name) {
 	case AblatePrefetch:
 		a.Prefetch = true
-	case AblateJoiners:
-		a.Joiners = true
 	case AblateHeldRecords:
 		a.HeldRecords = true
 	default:
@@ -49,7 +43,7 @@ func (a Ablations) String() string {
 	for _, f := range []struct {
 		on   bool
 		name string
-	}{{a.Prefetch, AblatePrefetch}, {a.Joiners, AblateJoiners}, {a.HeldRecords, AblateHeldRecords}} {
+	}{{a.Prefetch, AblatePrefetch}, {a.HeldRecords, AblateHeldRecords}} {
 		if f.on {
 			out = append(out, f.name)
 		}
@@ -65,7 +59,7 @@ func ParseAblations(names string) (Ablations, error) {
 			continue
 		}
 		if !a.Set(n) {
-			return a, fmt.Errorf("unknown ablation %q (s3mount: %s, %s, %s)", n, AblatePrefetch, AblateJoiners, AblateHeldRecords)
+			return a, fmt.Errorf("unknown ablation %q (s3mount: %s, %s)", n, AblatePrefetch, AblateHeldRecords)
 		}
 	}
 	return a, nil

@@ -6,14 +6,12 @@ import (
 	"fmt"
 	"path"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
 	"github.com/pvrescue/pvrescue/internal/config"
@@ -112,11 +110,11 @@ type Restorer struct {
 	mu       sync.Mutex
 	retry    map[string]*retryState // by PV
 	inflight map[string]bool        // by PV
-	// joining are, by PV, dead targets found while a pass of that PV was in flight: its bridge
-	// binds them too (joiners) instead of leaving them to a pass after the whole of it.
-	joining   map[string][]target
-	deadSince map[string]time.Time // by target path
-	hungSince map[string]time.Time // by target path: first statfs timeout of a run of them
+	// deadDuring are the PVs with dead targets found while a pass of that PV was in flight: the
+	// end of that pass wakes the next at once (endPass), which restores them.
+	deadDuring map[string]bool
+	deadSince  map[string]time.Time // by target path
+	hungSince  map[string]time.Time // by target path: first statfs timeout of a run of them
 	// driverDownBridges are, by PV, when bridges were made because the driver did not answer
 	// (within s3.bridgeFlapWindow): the flap limit (restore.go).
 	driverDownBridges map[string][]time.Time
@@ -173,7 +171,7 @@ func New(deps nodeagent.Deps, os OS, opts Options) (*Restorer, error) {
 		retry:             map[string]*retryState{},
 		inflight:          map[string]bool{},
 		passGen:           map[string]uint64{},
-		joining:           map[string][]target{},
+		deadDuring:        map[string]bool{},
 		deadSince:         map[string]time.Time{},
 		hungSince:         map[string]time.Time{},
 		driverDownBridges: map[string][]time.Time{},
@@ -412,7 +410,7 @@ func (r *Restorer) startRestores(ctx context.Context, needs map[string][]target)
 	now := r.clk.Now()
 	for _, pv := range pvs {
 		if !r.claim(pv, now) {
-			r.join(pv, needs[pv])
+			r.deadFoundDuringPass(pv)
 			continue
 		}
 		r.wg.Add(1)
@@ -423,53 +421,28 @@ func (r *Restorer) startRestores(ctx context.Context, needs map[string][]target)
 	}
 }
 
-// join keeps dead targets of pv for the pass in flight (none: they wait for the next check).
-func (r *Restorer) join(pv string, ts []target) {
+// deadFoundDuringPass notes that dead targets of pv were found while its pass is in flight (none
+// noted while it backs off: the next pass after the backoff finds them).
+func (r *Restorer) deadFoundDuringPass(pv string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !r.inflight[pv] {
-		return // backing off: the next pass after the backoff finds them
-	}
-	for _, t := range ts {
-		if !slices.ContainsFunc(r.joining[pv], func(j target) bool { return j.path == t.path }) {
-			r.joining[pv] = append(r.joining[pv], t)
-		}
+	if r.inflight[pv] {
+		r.deadDuring[pv] = true
 	}
 }
 
 // endPass ends pv's restore or retire (claim) and reports whether dead targets of pv were found
-// while it ran and left to a later pass (a replay, a hand-back or a failed pass does not take
-// joiners): the caller then wakes a pass at once. Without it they waited for the next timed
-// pass, and a death during a hand-back could wait for the periodic check.
+// while it ran (deadFoundDuringPass): the caller then wakes a pass at once, which finds them
+// still dead. Without it they waited for the next timed pass, and a death during a hand-back
+// could wait for the periodic check.
 func (r *Restorer) endPass(pv string) (deadLeft bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.inflight, pv)
 	delete(r.passGen, pv)
-	deadLeft = len(r.joining[pv]) > 0
-	delete(r.joining, pv) // rediscovered by the next check, still dead
+	deadLeft = r.deadDuring[pv]
+	delete(r.deadDuring, pv)
 	return deadLeft
-}
-
-// joiners takes the targets that joined pv's pass (join) and returns those not among ts whose
-// claim the pass read live (claims): the chain of another claim was not checked, so those wait
-// for the next pass, as they would have without joining.
-func (r *Restorer) joiners(pv string, ts []target, claims map[types.NamespacedName]bool) []target {
-	if r.opts.Ablate.Joiners {
-		return nil // left in joining: endPass wakes the next pass for them
-	}
-	r.mu.Lock()
-	joined := r.joining[pv]
-	delete(r.joining, pv)
-	r.mu.Unlock()
-	var out []target
-	for _, j := range joined {
-		if claims[types.NamespacedName{Namespace: j.pod.Namespace, Name: j.claim}] &&
-			!slices.ContainsFunc(ts, func(t target) bool { return t.path == j.path }) {
-			out = append(out, j)
-		}
-	}
-	return out
 }
 
 // claim marks pv in flight (one restore or retire at a time per PV) unless it already is or

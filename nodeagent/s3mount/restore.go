@@ -10,7 +10,6 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/pvrescue/pvrescue/internal/contract"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
@@ -125,14 +124,6 @@ func (r *Restorer) restore(ctx context.Context, pvName string, ts []target) {
 		return
 	}
 	step("bridgeUpAt")
-	if js := r.joiners(pvName, bridgeable, claimsOf(ts)); len(js) > 0 {
-		for _, j := range js {
-			if r.bridgeable(table, j, fuseType) == nil {
-				bridgeable = append(bridgeable, j)
-			}
-		}
-		log.Info("dead targets found during the pass join its bridge", "joined", len(js), "targets", len(bridgeable))
-	}
 	dead := make([][]stack.Mount, len(bridgeable))
 	// One bridge mount goes over every target: its daemon is asked once, and the record of what
 	// we put where written once, after the binds. Each bind reads the mount table itself.
@@ -299,15 +290,6 @@ func (r *Restorer) backoff(pv string) {
 	if gen, ok := r.passGen[pv]; ok { // a pass's failure: judged against the sockets since it began
 		rs.socketGen = gen
 	}
-}
-
-// claimsOf is the set of ts's claims (what livePV reads live).
-func claimsOf(ts []target) map[types.NamespacedName]bool {
-	out := map[types.NamespacedName]bool{}
-	for _, t := range ts {
-		out[types.NamespacedName{Namespace: t.pod.Namespace, Name: t.claim}] = true
-	}
-	return out
 }
 
 // probeDriver starts asking whether the node plugin of the driver the PV names, as discovery

@@ -58,7 +58,6 @@ func ablationVariants() []ablationVariant {
 	return []ablationVariant{
 		{name: shippedVariant, off: "nothing (the shipped agent)", nice: shippedNice},
 		{name: s3mount.AblatePrefetch, off: "prefetched processes: no containermount PrefetchPods at the restore's start (s3mount restored.go prefetchPods, containermount prefetch.go)", ablate: s3mount.Ablations{Prefetch: true}, nice: shippedNice},
-		{name: s3mount.AblateHeldRecords, off: "held records: handed.json written after each bind (s3mount restore.go, stack/placed.go Hold)", ablate: s3mount.Ablations{HeldRecords: true}, nice: shippedNice},
 		{name: "mount-settle", off: "mount-table settling: fusewatch reads the table on every change (fusewatch watcher.go MountSettle)", noMountSettle: true, nice: shippedNice},
 		{name: "event-delay", off: "held Events: sent at once (--event-delay=0; nodeagent/events.go)", eventDelay: &zero, nice: shippedNice},
 		{name: "nice", off: "--nice: the agent and its bridge at nice 0 (--nice=0; internal/priority)", nice: 0},

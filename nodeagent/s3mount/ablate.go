@@ -13,15 +13,11 @@ type Ablations struct {
 	// Prefetch: a restore does not start the container remounter's list of the pods' processes
 	// at its beginning (PrefetchPods); the remount pass lists them itself.
 	Prefetch bool
-	// HeldRecords: the record of the mounts put at kubelet paths (handed.json) is written after
-	// each bind, not once after all of a bridge pass's binds (Placed.Hold).
-	HeldRecords bool
 }
 
 // Ablation names accepted by ParseAblation (the agent's --ablate flag) for Ablations' fields.
 const (
-	AblatePrefetch    = "prefetch"
-	AblateHeldRecords = "held-records"
+	AblatePrefetch = "prefetch"
 )
 
 // Set switches the named mechanism off; false when the name is not one of s3mount's.
@@ -29,8 +25,6 @@ func (a *Ablations) Set(name string) bool {
 	switch strings.TrimSpace(name) {
 	case AblatePrefetch:
 		a.Prefetch = true
-	case AblateHeldRecords:
-		a.HeldRecords = true
 	default:
 		return false
 	}
@@ -43,7 +37,7 @@ func (a Ablations) String() string {
 	for _, f := range []struct {
 		on   bool
 		name string
-	}{{a.Prefetch, AblatePrefetch}, {a.HeldRecords, AblateHeldRecords}} {
+	}{{a.Prefetch, AblatePrefetch}} {
 		if f.on {
 			out = append(out, f.name)
 		}
@@ -59,7 +53,7 @@ func ParseAblations(names string) (Ablations, error) {
 			continue
 		}
 		if !a.Set(n) {
-			return a, fmt.Errorf("unknown ablation %q (s3mount: %s, %s)", n, AblatePrefetch, AblateHeldRecords)
+			return a, fmt.Errorf("unknown ablation %q (s3mount: %s)", n, AblatePrefetch)
 		}
 	}
 	return a, nil

@@ -6,7 +6,7 @@ import (
 
 // Each of the bench's ablation switches (Options.Ablate, bench only) turns its mechanism off,
 // and the restore still happens; the shipped agent's side of each is its own test
-// (TestRestoreRemountsContainers' prefetch, TestBridgePassAsksTheBridgeAndWritesTheRecordOnce).
+// (TestRestoreRemountsContainers' prefetch).
 
 func TestAblatePrefetch(t *testing.T) {
 	w := newWorld(t, standard(false)...)
@@ -23,20 +23,9 @@ func TestAblatePrefetch(t *testing.T) {
 	}
 }
 
-func TestAblateHeldRecords(t *testing.T) {
-	w, targets := deadPodsWorld(t, 8)
-	w.replacer = &beneathReplacer{node: w.node}
-	w.ablate = Ablations{HeldRecords: true}
-	w.start()
-	requireBridged(t, w, targets)
-	if n := w.node.FileWrites(testState + "/s3/handed.json"); n < len(targets) {
-		t.Errorf("held records ablated: the record written %d times for %d binds; want once per bind", n, len(targets))
-	}
-}
-
 func TestParseAblations(t *testing.T) {
-	a, err := ParseAblations("prefetch, held-records")
-	if err != nil || a != (Ablations{Prefetch: true, HeldRecords: true}) || a.String() != "prefetch,held-records" {
+	a, err := ParseAblations(" prefetch")
+	if err != nil || a != (Ablations{Prefetch: true}) || a.String() != "prefetch" {
 		t.Errorf("ParseAblations = %+v (%q), %v", a, a.String(), err)
 	}
 	if _, err := ParseAblations("nope"); err == nil {

@@ -41,9 +41,11 @@ func TestBridgeChecksReadTheTableOnce(t *testing.T) {
 
 // A pass binds its one bridge mount over each dead target: the bridge's daemon is asked
 // whether it answers once per pass, not once or twice per target (each ask queues a FUSE
-// request behind the pods' own reads), and the record of what the agent put where is written
-// once, after the binds, not rewritten whole per target.
-func TestBridgePassAsksTheBridgeAndWritesTheRecordOnce(t *testing.T) {
+// request behind the pods' own reads). The record of what the agent put where is written at
+// each bind: holding it for one write after the binds (Placed.Hold) was removed (issue 52: the
+// ablation bench found it inside the run-to-run spread at 20 and 100 pods), so 8 binds write it
+// 8 times.
+func TestBridgePassAsksTheBridgeOnceAndWritesTheRecordPerBind(t *testing.T) {
 	perPass := func(pods int) (bridgeStatfs, recordWrites int) {
 		w, targets := deadPodsWorld(t, pods)
 		w.replacer = &beneathReplacer{node: w.node}
@@ -67,8 +69,8 @@ func TestBridgePassAsksTheBridgeAndWritesTheRecordOnce(t *testing.T) {
 	if statfs8 != statfs1 {
 		t.Errorf("statfs of the bridge's mount in a pass: %d with 1 dead target, %d with 8; want the same", statfs1, statfs8)
 	}
-	if writes1 != 1 || writes8 != 1 {
-		t.Errorf("writes of the record of placed mounts: %d with 1 dead target, %d with 8; want 1 each", writes1, writes8)
+	if writes1 != 1 || writes8 != 8 {
+		t.Errorf("writes of the record of placed mounts: %d with 1 dead target, %d with 8; want one per bind (1 and 8)", writes1, writes8)
 	}
 }
 

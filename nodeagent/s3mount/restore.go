@@ -125,13 +125,9 @@ func (r *Restorer) restore(ctx context.Context, pvName string, ts []target) {
 	}
 	step("bridgeUpAt")
 	dead := make([][]stack.Mount, len(bridgeable))
-	// One bridge mount goes over every target: its daemon is asked once, and the record of what
-	// we put where written once, after the binds. Each bind reads the mount table itself.
+	// One bridge mount goes over every target: its daemon is asked once. Each bind reads the
+	// mount table itself and writes the record of what we put where (handed.json).
 	pass := &bindPass{answered: stack.NewAnswers()}
-	release := func() error { return nil }
-	if !r.opts.Ablate.HeldRecords {
-		release = r.rules.Placed.Hold()
-	}
 	for i, t := range bridgeable {
 		var berr error
 		if dead[i], berr = r.bindTarget(ctx, bridgeMount, t, pass); berr != nil {
@@ -139,9 +135,6 @@ func (r *Restorer) restore(ctx context.Context, pvName string, ts []target) {
 			r.metrics.Restores.WithLabelValues(MethodBridge, "failure").Inc()
 			r.failed([]target{t}, berr)
 		}
-	}
-	if werr := release(); werr != nil {
-		log.Error(werr, "recording the targets bound to the bridge")
 	}
 	step("targetsBoundAt")
 	ds := make([]deadAt, 0, len(bridgeable))

@@ -70,8 +70,8 @@ func (o *Options) ablations() (s3 s3mount.Ablations, mountSettle bool, err error
 		case n == ablateMountSettle:
 			mountSettle = true
 		case !s3.Set(n):
-			return s3, mountSettle, fmt.Errorf("%w: --ablate: unknown mechanism %q (%s, %s, %s)", ErrInvalidOptions, n,
-				s3mount.AblatePrefetch, s3mount.AblateHeldRecords, ablateMountSettle)
+			return s3, mountSettle, fmt.Errorf("%w: --ablate: unknown mechanism %q (%s, %s)", ErrInvalidOptions, n,
+				s3mount.AblatePrefetch, ablateMountSettle)
 		}
 	}
 	return s3, mountSettle, nil
@@ -99,7 +99,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.ContainerRemount, "container-remount", o.ContainerRemount, "put restored S3 mounts back into running containers (needs hostPID: true on the agent pod; false turns it off)")
 	fs.DurationVar(&o.EventDelay, "event-delay", o.EventDelay, "how long each Kubernetes Event is held before it is sent, so a rescue's reports (two per pod it served) reach the API server after the pods read again, not while they wait; 0 sends at once (at most 1m)")
 	fs.StringVar(&o.Ablate, "ablate", o.Ablate, "bench only (make bench-ablation): rescue-path mechanisms to switch off, comma-separated ("+
-		strings.Join([]string{s3mount.AblatePrefetch, s3mount.AblateHeldRecords, ablateMountSettle}, ", ")+")")
+		strings.Join([]string{s3mount.AblatePrefetch, ablateMountSettle}, ", ")+")")
 	_ = fs.MarkHidden("ablate") // registered just above: cannot fail
 	fs.IntVar(&o.Nice, "nice", o.Nice, "CPU scheduling priority (nice, -20..19) of the agent and the s3fs bridges it starts, so a rescue does not wait behind the node's busy processes; the bridges' own cgroups keep the default weight and s3.bridgeLimits' limits, so the value ranks them only within them; 0 leaves the defaults (lowering it needs CAP_SYS_NICE)")
 }

@@ -148,30 +148,22 @@ func (c countingFS) WriteFile(p string, d []byte, m fs.FileMode) error {
 	return c.memFS.WriteFile(p, d, m)
 }
 
-// While held, the record is written once, by the last release, with every change made
-// meanwhile; unheld, every change is written at once.
-func TestPlacedHoldWritesOnceAtTheLastRelease(t *testing.T) {
+// Every change of the record is written at once and reads back as made; a Forget of a path not
+// recorded writes nothing.
+func TestPlacedWritesEachChange(t *testing.T) {
 	const file = "/state/placed.json"
 	fsys := countingFS{memFS{}, map[string]int{}}
 	p := NewPlaced(fsys, file)
-	outer := p.Hold()
-	inner := p.Hold()
 	for _, path := range []string{"/t/a", "/t/b", "/t/c"} {
 		if err := p.Put(path, "0:60"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := p.Forget("/t/c"); err != nil {
-		t.Fatal(err)
+	if err := p.Forget("/t/c"); err != nil || fsys.writes[file] != 4 {
+		t.Fatalf("after 3 Puts and a Forget: %d writes (%v), want 4", fsys.writes[file], err)
 	}
-	if err := inner(); err != nil || fsys.writes[file] != 0 {
-		t.Fatalf("after the inner release: %d writes (%v), want none while still held", fsys.writes[file], err)
-	}
-	if err := outer(); err != nil || fsys.writes[file] != 1 {
-		t.Fatalf("after the last release: %d writes (%v), want 1", fsys.writes[file], err)
-	}
-	if err := outer(); err != nil || fsys.writes[file] != 1 {
-		t.Fatalf("a second call of a release wrote again: %d writes (%v)", fsys.writes[file], err)
+	if err := p.Forget("/t/none"); err != nil || fsys.writes[file] != 4 {
+		t.Errorf("Forget of a path not recorded: %d writes (%v), want none", fsys.writes[file], err)
 	}
 	loaded := NewPlaced(fsys, file)
 	if err := loaded.Load(); err != nil {
@@ -179,12 +171,5 @@ func TestPlacedHoldWritesOnceAtTheLastRelease(t *testing.T) {
 	}
 	if loaded.Dev("/t/a") != "0:60" || loaded.Dev("/t/b") != "0:60" || loaded.Dev("/t/c") != "" {
 		t.Errorf("written record: a %q, b %q, c %q; want a and b, not c", loaded.Dev("/t/a"), loaded.Dev("/t/b"), loaded.Dev("/t/c"))
-	}
-	if err := p.Put("/t/d", "0:61"); err != nil || fsys.writes[file] != 2 {
-		t.Errorf("unheld change: %d writes (%v), want it written at once", fsys.writes[file], err)
-	}
-	// A hold with no change writes nothing.
-	if err := p.Hold()(); err != nil || fsys.writes[file] != 2 {
-		t.Errorf("release of a hold without changes: %d writes (%v), want none", fsys.writes[file], err)
 	}
 }

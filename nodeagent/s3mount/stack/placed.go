@@ -20,10 +20,6 @@ type Placed struct {
 
 	mu  sync.Mutex
 	dev map[string]string // by path
-	// holds counts the Hold calls not yet released; while any is held, changes are kept in
-	// memory (dirty) and written once by the last release.
-	holds int
-	dirty bool
 }
 
 // NewPlaced returns an empty record kept in file.
@@ -50,42 +46,8 @@ func (p *Placed) Load() error {
 	return nil
 }
 
-// Hold defers writing the record until the returned release: a restore pass records each
-// target it binds, and rewriting the whole record per target made the binds of a pass O(N²)
-// in its targets (0.8 ms a target at 100). What a crash before the release loses is the
-// record of mounts a pass just put: bridge binds carry our fsname anyway, and the record is
-// rebuilt as targets are restored again. release returns the write's error, if any.
-func (p *Placed) Hold() (release func() error) {
-	p.mu.Lock()
-	p.holds++
-	p.mu.Unlock()
-	var once sync.Once
-	return func() error {
-		var err error
-		once.Do(func() {
-			p.mu.Lock()
-			defer p.mu.Unlock()
-			p.holds--
-			if p.holds == 0 && p.dirty {
-				err = p.writeLocked()
-			}
-		})
-		return err
-	}
-}
-
-// saveLocked writes the record, or marks it to be written when held; p.mu is held.
-func (p *Placed) saveLocked() error {
-	if p.holds > 0 {
-		p.dirty = true
-		return nil
-	}
-	return p.writeLocked()
-}
-
-// writeLocked writes the record now; p.mu is held.
+// writeLocked writes the record; p.mu is held.
 func (p *Placed) writeLocked() error {
-	p.dirty = false
 	data, err := json.Marshal(p.dev)
 	if err != nil {
 		return err
@@ -98,7 +60,7 @@ func (p *Placed) Put(path, dev string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.dev[path] = dev
-	return p.saveLocked()
+	return p.writeLocked()
 }
 
 // Is reports whether m at path is a mount we put there.
@@ -123,7 +85,7 @@ func (p *Placed) Forget(path string) error {
 		return nil
 	}
 	delete(p.dev, path)
-	return p.saveLocked()
+	return p.writeLocked()
 }
 
 // Prune drops the record of every path keep rejects, and writes the record when it changed.
@@ -140,5 +102,5 @@ func (p *Placed) Prune(keep func(path string) bool) error {
 	if !pruned {
 		return nil
 	}
-	return p.saveLocked()
+	return p.writeLocked()
 }

@@ -112,12 +112,11 @@ type s3RigOptions struct {
 	stacking bool
 	// pods is how many pods use the claim (0: one); pods after the first are named app-<i>.
 	pods int
-	// ablate, noMountSettle and eventDelay switch mechanisms of the agent off for the ablation
-	// section (s3mount.Options.Ablate, fusewatch's AblateMountSettle, the Events' hold: nil
-	// is the shipped nodeagent.DefaultEventPostDelay). Zero: the shipped agent.
-	ablate        s3mount.Ablations
-	noMountSettle bool
-	eventDelay    *time.Duration
+	// ablate and eventDelay switch mechanisms of the agent off for the ablation section
+	// (s3mount.Options.Ablate, the Events' hold: nil is the shipped
+	// nodeagent.DefaultEventPostDelay). Zero: the shipped agent.
+	ablate     s3mount.Ablations
+	eventDelay *time.Duration
 	// configure, when set, changes the agent's configuration after the rig's own changes.
 	configure func(*config.Config)
 }
@@ -358,7 +357,7 @@ func (r *s3Rig) startAgent(ctx context.Context, ro s3RigOptions) error {
 		fuseDone <- nil
 	} else {
 		r.exits = make(chan time.Time, 64)
-		fw, err := fusewatch.New(fusewatch.NewOS(fusewatch.OSOptions{}), fusewatch.Options{Registerer: r.reg, AblateMountSettle: ro.noMountSettle, OnExit: func(e fusewatch.Exit) {
+		fw, err := fusewatch.New(fusewatch.NewOS(fusewatch.OSOptions{}), fusewatch.Options{Registerer: r.reg, OnExit: func(e fusewatch.Exit) {
 			select {
 			case r.exits <- e.At:
 			default:

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -53,28 +52,19 @@ type Options struct {
 	// EventDelay holds each Event this long before it is sent (nodeagent.RecorderOptions).
 	EventDelay time.Duration
 	// Ablate (hidden flag --ablate, bench only: `make bench-ablation`, issue 52) switches
-	// rescue-path mechanisms off, comma-separated: s3mount's (s3mount.Ablations) and
-	// mount-settle (fusewatch). Empty in production. Held Events and --nice have flags of their
+	// rescue-path mechanisms off, comma-separated: s3mount's (s3mount.Ablations). Empty in
+	// production. Held Events and --nice have flags of their
 	// own (--event-delay=0, --nice=0).
 	Ablate string
 }
 
-// ablateMountSettle is the --ablate name of fusewatch's MountSettle.
-const ablateMountSettle = "mount-settle"
-
-// ablations splits --ablate into s3mount's switches and fusewatch's.
-func (o *Options) ablations() (s3 s3mount.Ablations, mountSettle bool, err error) {
-	for _, n := range strings.Split(o.Ablate, ",") {
-		switch n = strings.TrimSpace(n); {
-		case n == "":
-		case n == ablateMountSettle:
-			mountSettle = true
-		case !s3.Set(n):
-			return s3, mountSettle, fmt.Errorf("%w: --ablate: unknown mechanism %q (%s, %s)", ErrInvalidOptions, n,
-				s3mount.AblatePrefetch, ablateMountSettle)
-		}
+// ablations parses --ablate into s3mount's switches.
+func (o *Options) ablations() (s3mount.Ablations, error) {
+	s3, err := s3mount.ParseAblations(o.Ablate)
+	if err != nil {
+		return s3, fmt.Errorf("%w: --ablate: %w", ErrInvalidOptions, err)
 	}
-	return s3, mountSettle, nil
+	return s3, nil
 }
 
 // NewOptions returns the defaults; the node name comes from $NODE_NAME.
@@ -99,7 +89,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.ContainerRemount, "container-remount", o.ContainerRemount, "put restored S3 mounts back into running containers (needs hostPID: true on the agent pod; false turns it off)")
 	fs.DurationVar(&o.EventDelay, "event-delay", o.EventDelay, "how long each Kubernetes Event is held before it is sent, so a rescue's reports (two per pod it served) reach the API server after the pods read again, not while they wait; 0 sends at once (at most 1m)")
 	fs.StringVar(&o.Ablate, "ablate", o.Ablate, "bench only (make bench-ablation): rescue-path mechanisms to switch off, comma-separated ("+
-		strings.Join([]string{s3mount.AblatePrefetch, ablateMountSettle}, ", ")+")")
+		s3mount.AblatePrefetch+")")
 	_ = fs.MarkHidden("ablate") // registered just above: cannot fail
 	fs.IntVar(&o.Nice, "nice", o.Nice, "CPU scheduling priority (nice, -20..19) of the agent and the s3fs bridges it starts, so a rescue does not wait behind the node's busy processes; the bridges' own cgroups keep the default weight and s3.bridgeLimits' limits, so the value ranks them only within them; 0 leaves the defaults (lowering it needs CAP_SYS_NICE)")
 }
@@ -125,7 +115,7 @@ func (o *Options) Validate() error {
 	if o.EventDelay < 0 || o.EventDelay > maxEventDelay {
 		errs = append(errs, fmt.Errorf("%w: --event-delay must be within 0..%s, got %s", ErrInvalidOptions, maxEventDelay, o.EventDelay))
 	}
-	if _, _, err := o.ablations(); err != nil {
+	if _, err := o.ablations(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -210,14 +200,14 @@ func Run(ctx context.Context, o *Options) error {
 	defer view.Shutdown()
 	// A FUSE daemon's exit wakes the S3 rescue at once (pidfds; see fusewatch); its periodic
 	// check is the safety net.
-	ablateS3, ablateSettle, err := o.ablations()
+	ablateS3, err := o.ablations()
 	if err != nil {
 		return err
 	}
 	if o.Ablate != "" {
-		log.Info("BENCH ONLY: rescue-path mechanisms switched off (--ablate)", "s3mount", ablateS3.String(), "mountSettle", ablateSettle)
+		log.Info("BENCH ONLY: rescue-path mechanisms switched off (--ablate)", "s3mount", ablateS3.String())
 	}
-	fuse, err := fusewatch.New(fusewatch.NewOS(fusewatch.OSOptions{}), fusewatch.Options{Registerer: reg, AblateMountSettle: ablateSettle})
+	fuse, err := fusewatch.New(fusewatch.NewOS(fusewatch.OSOptions{}), fusewatch.Options{Registerer: reg})
 	if err != nil {
 		return err
 	}

@@ -187,7 +187,7 @@ bench-stress: kube-binaries node-deps versitygw ## On demand: 500 rounds of lost
 	$(BIN)/bench -root $(CURDIR) -only stress -out bench/stress.md -raw bench $(STRESS_FLAGS)
 
 .PHONY: bench-ablation
-bench-ablation: kube-binaries node-deps versitygw ## On demand: the window a pod sees at 20 and 100 pods with each rescue-path mechanism switched off in turn beside the shipped agent (issue 52); writes bench/ablation.md and the appendix of BENCHMARKS.md (root, ~15 min: 10 rounds).
+bench-ablation: kube-binaries node-deps versitygw ## On demand: the window a pod sees at 20 and 100 pods with each rescue-path mechanism switched off in turn beside the shipped agent (issue 52); writes bench/ablation.md and the appendix of BENCHMARKS.md (root; 10 rounds: 12m16s with 7 variants, fewer now).
 	@[ "$$(id -u)" = 0 ] || { echo "make bench-ablation needs root (mounts, s3fs)" >&2; exit 1; }
 	$(GO) build -o $(BIN)/bench ./hack/bench
 	$(BIN)/bench -root $(CURDIR) -only ablation -out bench/ablation.md -raw bench $(ABLATION_FLAGS)

@@ -38,13 +38,6 @@ type ContainerRemounter interface {
 	RemountPods(ctx context.Context, reqs []RemountRequest) []RemountOutcome
 }
 
-// PodPrefetcher is a ContainerRemounter that can start reading the node's processes of some
-// pods (by UID) before their targets are put back, so that the RemountPods pass after reads
-// only what changed since (containermount.Remounter).
-type PodPrefetcher interface {
-	PrefetchPods(podUIDs []string)
-}
-
 // RemountOutcome is one request's answer in RemountPods: what RemountInContainers returns.
 type RemountOutcome struct {
 	Result RemountResult

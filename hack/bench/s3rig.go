@@ -112,10 +112,8 @@ type s3RigOptions struct {
 	stacking bool
 	// pods is how many pods use the claim (0: one); pods after the first are named app-<i>.
 	pods int
-	// ablate and eventDelay switch mechanisms of the agent off for the ablation section
-	// (s3mount.Options.Ablate, the Events' hold: nil is the shipped
-	// nodeagent.DefaultEventPostDelay). Zero: the shipped agent.
-	ablate     s3mount.Ablations
+	// eventDelay switches the Events' hold off for the ablation section (nil: the shipped
+	// nodeagent.DefaultEventPostDelay).
 	eventDelay *time.Duration
 	// configure, when set, changes the agent's configuration after the rig's own changes.
 	configure func(*config.Config)
@@ -379,9 +377,7 @@ func (r *s3Rig) startAgent(ctx context.Context, ro s3RigOptions) error {
 	if ro.stacking {
 		sos.Replacer = nil
 	}
-	s3opts := s3mount.NewOptions()
-	s3opts.Ablate = ro.ablate
-	rs, err := s3mount.New(r.deps, sos, s3opts)
+	rs, err := s3mount.New(r.deps, sos, s3mount.NewOptions())
 	if err != nil {
 		cancel()
 		if ferr := <-fuseDone; ferr != nil {

@@ -5,6 +5,10 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/pvrescue/pvrescue/nodeagent/containermount"
 	"github.com/pvrescue/pvrescue/nodeagent/containermount/containermounttest"
 )
@@ -75,4 +79,27 @@ func mustPids(t *testing.T, c *fakeCluster) []int {
 	pids, err := c.node.OS().Proc.Pids()
 	must(t, err)
 	return pids
+}
+
+// twoPods is the fake cluster with a second pod of the volume (its own target on the node) whose
+// container w2 runs in mount namespace 7; the second pod's process is not added.
+func twoPods(t *testing.T) (*fakeCluster, *corev1.Pod) {
+	c := newFakeCluster(t)
+	must(t, c.node.SetTable(agentNS, `1 0 0:21 / / rw - overlay overlay rw
+300 1 `+deadDev+` / `+livePath+` rw shared:5 - fuse.s3fs s3fs rw
+301 300 `+liveDev+` / `+livePath+` rw shared:5 - fuse.s3fs s3fs rw
+302 1 `+deadDev+` / `+livePath2+` rw shared:6 - fuse.s3fs s3fs rw
+303 302 `+liveDev+` / `+livePath2+` rw shared:6 - fuse.s3fs s3fs rw
+`))
+	for _, ns := range []uint64{7, 8} {
+		must(t, c.node.SetTable(ns, `1 0 0:35 / / rw - overlay overlay rw
+440 1 `+deadDev+` / /data rw - fuse.s3fs s3fs rw
+`))
+	}
+	pod2 := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web2", Namespace: "default", UID: types.UID(uid2)},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "w2", VolumeMounts: []corev1.VolumeMount{{Name: "vol", MountPath: "/data"}}}}},
+		Status:     corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: "w2", ContainerID: "containerd://w2"}}},
+	}
+	return c, pod2
 }

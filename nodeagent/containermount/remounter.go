@@ -67,10 +67,6 @@ type Remounter struct {
 	clock   clock.PassiveClock
 	metrics *Metrics
 	opts    Options
-	// scan is the latest PrefetchPods list (nil: none); scanMu guards the pointer, r.mu its
-	// contents once the scan is done.
-	scanMu sync.Mutex
-	scan   *procScan
 }
 
 // New builds a remounter from the agent's shared dependencies (Recorder, Registerer and Clock
@@ -191,11 +187,7 @@ func (r *Remounter) snapshot(uids map[string]bool) (node, error) {
 	}
 	n.selfUser, _ = r.os.Proc.UserNS(n.self)
 	n.hostNS, _ = r.os.Proc.MountNS(1) // without hostPID, pid 1 is our own container's
-	if scan := r.prefetched(uids); scan != nil {
-		n.procs, err = r.refresh(scan, uids)
-	} else {
-		n.procs, err = r.podProcs(uids)
-	}
+	n.procs, err = r.podProcs(uids)
 	return n, err
 }
 
@@ -269,21 +261,12 @@ func (r *Remounter) podProcs(uids map[string]bool) (map[string][]Proc, error) {
 		return nil, fmt.Errorf("list processes: %w", err)
 	}
 	out := map[string][]Proc{}
-	r.readProcs(pids, uids, out, nil)
-	return out, nil
-}
-
-// readProcs adds to out, by pod UID, the processes among pids in the cgroups of the pods uids
-// names; seen (when not nil) gets every pid looked at, of those pods or not.
-func (r *Remounter) readProcs(pids []int, uids map[string]bool, out map[string][]Proc, seen map[int]bool) {
 	for _, pid := range pids {
-		if seen != nil {
-			seen[pid] = true
-		}
 		if p, ok := r.readProc(pid, uids); ok {
 			out[p.Cgroup.PodUID] = append(out[p.Cgroup.PodUID], p)
 		}
 	}
+	return out, nil
 }
 
 // readProc reads one process, if it is in the cgroup of one of the pods uids names.

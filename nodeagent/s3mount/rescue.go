@@ -43,9 +43,6 @@ type Options struct {
 	// own namespace s3fs would lose its network (only lo is left) when the agent pod is deleted,
 	// and every read through the surviving bridge would hang. Empty: the agent's own namespace.
 	BridgeNetNS string
-	// Ablate switches rescue-path mechanisms off for the bench's ablation mode (ablate.go);
-	// zero in production.
-	Ablate Ablations
 }
 
 // NewOptions returns the defaults.

@@ -63,8 +63,6 @@ type world struct {
 	// cache, when set, is the restorers' view in front of view (a cache that can be stale).
 	cache  nodeagent.ClusterView
 	client *fake.Clientset
-	// ablate is Options.Ablate of the restorers start makes (bench only; zero: shipped).
-	ablate Ablations
 }
 
 func newWorld(t *testing.T, objs ...runtime.Object) *world {
@@ -106,7 +104,7 @@ func (w *world) start() {
 	os.Registry = w.registry
 	os.Replacer = w.replacer
 	r, err := New(w.deps(), os, Options{BackoffInitial: 2 * time.Second, BackoffMax: 10 * time.Second, KillGrace: time.Millisecond,
-		BridgeCgroup: w.bridgeCgroup, BridgeNetNS: w.bridgeNetNS, Ablate: w.ablate})
+		BridgeCgroup: w.bridgeCgroup, BridgeNetNS: w.bridgeNetNS})
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -560,21 +558,6 @@ type fakeRemounter struct {
 	passes []int
 	// before, when set, runs at each request (before it is recorded).
 	before func(req nodeagent.RemountRequest)
-	// prefetched records each PrefetchPods call.
-	prefetched []prefetchCall
-}
-
-// prefetchCall is one PrefetchPods call: the pods' UIDs, and how many RemountPods passes came
-// before it.
-type prefetchCall struct {
-	uids         []string
-	passesBefore int
-}
-
-func (f *fakeRemounter) PrefetchPods(uids []string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.prefetched = append(f.prefetched, prefetchCall{slices.Clone(uids), len(f.passes)})
 }
 
 func (f *fakeRemounter) RemountInContainers(_ context.Context, req nodeagent.RemountRequest) (nodeagent.RemountResult, error) {

@@ -41,8 +41,6 @@ func (r *Restorer) restore(ctx context.Context, pvName string, ts []target) {
 			log.V(1).Info("restore pass over", kv...)
 		}
 	}()
-	// The pods' processes are read for the container remount while the targets are put back.
-	r.prefetchPods(ts)
 	// Read live along the chain (claim → PV naming that claim's UID): a replay or a bridge never
 	// uses a deleted PV's attributes, nor the cached copy of a PV recreated under the name.
 	secret := r.prefetchSecret(ctx, ts)

@@ -73,24 +73,6 @@ type deadAt struct {
 	dead []stack.Mount
 }
 
-// prefetchPods lets the container remounter read the node's processes of ts's pods now, while
-// their targets are put back (nodeagent.PodPrefetcher): the first container of a 20-pod pass
-// waited 25–57 ms for that list after every target was live.
-func (r *Restorer) prefetchPods(ts []target) {
-	p, ok := r.d.Remounter.(nodeagent.PodPrefetcher)
-	if r.opts.Ablate.Prefetch {
-		ok = false
-	}
-	if !ok || len(ts) == 0 {
-		return
-	}
-	uids := make([]string, 0, len(ts))
-	for _, t := range ts {
-		uids = append(uids, string(t.pod.UID))
-	}
-	p.PrefetchPods(uids)
-}
-
 // remount asks the container remounter (when configured) to move the pod's running containers
 // from each dead mount onto the live one at the target, and reports the result.
 func (r *Restorer) remount(ctx context.Context, t target, dead []stack.Mount) {

@@ -51,20 +51,6 @@ type Options struct {
 	Nice int
 	// EventDelay holds each Event this long before it is sent (nodeagent.RecorderOptions).
 	EventDelay time.Duration
-	// Ablate (hidden flag --ablate, bench only: `make bench-ablation`, issue 52) switches
-	// rescue-path mechanisms off, comma-separated: s3mount's (s3mount.Ablations). Empty in
-	// production. Held Events and --nice have flags of their
-	// own (--event-delay=0, --nice=0).
-	Ablate string
-}
-
-// ablations parses --ablate into s3mount's switches.
-func (o *Options) ablations() (s3mount.Ablations, error) {
-	s3, err := s3mount.ParseAblations(o.Ablate)
-	if err != nil {
-		return s3, fmt.Errorf("%w: --ablate: %w", ErrInvalidOptions, err)
-	}
-	return s3, nil
 }
 
 // NewOptions returns the defaults; the node name comes from $NODE_NAME.
@@ -88,9 +74,6 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "address of /healthz (\"0\" disables)")
 	fs.BoolVar(&o.ContainerRemount, "container-remount", o.ContainerRemount, "put restored S3 mounts back into running containers (needs hostPID: true on the agent pod; false turns it off)")
 	fs.DurationVar(&o.EventDelay, "event-delay", o.EventDelay, "how long each Kubernetes Event is held before it is sent, so a rescue's reports (two per pod it served) reach the API server after the pods read again, not while they wait; 0 sends at once (at most 1m)")
-	fs.StringVar(&o.Ablate, "ablate", o.Ablate, "bench only (make bench-ablation): rescue-path mechanisms to switch off, comma-separated ("+
-		s3mount.AblatePrefetch+")")
-	_ = fs.MarkHidden("ablate") // registered just above: cannot fail
 	fs.IntVar(&o.Nice, "nice", o.Nice, "CPU scheduling priority (nice, -20..19) of the agent and the s3fs bridges it starts, so a rescue does not wait behind the node's busy processes; the bridges' own cgroups keep the default weight and s3.bridgeLimits' limits, so the value ranks them only within them; 0 leaves the defaults (lowering it needs CAP_SYS_NICE)")
 }
 
@@ -114,9 +97,6 @@ func (o *Options) Validate() error {
 	}
 	if o.EventDelay < 0 || o.EventDelay > maxEventDelay {
 		errs = append(errs, fmt.Errorf("%w: --event-delay must be within 0..%s, got %s", ErrInvalidOptions, maxEventDelay, o.EventDelay))
-	}
-	if _, err := o.ablations(); err != nil {
-		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -200,13 +180,6 @@ func Run(ctx context.Context, o *Options) error {
 	defer view.Shutdown()
 	// A FUSE daemon's exit wakes the S3 rescue at once (pidfds; see fusewatch); its periodic
 	// check is the safety net.
-	ablateS3, err := o.ablations()
-	if err != nil {
-		return err
-	}
-	if o.Ablate != "" {
-		log.Info("BENCH ONLY: rescue-path mechanisms switched off (--ablate)", "s3mount", ablateS3.String())
-	}
 	fuse, err := fusewatch.New(fusewatch.NewOS(fusewatch.OSOptions{}), fusewatch.Options{Registerer: reg})
 	if err != nil {
 		return err
@@ -241,7 +214,6 @@ func Run(ctx context.Context, o *Options) error {
 	agent.Add("fusewatch", fuse)
 	agent.Add("localdisk", nodeagent.AfterSync(view, ld))
 	s3opts := s3mount.NewOptions()
-	s3opts.Ablate = ablateS3
 	s3, err := s3mount.New(deps, s3mount.NewOS(), s3opts)
 	if err != nil {
 		return err

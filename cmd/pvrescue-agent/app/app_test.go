@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/pvrescue/pvrescue/nodeagent/s3mount"
 )
 
 func TestCommandFlags(t *testing.T) {
@@ -35,12 +33,6 @@ func TestCommandFlags(t *testing.T) {
 		{name: "nice out of range", env: "n", args: []string{"--nice=-21"}, wantErr: ErrInvalidOptions},
 		{name: "negative event delay", env: "n", args: []string{"--event-delay=-1s"}, wantErr: ErrInvalidOptions},
 		{name: "event delay over a minute", env: "n", args: []string{"--event-delay=61s"}, wantErr: ErrInvalidOptions},
-		{
-			name: "ablate (bench only)", env: "n", args: []string{"--ablate=prefetch"},
-			want: &Options{NodeName: "n", MetricsBindAddress: ":8080", HealthProbeBindAddress: ":8081", ContainerRemount: true, Nice: -10, EventDelay: 2 * time.Second,
-				Ablate: "prefetch"},
-		},
-		{name: "ablate an unknown mechanism", env: "n", args: []string{"--ablate=prefetch,nope"}, wantErr: ErrInvalidOptions},
 		{name: "positional argument", env: "n", args: []string{"extra"}, wantErr: errAny},
 		{name: "unknown flag", env: "n", args: []string{"--nope"}, wantErr: errAny},
 	} {
@@ -70,15 +62,3 @@ func TestCommandFlags(t *testing.T) {
 }
 
 var errAny = errors.New("any error")
-
-// --ablate reaches s3mount's switches, and the shipped agent sets none.
-func TestAblations(t *testing.T) {
-	s3, err := (&Options{Ablate: " prefetch"}).ablations()
-	if err != nil || !s3.Prefetch {
-		t.Errorf("every mechanism named: s3mount %+v, err %v; want all off", s3, err)
-	}
-	s3, err = NewOptions().ablations()
-	if err != nil || s3 != (s3mount.Ablations{}) {
-		t.Errorf("defaults: s3mount %+v, err %v; want nothing switched off", s3, err)
-	}
-}

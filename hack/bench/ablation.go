@@ -34,8 +34,7 @@ const shippedNice = -10
 type ablationVariant struct {
 	name string
 	// off says what is switched off and where the mechanism lives.
-	off        string
-	eventDelay *time.Duration
+	off string
 	// nice is the bench process's nice value during the variant's incidents (the agent runs in
 	// it; its s3fs bridge inherits it).
 	nice int
@@ -52,10 +51,8 @@ func ablationNames() []string {
 }
 
 func ablationVariants() []ablationVariant {
-	zero := time.Duration(0)
 	return []ablationVariant{
 		{name: shippedVariant, off: "nothing (the shipped agent)", nice: shippedNice},
-		{name: "event-delay", off: "held Events: sent at once (--event-delay=0; nodeagent/events.go)", eventDelay: &zero, nice: shippedNice},
 		{name: "nice", off: "--nice: the agent and its bridge at nice 0 (--nice=0; internal/priority)", nice: 0},
 	}
 }
@@ -113,7 +110,7 @@ func runAblation(ctx context.Context, o *Options) Section {
 			"real s3fs, a real S3 server, the objects in a real kube-apiserver " + KubeVersion + ") with one container per pod as the containers " +
 			"section makes them (a process in a mount namespace of its own, unshare(1), binding its pod's target with propagation None; " +
 			"the only stand-in is its cgroup as containermount reads it). The agent is stopped and started again before each incident with the " +
-			"variant's switches (the Events' hold, the process's nice value).",
+			"variant's switches (the process's nice value).",
 	}
 	if err := ablation(ctx, o, &s); err != nil {
 		s.Err = err
@@ -329,7 +326,6 @@ func ablationRig(ctx context.Context, o *Options, pods int, variants []ablationV
 				return ctx.Err()
 			}
 			ro := base
-			ro.eventDelay = v.eventDelay
 			r.stopRunningAgent()
 			if err := priority.SetNice(v.nice); err != nil {
 				return fmt.Errorf("nice %d for %s: %w", v.nice, v.name, err)

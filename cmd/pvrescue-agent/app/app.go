@@ -49,8 +49,6 @@ type Options struct {
 	// bridges, each in a group of its own, rank against the node's pods by the kernel's default
 	// weight and run under s3.bridgeLimits; the agent ranks against them by its pod's CPU request.
 	Nice int
-	// EventDelay holds each Event this long before it is sent (nodeagent.RecorderOptions).
-	EventDelay time.Duration
 }
 
 // NewOptions returns the defaults; the node name comes from $NODE_NAME.
@@ -61,7 +59,6 @@ func NewOptions() *Options {
 		HealthProbeBindAddress: ":8081",
 		ContainerRemount:       true,
 		Nice:                   -10,
-		EventDelay:             nodeagent.DefaultEventPostDelay,
 	}
 }
 
@@ -73,7 +70,6 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "address of /metrics (\"0\" disables)")
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "address of /healthz (\"0\" disables)")
 	fs.BoolVar(&o.ContainerRemount, "container-remount", o.ContainerRemount, "put restored S3 mounts back into running containers (needs hostPID: true on the agent pod; false turns it off)")
-	fs.DurationVar(&o.EventDelay, "event-delay", o.EventDelay, "how long each Kubernetes Event is held before it is sent, so a rescue's reports (two per pod it served) reach the API server after the pods read again, not while they wait; 0 sends at once (at most 1m)")
 	fs.IntVar(&o.Nice, "nice", o.Nice, "CPU scheduling priority (nice, -20..19) of the agent and the s3fs bridges it starts, so a rescue does not wait behind the node's busy processes; the bridges' own cgroups keep the default weight and s3.bridgeLimits' limits, so the value ranks them only within them; 0 leaves the defaults (lowering it needs CAP_SYS_NICE)")
 }
 
@@ -95,15 +91,8 @@ func (o *Options) Validate() error {
 	if o.Nice < -20 || o.Nice > 19 {
 		errs = append(errs, fmt.Errorf("%w: --nice must be within -20..19, got %d", ErrInvalidOptions, o.Nice))
 	}
-	if o.EventDelay < 0 || o.EventDelay > maxEventDelay {
-		errs = append(errs, fmt.Errorf("%w: --event-delay must be within 0..%s, got %s", ErrInvalidOptions, maxEventDelay, o.EventDelay))
-	}
 	return errors.Join(errs...)
 }
-
-// maxEventDelay bounds --event-delay: Events are reports for people, and held ones are lost if
-// the agent is killed.
-const maxEventDelay = time.Minute
 
 // RunFunc runs the agent with validated options.
 type RunFunc func(ctx context.Context, o *Options) error
@@ -166,7 +155,7 @@ func Run(ctx context.Context, o *Options) error {
 		_, err := client.Discovery().RESTClient().Get().AbsPath("/version").DoRaw(ctx)
 		return err
 	}}
-	recorder, stopEvents := nodeagent.NewRecorder(client, o.NodeName, nodeagent.RecorderOptions{PostDelay: o.EventDelay})
+	recorder, stopEvents := nodeagent.NewRecorder(client, o.NodeName, nodeagent.RecorderOptions{})
 	defer stopEvents()
 	// Consent: by default the rescues see only the pods of opted-in namespaces that did not opt out.
 	view, err := nodeagent.NewKubeView(client, o.NodeName, clock.RealClock{}, nodeagent.ViewOptions{RequireConsent: !cfg.RescueAllNamespaces})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -19,20 +18,18 @@ func TestCommandFlags(t *testing.T) {
 	}{
 		{
 			name: "defaults with node from env", env: "node-a",
-			want: &Options{NodeName: "node-a", MetricsBindAddress: ":8080", HealthProbeBindAddress: ":8081", ContainerRemount: true, Nice: -10, EventDelay: 2 * time.Second},
+			want: &Options{NodeName: "node-a", MetricsBindAddress: ":8080", HealthProbeBindAddress: ":8081", ContainerRemount: true, Nice: -10},
 		},
 		{
 			name: "all flags", env: "node-a",
 			args: []string{"--config=/etc/pvrescue/config.yaml", "--node-name=node-b", "--kubeconfig=/k",
-				"--metrics-bind-address=127.0.0.1:9090", "--health-probe-bind-address=0", "--container-remount=false", "--nice=0", "--event-delay=0"},
+				"--metrics-bind-address=127.0.0.1:9090", "--health-probe-bind-address=0", "--container-remount=false", "--nice=0"},
 			want: &Options{ConfigFile: "/etc/pvrescue/config.yaml", NodeName: "node-b", Kubeconfig: "/k",
 				MetricsBindAddress: "127.0.0.1:9090", HealthProbeBindAddress: "0"},
 		},
 		{name: "no node name", wantErr: ErrInvalidOptions},
 		{name: "empty metrics address", env: "n", args: []string{"--metrics-bind-address="}, wantErr: ErrInvalidOptions},
 		{name: "nice out of range", env: "n", args: []string{"--nice=-21"}, wantErr: ErrInvalidOptions},
-		{name: "negative event delay", env: "n", args: []string{"--event-delay=-1s"}, wantErr: ErrInvalidOptions},
-		{name: "event delay over a minute", env: "n", args: []string{"--event-delay=61s"}, wantErr: ErrInvalidOptions},
 		{name: "positional argument", env: "n", args: []string{"extra"}, wantErr: errAny},
 		{name: "unknown flag", env: "n", args: []string{"--nope"}, wantErr: errAny},
 	} {

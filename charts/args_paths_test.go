@@ -16,7 +16,7 @@ func TestExtraArgsAndPathRoots(t *testing.T) {
 	v := map[string]any{}
 	if err := yaml.Unmarshal([]byte(`
 agent:
-  extraArgs: ["--nice=-5", "--zap-log-level=debug"]
+  extraArgs: ["--zap-devel", "--zap-log-level=debug"]
 webhook:
   extraArgs: ["--zap-log-level=debug"]
 config:
@@ -29,7 +29,7 @@ config:
 	var ds appsv1.DaemonSet
 	find(t, objs, "DaemonSet", "pvrescue-agent", &ds)
 	args := ds.Spec.Template.Spec.Containers[0].Args
-	if n := len(args); n < 2 || args[n-2] != "--nice=-5" || args[n-1] != "--zap-log-level=debug" {
+	if n := len(args); n < 2 || args[n-2] != "--zap-devel" || args[n-1] != "--zap-log-level=debug" {
 		t.Errorf("agent args %q: want the extraArgs last", args)
 	}
 	var d appsv1.Deployment

@@ -18,7 +18,6 @@ import (
 
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/internal/mountreplace"
-	"github.com/pvrescue/pvrescue/internal/priority"
 	"github.com/pvrescue/pvrescue/internal/testenv"
 	"github.com/pvrescue/pvrescue/nodeagent"
 	"github.com/pvrescue/pvrescue/nodeagent/containermount"
@@ -26,18 +25,12 @@ import (
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount"
 )
 
-// shippedNice is the agent's --nice default (cmd/pvrescue-agent/app).
-const shippedNice = -10
-
 // ablationVariant is one agent of the ablation section: the shipped one, or the shipped one with
 // one mechanism of the rescue path switched off.
 type ablationVariant struct {
 	name string
 	// off says what is switched off and where the mechanism lives.
 	off string
-	// nice is the bench process's nice value during the variant's incidents (the agent runs in
-	// it; its s3fs bridge inherits it).
-	nice int
 }
 
 const shippedVariant = "shipped"
@@ -52,8 +45,7 @@ func ablationNames() []string {
 
 func ablationVariants() []ablationVariant {
 	return []ablationVariant{
-		{name: shippedVariant, off: "nothing (the shipped agent)", nice: shippedNice},
-		{name: "nice", off: "--nice: the agent and its bridge at nice 0 (--nice=0; internal/priority)", nice: 0},
+		{name: shippedVariant, off: "nothing (the shipped agent)"},
 	}
 }
 
@@ -110,7 +102,7 @@ func runAblation(ctx context.Context, o *Options) Section {
 			"real s3fs, a real S3 server, the objects in a real kube-apiserver " + KubeVersion + ") with one container per pod as the containers " +
 			"section makes them (a process in a mount namespace of its own, unshare(1), binding its pod's target with propagation None; " +
 			"the only stand-in is its cgroup as containermount reads it). The agent is stopped and started again before each incident with the " +
-			"variant's switches (the process's nice value).",
+			"variant's switches (none are left: issue 52 removed every mechanism this section measured; a new one gets a variant here).",
 	}
 	if err := ablation(ctx, o, &s); err != nil {
 		s.Err = err
@@ -159,11 +151,6 @@ func ablation(ctx context.Context, o *Options, s *Section) error {
 	if err != nil {
 		return err
 	}
-	startNice, err := priority.Nice(0)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = priority.SetNice(startNice) }()
 	stopBusy, err := startBusyLoops(o.AblationBusy)
 	if err != nil {
 		return err
@@ -210,7 +197,10 @@ func ablation(ctx context.Context, o *Options, s *Section) error {
 		}
 	}
 	s.Raw = RawSamples(names, series)
-	var offs []string
+	offs := []string{"nothing (no mechanism is left to switch off)"}
+	if len(variants) > 1 {
+		offs = nil
+	}
 	for _, v := range variants[1:] {
 		offs = append(offs, fmt.Sprintf("%s — %s", v.name, v.off))
 	}
@@ -219,8 +209,8 @@ func ablation(ctx context.Context, o *Options, s *Section) error {
 		fmt.Sprintf("Switched off, one at a time: %s.", strings.Join(offs, "; ")),
 		fmt.Sprintf("Rounds: %d per pod count; each round runs every variant once and the shipped agent twice (first and in the middle), the others in an order rotated by round, so that load that drifts during the run falls on all alike. %d pod counts took %s in all.", o.AblationRepeats, len(sizes), took.Round(time.Second)),
 		"Verdict, the same rule both ways: each incident gives a p50 and a max over its containers; the spread is the range of the shipped agent's incidents of the same run and pod count (shown as ratios to the shipped cell's pooled figure). \"beyond spread, slower without it\" when the variant's median incident is slower than the slowest shipped incident (the mechanism shortens the window), \"beyond spread, faster without it\" when it is faster than the fastest shipped incident (the mechanism lengthens it), \"inside spread\" otherwise. Ratios are the pooled p50 (or max) over every container of every incident of the cell against the shipped cell's.",
-		fmt.Sprintf("Load: %d busy loops (sh, nice %d) beside the rig for the whole run, as the stress section runs (without contention for the CPU --nice could not act). The agent runs in the bench process: --nice is the whole process's nice value (%d shipped, 0 for the nice variant), set before the agent starts, so the bench's own pollers share it; the S3 server, the busy loops and the containers were started at nice %d. The plugin's layout is the plain one (an s3fs per target, as the stress section's 5-pod rig): at %s pods as many daemons die per incident. Shipped configuration otherwise, except s3.bridgeFlapLimit 0 (the incidents come faster than the flap window) and s3.bridgeDiskFreePercent 0 (15 %% of this machine's shared disk is more than it has free: every bridge's s3fs refused to mount, \"no enough disk space\"; the absolute floor s3.bridgeDiskFreeMB stays).", o.AblationBusy, startNice, shippedNice, startNice, o.AblationPods),
-		"Not switched off: the bridges' CPU weight (removed in bd3a935); worker pools (none found in the shipped rescue path: nodeagent/s3mount, containermount, fusewatch and cmd/pvrescue-agent start one restore goroutine per PV and bind a PV's targets one after the other); \"priorities\" beyond --nice (internal/priority is the only scheduling priority the agent sets; its bridges inherit it).",
+		fmt.Sprintf("Load: %d busy loops (sh) beside the rig for the whole run, as the stress section runs. The agent runs in the bench process. The plugin's layout is the plain one (an s3fs per target, as the stress section's 5-pod rig): at %s pods as many daemons die per incident. Shipped configuration otherwise, except s3.bridgeFlapLimit 0 (the incidents come faster than the flap window) and s3.bridgeDiskFreePercent 0 (15 %% of this machine's shared disk is more than it has free: every bridge's s3fs refused to mount, \"no enough disk space\"; the absolute floor s3.bridgeDiskFreeMB stays).", o.AblationBusy, o.AblationPods),
+		"Not switched off: the bridges' CPU weight (removed in bd3a935); worker pools (none found in the shipped rescue path: nodeagent/s3mount, containermount, fusewatch and cmd/pvrescue-agent start one restore goroutine per PV and bind a PV's targets one after the other); scheduling priorities (the agent sets none since --nice was removed).",
 		fmt.Sprintf("The agent's log (V(1), with the bench's marks): `%s`.", logPath))
 	return nil
 }
@@ -327,9 +317,6 @@ func ablationRig(ctx context.Context, o *Options, pods int, variants []ablationV
 			}
 			ro := base
 			r.stopRunningAgent()
-			if err := priority.SetNice(v.nice); err != nil {
-				return fmt.Errorf("nice %d for %s: %w", v.nice, v.name, err)
-			}
 			if err := r.startAgent(logr.NewContext(ctx, r.log), ro); err != nil {
 				return fmt.Errorf("%s agent: %w", v.name, err)
 			}

@@ -20,7 +20,6 @@ import (
 	"github.com/pvrescue/pvrescue/internal/cmdutil/kubecmd"
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/internal/mountreplace"
-	"github.com/pvrescue/pvrescue/internal/priority"
 	"github.com/pvrescue/pvrescue/nodeagent"
 	"github.com/pvrescue/pvrescue/nodeagent/containermount"
 	"github.com/pvrescue/pvrescue/nodeagent/fusewatch"
@@ -41,14 +40,6 @@ type Options struct {
 	HealthProbeBindAddress string
 	// ContainerRemount puts restored S3 mounts back into running containers (needs hostPID).
 	ContainerRemount bool
-	// Nice is the CPU scheduling priority of the agent and of the s3fs bridges it starts
-	// (-20..19, 0 leaves the default). A rescue is a fraction of a second of work, and it comes
-	// when the node is busiest: the plugin's pod going down and coming back, kubelet and the
-	// runtime tearing down and starting containers. The agent's own use is small (its steady
-	// state is a periodic check). A nice value ranks a thread only within its cgroup: the
-	// bridges, each in a group of its own, rank against the node's pods by the kernel's default
-	// weight and run under s3.bridgeLimits; the agent ranks against them by its pod's CPU request.
-	Nice int
 }
 
 // NewOptions returns the defaults; the node name comes from $NODE_NAME.
@@ -58,7 +49,6 @@ func NewOptions() *Options {
 		MetricsBindAddress:     ":8080",
 		HealthProbeBindAddress: ":8081",
 		ContainerRemount:       true,
-		Nice:                   -10,
 	}
 }
 
@@ -70,7 +60,6 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "address of /metrics (\"0\" disables)")
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "address of /healthz (\"0\" disables)")
 	fs.BoolVar(&o.ContainerRemount, "container-remount", o.ContainerRemount, "put restored S3 mounts back into running containers (needs hostPID: true on the agent pod; false turns it off)")
-	fs.IntVar(&o.Nice, "nice", o.Nice, "CPU scheduling priority (nice, -20..19) of the agent and the s3fs bridges it starts, so a rescue does not wait behind the node's busy processes; the bridges' own cgroups keep the default weight and s3.bridgeLimits' limits, so the value ranks them only within them; 0 leaves the defaults (lowering it needs CAP_SYS_NICE)")
 }
 
 // ErrInvalidOptions is wrapped by every flag validation error.
@@ -87,9 +76,6 @@ func (o *Options) Validate() error {
 	}
 	if o.HealthProbeBindAddress == "" {
 		errs = append(errs, fmt.Errorf("%w: --health-probe-bind-address must not be empty (\"0\" disables)", ErrInvalidOptions))
-	}
-	if o.Nice < -20 || o.Nice > 19 {
-		errs = append(errs, fmt.Errorf("%w: --nice must be within -20..19, got %d", ErrInvalidOptions, o.Nice))
 	}
 	return errors.Join(errs...)
 }
@@ -122,14 +108,6 @@ func Run(ctx context.Context, o *Options) error {
 	cfg, err := config.Load(o.ConfigFile)
 	if err != nil {
 		return err
-	}
-	if o.Nice != 0 {
-		// Not fatal: without CAP_SYS_NICE the agent still works, only later under load.
-		if err := priority.SetNice(o.Nice); err != nil {
-			log.Error(err, "cannot set the agent's scheduling priority; it runs at the default", "nice", o.Nice)
-		} else {
-			log.Info("scheduling priority set", "nice", o.Nice)
-		}
 	}
 	rc, err := restConfig(o.Kubeconfig)
 	if err != nil {

@@ -18,18 +18,17 @@ func TestCommandFlags(t *testing.T) {
 	}{
 		{
 			name: "defaults with node from env", env: "node-a",
-			want: &Options{NodeName: "node-a", MetricsBindAddress: ":8080", HealthProbeBindAddress: ":8081", ContainerRemount: true, Nice: -10},
+			want: &Options{NodeName: "node-a", MetricsBindAddress: ":8080", HealthProbeBindAddress: ":8081", ContainerRemount: true},
 		},
 		{
 			name: "all flags", env: "node-a",
 			args: []string{"--config=/etc/pvrescue/config.yaml", "--node-name=node-b", "--kubeconfig=/k",
-				"--metrics-bind-address=127.0.0.1:9090", "--health-probe-bind-address=0", "--container-remount=false", "--nice=0"},
+				"--metrics-bind-address=127.0.0.1:9090", "--health-probe-bind-address=0", "--container-remount=false"},
 			want: &Options{ConfigFile: "/etc/pvrescue/config.yaml", NodeName: "node-b", Kubeconfig: "/k",
 				MetricsBindAddress: "127.0.0.1:9090", HealthProbeBindAddress: "0"},
 		},
 		{name: "no node name", wantErr: ErrInvalidOptions},
 		{name: "empty metrics address", env: "n", args: []string{"--metrics-bind-address="}, wantErr: ErrInvalidOptions},
-		{name: "nice out of range", env: "n", args: []string{"--nice=-21"}, wantErr: ErrInvalidOptions},
 		{name: "positional argument", env: "n", args: []string{"extra"}, wantErr: errAny},
 		{name: "unknown flag", env: "n", args: []string{"--nope"}, wantErr: errAny},
 	} {

@@ -30,7 +30,6 @@ import (
 	"github.com/pvrescue/pvrescue/e2e/stack"
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/internal/contract"
-	"github.com/pvrescue/pvrescue/nodeagent"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csitest"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/s3fs"
 )
@@ -346,7 +345,7 @@ func busyBridge(t *testing.T, e *env) {
 	hungSeen := time.Now()
 	time.Sleep(busyAbortHungAfter)
 	looked := waitS3Passes(t, e, 2, time.Minute)
-	time.Sleep(nodeagent.DefaultEventPostDelay + time.Second)
+	time.Sleep(eventSendSlack)
 	abortedSum := 0.0
 	aborts := metricSeries(agentMetricsBody(t, e), "pvrescue_s3_hung_aborts_total")
 	for _, v := range aborts {

@@ -116,6 +116,7 @@ func demoPluginRestart(t *testing.T, e *env) {
 	restarts := map[string]map[string]int32{"s3app": restartCounts(pod)}
 	target := podTarget(e, string(pod.UID), s3PV)
 	was := demoTop(t, target, "before the failure")
+	wasStack := mustStackIdentity(t, target)
 	daemons := demoDaemons(t, pluginS3fs(e.csi), "the plugin's s3fs before the failure")
 	agent, counters := demoCounters(t, e, demoDeadFound, demoRestores(s3mount.MethodBridge), demoRestores(s3mount.MethodReplay))
 
@@ -154,10 +155,12 @@ func demoPluginRestart(t *testing.T, e *env) {
 	if alive := daemons.alive(); len(alive) > 0 {
 		t.Errorf("the plugin pod is gone but its s3fs %v still runs: the kill did not kill the volume", alive)
 	}
+	// By unique mount IDs: the kernel hands mountinfo's IDs (and anonymous devices) out again as
+	// soon as they are freed, and did (mount ID 94 → 94, device 0:68 → 0:181 in a CI run).
 	now := demoTop(t, target, "after the restore")
-	if now.ID == was.ID || now.Dev == was.Dev {
-		t.Errorf("the target is served by the same mount as before the kill (mount ID %d → %d, device %s → %s): the volume was not replaced",
-			was.ID, now.ID, was.Dev, now.Dev)
+	if nowStack := mustStackIdentity(t, target); nowStack == wasStack {
+		t.Errorf("the target is served by the same mounts as before the kill (unique mount IDs %s; mount ID %d → %d, device %s → %s): the volume was not replaced",
+			nowStack, was.ID, now.ID, was.Dev, now.Dev)
 	}
 	fresh := demoDaemons(t, pluginS3fs(e.csi), "the new plugin's s3fs")
 	if both := fresh.same(daemons); len(both) > 0 {
@@ -220,6 +223,7 @@ func demoBridge(t *testing.T, e *env) {
 	target := podTarget(e, string(pod.UID), l.pv)
 	bridgeAfter := config.Default().S3.DriverDownBridgeAfter.Duration
 	was := demoTop(t, target, "before the failure")
+	wasStack := mustStackIdentity(t, target)
 	daemons := demoDaemons(t, pluginS3fs(l.plugin), "the "+l.driver+" plugin's s3fs before the failure")
 	agent, counters := demoCounters(t, e, demoDeadFound, demoRestores(s3mount.MethodBridge), demoRestores(s3mount.MethodReplay))
 
@@ -257,8 +261,8 @@ func demoBridge(t *testing.T, e *env) {
 	if !onOurMount(target, l.pv) {
 		t.Errorf("the top mount at the target is not the agent's bridge: %s", describeStack(mountsAt(target)))
 	}
-	if bridged.Dev == was.Dev {
-		t.Errorf("the bridge is the driver's dead FUSE connection again (device %s)", was.Dev)
+	if bridgedStack := mustStackIdentity(t, target); bridgedStack == wasStack {
+		t.Errorf("the bridge is the driver's dead mount again (unique mount IDs %s; device %s → %s)", bridgedStack, was.Dev, bridged.Dev)
 	}
 	writeReachesBucket(t, e, l.ns, "app", "app", "/data/bridged-write.txt", l.dataDir+"bridged-write.txt", "while bridged")
 	checkKubeletMounts(t, e, "while bridged")

@@ -261,7 +261,8 @@ func demoBridge(t *testing.T, e *env) {
 	if !onOurMount(target, l.pv) {
 		t.Errorf("the top mount at the target is not the agent's bridge: %s", describeStack(mountsAt(target)))
 	}
-	if bridgedStack := mustStackIdentity(t, target); bridgedStack == wasStack {
+	bridgedStack := mustStackIdentity(t, target)
+	if bridgedStack == wasStack {
 		t.Errorf("the bridge is the driver's dead mount again (unique mount IDs %s; device %s → %s)", bridgedStack, was.Dev, bridged.Dev)
 	}
 	writeReachesBucket(t, e, l.ns, "app", "app", "/data/bridged-write.txt", l.dataDir+"bridged-write.txt", "while bridged")
@@ -292,8 +293,9 @@ func demoBridge(t *testing.T, e *env) {
 		t.Errorf("the returned plugin's s3fs %v are the ones that died %v", both, daemons)
 	}
 	handed := demoTop(t, target, "after the hand-back")
-	if handed.Dev == bridged.Dev || handed.Dev == was.Dev {
-		t.Errorf("after the hand-back the target's FUSE device %s is the bridge's (%s) or the dead driver mount's (%s)", handed.Dev, bridged.Dev, was.Dev)
+	if handedStack := mustStackIdentity(t, target); handedStack == bridgedStack || handedStack == wasStack {
+		t.Errorf("after the hand-back the target holds the bridge's mounts (%s) or the dead driver mount's (%s): unique mount IDs %s (device %s; bridge %s, dead %s)",
+			bridgedStack, wasStack, handedStack, handed.Dev, bridged.Dev, was.Dev)
 	}
 	told = append(told, demoWaitEvents(t, e, l.ns, "app", contract.ReasonBridgeRetired)...)
 	// The hand-back is a replay through the returned driver, in the agent's count.

@@ -90,9 +90,10 @@ func lostFUSEMountMounters(t *testing.T, e *env) {
 	if len(driverS3fs) != len(vols) {
 		t.Fatalf("before the failure: the plugin runs s3fs %v, want %d", driverS3fs, len(vols))
 	}
-	deadIDs := map[string]int{}
+	// Unique mount IDs: mountinfo's IDs are handed out again once freed.
+	deadStacks := map[string]string{}
 	for _, v := range vols {
-		deadIDs[v.mounter] = mountsAt(v.target)[0].ID
+		deadStacks[v.mounter] = mustStackIdentity(t, v.target)
 	}
 	t0 := time.Now()
 	if err := plugin.Stop(ctx); err != nil {
@@ -114,7 +115,7 @@ func lostFUSEMountMounters(t *testing.T, e *env) {
 		// Evidence of the rescue that survives a faster agent: the driver's s3fs is gone (above),
 		// the target's top is another mount (a new ID) of the agent's own filesystem, served by an
 		// s3fs of the agent's, and the agent recorded it (its Event).
-		if top.Source != ourFSName(v.pv) || top.ID == deadIDs[v.mounter] {
+		if top.Source != ourFSName(v.pv) || mustStackIdentity(t, v.target) == deadStacks[v.mounter] {
 			t.Errorf("%s: the target's top is not the agent's bridge: %s", v.mounter, describeStack(st))
 		}
 		if ours := ourS3fs(v.pv); len(ours) != 1 {
@@ -260,6 +261,7 @@ func lostFUSEMountMounters(t *testing.T, e *env) {
 	id.uid, id.target = string(p.UID), podTarget(e, string(p.UID), id.pv)
 	waitReads(t, e, time.Now(), 30*time.Second, "on the recreated PV", id.readers("app", "/data/app.txt", "recreated PV data\n")...)
 	before := mountsAt(id.target)
+	beforeStack := mustStackIdentity(t, id.target)
 	t3 := time.Now()
 	if _, err := plugin.Restart(ctx); err != nil {
 		t.Fatalf("restart the plugin: %v", err)
@@ -279,7 +281,7 @@ func lostFUSEMountMounters(t *testing.T, e *env) {
 		return false, fmt.Sprintf("want %q in one of %v", wantText, replayed)
 	})
 	st := mountsAt(id.target)
-	if top := st[len(st)-1]; top.FSType != id.fsType() || top.ID == before[len(before)-1].ID {
+	if top := st[len(st)-1]; top.FSType != id.fsType() || mustStackIdentity(t, id.target) == beforeStack {
 		t.Errorf("recreated PV: after the loss the target's top is %s (ID %d), want a new fuse.rclone mount of the driver; before %s, now %s",
 			top.FSType, top.ID, describeStack(before), describeStack(st))
 	}

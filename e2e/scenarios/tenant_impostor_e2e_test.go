@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -19,7 +18,6 @@ import (
 
 	"github.com/pvrescue/pvrescue/e2e/framework"
 	"github.com/pvrescue/pvrescue/e2e/stack"
-	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/nodeagent/fusewatch"
 )
 
@@ -82,18 +80,7 @@ func hostileTenantImpostorFUSE(t *testing.T, e *env) {
 	ctx := context.Background()
 	cs := e.c.Client
 	checkUnprivilegedUserNS(t)
-	putInBucket(t, e, "impostor/marker.txt", "impostor marker\n")
-	bucket, err := e.s3.Bucket(s3Bucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(filepath.Join(bucket, "impostor")) })
-	fuseNamespace(t, e, impostorNS, true)
-	keys := config.Default().S3
-	s3Volume(t, e, s3Vol{ns: impostorNS, pv: impostorPV, driver: e.csi.Driver, handle: s3Bucket + "-impostor",
-		attrs: map[string]string{keys.Parameters.Bucket: s3Bucket, keys.Parameters.Endpoint: e.s3.Endpoint, "mounter": "s3fs"}})
-	deletePVAtCleanup(t, e, impostorPV)
-	logAgentOnFailure(t, e, impostorPV, "impostor", "fusewatch")
+	tenantVolume(t, e, "impostor", impostorNS, impostorPV, "impostor", "fusewatch")
 
 	app := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "app"},

@@ -584,18 +584,7 @@ func hostileTenantNestedUserNS(t *testing.T, e *env) {
 	ctx := context.Background()
 	cs := e.c.Client
 	checkUnprivilegedUserNS(t)
-	putInBucket(t, e, "nested/marker.txt", "nested marker\n")
-	bucket, err := e.s3.Bucket(s3Bucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(filepath.Join(bucket, "nested")) })
-	fuseNamespace(t, e, nestedNS, true)
-	keys := config.Default().S3
-	s3Volume(t, e, s3Vol{ns: nestedNS, pv: nestedPV, driver: e.csi.Driver, handle: s3Bucket + "-nested",
-		attrs: map[string]string{keys.Parameters.Bucket: s3Bucket, keys.Parameters.Endpoint: e.s3.Endpoint, "mounter": "s3fs"}})
-	deletePVAtCleanup(t, e, nestedPV)
-	logAgentOnFailure(t, e, nestedPV, "nested")
+	tenantVolume(t, e, "nested", nestedNS, nestedPV, "nested")
 
 	script := "unshare -Urm sh -c '" + nestedScript + "' " + nestedMarker + " &\nwhile true; do sleep 1; done"
 	if _, err := cs.CoreV1().Pods(nestedNS).Create(ctx, &corev1.Pod{
@@ -798,4 +787,24 @@ func agentSeries(url, series string) float64 {
 		return 0
 	}
 	return v
+}
+
+// tenantVolume sets up a hostile-tenant scenario's volume: a marker under prefix/ in the bucket
+// (removed at cleanup), the opted-in namespace ns, an s3fs PV pv of the suite's driver on that
+// prefix's handle (deleted at cleanup), and the agent's log lines naming pv or logKeys shown on
+// failure.
+func tenantVolume(t *testing.T, e *env, prefix, ns, pv string, logKeys ...string) {
+	t.Helper()
+	putInBucket(t, e, prefix+"/marker.txt", prefix+" marker\n")
+	bucket, err := e.s3.Bucket(s3Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(filepath.Join(bucket, prefix)) })
+	fuseNamespace(t, e, ns, true)
+	keys := config.Default().S3
+	s3Volume(t, e, s3Vol{ns: ns, pv: pv, driver: e.csi.Driver, handle: s3Bucket + "-" + prefix,
+		attrs: map[string]string{keys.Parameters.Bucket: s3Bucket, keys.Parameters.Endpoint: e.s3.Endpoint, "mounter": "s3fs"}})
+	deletePVAtCleanup(t, e, pv)
+	logAgentOnFailure(t, e, append([]string{pv}, logKeys...)...)
 }

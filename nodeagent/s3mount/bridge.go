@@ -3,7 +3,6 @@ package s3mount
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -56,41 +55,4 @@ func (r *Restorer) resolve(ctx context.Context, pv *corev1.PersistentVolume, pre
 		return s3fs.Volume{}, s3fs.Credentials{}, err
 	}
 	return vol, creds, nil
-}
-
-// prefetched is a credentials secret read live at the start of a restore pass.
-type prefetched struct {
-	ref    corev1.SecretReference
-	secret *corev1.Secret
-	err    error
-}
-
-// prefetchSecret starts the live read of the secret the PV names for a bridge, as discovery
-// read it (the view's copy), beside the pass's live read of the claim chain: both are round
-// trips to the API server, tens of ms each on a busy control plane, and a bridge for a driver
-// that does not answer waited for them in turn. The answer is used only if the PV read live
-// names the same secret (resolve); it costs one GET per incident that is not bridged. The
-// returned func waits for the read (nil: nothing was read).
-func (r *Restorer) prefetchSecret(ctx context.Context, ts []target) func() *prefetched {
-	none := func() *prefetched { return nil }
-	if len(ts) == 0 || ts[0].cached == nil || ts[0].cached.Spec.CSI == nil {
-		return none
-	}
-	pv := ts[0].cached
-	vol, err := s3fs.ResolveVolume(pv, r.cfg.S3.Parameters, r.cfg.S3.Profile(pv.Spec.CSI.Driver))
-	if err != nil || vol.SecretRef == nil {
-		return none
-	}
-	ref := *vol.SecretRef
-	done := make(chan *prefetched, 1)
-	go func() {
-		secret, err := r.d.View.Secret(ctx, ref.Namespace, ref.Name)
-		done <- &prefetched{ref: ref, secret: secret, err: err}
-	}()
-	var once sync.Once
-	var got *prefetched
-	return func() *prefetched {
-		once.Do(func() { got = <-done })
-		return got
-	}
 }

@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/pvrescue/pvrescue/internal/config"
 )
@@ -71,82 +69,6 @@ func refString(ref *corev1.ObjectReference) string {
 		return "none"
 	}
 	return ref.Namespace + "/" + ref.Name + " uid " + string(ref.UID)
-}
-
-// livePV reads, from the API server, the PV of pvName that the claims of ts lead to: every
-// target's claim must be bound to it, and all to one PV object (one UID). What a replay or a
-// bridge uses: never a deleted PV's attributes, nor a PV recreated under the name after the
-// chain was checked.
-//
-// Each claim is read once: pods sharing a claim (a Deployment's replicas on one node) lead to
-// the same objects, and one incident's live reads would otherwise grow with its pods (two
-// requests per pod, in sequence, before anything is restored).
-//
-// The PV is read while the first claim is: the two reads one after the other were 50–100 ms of
-// a loaded API server before a bridge could start. The claim still decides: the PV read early
-// counts only when the claim, read live, names pvName and the PV's claimRef names the claim;
-// else the chain is read again, in order.
-func (r *Restorer) livePV(ctx context.Context, pvName string, ts []target) (*corev1.PersistentVolume, error) {
-	var pv *corev1.PersistentVolume
-	var uid types.UID
-	early := r.readPVLive(ctx, pvName)
-	read := map[types.NamespacedName]bool{}
-	for _, t := range ts {
-		claim := types.NamespacedName{Namespace: t.pod.Namespace, Name: t.claim}
-		if read[claim] {
-			continue
-		}
-		read[claim] = true
-		p, err := r.liveChain(ctx, t.pod.Namespace, t.claim, pvName, early)
-		if err != nil {
-			return nil, err
-		}
-		if p.Name != pvName {
-			return nil, fmt.Errorf("%w: PVC %s/%s now leads to PV %s, not %s", ErrClaimChain, t.pod.Namespace, t.claim, p.Name, pvName)
-		}
-		if pv != nil && p.UID != uid {
-			return nil, fmt.Errorf("%w: PV %s changed (uid %s, then %s) while it was read", ErrClaimChain, pvName, uid, p.UID)
-		}
-		pv, uid = p, p.UID
-	}
-	if pv == nil {
-		return nil, fmt.Errorf("%w: no target of PV %s", ErrClaimChain, pvName)
-	}
-	return pv, nil
-}
-
-// readPVLive starts reading PV name from the API server (its cached copy forgotten) and returns
-// a function that waits for that one read's result.
-func (r *Restorer) readPVLive(ctx context.Context, name string) func() (*corev1.PersistentVolume, error) {
-	type result struct {
-		pv  *corev1.PersistentVolume
-		err error
-	}
-	done := make(chan result, 1) // the read ends on its own when nobody waits for it
-	go func() {
-		r.d.View.Forget("PersistentVolume", "", name)
-		pv, err := r.d.View.PersistentVolume(ctx, name)
-		done <- result{pv, err}
-	}()
-	return sync.OnceValues(func() (*corev1.PersistentVolume, error) {
-		res := <-done
-		return res.pv, res.err
-	})
-}
-
-// liveChain is chain(live) for a claim expected to lead to pvName, whose live read pv started
-// already (readPVLive): the claim is read live; when it is Bound to pvName and pv's claimRef
-// names it, that is the chain; anything else reads the chain again, in order, as chain does.
-func (r *Restorer) liveChain(ctx context.Context, namespace, claim, pvName string, pv func() (*corev1.PersistentVolume, error)) (*corev1.PersistentVolume, error) {
-	r.d.View.Forget("PersistentVolumeClaim", namespace, claim)
-	pvc, err := r.d.View.PersistentVolumeClaim(ctx, namespace, claim)
-	if err == nil && pvc.Spec.VolumeName == pvName {
-		if p, perr := pv(); perr == nil && claimRefNames(p, pvc) {
-			return p, nil
-		}
-	}
-	_, p, err := r.chain(ctx, namespace, claim, true)
-	return p, err
 }
 
 // S3Driver returns the S3 driver name of a PV: its own spec.csi.driver, when that is a

@@ -12,6 +12,44 @@ import (
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/stack"
 )
 
+// pruneState forgets timers, retry state and health series of targets and PVs that are gone,
+// so memory does not grow with history (table: the mount table this pass started with).
+func (r *Restorer) pruneState(targets []target, table stack.Table) {
+	paths := map[string]bool{}
+	pvs := map[string]bool{}
+	stagings := map[string]bool{}
+	for _, t := range targets {
+		paths[t.path] = true
+		pvs[t.pv] = true
+		stagings[t.staging] = true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for p := range r.deadSince {
+		if !paths[p] {
+			delete(r.deadSince, p)
+		}
+	}
+	for p := range r.hungSince {
+		if !paths[p] {
+			delete(r.hungSince, p)
+		}
+	}
+	for p, k := range r.healthy {
+		if !paths[p] {
+			r.metrics.MountHealthy.DeleteLabelValues(k.pv, k.namespace, k.pod)
+			delete(r.healthy, p)
+		}
+	}
+	// A gone pod's target keeps its record while it is mounted: cleanupTargets reads it.
+	_ = r.rules.Placed.Prune(func(p string) bool { return paths[p] || stagings[p] || table.IsMountPoint(p) })
+	for pv := range r.retry {
+		if !pvs[pv] && !r.inflight[pv] {
+			delete(r.retry, pv)
+		}
+	}
+}
+
 // cleanupTargets removes our own mounts from the targets of pods that are gone (deleted, or
 // every container ended) and leaves the driver's mounts, dead or alive, for the driver's own
 // NodeUnpublishVolume: a teardown is never worse than without us. A driver whose unpublish is a

@@ -177,40 +177,29 @@ func (r *Restorer) checkTarget(ctx context.Context, t target) stack.Health {
 	return h
 }
 
-// pruneState forgets timers, retry state and health series of targets and PVs that are gone,
-// so memory does not grow with history (table: the mount table this pass started with).
-func (r *Restorer) pruneState(targets []target, table stack.Table) {
-	paths := map[string]bool{}
-	pvs := map[string]bool{}
-	stagings := map[string]bool{}
-	for _, t := range targets {
-		paths[t.path] = true
-		pvs[t.pv] = true
-		stagings[t.staging] = true
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for p := range r.deadSince {
-		if !paths[p] {
-			delete(r.deadSince, p)
+// recheckSameConnection checks again each target in answered that shows the same filesystem
+// (device) as a dead target of its PV — binds of one staging mount share its FUSE connection and
+// die with it — and adds it to needs when it is dead now. A check that ran while the daemon was
+// exiting saw it answer; without this it waited for a second pass, after the whole first one.
+func (r *Restorer) recheckSameConnection(ctx context.Context, table stack.Table, answered []target, needs map[string][]target) {
+	deadDevs := map[string]map[string]bool{}
+	for pv, ts := range needs {
+		for _, t := range ts {
+			if top, ok := table.Top(t.path); ok {
+				if deadDevs[pv] == nil {
+					deadDevs[pv] = map[string]bool{}
+				}
+				deadDevs[pv][top.Dev] = true
+			}
 		}
 	}
-	for p := range r.hungSince {
-		if !paths[p] {
-			delete(r.hungSince, p)
+	for _, t := range answered {
+		top, ok := table.Top(t.path)
+		if !ok || !deadDevs[t.pv][top.Dev] {
+			continue
 		}
-	}
-	for p, k := range r.healthy {
-		if !paths[p] {
-			r.metrics.MountHealthy.DeleteLabelValues(k.pv, k.namespace, k.pod)
-			delete(r.healthy, p)
-		}
-	}
-	// A gone pod's target keeps its record while it is mounted: cleanupTargets reads it.
-	_ = r.rules.Placed.Prune(func(p string) bool { return paths[p] || stagings[p] || table.IsMountPoint(p) })
-	for pv := range r.retry {
-		if !pvs[pv] && !r.inflight[pv] {
-			delete(r.retry, pv)
+		if r.checkTarget(ctx, t) == stack.Dead {
+			needs[t.pv] = append(needs[t.pv], t)
 		}
 	}
 }

@@ -240,11 +240,14 @@
 //
 // One dead target goes forward through four packages, never back:
 //
-//   - s3mount, the orchestrator: Run and Sync (rescue.go), discovery and health (discovery.go),
-//     the order above (restore.go), replay and retire of a PV's targets (replay.go, retire.go),
-//     the bridge's binds (bridge.go), what every restore ends with — the cover, its record, the
-//     container remount (restored.go) —, gone pods (cleanup.go), hung mounts (hung.go), backoff,
-//     metrics and Events (reasons in internal/contract);
+//   - s3mount, the orchestrator, file by file in the order an incident runs through them: Run
+//     and Sync (rescue.go), discovery and health (discovery.go, the claim chain in chain.go),
+//     the order above with the live reads it starts and its backoff (restore.go), replay of a
+//     PV's targets (replay.go) or the bridge's binds (bridge.go), what every restore ends with —
+//     the cover and its record (restored.go), then the container remount (remount.go) —, a
+//     refused result (refused.go); in later passes the hand-back (retire.go), hung mounts
+//     (hung.go), forgetting gone targets and leaving gone pods (cleanup.go); metrics and Events
+//     (reasons in internal/contract);
 //   - s3mount/csiclient, talking to a node plugin: registration, socket watch, kubelet's CSI
 //     paths, the fresh directories, and one Session (dial, capability, publish context, staging
 //     path) through which replay and retire restage and publish;

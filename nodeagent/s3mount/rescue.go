@@ -370,33 +370,6 @@ func (r *Restorer) Sync(ctx context.Context) error {
 	return nil
 }
 
-// recheckSameConnection checks again each target in answered that shows the same filesystem
-// (device) as a dead target of its PV — binds of one staging mount share its FUSE connection and
-// die with it — and adds it to needs when it is dead now. A check that ran while the daemon was
-// exiting saw it answer; without this it waited for a second pass, after the whole first one.
-func (r *Restorer) recheckSameConnection(ctx context.Context, table stack.Table, answered []target, needs map[string][]target) {
-	deadDevs := map[string]map[string]bool{}
-	for pv, ts := range needs {
-		for _, t := range ts {
-			if top, ok := table.Top(t.path); ok {
-				if deadDevs[pv] == nil {
-					deadDevs[pv] = map[string]bool{}
-				}
-				deadDevs[pv][top.Dev] = true
-			}
-		}
-	}
-	for _, t := range answered {
-		top, ok := table.Top(t.path)
-		if !ok || !deadDevs[t.pv][top.Dev] {
-			continue
-		}
-		if r.checkTarget(ctx, t) == stack.Dead {
-			needs[t.pv] = append(needs[t.pv], t)
-		}
-	}
-}
-
 // startRestores starts one restore per PV that is not in flight or backing off.
 func (r *Restorer) startRestores(ctx context.Context, needs map[string][]target) {
 	pvs := make([]string, 0, len(needs))

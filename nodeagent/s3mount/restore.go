@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/pvrescue/pvrescue/internal/contract"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
@@ -156,6 +158,146 @@ func (r *Restorer) restore(ctx context.Context, pvName string, ts []target) {
 	r.mu.Unlock()
 }
 
+// prefetched is a credentials secret read live at the start of a restore pass.
+type prefetched struct {
+	ref    corev1.SecretReference
+	secret *corev1.Secret
+	err    error
+}
+
+// prefetchSecret starts the live read of the secret the PV names for a bridge, as discovery
+// read it (the view's copy), beside the pass's live read of the claim chain: both are round
+// trips to the API server, tens of ms each on a busy control plane, and a bridge for a driver
+// that does not answer waited for them in turn. The answer is used only if the PV read live
+// names the same secret (resolve); it costs one GET per incident that is not bridged. The
+// returned func waits for the read (nil: nothing was read).
+func (r *Restorer) prefetchSecret(ctx context.Context, ts []target) func() *prefetched {
+	none := func() *prefetched { return nil }
+	if len(ts) == 0 || ts[0].cached == nil || ts[0].cached.Spec.CSI == nil {
+		return none
+	}
+	pv := ts[0].cached
+	vol, err := s3fs.ResolveVolume(pv, r.cfg.S3.Parameters, r.cfg.S3.Profile(pv.Spec.CSI.Driver))
+	if err != nil || vol.SecretRef == nil {
+		return none
+	}
+	ref := *vol.SecretRef
+	done := make(chan *prefetched, 1)
+	go func() {
+		secret, err := r.d.View.Secret(ctx, ref.Namespace, ref.Name)
+		done <- &prefetched{ref: ref, secret: secret, err: err}
+	}()
+	var once sync.Once
+	var got *prefetched
+	return func() *prefetched {
+		once.Do(func() { got = <-done })
+		return got
+	}
+}
+
+// probeDriver starts asking whether the node plugin of the driver the PV names, as discovery
+// read it (the view's copy), answers (csiclient.Client.Answers), beside the pass's live read of
+// the claim chain: both wait on others, and a plugin that does not answer took 18–68 ms to say
+// so after the PV's read (a registration socket asked, then the plugin's). The returned func
+// gives the answer for the driver the live PV names: nil (so the replay is tried as before)
+// when it names another one or nothing was asked.
+func (r *Restorer) probeDriver(ctx context.Context, ts []target) func(driver string) error {
+	if r.os.CSI == nil || len(ts) == 0 || ts[0].cached == nil || ts[0].cached.Spec.CSI == nil ||
+		!r.cfg.MayReplay(ts[0].cached.Spec.CSI.Driver) {
+		return func(string) error { return nil }
+	}
+	asked := ts[0].cached.Spec.CSI.Driver
+	answer := make(chan error, 1)
+	go func() {
+		cctx, cancel := context.WithTimeout(ctx, r.opts.MountTimeout)
+		defer cancel()
+		answer <- r.csi.Answers(cctx, asked)
+	}()
+	return func(driver string) error {
+		err := <-answer
+		if driver != asked {
+			return nil
+		}
+		return err
+	}
+}
+
+// livePV reads, from the API server, the PV of pvName that the claims of ts lead to: every
+// target's claim must be bound to it, and all to one PV object (one UID). What a replay or a
+// bridge uses: never a deleted PV's attributes, nor a PV recreated under the name after the
+// chain was checked.
+//
+// Each claim is read once: pods sharing a claim (a Deployment's replicas on one node) lead to
+// the same objects, and one incident's live reads would otherwise grow with its pods (two
+// requests per pod, in sequence, before anything is restored).
+//
+// The PV is read while the first claim is: the two reads one after the other were 50–100 ms of
+// a loaded API server before a bridge could start. The claim still decides: the PV read early
+// counts only when the claim, read live, names pvName and the PV's claimRef names the claim;
+// else the chain is read again, in order.
+func (r *Restorer) livePV(ctx context.Context, pvName string, ts []target) (*corev1.PersistentVolume, error) {
+	var pv *corev1.PersistentVolume
+	var uid types.UID
+	early := r.readPVLive(ctx, pvName)
+	read := map[types.NamespacedName]bool{}
+	for _, t := range ts {
+		claim := types.NamespacedName{Namespace: t.pod.Namespace, Name: t.claim}
+		if read[claim] {
+			continue
+		}
+		read[claim] = true
+		p, err := r.liveChain(ctx, t.pod.Namespace, t.claim, pvName, early)
+		if err != nil {
+			return nil, err
+		}
+		if p.Name != pvName {
+			return nil, fmt.Errorf("%w: PVC %s/%s now leads to PV %s, not %s", ErrClaimChain, t.pod.Namespace, t.claim, p.Name, pvName)
+		}
+		if pv != nil && p.UID != uid {
+			return nil, fmt.Errorf("%w: PV %s changed (uid %s, then %s) while it was read", ErrClaimChain, pvName, uid, p.UID)
+		}
+		pv, uid = p, p.UID
+	}
+	if pv == nil {
+		return nil, fmt.Errorf("%w: no target of PV %s", ErrClaimChain, pvName)
+	}
+	return pv, nil
+}
+
+// readPVLive starts reading PV name from the API server (its cached copy forgotten) and returns
+// a function that waits for that one read's result.
+func (r *Restorer) readPVLive(ctx context.Context, name string) func() (*corev1.PersistentVolume, error) {
+	type result struct {
+		pv  *corev1.PersistentVolume
+		err error
+	}
+	done := make(chan result, 1) // the read ends on its own when nobody waits for it
+	go func() {
+		r.d.View.Forget("PersistentVolume", "", name)
+		pv, err := r.d.View.PersistentVolume(ctx, name)
+		done <- result{pv, err}
+	}()
+	return sync.OnceValues(func() (*corev1.PersistentVolume, error) {
+		res := <-done
+		return res.pv, res.err
+	})
+}
+
+// liveChain is chain(live) for a claim expected to lead to pvName, whose live read pv started
+// already (readPVLive): the claim is read live; when it is Bound to pvName and pv's claimRef
+// names it, that is the chain; anything else reads the chain again, in order, as chain does.
+func (r *Restorer) liveChain(ctx context.Context, namespace, claim, pvName string, pv func() (*corev1.PersistentVolume, error)) (*corev1.PersistentVolume, error) {
+	r.d.View.Forget("PersistentVolumeClaim", namespace, claim)
+	pvc, err := r.d.View.PersistentVolumeClaim(ctx, namespace, claim)
+	if err == nil && pvc.Spec.VolumeName == pvName {
+		if p, perr := pv(); perr == nil && claimRefNames(p, pvc) {
+			return p, nil
+		}
+	}
+	_, p, err := r.chain(ctx, namespace, claim, true)
+	return p, err
+}
+
 // bridgeWait is how much longer the targets must stay dead before a bridge (0: now): when the
 // driver does not answer (driverDown), DriverDownBridgeAfter (0 by default) unless the PV's
 // bridges flap (flapping), else BridgeAfter. A target whose top mount is our own dead bridge
@@ -280,32 +422,5 @@ func (r *Restorer) backoff(pv string) {
 	rs.socketGen = r.socketGen
 	if gen, ok := r.passGen[pv]; ok { // a pass's failure: judged against the sockets since it began
 		rs.socketGen = gen
-	}
-}
-
-// probeDriver starts asking whether the node plugin of the driver the PV names, as discovery
-// read it (the view's copy), answers (csiclient.Client.Answers), beside the pass's live read of
-// the claim chain: both wait on others, and a plugin that does not answer took 18–68 ms to say
-// so after the PV's read (a registration socket asked, then the plugin's). The returned func
-// gives the answer for the driver the live PV names: nil (so the replay is tried as before)
-// when it names another one or nothing was asked.
-func (r *Restorer) probeDriver(ctx context.Context, ts []target) func(driver string) error {
-	if r.os.CSI == nil || len(ts) == 0 || ts[0].cached == nil || ts[0].cached.Spec.CSI == nil ||
-		!r.cfg.MayReplay(ts[0].cached.Spec.CSI.Driver) {
-		return func(string) error { return nil }
-	}
-	asked := ts[0].cached.Spec.CSI.Driver
-	answer := make(chan error, 1)
-	go func() {
-		cctx, cancel := context.WithTimeout(ctx, r.opts.MountTimeout)
-		defer cancel()
-		answer <- r.csi.Answers(cctx, asked)
-	}()
-	return func(driver string) error {
-		err := <-answer
-		if driver != asked {
-			return nil
-		}
-		return err
 	}
 }

@@ -63,7 +63,7 @@ func (r *Restorer) startRetires(ctx context.Context, bridged map[string][]target
 // when no target holds its bind any more (retireUnusedBridges). It returns how many targets moved.
 func (r *Restorer) retire(ctx context.Context, pvName string, ts []target) (moved int) {
 	log := logr.FromContextOrDiscard(ctx).WithValues("pv", pvName)
-	pv, err := r.livePV(ctx, pvName, ts) // the replay uses the PV's attributes: read live (chain.go)
+	pv, err := r.livePV(ctx, pvName, ts) // the replay uses the PV's attributes: read live (restore.go)
 	if err != nil || pv.Spec.CSI == nil || !r.cfg.MayReplay(pv.Spec.CSI.Driver) {
 		return 0
 	}

@@ -51,19 +51,7 @@ func TestNodeLongPVName(t *testing.T) {
 	})
 
 	bridge := l.MountPoint(pv)
-	before := bridgeProcess(t, bridge).Pid
-	stop()
-	r2, _ := e.agent(30 * time.Second)
-	time.Sleep(2 * time.Second) // ten check intervals
-	if n := len(stackAt(bridge)); n != 1 {
-		t.Errorf("bridge mounts after agent restart: %d, want 1", n)
-	}
-	if n := len(stackAt(target)); n != 1 {
-		t.Errorf("mounts at target after agent restart: %d, want 1", n)
-	}
-	if after := bridgeProcess(t, bridge).Pid; after != before {
-		t.Errorf("s3fs pid changed across agent restart: %d -> %d", before, after)
-	}
+	r2, _ := e.restartKeepsBridge(stop, bridge, target)
 	if got := counterValue(t, r2.Metrics().BridgesActive); got != 1 {
 		t.Errorf("bridges active after the restart %v, want 1 (adopted under the PV's full name)", got)
 	}

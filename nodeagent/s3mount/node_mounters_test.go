@@ -3,7 +3,6 @@
 package s3mount_test
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,8 +14,6 @@ import (
 
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/pvrescue/pvrescue/internal/contract"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csiclient"
@@ -91,33 +88,6 @@ func (e *nodeEnv) publishAs(pod *corev1.Pod, pv, program string) (string, *os.Pr
 // volumeWith is volume (handle bkt/<name>, the default secret) with the PV's attributes attrs.
 func (e *nodeEnv) volumeWith(name string, attrs map[string]string) {
 	e.t.Helper()
-	ctx := context.Background()
-	must(e.t, os.MkdirAll(filepath.Join(e.s3dir, bucket, name), 0o755))
-	_, err := e.client.CoreV1().PersistentVolumes().Create(ctx, &corev1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: corev1.PersistentVolumeSpec{
-			Capacity:         corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
-			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
-			StorageClassName: "s3",
-			ClaimRef:         &corev1.ObjectReference{Namespace: ns, Name: name},
-			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
-				Driver: driver, VolumeHandle: bucket + "/" + name,
-				NodePublishSecretRef: &corev1.SecretReference{Name: "s3-creds", Namespace: ns},
-				VolumeAttributes:     attrs,
-			}},
-		},
-	}, metav1.CreateOptions{})
-	must(e.t, err)
-	sc := "s3"
-	_, err = e.client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
-			StorageClassName: &sc,
-			VolumeName:       name,
-			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
-		},
-	}, metav1.CreateOptions{})
-	must(e.t, err)
-	e.bind(name)
+	e.claimedVolume(name, &corev1.CSIPersistentVolumeSource{
+		NodePublishSecretRef: &corev1.SecretReference{Name: "s3-creds", Namespace: ns}, VolumeAttributes: attrs})
 }

@@ -14,8 +14,6 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/pvrescue/pvrescue/internal/contract"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount"
@@ -124,31 +122,7 @@ func (e *nodeEnv) stagedPod(pv, podName string, prepare func(target string)) (pl
 // stagedVolume creates a PV (handle bkt/<name>) with stage and publish secret refs, and its claim.
 func (e *nodeEnv) stagedVolume(name string) {
 	e.t.Helper()
-	ctx := context.Background()
 	ref := &corev1.SecretReference{Name: "s3-creds", Namespace: ns}
-	must(e.t, os.MkdirAll(filepath.Join(e.s3dir, bucket, name), 0o755))
-	_, err := e.client.CoreV1().PersistentVolumes().Create(ctx, &corev1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: corev1.PersistentVolumeSpec{
-			Capacity:         corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
-			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
-			StorageClassName: "s3",
-			ClaimRef:         &corev1.ObjectReference{Namespace: ns, Name: name},
-			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
-				Driver: driver, VolumeHandle: bucket + "/" + name, NodeStageSecretRef: ref, NodePublishSecretRef: ref,
-				VolumeAttributes: map[string]string{"mounter": "s3fs"},
-			}},
-		},
-	}, metav1.CreateOptions{})
-	must(e.t, err)
-	sc := "s3"
-	_, err = e.client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}, StorageClassName: &sc, VolumeName: name,
-			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
-		},
-	}, metav1.CreateOptions{})
-	must(e.t, err)
-	e.bind(name)
+	e.claimedVolume(name, &corev1.CSIPersistentVolumeSource{NodeStageSecretRef: ref, NodePublishSecretRef: ref,
+		VolumeAttributes: map[string]string{"mounter": "s3fs"}})
 }

@@ -209,23 +209,28 @@ func newNodeEnv(t *testing.T) *nodeEnv {
 // volume creates a PV (handle bkt/<prefix>) and a bound PVC named after it.
 func (e *nodeEnv) volume(name string, secret *corev1.SecretReference, readOnly bool) {
 	e.t.Helper()
-	ctx := context.Background()
 	if secret == nil {
 		secret = &corev1.SecretReference{Name: "s3-creds", Namespace: ns}
 	}
+	e.claimedVolume(name, &corev1.CSIPersistentVolumeSource{ReadOnly: readOnly, NodePublishSecretRef: secret,
+		VolumeAttributes: map[string]string{"mounter": "s3fs", "capacity": "1073741824"}})
+}
+
+// claimedVolume makes the bucket prefix bkt/<name>, then a 1Gi RWX PV of class s3 named name whose
+// CSI source is src with this driver and handle bkt/<name>, and its claim, bound to each other.
+func (e *nodeEnv) claimedVolume(name string, src *corev1.CSIPersistentVolumeSource) {
+	e.t.Helper()
+	ctx := context.Background()
 	must(e.t, os.MkdirAll(filepath.Join(e.s3dir, bucket, name), 0o755))
+	src.Driver, src.VolumeHandle = driver, bucket+"/"+name
 	_, err := e.client.CoreV1().PersistentVolumes().Create(ctx, &corev1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: corev1.PersistentVolumeSpec{
-			Capacity:         corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
-			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
-			StorageClassName: "s3",
-			ClaimRef:         &corev1.ObjectReference{Namespace: ns, Name: name},
-			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
-				Driver: driver, VolumeHandle: bucket + "/" + name, ReadOnly: readOnly,
-				NodePublishSecretRef: secret,
-				VolumeAttributes:     map[string]string{"mounter": "s3fs", "capacity": "1073741824"},
-			}},
+			Capacity:               corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			AccessModes:            []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+			StorageClassName:       "s3",
+			ClaimRef:               &corev1.ObjectReference{Namespace: ns, Name: name},
+			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: src},
 		},
 	}, metav1.CreateOptions{})
 	must(e.t, err)
@@ -472,9 +477,28 @@ func TestNodeAgentRestartReadopts(t *testing.T) {
 		return restoredSince(target, served) && len(stackAt(target)) == 1
 	})
 	bridge := e.bridgeDir("pv-b")
+	r2, before := e.restartKeepsBridge(stop, bridge, target)
+	if got := counterValue(t, r2.Metrics().DeadFound); got != 0 {
+		t.Errorf("restarted agent found %v dead mounts, want 0", got)
+	}
+	// The adopted s3fs is not the new agent's child; its death is still found and repaired.
+	p, _ := os.FindProcess(before)
+	adopted := topMountID(target)
+	must(t, p.Signal(syscall.SIGKILL))
+	waitFor(t, 30*time.Second, "target restored by the restarted agent", func() bool {
+		return restoredSince(target, adopted) && len(stackAt(target)) == 1
+	})
+}
+
+// restartKeepsBridge stops the agent with stop and starts another; after ten check intervals the
+// new one must have re-adopted the bridge at bridge, not duplicated it: one mount there, one at
+// target (the bridge's bind, beneath where the dead driver mount was), the same s3fs pid as before
+// the restart. It returns the new agent and that pid.
+func (e *nodeEnv) restartKeepsBridge(stop func(), bridge, target string) (*s3mount.Restorer, int) {
+	t := e.t
+	t.Helper()
 	before := bridgeProcess(t, bridge).Pid
 	stop()
-
 	r2, _ := e.agent(30 * time.Second)
 	time.Sleep(2 * time.Second) // ten check intervals
 	if n := len(stackAt(bridge)); n != 1 {
@@ -486,16 +510,7 @@ func TestNodeAgentRestartReadopts(t *testing.T) {
 	if after := bridgeProcess(t, bridge).Pid; after != before {
 		t.Errorf("s3fs pid changed across agent restart: %d -> %d", before, after)
 	}
-	if got := counterValue(t, r2.Metrics().DeadFound); got != 0 {
-		t.Errorf("restarted agent found %v dead mounts, want 0", got)
-	}
-	// The adopted s3fs is not the new agent's child; its death is still found and repaired.
-	p, _ := os.FindProcess(before)
-	adopted := topMountID(target)
-	must(t, p.Signal(syscall.SIGKILL))
-	waitFor(t, 30*time.Second, "target restored by the restarted agent", func() bool {
-		return restoredSince(target, adopted) && len(stackAt(target)) == 1
-	})
+	return r2, before
 }
 
 // containerReads waits until cmd in the stand-in container prints want. The host's target

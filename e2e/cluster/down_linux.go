@@ -86,6 +86,13 @@ var systemNamespaces = map[string]bool{"default": true, "kube-system": true, "ku
 // that kubelet unmaps block volumes (its loop "device locks") and unpublishes CSI volumes, and the
 // pvrescue agent retires its fakes, before the processes are killed. Best effort: whatever is left
 // is removed by force afterwards.
+//
+// Two waves, because order matters to kubelet: the namespaces that run a DaemonSet (CSI node
+// plugins, the local provisioner) go second, so a plugin is still there to unpublish the volumes
+// of the app pods going first — removed together, an app pod whose plugin went first stays
+// Terminating until the timeout (seen: 60 s in two suites). Pods are deleted with a 1 s grace
+// period: the test images ignore SIGTERM, so their own grace (30 s by default) would only be a
+// wait for SIGKILL.
 func (c *Cluster) drain(timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -93,33 +100,81 @@ func (c *Cluster) drain(timeout time.Duration) {
 	if err != nil {
 		return
 	}
-	var user []string
+	var apps, plugins []string
 	for _, ns := range nss.Items {
-		if !systemNamespaces[ns.Name] && ns.Name != "pvrescue-system" {
-			user = append(user, ns.Name)
-			_ = c.Client.CoreV1().Namespaces().Delete(ctx, ns.Name, metav1.DeleteOptions{})
+		if systemNamespaces[ns.Name] || ns.Name == "pvrescue-system" {
+			continue
+		}
+		dss, err := c.Client.AppsV1().DaemonSets(ns.Name).List(ctx, metav1.ListOptions{Limit: 1})
+		if err == nil && len(dss.Items) > 0 {
+			plugins = append(plugins, ns.Name)
+		} else {
+			apps = append(apps, ns.Name)
 		}
 	}
+	c.Opts.logf("draining: deleting namespaces %v, then %v (they run DaemonSets), and every PV", apps, plugins)
 	_ = c.Client.CoreV1().PersistentVolumes().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
-	c.Opts.logf("draining: deleting namespaces %v and every PV", user)
-	lastLeft := 0
-	for ctx.Err() == nil {
-		left := 0
-		for _, ns := range user {
+	c.deleteNamespaces(ctx, apps)
+	c.waitDrained(ctx, apps, false)
+	c.deleteNamespaces(ctx, plugins)
+	if c.waitDrained(ctx, append(apps, plugins...), true); ctx.Err() != nil {
+		// Listed once more on a fresh deadline: a list cut short by the ended one says nothing.
+		lctx, lcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer lcancel()
+		left := c.waitDrained(lctx, append(apps, plugins...), true)
+		c.Opts.logf("draining timed out after %s with %d pods/PVs left (%s); removing the rest by force", timeout, len(left), strings.Join(left, ", "))
+	}
+}
+
+// deleteNamespaces deletes each namespace and then its pods with a 1 s grace period (after, so
+// that no controller of a terminating namespace makes new ones).
+func (c *Cluster) deleteNamespaces(ctx context.Context, nss []string) {
+	grace := metav1.DeleteOptions{GracePeriodSeconds: ptrInt64(1)}
+	for _, ns := range nss {
+		_ = c.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
+		_ = c.Client.CoreV1().Pods(ns).DeleteCollection(ctx, grace, metav1.ListOptions{})
+	}
+}
+
+// waitDrained waits until the namespaces have no pod left (and, with pvs, no PV is left either)
+// or ctx ends, and returns what its last complete listing found, as kind/namespace/name.
+func (c *Cluster) waitDrained(ctx context.Context, nss []string, pvs bool) []string {
+	var left []string
+	for {
+		var now []string
+		listed := true
+		for _, ns := range nss {
 			pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+			listed = listed && err == nil
 			if err == nil {
-				left += len(pods.Items)
+				for _, p := range pods.Items {
+					now = append(now, "pod/"+ns+"/"+p.Name)
+				}
 			}
 		}
-		pvs, err := c.Client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
-		if err == nil {
-			left += len(pvs.Items)
+		if pvs {
+			list, err := c.Client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+			listed = listed && err == nil
+			if err == nil {
+				for _, pv := range list.Items {
+					now = append(now, "pv/"+pv.Name)
+				}
+			}
 		}
-		if left == 0 {
-			return
+		if listed {
+			left = now
+			if len(left) == 0 {
+				return nil
+			}
 		}
-		lastLeft = left
-		time.Sleep(250 * time.Millisecond)
+		if ctx.Err() != nil {
+			return left
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(250 * time.Millisecond):
+		}
 	}
-	c.Opts.logf("draining timed out after %s with %d pods/PVs left; removing the rest by force", timeout, lastLeft)
 }
+
+func ptrInt64(v int64) *int64 { return &v }

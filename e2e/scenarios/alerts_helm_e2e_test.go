@@ -14,7 +14,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/pvrescue/pvrescue/e2e/cluster"
@@ -31,8 +30,10 @@ const (
 	alertsS3PV   = "e2e-alerts-s3"
 	// /dev/loop410: in testenv.TestLoops, clear of the suite's disks (401..403).
 	alertsDiskMinor = 410
-	// alertTimeScale: a minute of the shipped rules is a second in this test (monitoring.TimeScaled).
-	alertTimeScale = 60
+	// alertTimeScale: two minutes of the shipped rules are a second in this test
+	// (monitoring.TimeScaled): the longest wait, a fake active an hour, becomes 30 s; the shortest,
+	// a mount dead 5 minutes, 2.5 s — still longer than Prometheus's 2 s evaluation interval here.
+	alertTimeScale = 120
 )
 
 // The alerts a lost disk and a lost mount must raise, with the PV each is about.
@@ -45,9 +46,9 @@ var (
 // alerts fire while their failure lasts and resolve after it ends.
 //
 // The shipped rules wait minutes (a disk missing 30 minutes, a fake active an hour, a mount dead 5
-// minutes). Prometheus is reloaded with monitoring.TimeScaled(rules, 60): the same expressions,
-// labels and annotations, with every `for:` and age threshold divided by 60, so a minute becomes a
-// second. The failures are real:
+// minutes). Prometheus is reloaded with monitoring.TimeScaled(rules, alertTimeScale): the same
+// expressions, labels and annotations, with every `for:` and age threshold divided by 120, so two
+// minutes become a second. The failures are real:
 //   - lost disk: the /dev/disk/by-id link of a local block PV in use by a guarded pod is removed
 //     (the agent makes its fake there and reports the disk missing); plugged back, the agent sees
 //     the real disk and drops both series.
@@ -98,11 +99,11 @@ func alertsOnFailures(ctx context.Context, t *testing.T, e *env, prom *stack.Pro
 			return false, err.Error()
 		}
 		for _, r := range rs {
-			if r.Name == mountAlerts[0] && r.Duration == 5*60/alertTimeScale && r.Health == "ok" {
+			if r.Name == mountAlerts[0] && r.Duration == 5*60.0/alertTimeScale && r.Health == "ok" {
 				return true, ""
 			}
 		}
-		return false, fmt.Sprintf("%s not yet loaded with for: %ds and evaluated", mountAlerts[0], 5*60/alertTimeScale)
+		return false, fmt.Sprintf("%s not yet loaded with for: %gs and evaluated", mountAlerts[0], 5*60.0/alertTimeScale)
 	})
 	if a := activeAlerts(ctx, t, prom, alertsDiskPV, alertsS3PV); len(a) > 0 {
 		t.Fatalf("alerts active before any failure: %v", a)
@@ -188,34 +189,8 @@ func alertsLocalDisk(ctx context.Context, t *testing.T, c *cluster.Cluster) *dis
 	if err != nil {
 		t.Fatalf("make the disk: %v", err)
 	}
-	block := corev1.PersistentVolumeBlock
-	size := *resource.NewQuantity(diskSize, resource.BinarySI)
-	if _, err := cs.CoreV1().PersistentVolumes().Create(ctx, &corev1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: alertsDiskPV},
-		Spec: corev1.PersistentVolumeSpec{
-			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: size},
-			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
-			StorageClassName:              localClass(),
-			VolumeMode:                    &block,
-			ClaimRef:                      &corev1.ObjectReference{Namespace: alertsNS, Name: "disk"},
-			PersistentVolumeSource:        corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: d.Link()}},
-			NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
-				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{c.Opts.NodeName}}},
-			}}}},
-		},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create pv: %v", err)
-	}
-	class := localClass()
-	if _, err := cs.CoreV1().PersistentVolumeClaims(alertsNS).Create(ctx, &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: "disk"},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, StorageClassName: &class, VolumeMode: &block,
-			VolumeName: alertsDiskPV,
-			Resources:  corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}},
-		},
-	}, metav1.CreateOptions{}); err != nil {
+	createLocalBlockPV(t, cs, alertsDiskPV, d.Link(), c.Opts.NodeName, alertsNS, "disk")
+	if _, err := cs.CoreV1().PersistentVolumeClaims(alertsNS).Create(ctx, localBlockClaim(alertsNS, "disk", alertsDiskPV), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create pvc: %v", err)
 	}
 	if _, err := cs.CoreV1().Pods(alertsNS).Create(ctx, &corev1.Pod{

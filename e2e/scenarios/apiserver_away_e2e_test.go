@@ -19,7 +19,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/pvrescue/pvrescue/e2e/disks"
@@ -33,10 +32,11 @@ const (
 	// apiAwayFor is how long the API server stays stopped: longer than what kubelet's liveness
 	// probe of the agent (manifests/agent.yaml: every 20 s, 3 failures) needs to restart a
 	// container whose /healthz fails from the outage's start — at most 20 s to the first failed
-	// probe, 40 s more to the third: 60 s, with 40 s to spare for the restart to show in the
-	// process and restart count checked every second. The /healthz and /metrics answers are
-	// checked every second throughout as well, so a failing probe shows at its first failure.
-	apiAwayFor = 100 * time.Second
+	// probe, 40 s more to the third: 60 s, and 10 s for kubelet's kill to show in the process and
+	// restart count, checked every second (100 s before: its 40 s to spare proved nothing more).
+	// The /healthz and /metrics answers are checked every second
+	// throughout as well, so a failing probe shows at its first failure, before kubelet acts.
+	apiAwayFor = 70 * time.Second
 	// apiAwayKillAfter is when, into the outage, the driver's s3fs is killed: after the agent
 	// has seen the API server gone (its probe runs every 5 s).
 	apiAwayKillAfter = 20 * time.Second
@@ -46,7 +46,7 @@ const (
 	awayLocalPV      = "e2e-away-local-pv"
 )
 
-// apiServerAway: kube-apiserver stopped for apiAwayFor (100 s) → the agent's container is not restarted
+// apiServerAway: kube-apiserver stopped for apiAwayFor (70 s) → the agent's container is not restarted
 // (same process throughout, restart count unchanged), its /healthz and /metrics answer all the
 // while and say the API server is away; a lost disk's fake stays in place; an S3 mount whose
 // s3fs is killed during the outage is readable again once the API server is back (the test
@@ -290,34 +290,10 @@ func awayLostDisk(t *testing.T, e *env) (*disks.Disk, string) {
 			t.Errorf("cleanup: remove disk %s: %v", d.Name, err)
 		}
 	})
-	block := corev1.PersistentVolumeBlock
-	class := localClass()
-	if _, err := cs.CoreV1().PersistentVolumes().Create(ctx, &corev1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: awayLocalPV},
-		Spec: corev1.PersistentVolumeSpec{
-			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: *resource.NewQuantity(diskSize, resource.BinarySI)},
-			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
-			StorageClassName:              class,
-			VolumeMode:                    &block,
-			ClaimRef:                      &corev1.ObjectReference{Namespace: awayLocalNS, Name: "disk"},
-			PersistentVolumeSource:        corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: d.Link()}},
-			NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
-				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{e.c.Opts.NodeName}}},
-			}}}},
-		},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create pv: %v", err)
-	}
+	createLocalBlockPV(t, cs, awayLocalPV, d.Link(), e.c.Opts.NodeName, awayLocalNS, "disk")
 	deletePVAtCleanup(t, e, awayLocalPV)
 	fuseNamespace(t, e, awayLocalNS, true)
-	if _, err := cs.CoreV1().PersistentVolumeClaims(awayLocalNS).Create(ctx, &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: "disk"},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, StorageClassName: &class, VolumeMode: &block, VolumeName: awayLocalPV,
-			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: *resource.NewQuantity(diskSize, resource.BinarySI)}},
-		},
-	}, metav1.CreateOptions{}); err != nil {
+	if _, err := cs.CoreV1().PersistentVolumeClaims(awayLocalNS).Create(ctx, localBlockClaim(awayLocalNS, "disk", awayLocalPV), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create pvc: %v", err)
 	}
 	if _, err := cs.CoreV1().Pods(awayLocalNS).Create(ctx, &corev1.Pod{

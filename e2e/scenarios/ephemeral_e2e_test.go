@@ -54,23 +54,7 @@ func lostLocalDiskEphemeral(t *testing.T, e *env) {
 		}
 	})
 	const pvName = "e2e-ephemeral-1"
-	block := corev1.PersistentVolumeBlock
-	if _, err := cs.CoreV1().PersistentVolumes().Create(ctx, &corev1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: pvName},
-		Spec: corev1.PersistentVolumeSpec{
-			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: *resource.NewQuantity(diskSize, resource.BinarySI)},
-			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
-			StorageClassName:              localClass(),
-			VolumeMode:                    &block,
-			PersistentVolumeSource:        corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: d.Link()}},
-			NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
-				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{e.c.Opts.NodeName}}},
-			}}}},
-		},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create pv: %v", err)
-	}
+	createLocalBlockPV(t, cs, pvName, d.Link(), e.c.Opts.NodeName, "", "")
 	deletePVAtCleanup(t, e, pvName)
 	// Runs first (cleanups run last-registered first): the pod goes before its PV and disk.
 	t.Cleanup(func() { deleteNamespace(t, e, ephemeralNS) })

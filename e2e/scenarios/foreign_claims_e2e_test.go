@@ -125,33 +125,8 @@ func foreignLocalPV(t *testing.T, e *env) {
 			t.Logf("on failure: PV events and the agent's log\n%s", agentDiagnostics(cs, map[string]*disks.Disk{foreignVictimPV: d}))
 		}
 	})
-	block := corev1.PersistentVolumeBlock
-	if _, err := cs.CoreV1().PersistentVolumes().Create(ctx, &corev1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: foreignVictimPV},
-		Spec: corev1.PersistentVolumeSpec{
-			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: *resource.NewQuantity(diskSize, resource.BinarySI)},
-			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
-			StorageClassName:              class,
-			VolumeMode:                    &block,
-			PersistentVolumeSource:        corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: d.Link()}},
-			NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
-				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{e.c.Opts.NodeName}}},
-			}}}},
-		},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create the victim's PV: %v", err)
-	}
-	claim := func(ns string) *corev1.PersistentVolumeClaim {
-		return &corev1.PersistentVolumeClaim{
-			ObjectMeta: metav1.ObjectMeta{Name: "data", Namespace: ns},
-			Spec: corev1.PersistentVolumeClaimSpec{
-				AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, StorageClassName: &class, VolumeMode: &block,
-				VolumeName: foreignVictimPV,
-				Resources:  corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: *resource.NewQuantity(diskSize, resource.BinarySI)}},
-			},
-		}
-	}
+	createLocalBlockPV(t, cs, foreignVictimPV, d.Link(), e.c.Opts.NodeName, "", "")
+	claim := func(ns string) *corev1.PersistentVolumeClaim { return localBlockClaim(ns, "data", foreignVictimPV) }
 	if _, err := cs.CoreV1().PersistentVolumeClaims(foreignVictimNS).Create(ctx, claim(foreignVictimNS), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create the victim's claim: %v", err)
 	}

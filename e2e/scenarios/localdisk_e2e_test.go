@@ -18,6 +18,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/pvrescue/pvrescue/e2e/cluster"
 	"github.com/pvrescue/pvrescue/e2e/disks"
@@ -58,23 +59,7 @@ func lostLocalDisk(t *testing.T, e *env) {
 		// detaches loop devices backed by files in the work dir and removes the by-id links.
 		pv := fmt.Sprintf("e2e-local-%d", i)
 		byPV[pv] = d
-		block := corev1.PersistentVolumeBlock
-		if _, err := cs.CoreV1().PersistentVolumes().Create(ctx, &corev1.PersistentVolume{
-			ObjectMeta: metav1.ObjectMeta{Name: pv},
-			Spec: corev1.PersistentVolumeSpec{
-				Capacity:                      corev1.ResourceList{corev1.ResourceStorage: *resource.NewQuantity(diskSize, resource.BinarySI)},
-				AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-				PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
-				StorageClassName:              localClass(),
-				VolumeMode:                    &block,
-				PersistentVolumeSource:        corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: d.Link()}},
-				NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
-					MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{e.c.Opts.NodeName}}},
-				}}}},
-			},
-		}, metav1.CreateOptions{}); err != nil {
-			t.Fatalf("create pv: %v", err)
-		}
+		createLocalBlockPV(t, cs, pv, d.Link(), e.c.Opts.NodeName, "", "")
 	}
 	if _, err := cs.AppsV1().StatefulSets(localNS).Create(ctx, statefulSet(e.c.BusyboxImage), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create statefulset: %v", err)
@@ -276,4 +261,49 @@ func loopsTable(t *testing.T) string {
 		fmt.Fprintf(&b, "  /dev/%-8s %6s sectors  %s\n", dev, strings.TrimSpace(string(size)), strings.TrimSpace(string(back)))
 	}
 	return b.String()
+}
+
+// localBlockPV is a Retain local block PV of diskSize in localClass() at path on node; claimNS and
+// claimName, when set, pre-bind it to that claim.
+func localBlockPV(name, path, node, claimNS, claimName string) *corev1.PersistentVolume {
+	block := corev1.PersistentVolumeBlock
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: *resource.NewQuantity(diskSize, resource.BinarySI)},
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			StorageClassName:              localClass(),
+			VolumeMode:                    &block,
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: path}},
+			NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{node}}},
+			}}}},
+		},
+	}
+	if claimName != "" {
+		pv.Spec.ClaimRef = &corev1.ObjectReference{Namespace: claimNS, Name: claimName}
+	}
+	return pv
+}
+
+// createLocalBlockPV creates localBlockPV(name, path, node, claimNS, claimName).
+func createLocalBlockPV(t testing.TB, cs kubernetes.Interface, name, path, node, claimNS, claimName string) {
+	t.Helper()
+	if _, err := cs.CoreV1().PersistentVolumes().Create(context.Background(), localBlockPV(name, path, node, claimNS, claimName), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create PV %s: %v", name, err)
+	}
+}
+
+// localBlockClaim is a block claim of diskSize in localClass() for the PV named pv.
+func localBlockClaim(ns, name, pv string) *corev1.PersistentVolumeClaim {
+	block := corev1.PersistentVolumeBlock
+	class := localClass()
+	return &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, StorageClassName: &class, VolumeMode: &block, VolumeName: pv,
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: *resource.NewQuantity(diskSize, resource.BinarySI)}},
+		},
+	}
 }

@@ -7,6 +7,7 @@ package scenarios
 import (
 	"context"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,19 +28,29 @@ type env struct {
 // TestPVRescue brings the cluster up once, installs pvrescue from manifests/, and runs the
 // scenarios in order (the API server outage next to last; the webhook-down scenario last: it
 // removes the webhook's pods).
+//
+// The lost-local-disk scenarios run beside LostFUSEMountMounters (t.Run from two goroutines, so
+// each keeps its name for -run): they share no plugin, device, namespace or PV — loop devices and
+// local PVs on one side, the mounters' own test plugin, namespaces and S3 prefixes on the other —
+// and no check of either reads what the other changes (loop devices, S3 series, Events of other
+// namespaces). That takes their ~50 s off the suite's time.
 func TestPVRescue(t *testing.T) {
 	e := newEnv(t, "suite", true)
 
-	t.Run("LostLocalDisk", func(t *testing.T) { lostLocalDisk(t, e) })
-	t.Run("LostLocalDiskProvisionerLayout", func(t *testing.T) { lostLocalDiskProvisionerLayout(t, e) })
+	var localDisk sync.WaitGroup
+	localDisk.Go(func() {
+		t.Run("LostLocalDisk", func(t *testing.T) { lostLocalDisk(t, e) })
+		t.Run("LostLocalDiskProvisionerLayout", func(t *testing.T) { lostLocalDiskProvisionerLayout(t, e) })
+		t.Run("LostLocalDiskEphemeral", func(t *testing.T) { lostLocalDiskEphemeral(t, e) })
+	})
+	t.Run("LostFUSEMountMounters", func(t *testing.T) { lostFUSEMountMounters(t, e) })
+	localDisk.Wait()
 	t.Run("ForeignClaims", func(t *testing.T) { foreignClaims(t, e) })
-	t.Run("LostLocalDiskEphemeral", func(t *testing.T) { lostLocalDiskEphemeral(t, e) })
 	t.Run("LostFUSEMount", func(t *testing.T) { lostFUSEMount(t, e) })
 	t.Run("LostFUSEMountLayouts", func(t *testing.T) { lostFUSEMountLayouts(t, e) })
 	t.Run("LostFUSEMountBridge", func(t *testing.T) { lostFUSEMountBridge(t, e) })
 	t.Run("LostFUSEMountKilled10", func(t *testing.T) { lostFUSEMountKilled10(t, e) })
 	t.Run("LostFUSEMountStrictTeardown", func(t *testing.T) { lostFUSEMountStrictTeardown(t, e) })
-	t.Run("LostFUSEMountMounters", func(t *testing.T) { lostFUSEMountMounters(t, e) })
 	t.Run("LostFUSEMountHung", func(t *testing.T) { lostFUSEMountHung(t, e) })
 	t.Run("LostFUSEMountOpenFile", func(t *testing.T) { lostFUSEMountOpenFile(t, e) })
 	t.Run("BusyBridge", func(t *testing.T) { busyBridge(t, e) })

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/pvrescue/pvrescue/e2e/disks"
@@ -280,25 +279,7 @@ func copiedAnnotationPod(t *testing.T, e *env, diskPath, status string) *corev1.
 		t.Fatalf("%s should not exist before the scenario: %v", diskPath, err)
 	}
 	fuseNamespace(t, e, hostilePlainNS, false)
-	block := corev1.PersistentVolumeBlock
-	class := localClass()
-	if _, err := cs.CoreV1().PersistentVolumes().Create(ctx, &corev1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: hostileDiskPV},
-		Spec: corev1.PersistentVolumeSpec{
-			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: *resource.NewQuantity(diskSize, resource.BinarySI)},
-			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
-			StorageClassName:              class,
-			VolumeMode:                    &block,
-			ClaimRef:                      &corev1.ObjectReference{Namespace: hostilePlainNS, Name: "disk"},
-			PersistentVolumeSource:        corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: diskPath}},
-			NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
-				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{e.c.Opts.NodeName}}},
-			}}}},
-		},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create pv: %v", err)
-	}
+	createLocalBlockPV(t, cs, hostileDiskPV, diskPath, e.c.Opts.NodeName, hostilePlainNS, "disk")
 	deletePVAtCleanup(t, e, hostileDiskPV)
 	t.Cleanup(func() {
 		// Nothing should be there; a link the agent made would outlive the cluster's disks.
@@ -306,13 +287,7 @@ func copiedAnnotationPod(t *testing.T, e *env, diskPath, status string) *corev1.
 			_ = os.Remove(diskPath)
 		}
 	})
-	if _, err := cs.CoreV1().PersistentVolumeClaims(hostilePlainNS).Create(ctx, &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: "disk"},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, StorageClassName: &class, VolumeMode: &block, VolumeName: hostileDiskPV,
-			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: *resource.NewQuantity(diskSize, resource.BinarySI)}},
-		},
-	}, metav1.CreateOptions{}); err != nil {
+	if _, err := cs.CoreV1().PersistentVolumeClaims(hostilePlainNS).Create(ctx, localBlockClaim(hostilePlainNS, "disk", hostileDiskPV), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create pvc: %v", err)
 	}
 	p, err := cs.CoreV1().Pods(hostilePlainNS).Create(ctx, &corev1.Pod{

@@ -393,22 +393,33 @@ func deleteNamespace(t testing.TB, e *env, name string) {
 	// 2m10s in CI (the namespace controller's log: "Namespace has been deleted").
 	wctx, cancel := context.WithTimeout(ctx, namespaceGoneWithin)
 	defer cancel()
-	var why string
+	var why, slow string
+	t0 := time.Now()
 	err := testenv.Poll(wctx, 250*time.Millisecond, func(context.Context) (bool, error) {
 		_, err := cs.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return true, nil
 		}
 		why = fmt.Sprintf("%v; pods:\n%s", err, framework.PodTable(cs, name))
+		if slow == "" && time.Since(t0) > namespaceSlowAfter {
+			slow = why
+		}
 		return false, nil
 	})
 	if err != nil {
 		t.Errorf("cleanup: namespace %s not gone after %s: %s", name, namespaceGoneWithin, why)
+	} else if slow != "" {
+		// Said, not failed: where a slow cleanup spends the suite's time.
+		t.Logf("cleanup: namespace %s gone after %s; at %s: %s", name, time.Since(t0).Round(100*time.Millisecond), namespaceSlowAfter, slow)
 	}
 }
 
-// namespaceGoneWithin bounds the wait for a test namespace to go at cleanup.
-const namespaceGoneWithin = 4 * time.Minute
+// namespaceGoneWithin bounds the wait for a test namespace to go at cleanup; one that takes longer
+// than namespaceSlowAfter is logged with its pods at that time.
+const (
+	namespaceGoneWithin = 4 * time.Minute
+	namespaceSlowAfter  = 15 * time.Second
+)
 
 // deletePV deletes a PV at cleanup (after its namespace, so after its claim).
 func deletePVAtCleanup(t testing.TB, e *env, name string) {

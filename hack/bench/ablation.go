@@ -16,7 +16,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/internal/mountreplace"
 	"github.com/pvrescue/pvrescue/internal/testenv"
 	"github.com/pvrescue/pvrescue/nodeagent"
@@ -209,7 +208,7 @@ func ablation(ctx context.Context, o *Options, s *Section) error {
 		fmt.Sprintf("Switched off, one at a time: %s.", strings.Join(offs, "; ")),
 		fmt.Sprintf("Rounds: %d per pod count; each round runs every variant once and the shipped agent twice (first and in the middle), the others in an order rotated by round, so that load that drifts during the run falls on all alike. %d pod counts took %s in all.", o.AblationRepeats, len(sizes), took.Round(time.Second)),
 		"Verdict, the same rule both ways: each incident gives a p50 and a max over its containers; the spread is the range of the shipped agent's incidents of the same run and pod count (shown as ratios to the shipped cell's pooled figure). \"beyond spread, slower without it\" when the variant's median incident is slower than the slowest shipped incident (the mechanism shortens the window), \"beyond spread, faster without it\" when it is faster than the fastest shipped incident (the mechanism lengthens it), \"inside spread\" otherwise. Ratios are the pooled p50 (or max) over every container of every incident of the cell against the shipped cell's.",
-		fmt.Sprintf("Load: %d busy loops (sh) beside the rig for the whole run, as the stress section runs. The agent runs in the bench process. The plugin's layout is the plain one (an s3fs per target, as the stress section's 5-pod rig): at %s pods as many daemons die per incident. Shipped configuration otherwise, except s3.bridgeFlapLimit 0 (the incidents come faster than the flap window) and s3.bridgeDiskFreePercent 0 (15 %% of this machine's shared disk is more than it has free: every bridge's s3fs refused to mount, \"no enough disk space\"; the absolute floor s3.bridgeDiskFreeMB stays).", o.AblationBusy, o.AblationPods),
+		fmt.Sprintf("Load: %d busy loops (sh) beside the rig for the whole run, as the stress section runs. The agent runs in the bench process. The plugin's layout is the plain one (an s3fs per target, as the stress section's 5-pod rig): at %s pods as many daemons die per incident. Shipped configuration otherwise, except s3.bridgeFlapLimit 0 (the incidents come faster than the flap window); the bridges' free-space floor is the shipped one (where the disk has less free than it, a bridge starts with what s3fs needs: s3fs.StartableFloorMB).", o.AblationBusy, o.AblationPods),
 		"Not switched off: the bridges' CPU weight (removed in bd3a935); worker pools (none found in the shipped rescue path: nodeagent/s3mount, containermount, fusewatch and cmd/pvrescue-agent start one restore goroutine per PV and bind a PV's targets one after the other); scheduling priorities (the agent sets none since --nice was removed).",
 		fmt.Sprintf("The agent's log (V(1), with the bench's marks): `%s`.", logPath))
 	return nil
@@ -273,11 +272,7 @@ func ablationRig(ctx context.Context, o *Options, pods int, variants []ablationV
 		return containermount.New(deps, cmOS, containermount.NewOptions())
 	}
 	base := s3RigOptions{names: newS3Names(fmt.Sprintf("bench-ablation-%d", pods)), pods: pods, pod: spec,
-		files: map[string]string{"before.txt": before}, remounter: remounter,
-		// The floor of free space a bridge's s3fs keeps grows with the filesystem (15 % of it by
-		// default): on this machine's shared disk that is more than is free, and every bridge
-		// would refuse to mount; the absolute floor (s3.bridgeDiskFreeMB) stays.
-		configure: func(c *config.Config) { c.S3.BridgeDiskFreePercent = 0 }}
+		files: map[string]string{"before.txt": before}, remounter: remounter}
 	r, err := newS3Rig(ctx, o, base)
 	if err != nil {
 		return err

@@ -388,6 +388,11 @@ func deleteNamespace(t testing.TB, e *env, name string) {
 		t.Errorf("cleanup: delete namespace %s: %v", name, err)
 		return
 	}
+	// The pods too, at once: after APIServerAway's restart the namespace controller reached them
+	// only ~35 s after the namespace's deletion (its informers backing off); kubelet saw them go
+	// 3 s after it did. Best effort: the namespace controller deletes whatever is left.
+	one := int64(1)
+	_ = cs.CoreV1().Pods(name).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &one}, metav1.ListOptions{})
 	// Not waitFor: t.Context() is already cancelled when cleanups run. Four minutes: after the
 	// API server restart of APIServerAway, kubelet's teardown backs off and a namespace went at
 	// 2m10s in CI (the namespace controller's log: "Namespace has been deleted").

@@ -388,9 +388,11 @@ func deleteNamespace(t testing.TB, e *env, name string) {
 		t.Errorf("cleanup: delete namespace %s: %v", name, err)
 		return
 	}
-	// The pods too, at once: after APIServerAway's restart the namespace controller reached them
-	// only ~35 s after the namespace's deletion (its informers backing off); kubelet saw them go
-	// 3 s after it did. Best effort: the namespace controller deletes whatever is left.
+	// The pods too, at once, rather than when the namespace controller gets to them (after
+	// APIServerAway's restart it did ~35 s after the namespace's deletion). Best effort: the
+	// namespace controller deletes whatever is left. After that restart kubelet's own view of
+	// the pods lags as well: e2e-away-local's pod still ran 74 s after this delete (cold run
+	// 18:05), and only kubelet can end it.
 	one := int64(1)
 	_ = cs.CoreV1().Pods(name).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &one}, metav1.ListOptions{})
 	// Not waitFor: t.Context() is already cancelled when cleanups run. Four minutes: after the

@@ -132,7 +132,7 @@ e2e: kube-binaries-all kubectl helm-clis e2e-deps versitygw ## End-to-end suite 
 	@[ "$$(id -u)" = 0 ] || { echo "make e2e needs root" >&2; exit 1; }
 	# TestDemo is make demo's narrated subset of TestPVRescue's scenarios: not run twice here.
 	# -v: each scenario's time ("--- PASS: TestPVRescue/… (s)") and RESULT lines in the log.
-	# -timeout is per package: the scenarios package takes ~24 min here and ~32 on CI's slower
+	# -timeout is per package: the scenarios package takes ~21 min here and ~32 on CI's slower
 	# runs (2269 s for all of make test); 55 min leaves it room and make test under CI's 90.
 	cd e2e && $(GO) test $(GOTEST_FLAGS) -v -p 1 -tags e2e -timeout 55m -skip '^TestDemo$$' ./...
 

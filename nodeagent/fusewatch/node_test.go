@@ -68,29 +68,37 @@ func TestNodeDaemonKilledWakesWithin50ms(t *testing.T) {
 	rclone, rcloneMnt := rcloneMount(t)
 
 	sys := NewOS(OSOptions{})
-	holders, err := sys.Holders()
-	if err != nil {
-		t.Fatal(err)
-	}
-	conns, err := sys.Connections()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("/dev/fuse holders: %+v; FUSE connections: %v", holders, conns)
-	for _, d := range []struct {
+	// Polled, not read once: the mount shows before its daemon holds /dev/fuse. rclone mounts
+	// through fusermount3, which opens /dev/fuse, mounts and hands the descriptor over a socket;
+	// read in between, no process held rclone's connection (seen once in a warm run).
+	daemons := []struct {
 		name string
 		pid  int
 		mnt  string
-	}{{"s3fs", s3fs.Cmd.Process.Pid, s3fs.MountPoint}, {"rclone", rclone.Process.Pid, rcloneMnt}} {
-		var h *Holder
-		for i := range holders {
-			if holders[i].PID == d.pid {
-				h = &holders[i]
+	}{{"s3fs", s3fs.Cmd.Process.Pid, s3fs.MountPoint}, {"rclone", rclone.Process.Pid, rcloneMnt}}
+	var (
+		holders []Holder
+		conns   map[Connection][]Mount
+	)
+	testenv.WaitFor(t, 10*time.Second, "both daemons holding /dev/fuse", func() error {
+		var err error
+		if holders, err = sys.Holders(); err != nil {
+			return err
+		}
+		if conns, err = sys.Connections(); err != nil {
+			return err
+		}
+		for _, d := range daemons {
+			if !slices.ContainsFunc(holders, func(h Holder) bool { return h.PID == d.pid }) {
+				return fmt.Errorf("%s (pid %d) not found holding /dev/fuse; holders: %+v", d.name, d.pid, holders)
 			}
 		}
-		if h == nil {
-			t.Fatalf("%s (pid %d) not found holding /dev/fuse; holders: %+v", d.name, d.pid, holders)
-		}
+		return nil
+	})
+	t.Logf("/dev/fuse holders: %+v; FUSE connections: %v", holders, conns)
+	for _, d := range daemons {
+		i := slices.IndexFunc(holders, func(h Holder) bool { return h.PID == d.pid })
+		h := &holders[i]
 		if len(h.Connections) != 1 || !containsPoint(conns[h.Connections[0]], d.mnt) {
 			t.Fatalf("%s: fdinfo named connections %v; mount table %v; want the one mounted at %s", d.name, h.Connections, conns, d.mnt)
 		}

@@ -3,8 +3,9 @@ package localdisk
 import (
 	"context"
 	"fmt"
+	"maps"
 	"path/filepath"
-	"sort"
+	"slices"
 	"sync"
 	"time"
 
@@ -197,40 +198,23 @@ func (c *Controller) SyncOnce(ctx context.Context) []string {
 			}
 		}
 	}
-	dirs := make([]string, 0, len(dirSet))
-	for d := range dirSet {
-		dirs = append(dirs, d)
-	}
-	sort.Strings(dirs)
-	return dirs
+	return slices.Sorted(maps.Keys(dirSet))
 }
 
 // prune forgets PVs no longer handled and pods no longer on the node.
 func (c *Controller) prune(w wanted) {
-	for _, m := range []map[string]bool{c.warnedLong, c.returned} {
-		for pv := range m {
-			if _, ok := w.pvs[pv]; !ok {
-				delete(m, pv)
-			}
-		}
-	}
-	for pv := range c.missingSince {
-		if _, ok := w.pvs[pv]; !ok {
-			delete(c.missingSince, pv)
+	gone := func(pv string) bool { _, ok := w.pvs[pv]; return !ok }
+	maps.DeleteFunc(c.warnedLong, func(pv string, _ bool) bool { return gone(pv) })
+	maps.DeleteFunc(c.returned, func(pv string, _ bool) bool { return gone(pv) })
+	maps.DeleteFunc(c.lastProblem, func(pv, _ string) bool { return gone(pv) })
+	maps.DeleteFunc(c.missingSince, func(pv string, _ time.Time) bool {
+		if gone(pv) {
 			c.metrics.DiskMissing.DeleteLabelValues(pv)
 			c.metrics.DiskMissingSince.DeleteLabelValues(pv)
 		}
-	}
-	for pv := range c.lastProblem {
-		if _, ok := w.pvs[pv]; !ok {
-			delete(c.lastProblem, pv)
-		}
-	}
+		return gone(pv)
+	})
 	for _, m := range []map[types.UID]bool{c.podsNotified, c.podsWarned, c.podsBlocked} {
-		for uid := range m {
-			if !w.podUIDs[string(uid)] {
-				delete(m, uid)
-			}
-		}
+		maps.DeleteFunc(m, func(uid types.UID, _ bool) bool { return !w.podUIDs[string(uid)] })
 	}
 }

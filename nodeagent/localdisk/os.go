@@ -28,18 +28,7 @@ const (
 )
 
 func (k PathKind) String() string {
-	switch k {
-	case PathAbsent:
-		return "absent"
-	case PathSymlink:
-		return "symlink"
-	case PathBlockDevice:
-		return "block device"
-	case PathDir:
-		return "directory"
-	default:
-		return "other file"
-	}
+	return [...]string{"absent", "symlink", "block device", "directory", "other file"}[k]
 }
 
 // PathState is the result of Lstat.
@@ -47,8 +36,6 @@ type PathState struct {
 	Kind PathKind
 	// LinkTarget is the symlink's content (Kind == PathSymlink).
 	LinkTarget string
-	// ResolvesToDir: the symlink's final target is a directory.
-	ResolvesToDir bool
 }
 
 // Loop is one /sys/block/loopN entry.

@@ -30,11 +30,7 @@ func (h *RealOS) Lstat(path string) (PathState, error) {
 		if err != nil {
 			return PathState{}, err
 		}
-		st := PathState{Kind: PathSymlink, LinkTarget: t}
-		if fi, err := os.Stat(path); err == nil && fi.IsDir() {
-			st.ResolvesToDir = true
-		}
-		return st, nil
+		return PathState{Kind: PathSymlink, LinkTarget: t}, nil
 	case m&fs.ModeDevice != 0 && m&fs.ModeCharDevice == 0:
 		return PathState{Kind: PathBlockDevice}, nil
 	case m.IsDir():
@@ -42,11 +38,6 @@ func (h *RealOS) Lstat(path string) (PathState, error) {
 	default:
 		return PathState{Kind: PathOther}, nil
 	}
-}
-
-func readTrim(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	return string(b), err
 }
 
 // ListLoops implements OS.
@@ -64,11 +55,11 @@ func (h *RealOS) ListLoops() ([]Loop, error) {
 		}
 		l := Loop{Minor: n}
 		dir := filepath.Join(block, e.Name())
-		if s, err := readTrim(filepath.Join(dir, "loop", "backing_file")); err == nil {
-			l.BackingFile, l.Deleted = ParseBackingFile(s)
+		if b, err := os.ReadFile(filepath.Join(dir, "loop", "backing_file")); err == nil {
+			l.BackingFile, l.Deleted = ParseBackingFile(string(b))
 		}
-		if ro, err := readTrim(filepath.Join(dir, "ro")); err == nil {
-			l.ReadOnly = strings.TrimSpace(ro) == "1"
+		if ro, err := os.ReadFile(filepath.Join(dir, "ro")); err == nil {
+			l.ReadOnly = strings.TrimSpace(string(ro)) == "1"
 		}
 		if hs, err := os.ReadDir(filepath.Join(dir, "holders")); err == nil {
 			for _, x := range hs {
@@ -119,16 +110,14 @@ func (h *RealOS) ensureLoopNode(minor int) (string, error) {
 	return node, nil
 }
 
-func (h *RealOS) backing(minor int) (string, bool, error) {
-	s, err := readTrim(filepath.Join(h.SysDir, "block", fmt.Sprintf("loop%d", minor), "loop", "backing_file"))
+// backing is loop minor's backing file ("" when unbound or absent).
+func (h *RealOS) backing(minor int) (string, error) {
+	b, err := os.ReadFile(filepath.Join(h.SysDir, "block", fmt.Sprintf("loop%d", minor), "loop", "backing_file"))
 	if errors.Is(err, fs.ErrNotExist) {
-		return "", false, nil
+		return "", nil
 	}
-	if err != nil {
-		return "", false, err
-	}
-	p, del := ParseBackingFile(s)
-	return p, del, nil
+	p, _ := ParseBackingFile(string(b))
+	return p, err
 }
 
 // Attach implements OS. The kernel's LOOP_SET_FD fails with EBUSY on a bound loop, so a loop
@@ -159,7 +148,7 @@ func (h *RealOS) Attach(image string, minor int) error {
 		}
 		return fmt.Errorf("LOOP_SET_FD %s: %w", node, err)
 	}
-	p, _, err := h.backing(minor)
+	p, err := h.backing(minor)
 	if err != nil {
 		return fmt.Errorf("loop%d backing file after attach: %w", minor, err)
 	}
@@ -171,7 +160,7 @@ func (h *RealOS) Attach(image string, minor int) error {
 
 // Detach implements OS.
 func (h *RealOS) Detach(minor int) error {
-	p, _, err := h.backing(minor)
+	p, err := h.backing(minor)
 	if err != nil {
 		return fmt.Errorf("loop%d: %w", minor, err)
 	}
@@ -253,29 +242,25 @@ func (h *RealOS) writeAtomic(path string, fill func(*os.File) error) error {
 	if err := h.confine(path); err != nil {
 		return err
 	}
-	tmp := tmpFileName(path)
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
 	_ = os.Remove(tmp)
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return err
 	}
-	// On failure the temporary file is closed and removed as best it can be: the write's own
-	// error is the one returned, and a leftover temporary name is removed by the next write.
-	if err := fill(f); err != nil {
-		_ = f.Close()
-		_ = os.Remove(tmp)
-		return err
+	// On failure the temporary file is removed as best it can be: the first error is the one
+	// returned, and a leftover temporary name is removed by the next write.
+	err = fill(f)
+	if err == nil {
+		err = f.Sync()
 	}
-	if err := f.Sync(); err != nil {
-		_ = f.Close()
-		_ = os.Remove(tmp)
-		return err
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
-	if err := f.Close(); err != nil {
-		_ = os.Remove(tmp)
-		return err
+	if err == nil {
+		err = os.Rename(tmp, path)
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err != nil {
 		_ = os.Remove(tmp)
 		return err
 	}
@@ -337,7 +322,8 @@ func (h *RealOS) Symlink(target, path string) error {
 	if _, err := ParseLoopLinkTarget(h.DevDir, target); err != nil {
 		return err
 	}
-	tmp := tmpLinkName(path)
+	// A fixed temporary name, so a leftover from a crash is found and replaced on the next attempt.
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".pvrescue-tmp")
 	// A leftover of an interrupted attempt: remove it only if it is a link to a loop.
 	if t, err := os.Readlink(tmp); err == nil {
 		if _, err := ParseLoopLinkTarget(h.DevDir, t); err == nil {

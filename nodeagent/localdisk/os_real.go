@@ -19,14 +19,3 @@ func NewRealOS(stateDir string) *RealOS {
 }
 
 var _ OS = (*RealOS)(nil)
-
-// tmpLinkName is the fixed temporary name used to make a link atomically; fixed so a leftover
-// from a crash is found and replaced on the next attempt.
-func tmpLinkName(path string) string {
-	return filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".pvrescue-tmp")
-}
-
-// tmpFileName is the temporary name of a state file being written.
-func tmpFileName(path string) string {
-	return filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
-}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -230,12 +231,7 @@ func IsKernelName(devDir, p string) bool {
 
 // InAnyDir reports whether p lies in one of dirs.
 func InAnyDir(dirs []string, p string) bool {
-	for _, d := range dirs {
-		if InDir(d, p) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(dirs, func(d string) bool { return InDir(d, p) })
 }
 
 type hostView struct {
@@ -276,21 +272,14 @@ func (r *Reconciler) held(v hostView, n int) []string {
 	return out
 }
 
-// ourLink reports the loop minor when st is a link to one of our loops backed by image
-// (image == "" accepts any of our images).
+// ourLink reports the loop minor when st is a link to one of our loops backed by image (a
+// PV's ImagePath, so a bound loop inside our state directory).
 func (r *Reconciler) ourLink(v hostView, st PathState, image string) (int, bool) {
 	if st.Kind != PathSymlink {
 		return 0, false
 	}
 	n, err := ParseLoopLinkTarget(r.opts.DevDir, st.LinkTarget)
-	if err != nil {
-		return 0, false
-	}
-	l, ok := v.loops[n]
-	if !ok || !l.Bound() || !InDir(r.dir(), l.BackingFile) {
-		return 0, false
-	}
-	if image != "" && l.BackingFile != image {
+	if l, ok := v.loops[n]; err != nil || !ok || l.BackingFile != image {
 		return 0, false
 	}
 	return n, true
@@ -379,9 +368,10 @@ func (r *Reconciler) Sync(ctx context.Context, vols []Volume, create bool) Resul
 	for pv := range recs {
 		recorded[stem(pv)] = true
 	}
+	explained := func(img string) bool { return recorded[strings.TrimSuffix(filepath.Base(img), ".img")] || inUse[img] }
 	// Orphans: an image without a record can only be a leftover of an interrupted retire.
 	for _, img := range images {
-		if recorded[strings.TrimSuffix(filepath.Base(img), ".img")] || inUse[img] {
+		if explained(img) {
 			continue
 		}
 		if err := r.dropImage(v, img); err != nil && !errors.Is(err, errHeld) {
@@ -390,7 +380,7 @@ func (r *Reconciler) Sync(ctx context.Context, vols []Volume, create bool) Resul
 	}
 	// Our loops whose image file is gone (deleted while attached) and that no record explains.
 	for img, l := range v.byImage {
-		if recorded[strings.TrimSuffix(filepath.Base(img), ".img")] || inUse[img] {
+		if explained(img) {
 			continue
 		}
 		if _, err := r.os.FileSize(img); err == nil {
@@ -485,19 +475,23 @@ func (r *Reconciler) fakeable(m string) error {
 	case IsKernelName(r.opts.DevDir, m):
 		return fmt.Errorf("%s: %w", m, ErrKernelName)
 	case !InAnyDir(r.opts.LinkRoots, m):
-		if st, err := r.os.Lstat(filepath.Dir(m)); err == nil && st.Kind == PathAbsent {
-			return fmt.Errorf("%s not under %s: %w; %s: %w", m, strings.Join(r.opts.LinkRoots, ", "), ErrNotUnderLinkRoot, filepath.Dir(m), ErrDirNotVisible)
+		err := fmt.Errorf("%s not under %s: %w", m, strings.Join(r.opts.LinkRoots, ", "), ErrNotUnderLinkRoot)
+		if st, lerr := r.os.Lstat(filepath.Dir(m)); lerr == nil && st.Kind == PathAbsent {
+			return fmt.Errorf("%w; %s: %w", err, filepath.Dir(m), ErrDirNotVisible)
 		}
-		return fmt.Errorf("%s not under %s: %w", m, strings.Join(r.opts.LinkRoots, ", "), ErrNotUnderLinkRoot)
+		return err
 	}
 	return nil
 }
 
 func (r *Reconciler) syncVolume(ctx context.Context, v *hostView, recs map[string]record, vol Volume, create bool) VolumeStatus {
 	out := VolumeStatus{Volume: vol, Loop: -1}
-	if err := ValidatePath(r.opts.PathRoots, r.opts.DevDir, vol.Path); err != nil {
+	invalid := func(err error) VolumeStatus {
 		out.State, out.Err = StateInvalid, err
 		return out
+	}
+	if err := ValidatePath(r.opts.PathRoots, r.opts.DevDir, vol.Path); err != nil {
+		return invalid(err)
 	}
 	image := r.ImagePath(vol.PV)
 	var recp *record
@@ -506,19 +500,17 @@ func (r *Reconciler) syncVolume(ctx context.Context, v *hostView, recs map[strin
 		if rec.Path != "" && rec.Path != vol.Path {
 			// The PV was recreated with a new path: the old link must not outlive the record.
 			if err := r.dropLink(*v, rec, image); err != nil {
-				out.State, out.Err = StateInvalid, err
-				return out
+				return invalid(err)
 			}
 		}
 	}
 	ch, err := r.walk(*v, recp, image, vol.Path)
 	if err != nil {
-		out.State, out.Err = StateInvalid, err
-		return out
+		return invalid(err)
 	}
 	switch {
 	case ch.dir:
-		out.State, out.Err = StateInvalid, fmt.Errorf("%q: %w", vol.Path, ErrPathIsDir)
+		return invalid(fmt.Errorf("%q: %w", vol.Path, ErrPathIsDir))
 	case ch.ours != "":
 		if rec, ok := recs[vol.PV]; !ok || rec.Path != vol.Path || rec.link() != ch.ours {
 			// Our loop and image but no (or an outdated) record: rewrite it so later retires

@@ -61,15 +61,7 @@ func SelectVolume(pv *corev1.PersistentVolume, node *corev1.Node, classes []stri
 // terms are ORed, the requirements of a term ANDed; a nil selector or an empty term matches
 // nothing (local PVs always name their node).
 func NodeSelectorMatches(sel *corev1.NodeSelector, node *corev1.Node) bool {
-	if sel == nil {
-		return false
-	}
-	for _, term := range sel.NodeSelectorTerms {
-		if termMatches(term, node) {
-			return true
-		}
-	}
-	return false
+	return sel != nil && slices.ContainsFunc(sel.NodeSelectorTerms, func(t corev1.NodeSelectorTerm) bool { return termMatches(t, node) })
 }
 
 func termMatches(term corev1.NodeSelectorTerm, node *corev1.Node) bool {
@@ -95,19 +87,11 @@ func termMatches(term corev1.NodeSelectorTerm, node *corev1.Node) bool {
 }
 
 func requirementMatches(r corev1.NodeSelectorRequirement, v string, present bool) bool {
-	in := func() bool {
-		for _, x := range r.Values {
-			if x == v {
-				return true
-			}
-		}
-		return false
-	}
 	switch r.Operator {
 	case corev1.NodeSelectorOpIn:
-		return present && in()
+		return present && slices.Contains(r.Values, v)
 	case corev1.NodeSelectorOpNotIn:
-		return !present || !in()
+		return !present || !slices.Contains(r.Values, v)
 	case corev1.NodeSelectorOpExists:
 		return present
 	case corev1.NodeSelectorOpDoesNotExist:

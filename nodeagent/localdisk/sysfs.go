@@ -52,21 +52,6 @@ func ParseBackingFile(content string) (path string, deleted bool) {
 	return s, false
 }
 
-// ParseDevNumber parses "MAJOR:MINOR" as found in /sys/block/*/dev.
-func ParseDevNumber(content string) (major, minor uint32, err error) {
-	s := strings.TrimSpace(content)
-	a, b, ok := strings.Cut(s, ":")
-	if !ok {
-		return 0, 0, fmt.Errorf("device number %q: want MAJOR:MINOR", s)
-	}
-	ma, err1 := strconv.ParseUint(a, 10, 32)
-	mi, err2 := strconv.ParseUint(b, 10, 32)
-	if err1 != nil || err2 != nil {
-		return 0, 0, fmt.Errorf("device number %q: want MAJOR:MINOR", s)
-	}
-	return uint32(ma), uint32(mi), nil
-}
-
 // InDir reports whether path lies strictly inside dir (both cleaned, absolute). It is lexical:
 // callers pass paths they got from the kernel (backing files) or built themselves.
 func InDir(dir, path string) bool {

@@ -69,25 +69,6 @@ func TestParseBackingFile(t *testing.T) {
 	}
 }
 
-func TestParseDevNumber(t *testing.T) {
-	for _, tc := range []struct {
-		in         string
-		maj, minor uint32
-		err        bool
-	}{
-		{"7:101\n", 7, 101, false},
-		{"259:0", 259, 0, false},
-		{"7", 0, 0, true},
-		{"a:b", 0, 0, true},
-		{"7:-1", 0, 0, true},
-	} {
-		ma, mi, err := ParseDevNumber(tc.in)
-		if (err != nil) != tc.err || ma != tc.maj || mi != tc.minor {
-			t.Errorf("ParseDevNumber(%q) = %d:%d, %v", tc.in, ma, mi, err)
-		}
-	}
-}
-
 func TestInDir(t *testing.T) {
 	for _, tc := range []struct {
 		dir, path string

@@ -91,7 +91,9 @@ func (c *Controller) collect(ctx context.Context, node *corev1.Node) (wanted, er
 			}
 		}
 	}
-	for _, vol := range w.volsFromPods(node, classes) {
+	for name, pv := range w.pvs {
+		vol, _ := SelectVolume(pv, node, classes)
+		vol.MayFake = len(w.pods[name]) > 0 && len(w.unguarded[name]) == 0
 		w.vols = append(w.vols, vol)
 	}
 	recs, err := c.rec.Records()
@@ -155,14 +157,4 @@ func (c *Controller) boundPV(ctx context.Context, pvc *corev1.PersistentVolumeCl
 		return nil, nil
 	}
 	return pv, nil
-}
-
-func (w wanted) volsFromPods(node *corev1.Node, classes []string) map[string]Volume {
-	out := map[string]Volume{}
-	for name, pv := range w.pvs {
-		vol, _ := SelectVolume(pv, node, classes)
-		vol.MayFake = len(w.pods[name]) > 0 && len(w.unguarded[name]) == 0
-		out[name] = vol
-	}
-	return out
 }

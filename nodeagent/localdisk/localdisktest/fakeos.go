@@ -84,12 +84,7 @@ func (f *FakeOS) Lstat(path string) (localdisk.PathState, error) {
 		return localdisk.PathState{}, err
 	}
 	if t, ok := f.Links[path]; ok {
-		st := localdisk.PathState{Kind: localdisk.PathSymlink, LinkTarget: t}
-		if !filepath.IsAbs(t) {
-			t = filepath.Join(filepath.Dir(path), t)
-		}
-		st.ResolvesToDir = f.Dirs[t]
-		return st, nil
+		return localdisk.PathState{Kind: localdisk.PathSymlink, LinkTarget: t}, nil
 	}
 	if n, err := localdisk.ParseLoopLinkTarget(f.DevDir, path); err == nil {
 		if _, ok := f.Loops[n]; ok {

@@ -169,20 +169,11 @@ type Reconciler struct {
 	now  func() time.Time
 }
 
-// NewReconciler validates opts and returns a Reconciler.
+// NewReconciler validates opts and returns a Reconciler; zero roots, DevDir and LoopSearchLimit
+// get Options' defaults.
 func NewReconciler(os OS, opts ReconcilerOptions, now func() time.Time) (*Reconciler, error) {
-	if len(opts.PathRoots) == 0 {
-		opts.PathRoots = DefaultPathRoots
-	}
-	if len(opts.LinkRoots) == 0 {
-		opts.LinkRoots = DefaultLinkRoots
-	}
-	if opts.DevDir == "" {
-		opts.DevDir = "/dev"
-	}
-	if opts.LoopSearchLimit <= 0 {
-		opts.LoopSearchLimit = 256
-	}
+	d := Options{PathRoots: opts.PathRoots, LinkRoots: opts.LinkRoots, DevDir: opts.DevDir, LoopSearchLimit: opts.LoopSearchLimit}.withDefaults()
+	opts.PathRoots, opts.LinkRoots, opts.DevDir, opts.LoopSearchLimit = d.PathRoots, d.LinkRoots, d.DevDir, d.LoopSearchLimit
 	if !filepath.IsAbs(opts.StateDir) || filepath.Clean(opts.StateDir) != opts.StateDir {
 		return nil, fmt.Errorf("state dir %q: %w", opts.StateDir, ErrRelativePath)
 	}

@@ -7,6 +7,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -357,12 +358,7 @@ func (p S3Profile) validate(where string) []string {
 			add("s3fsMounters[%d]: %q is not a program name", i, m)
 		}
 	}
-	values := make([]string, 0, len(p.Mounters))
-	for v := range p.Mounters {
-		values = append(values, v)
-	}
-	sort.Strings(values)
-	for _, v := range values {
+	for _, v := range slices.Sorted(maps.Keys(p.Mounters)) {
 		m := p.Mounters[v]
 		switch {
 		case !profileProgRe.MatchString(v):
@@ -384,14 +380,7 @@ func (p S3Profile) validate(where string) []string {
 }
 
 // MayReplay reports whether driver is in s3.replayDrivers.
-func (c *Config) MayReplay(driver string) bool {
-	for _, d := range c.S3.ReplayDrivers {
-		if d == driver {
-			return true
-		}
-	}
-	return false
-}
+func (c *Config) MayReplay(driver string) bool { return slices.Contains(c.S3.ReplayDrivers, driver) }
 
 // Probe holds livenessProbe timings.
 type Probe struct {
@@ -459,12 +448,14 @@ type Resources struct {
 	Limits corev1.ResourceList `json:"limits"`
 }
 
-// keepText has each quantity of l keep its canonical text: every admission encodes the
-// helper's resources, and a quantity without its text builds it on each encoding.
-func keepText(l corev1.ResourceList) {
-	for name, q := range l {
-		_ = q.String() // computes and keeps the text in q
-		l[name] = q
+// keepText has each quantity keep its canonical text: every admission encodes the helper's
+// resources, and a quantity without its text builds it on each encoding.
+func (r Resources) keepText() {
+	for _, l := range []corev1.ResourceList{r.Requests, r.Limits} {
+		for name, q := range l {
+			_ = q.String() // computes and keeps the text in q
+			l[name] = q
+		}
 	}
 }
 
@@ -563,8 +554,7 @@ func Default() *Config {
 		KubeletDir: "/var/lib/kubelet",
 		StateDir:   "/var/lib/pvrescue",
 	}
-	keepText(cfg.Helper.Resources.Requests)
-	keepText(cfg.Helper.Resources.Limits)
+	cfg.Helper.Resources.keepText()
 	return cfg
 }
 
@@ -577,8 +567,7 @@ func Parse(data []byte) (*Config, error) {
 	if err := yaml.UnmarshalStrict(data, cfg); err != nil {
 		return nil, fmt.Errorf("%w: decode: %w", ErrInvalid, err)
 	}
-	keepText(cfg.Helper.Resources.Requests)
-	keepText(cfg.Helper.Resources.Limits)
+	cfg.Helper.Resources.keepText()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -725,12 +714,7 @@ func (c *Config) Validate() error {
 	if a := c.S3.AbortHungAfter.Duration; a < 0 || (a > 0 && a < c.S3.StatfsTimeout.Duration) {
 		add("s3.abortHungAfter: must be 0 (off) or at least s3.statfsTimeout (%s), got %s", c.S3.StatfsTimeout.Duration, a)
 	}
-	drivers := make([]string, 0, len(c.S3.Profiles))
-	for d := range c.S3.Profiles {
-		drivers = append(drivers, d)
-	}
-	sort.Strings(drivers)
-	for _, d := range drivers {
+	for _, d := range slices.Sorted(maps.Keys(c.S3.Profiles)) {
 		if d == "" {
 			add("s3.profiles: a driver name must not be empty")
 			continue
@@ -771,23 +755,11 @@ func (c *Config) Validate() error {
 
 // IsLocalClass reports whether name is a configured local block StorageClass.
 func (c *Config) IsLocalClass(name string) bool {
-	for _, sc := range c.LocalBlock.StorageClasses {
-		if sc == name {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(c.LocalBlock.StorageClasses, name)
 }
 
 // IsS3Driver reports whether name is a configured S3 CSI driver or provisioner.
-func (c *Config) IsS3Driver(name string) bool {
-	for _, d := range c.S3.Drivers {
-		if d == name {
-			return true
-		}
-	}
-	return false
-}
+func (c *Config) IsS3Driver(name string) bool { return slices.Contains(c.S3.Drivers, name) }
 
 // Resource names the injected containers may be given.
 var helperResourceNames = []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourceEphemeralStorage}
@@ -796,11 +768,7 @@ func (r Resources) problems(field string) []string {
 	var out []string
 	check := func(kind string, l corev1.ResourceList) {
 		for name, q := range l {
-			known := false
-			for _, k := range helperResourceNames {
-				known = known || name == k
-			}
-			if !known {
+			if !slices.Contains(helperResourceNames, name) {
 				out = append(out, fmt.Sprintf("%s.%s.%s: unsupported resource (cpu, memory or ephemeral-storage)", field, kind, name))
 				continue
 			}

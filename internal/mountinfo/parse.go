@@ -3,6 +3,7 @@ package mountinfo
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -28,14 +29,7 @@ type Mount struct {
 }
 
 // HasOption reports whether the per-mount option o is set.
-func (m Mount) HasOption(o string) bool {
-	for _, x := range m.Options {
-		if x == o {
-			return true
-		}
-	}
-	return false
-}
+func (m Mount) HasOption(o string) bool { return slices.Contains(m.Options, o) }
 
 // ReadOnly reports whether the mount itself is read-only.
 func (m Mount) ReadOnly() bool { return m.HasOption("ro") }

@@ -58,7 +58,8 @@ func (o *Options) Validate() error {
 	return errors.Join(errs...)
 }
 
-func (o *Options) client() (kubernetes.Interface, error) {
+// gather reads the cluster through the kubeconfig's client; namespace limits pods as in Gather.
+func (o *Options) gather(ctx context.Context, namespace string) (*Snapshot, error) {
 	cfg, err := o.ConfigFlags.ToRESTConfig()
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig: %w", err)
@@ -67,7 +68,7 @@ func (o *Options) client() (kubernetes.Interface, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-	return c, nil
+	return Gather(ctx, c, o.InstallNamespace, o.WebhookConfig, namespace)
 }
 
 // NewCommand builds `kubectl-pvrescue` with its subcommands.
@@ -118,11 +119,7 @@ func NewCommand(o *Options) *cobra.Command {
 }
 
 func (o *Options) runStatus(ctx context.Context) error {
-	c, err := o.client()
-	if err != nil {
-		return err
-	}
-	s, err := Gather(ctx, c, o.InstallNamespace, o.WebhookConfig, "")
+	s, err := o.gather(ctx, "")
 	if err != nil {
 		return err
 	}
@@ -134,11 +131,7 @@ func (o *Options) runExplain(ctx context.Context, name string) error {
 	if err != nil {
 		return fmt.Errorf("namespace: %w", err)
 	}
-	c, err := o.client()
-	if err != nil {
-		return err
-	}
-	s, err := Gather(ctx, c, o.InstallNamespace, o.WebhookConfig, ns)
+	s, err := o.gather(ctx, ns)
 	if err != nil {
 		return err
 	}

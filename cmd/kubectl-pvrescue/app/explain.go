@@ -81,11 +81,12 @@ func Explain(ctx context.Context, s *Snapshot, namespace, name string) (*Explana
 		e.Reason = notMutatedReason(s, pod, cl)
 	}
 
-	pvOfClaim := map[string]string{}
+	pvOfClaim, fakeDevice := map[string]string{}, map[string]string{}
 	for _, pv := range s.PVs {
 		if ref := pv.Spec.ClaimRef; ref != nil && ref.Namespace == namespace {
 			pvOfClaim[ref.Name] = pv.Name
 		}
+		fakeDevice[pv.Name] = pv.Annotations[contract.AnnotationFakeDevice]
 	}
 	pvs := map[string]bool{}
 	for _, v := range pod.Spec.Volumes {
@@ -99,11 +100,7 @@ func Explain(ctx context.Context, s *Snapshot, namespace, name string) (*Explana
 		}
 		if ve.PV != "" {
 			pvs[ve.PV] = true
-			for _, pv := range s.PVs {
-				if pv.Name == ve.PV {
-					ve.FakeDevice = pv.Annotations[contract.AnnotationFakeDevice]
-				}
-			}
+			ve.FakeDevice = fakeDevice[ve.PV]
 		}
 		e.Volumes = append(e.Volumes, ve)
 	}

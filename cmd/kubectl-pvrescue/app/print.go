@@ -22,23 +22,21 @@ const (
 
 // printStructured writes v as JSON or YAML; false when format is a table format.
 func printStructured(w io.Writer, format string, v any) (bool, error) {
+	var b []byte
+	var err error
 	switch format {
 	case OutputJSON:
-		b, err := json.MarshalIndent(v, "", "  ")
-		if err != nil {
-			return true, err
-		}
-		_, err = fmt.Fprintf(w, "%s\n", b)
-		return true, err
+		b, err = json.MarshalIndent(v, "", "  ")
+		b = append(b, '\n')
 	case OutputYAML:
-		b, err := yaml.Marshal(v)
-		if err != nil {
-			return true, err
-		}
-		_, err = w.Write(b)
-		return true, err
+		b, err = yaml.Marshal(v)
+	default:
+		return false, nil
 	}
-	return false, nil
+	if err == nil {
+		_, err = w.Write(b)
+	}
+	return true, err
 }
 
 func age(now time.Time, t *time.Time) string {
@@ -127,8 +125,7 @@ func PrintStatus(w io.Writer, format string, now time.Time, r *StatusReport) err
 		p.table(func(t *printer) {
 			t.println("NAMESPACE\tNAME\tNODE\tPHASE\tVOLUMES\tAGE")
 			for _, u := range r.Unprotected {
-				c := u.Created
-				t.printf("%s\t%s\t%s\t%s\t%s\t%s\n", u.Namespace, u.Name, orNone(u.Node), u.Phase, strings.Join(u.Volumes, ","), age(now, &c))
+				t.printf("%s\t%s\t%s\t%s\t%s\t%s\n", u.Namespace, u.Name, orNone(u.Node), u.Phase, strings.Join(u.Volumes, ","), age(now, &u.Created))
 			}
 		})
 	}
@@ -194,8 +191,7 @@ func PrintExplanation(w io.Writer, format string, now time.Time, e *Explanation)
 	p.table(func(t *printer) {
 		t.println("  LAST SEEN\tOBJECT\tTYPE\tREASON\tMESSAGE")
 		for _, ev := range e.Events {
-			at := ev.Time
-			t.printf("  %s\t%s\t%s\t%s\t%s\n", age(now, &at), ev.Object, ev.Type, ev.Reason, ev.Message)
+			t.printf("  %s\t%s\t%s\t%s\t%s\n", age(now, &ev.Time), ev.Object, ev.Type, ev.Reason, ev.Message)
 		}
 	})
 	return p.err

@@ -123,8 +123,7 @@ func BuildStatus(ctx context.Context, s *Snapshot) *StatusReport {
 		}
 		row := StatusRow{Kind: RowFakeDevice, PV: pv.Name, Path: localPath(&pv), Device: dev}
 		if ev := latestEvent(s.Events, "PersistentVolume", "", pv.Name, contract.ReasonFakeDeviceCreated); ev != nil {
-			t := eventTime(ev)
-			row.Since = &t
+			row.Since = new(eventTime(ev))
 		}
 		node(pvNode(&pv)).Items = append(node(pvNode(&pv)).Items, row)
 	}
@@ -143,12 +142,10 @@ func BuildStatus(ctx context.Context, s *Snapshot) *StatusReport {
 				if name == "" {
 					continue
 				}
-				row := StatusRow{Kind: RowDiskMissing, PV: name, Message: c.Message}
+				row := StatusRow{Kind: RowDiskMissing, PV: name, Message: c.Message, Since: new(c.LastTransitionTime.Time)}
 				if pv := pvs[name]; pv != nil {
 					row.Path = localPath(pv)
 				}
-				t := c.LastTransitionTime.Time
-				row.Since = &t
 				node(n.Name).Items = append(node(n.Name).Items, row)
 			}
 		}
@@ -164,12 +161,10 @@ func BuildStatus(ctx context.Context, s *Snapshot) *StatusReport {
 			continue
 		}
 		key := ev.InvolvedObject.Namespace + "/" + ev.InvolvedObject.Name
-		row := StatusRow{Kind: kind, Pod: key, Count: max(ev.Count, 1), Message: ev.Message}
+		row := StatusRow{Kind: kind, Pod: key, Count: max(ev.Count, 1), Message: ev.Message, Since: new(eventTime(ev))}
 		if m := s3VolumeRe.FindStringSubmatch(ev.Message); m != nil {
 			row.PV = m[1]
 		}
-		t := eventTime(ev)
-		row.Since = &t
 		nodeName := ev.Source.Host
 		if p := pods[key]; p != nil && p.Spec.NodeName != "" {
 			nodeName = p.Spec.NodeName

@@ -11,7 +11,7 @@ import (
 
 // NewOS returns the real node implementation.
 func NewOS() OS {
-	return OS{Mounter: stack.NewMounter(), Procs: s3fs.NewProcs(), Cgroups: s3fs.NewHostCgroups(), Statfs: stack.NewStatfs(), FS: stack.NewFS(),
+	return OS{Mounter: stack.NewMounter(), Procs: s3fs.NewProcs(), Cgroups: s3fs.NewCgroups(), Statfs: stack.NewStatfs(), FS: stack.NewFS(),
 		CSI: csiclient.GRPCDialer{}, Plugins: csiclient.FSNotifyWatcher{}, Registry: csiclient.GRPCRegistry{}, FUSE: stack.NewFUSEConnections(),
 		Replacer: stack.NewReplacer(mountreplace.NodeSupport())}
 }

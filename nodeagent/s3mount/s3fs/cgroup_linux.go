@@ -37,9 +37,9 @@ type HostCgroups struct {
 	MountDir string
 }
 
-// NewHostCgroups returns HostCgroups for /proc/1, mounting under /tmp/pvrescue-cgroup if it must
-// (the agent's /tmp is an emptyDir, private to its container).
-func NewHostCgroups() HostCgroups {
+// NewCgroups returns the node's cgroups: HostCgroups for /proc/1, mounting under
+// /tmp/pvrescue-cgroup if it must (the agent's /tmp is an emptyDir, private to its container).
+func NewCgroups() Cgroups {
 	return HostCgroups{ProcDir: "/proc/1", MountDir: "/tmp/pvrescue-cgroup"}
 }
 
@@ -64,16 +64,25 @@ func (c HostCgroups) view() (string, []string, error) {
 	return "", nil, errors.Join(errs...)
 }
 
-// cgroupRoots returns the roots of every hierarchy procDir's mountinfo shows, when each is shown
-// whole (root "/") and reachable through <procDir>/root.
-func cgroupRoots(procDir string) ([]string, error) {
+// cgroupMounts returns procDir's mountinfo and the cgroup hierarchies it shows.
+func cgroupMounts(procDir string) (string, []CgroupMount, error) {
 	data, err := os.ReadFile(filepath.Join(procDir, "mountinfo"))
 	if err != nil {
-		return nil, fmt.Errorf("read cgroup mounts: %w", err)
+		return "", nil, fmt.Errorf("read cgroup mounts: %w", err)
 	}
 	mounts := ParseCgroupMounts(string(data))
 	if len(mounts) == 0 {
-		return nil, fmt.Errorf("%w in %s", ErrNoCgroups, procDir)
+		return "", nil, fmt.Errorf("%w in %s", ErrNoCgroups, procDir)
+	}
+	return string(data), mounts, nil
+}
+
+// cgroupRoots returns the roots of every hierarchy procDir's mountinfo shows, when each is shown
+// whole (root "/") and reachable through <procDir>/root.
+func cgroupRoots(procDir string) ([]string, error) {
+	_, mounts, err := cgroupMounts(procDir)
+	if err != nil {
+		return nil, err
 	}
 	var roots []string
 	for _, m := range mounts {
@@ -91,15 +100,11 @@ func cgroupRoots(procDir string) ([]string, error) {
 // mountHierarchies mounts every hierarchy our mountinfo shows afresh under MountDir (once; later
 // calls reuse the mounts) and returns their roots.
 func (c HostCgroups) mountHierarchies() ([]string, error) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
+	data, mounts, err := cgroupMounts("/proc/self")
 	if err != nil {
-		return nil, fmt.Errorf("read cgroup mounts: %w", err)
+		return nil, err
 	}
-	mounts := ParseCgroupMounts(string(data))
-	if len(mounts) == 0 {
-		return nil, ErrNoCgroups
-	}
-	table, err := stack.ParseMountInfo(string(data))
+	table, err := stack.ParseMountInfo(data)
 	if err != nil {
 		return nil, err
 	}
@@ -125,9 +130,9 @@ func (c HostCgroups) mountHierarchies() ([]string, error) {
 	return roots, nil
 }
 
-// Place creates group in every hierarchy (cpuset: with the parent's cpus and mems, or v1
-// refuses tasks) and writes pid to its cgroup.procs.
-func (c HostCgroups) Place(pid int, group string) error {
+// eachRoot runs f on the root of every hierarchy (view), in the view's cgroup namespace
+// (inCgroupNS), and joins f's errors.
+func (c HostCgroups) eachRoot(f func(root string) error) error {
 	procDir, roots, err := c.view()
 	if err != nil {
 		return err
@@ -135,15 +140,26 @@ func (c HostCgroups) Place(pid int, group string) error {
 	return inCgroupNS(procDir, func() error {
 		var errs []error
 		for _, root := range roots {
-			dir, err := makeGroup(root, group)
-			if err == nil {
-				err = os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0)
-			}
-			if err != nil {
-				errs = append(errs, fmt.Errorf("cgroup %s: %w", filepath.Join(root, group), err))
+			if err := f(root); err != nil {
+				errs = append(errs, err)
 			}
 		}
 		return errors.Join(errs...)
+	})
+}
+
+// Place creates group in every hierarchy (cpuset: with the parent's cpus and mems, or v1
+// refuses tasks) and writes pid to its cgroup.procs.
+func (c HostCgroups) Place(pid int, group string) error {
+	return c.eachRoot(func(root string) error {
+		dir, err := makeGroup(root, group)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0)
+		}
+		if err != nil {
+			return fmt.Errorf("cgroup %s: %w", filepath.Join(root, group), err)
+		}
+		return nil
 	})
 }
 
@@ -175,42 +191,28 @@ func makeGroup(root, group string) (string, error) {
 
 // Remove removes group's leaf directory from every hierarchy (the parent stays for the next).
 func (c HostCgroups) Remove(group string) error {
-	procDir, roots, err := c.view()
-	if err != nil {
-		return err
-	}
-	return inCgroupNS(procDir, func() error {
-		var errs []error
-		for _, root := range roots {
-			if err := unix.Rmdir(filepath.Join(root, group)); err != nil && !errors.Is(err, unix.ENOENT) {
-				errs = append(errs, fmt.Errorf("remove cgroup %s: %w", filepath.Join(root, group), err))
-			}
+	return c.eachRoot(func(root string) error {
+		if err := unix.Rmdir(filepath.Join(root, group)); err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("remove cgroup %s: %w", filepath.Join(root, group), err)
 		}
-		return errors.Join(errs...)
+		return nil
 	})
 }
 
 // Children returns the names of parent's child groups in every hierarchy, sorted.
 func (c HostCgroups) Children(parent string) ([]string, error) {
-	procDir, roots, err := c.view()
-	if err != nil {
-		return nil, err
-	}
 	seen := map[string]bool{}
-	err = inCgroupNS(procDir, func() error {
-		var errs []error
-		for _, root := range roots {
-			entries, err := os.ReadDir(filepath.Join(root, parent))
-			if err != nil && !errors.Is(err, fs.ErrNotExist) {
-				errs = append(errs, fmt.Errorf("list cgroup %s: %w", filepath.Join(root, parent), err))
-			}
-			for _, e := range entries {
-				if e.IsDir() {
-					seen[e.Name()] = true
-				}
+	err := c.eachRoot(func(root string) error {
+		entries, err := os.ReadDir(filepath.Join(root, parent))
+		for _, e := range entries {
+			if e.IsDir() {
+				seen[e.Name()] = true
 			}
 		}
-		return errors.Join(errs...)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("list cgroup %s: %w", filepath.Join(root, parent), err)
+		}
+		return nil
 	})
 	return slices.Sorted(maps.Keys(seen)), err
 }
@@ -221,22 +223,15 @@ func (c HostCgroups) Children(parent string) ([]string, error) {
 // root's are the node's). The group gets the kernel's default CPU weight (v1 cpu.shares 1024,
 // v2 cpu.weight 100): earlier agents weighed the bridges' groups 9548, above the pods'.
 func (c HostCgroups) SetLimits(group string, l Limits) error {
-	procDir, roots, err := c.view()
-	if err != nil {
-		return err
-	}
-	return inCgroupNS(procDir, func() error {
-		var errs []error
-		for _, root := range roots {
-			dir, err := makeGroup(root, group)
-			if err == nil {
-				err = setLimits(root, filepath.Dir(dir), dir, l)
-			}
-			if err != nil {
-				errs = append(errs, fmt.Errorf("cgroup %s: %w", filepath.Join(root, group), err))
-			}
+	return c.eachRoot(func(root string) error {
+		dir, err := makeGroup(root, group)
+		if err == nil {
+			err = setLimits(root, filepath.Dir(dir), dir, l)
 		}
-		return errors.Join(errs...)
+		if err != nil {
+			return fmt.Errorf("cgroup %s: %w", filepath.Join(root, group), err)
+		}
+		return nil
 	})
 }
 
@@ -327,39 +322,33 @@ func enableV2(root, parent, dir string, ctrls ...string) (map[string]bool, error
 // Usage reads group's CPU time used and memory in use from the hierarchies that have them
 // (v1: cpuacct.usage, memory.usage_in_bytes; v2: cpu.stat usage_usec, memory.current).
 func (c HostCgroups) Usage(group string) (Usage, error) {
-	procDir, roots, err := c.view()
-	if err != nil {
-		return Usage{}, err
-	}
 	var u Usage
-	err = inCgroupNS(procDir, func() error {
-		var found bool
-		for _, root := range roots {
-			dir := filepath.Join(root, group)
-			if v, ok := readInt(filepath.Join(dir, "cpuacct.usage")); ok {
-				u.CPUNanos, found = v, true
-			}
-			if v, ok := readInt(filepath.Join(dir, "memory.usage_in_bytes")); ok {
-				u.MemoryBytes, found = v, true
-			}
-			if v, ok := readInt(filepath.Join(dir, "memory.current")); ok {
-				u.MemoryBytes, found = v, true
-			}
-			if data, err := os.ReadFile(filepath.Join(dir, "cpu.stat")); err == nil {
-				for _, line := range strings.Split(string(data), "\n") {
-					if v, ok := strings.CutPrefix(line, "usage_usec "); ok {
-						if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-							u.CPUNanos, found = n*1000, true
-						}
+	var found bool
+	err := c.eachRoot(func(root string) error {
+		dir := filepath.Join(root, group)
+		if v, ok := readInt(filepath.Join(dir, "cpuacct.usage")); ok {
+			u.CPUNanos, found = v, true
+		}
+		if v, ok := readInt(filepath.Join(dir, "memory.usage_in_bytes")); ok {
+			u.MemoryBytes, found = v, true
+		}
+		if v, ok := readInt(filepath.Join(dir, "memory.current")); ok {
+			u.MemoryBytes, found = v, true
+		}
+		if data, err := os.ReadFile(filepath.Join(dir, "cpu.stat")); err == nil {
+			for _, line := range strings.Split(string(data), "\n") {
+				if v, ok := strings.CutPrefix(line, "usage_usec "); ok {
+					if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+						u.CPUNanos, found = n*1000, true
 					}
 				}
 			}
 		}
-		if !found {
-			return fmt.Errorf("%w holding %s", ErrNoCgroups, group)
-		}
 		return nil
 	})
+	if err == nil && !found {
+		err = fmt.Errorf("%w holding %s", ErrNoCgroups, group)
+	}
 	return u, err
 }
 

@@ -22,9 +22,6 @@ import (
 // NewProcs returns the real ProcessStarter.
 func NewProcs() ProcessStarter { return realProcs{} }
 
-// NewCgroups returns the node's cgroups as HostCgroups sees them.
-func NewCgroups() Cgroups { return NewHostCgroups() }
-
 type realProcs struct{}
 
 // tailMax bounds what Output returns.

@@ -16,7 +16,6 @@ type ProcID struct {
 
 // Process is a started (or adopted) s3fs.
 type Process interface {
-	Pid() int
 	ID() ProcID
 	// Wait blocks until the process exits and returns its error (nil for an adopted process,
 	// whose exit status belongs to its parent).

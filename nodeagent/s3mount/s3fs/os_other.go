@@ -25,6 +25,4 @@ func (noCgroups) Children(string) ([]string, error) {
 func (noCgroups) SetLimits(string, Limits) error { return stack.ErrUnsupportedOS }
 func (noCgroups) Usage(string) (Usage, error)    { return Usage{}, stack.ErrUnsupportedOS }
 
-func fsSize(string) int64 { return 0 }
-
-func fsAvailMB(string) int64 { return -1 }
+func fsSpace(string) (sizeBytes, availMB int64) { return 0, -1 }

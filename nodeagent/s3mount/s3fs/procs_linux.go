@@ -45,11 +45,8 @@ func (realProcs) Start(spec ProcSpec) (Process, error) {
 	if err := startIn(cmd, spec.NetNS); err != nil {
 		return nil, fmt.Errorf("%w: start %s: %w", ErrS3fs, spec.Path, err)
 	}
-	p := &childProcess{cmd: cmd, log: spec.LogFile, done: make(chan struct{})}
-	p.id = ProcID{Pid: cmd.Process.Pid}
-	if st, _, err := procStat(cmd.Process.Pid); err == nil {
-		p.id.StartTime = st
-	}
+	start, _, _ := procStat(cmd.Process.Pid) // 0 when unreadable
+	p := &childProcess{cmd: cmd, id: ProcID{Pid: cmd.Process.Pid, StartTime: start}, log: spec.LogFile, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		close(p.done)
@@ -122,7 +119,6 @@ type childProcess struct {
 	err  error
 }
 
-func (p *childProcess) Pid() int       { return p.id.Pid }
 func (p *childProcess) ID() ProcID     { return p.id }
 func (p *childProcess) Output() string { return tail(p.log) }
 func (p *childProcess) Wait() error {
@@ -180,7 +176,6 @@ func (p *adoptedProcess) watch() {
 	close(p.done)
 }
 
-func (p *adoptedProcess) Pid() int       { return p.id.Pid }
 func (p *adoptedProcess) ID() ProcID     { return p.id }
 func (p *adoptedProcess) Output() string { return "" }
 func (p *adoptedProcess) Wait() error {
@@ -206,21 +201,13 @@ func (p *adoptedProcess) Kill(grace time.Duration) {
 	}
 }
 
-// fsSize is the size in bytes of the filesystem holding path (0 when it cannot be read).
-func fsSize(path string) int64 {
+// fsSpace returns the size in bytes of the filesystem holding path and the space in MB a process
+// may still write on it (statvfs f_bavail, what s3fs compares with ensure_diskfree); 0 and -1
+// when it cannot be read.
+func fsSpace(path string) (sizeBytes, availMB int64) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(path, &st); err != nil {
-		return 0
+		return 0, -1
 	}
-	return int64(st.Blocks) * st.Bsize //nolint:gosec // block counts of a real filesystem fit an int64
-}
-
-// fsAvailMB is the space in MB a process may still write on the filesystem holding path (statvfs
-// f_bavail, what s3fs compares with ensure_diskfree); -1 when it cannot be read.
-func fsAvailMB(path string) int64 {
-	var st unix.Statfs_t
-	if err := unix.Statfs(path, &st); err != nil {
-		return -1
-	}
-	return int64(st.Bavail) * st.Bsize >> 20 //nolint:gosec // block counts of a real filesystem fit an int64
+	return int64(st.Blocks) * st.Bsize, int64(st.Bavail) * st.Bsize >> 20 //nolint:gosec // block counts of a real filesystem fit an int64
 }

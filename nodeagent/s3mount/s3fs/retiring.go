@@ -54,19 +54,12 @@ func cutPID(s string, sep byte) (stem string, pid int, ok bool) {
 // Retire detaches pv's unused bridge and lets its s3fs exit when its last user is gone.
 func (s *Supervisor) Retire(ctx context.Context, pv string) {
 	log := logr.FromContextOrDiscard(ctx).WithValues("pv", pv)
-	s.mu.Lock()
-	st := s.bridges[pv]
-	delete(s.bridges, pv)
-	if st != nil {
-		st.stopped = true
-		st.retiring = st.proc != nil
-	}
-	s.mu.Unlock()
-	s.updateGauge()
-	if st != nil && st.proc != nil {
+	pid := 0
+	if st := s.take(pv, true); st != nil && st.proc != nil {
 		rec := BridgeRecord{Proc: st.proc.ID(), Cgroup: st.cgroup}
+		pid = rec.Proc.Pid
 		if data, err := json.Marshal(rec); err == nil {
-			if err := s.os.FS.WriteFile(s.layout.RetiringRecordFile(pv, rec.Proc.Pid), data, 0o600); err != nil {
+			if err := s.os.FS.WriteFile(s.layout.RetiringRecordFile(pv, pid), data, 0o600); err != nil {
 				log.Error(err, "recording the retiring bridge: a restarted agent will not watch it")
 			}
 		}
@@ -77,28 +70,16 @@ func (s *Supervisor) Retire(ctx context.Context, pv string) {
 	if table, err := s.os.Mounter.MountTable(); err == nil {
 		stack.UnmountAll(s.os.Mounter, s.layout.MountPoint(pv), table)
 	}
-	pid := 0
-	if st != nil && st.proc != nil {
-		pid = st.proc.Pid()
-	}
 	log.Info("bridge retired: its mount detached, its s3fs exits once the last file open on it is closed", "pid", pid)
 }
 
-// forgetRetiring removes a retiring bridge's record and cgroup once its process has exited.
-func (s *Supervisor) forgetRetiring(ctx context.Context, pv string, rec BridgeRecord) {
-	if err := s.os.FS.Remove(s.layout.RetiringRecordFile(pv, rec.Proc.Pid)); err != nil {
-		logr.FromContextOrDiscard(ctx).Error(err, "removing the retiring bridge's record", "pv", pv)
-	}
-	s.forgetRecord(ctx, pv, &rec.Proc, rec.Cgroup)
-}
-
-// adoptRetiring watches again the retiring bridges an earlier agent left (their records), and
-// forgets those whose process has exited meanwhile.
-func (s *Supervisor) adoptRetiring(ctx context.Context) {
+// adoptRetiring watches again the retiring bridges an earlier agent left (their records),
+// forgets those whose process has exited meanwhile, and returns the cgroups of those it watches.
+func (s *Supervisor) adoptRetiring(ctx context.Context) (cgroups []string) {
 	log := logr.FromContextOrDiscard(ctx)
 	names, err := s.os.FS.ReadDir(s.layout.BridgesDir())
 	if err != nil {
-		return
+		return nil
 	}
 	for _, name := range names {
 		pv, pid, ok := parseRetiringRecord(name)
@@ -114,15 +95,17 @@ func (s *Supervisor) adoptRetiring(ctx context.Context) {
 		proc, err := s.os.Procs.Adopt(rec.Proc, s.layout.MountPoint(pv))
 		if err != nil {
 			log.Info("retiring bridge has exited", "pv", pv, "pid", pid)
-			s.forgetRetiring(ctx, pv, rec)
+			s.forget(ctx, pv, rec, true)
 			continue
 		}
 		log.Info("watching a retiring bridge again until it exits", "pv", pv, "pid", pid)
+		cgroups = append(cgroups, rec.Cgroup)
 		go func() {
 			_ = proc.Wait()
-			s.forgetRetiring(ctx, pv, rec)
+			s.forget(ctx, pv, rec, true)
 		}()
 	}
+	return cgroups
 }
 
 // readRetiring reads the retiring record file name, of process pid.
@@ -136,21 +119,4 @@ func (s *Supervisor) readRetiring(name string, pid int) (BridgeRecord, error) {
 		err = fmt.Errorf("record of pid %d in %s", rec.Proc.Pid, name)
 	}
 	return rec, err
-}
-
-// retiringRecords returns the readable records of retiring bridges.
-func (s *Supervisor) retiringRecords() []BridgeRecord {
-	names, err := s.os.FS.ReadDir(s.layout.BridgesDir())
-	if err != nil {
-		return nil
-	}
-	var out []BridgeRecord
-	for _, name := range names {
-		if _, pid, ok := parseRetiringRecord(name); ok {
-			if rec, err := s.readRetiring(name, pid); err == nil {
-				out = append(out, rec)
-			}
-		}
-	}
-	return out
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -29,15 +31,10 @@ type Supervisor struct {
 	opts   Options
 	clk    clock.WithTicker
 	layout Layout
-	active prometheus.Gauge
-	exits  prometheus.Counter
-	exited func(pv string, lived time.Duration)
 
 	mu      sync.Mutex
 	bridges map[string]*bridge // by PV
-	// joined is the network namespace the last bridge started in (known: one has).
-	joined      string
-	joinedKnown bool
+	joined  string             // the network namespace the last bridge started in
 }
 
 // OS is what the supervisor does on the node.
@@ -69,21 +66,14 @@ type Options struct {
 // NewSupervisor returns a supervisor of the bridges under the state directory of cfg.
 func NewSupervisor(os OS, cfg *config.Config, clk clock.WithTicker, opts Options) *Supervisor {
 	return &Supervisor{os: os, cfg: cfg, opts: opts, clk: clk, layout: Layout{StateDir: cfg.StateDir},
-		active: opts.Active, exits: opts.Exits, exited: opts.Exited, bridges: map[string]*bridge{}}
+		bridges: map[string]*bridge{}, joined: opts.BridgeNetNS}
 }
-
-// Layout is where the supervisor keeps its state.
-func (s *Supervisor) Layout() Layout { return s.layout }
 
 // PVs returns the PVs whose bridge runs.
 func (s *Supervisor) PVs() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]string, 0, len(s.bridges))
-	for pv := range s.bridges {
-		out = append(out, pv)
-	}
-	return out
+	return slices.Collect(maps.Keys(s.bridges))
 }
 
 // Prepare creates the state directories and the credentials tmpfs.
@@ -109,33 +99,24 @@ func (s *Supervisor) Prepare(ctx context.Context) error {
 	return nil
 }
 
-// netNS is the network namespace bridges start in ("" for ours).
-func (s *Supervisor) netNS() string { return s.opts.BridgeNetNS }
-
-// netNSFallbacks are tried in turn when BridgeNetNS cannot be joined: our parent's (with
-// hostPID the container's shim, which runs in the node's namespace; seen on the demo node:
-// init's namespace gives EACCES even to root, the shim's does not), then ours ("").
-func (s *Supervisor) netNSFallbacks() []string {
-	if s.opts.BridgeNetNS == "" {
-		return nil
-	}
-	var out []string
-	if ppid := os.Getppid(); ppid > 1 {
-		out = append(out, fmt.Sprintf("/proc/%d/ns/net", ppid))
-	}
-	return append(out, "")
-}
-
-// netNSOrder is the order bridges try network namespaces in: BridgeNetNS, then its fallbacks,
-// starting with the one the last bridge started in. A namespace refused once (init's, joined
-// from the agent's container) is not tried again at every incident: each try cost up to 14 ms
-// of the pods' window and an error in the log.
+// netNSOrder is the order bridges try network namespaces in: BridgeNetNS; when it is set and
+// cannot be joined, our parent's (with hostPID the container's shim, which runs in the node's
+// namespace; seen on the demo node: init's namespace gives EACCES even to root, the shim's does
+// not), then ours (""). The one the last bridge started in comes first: a namespace refused once
+// (init's, joined from the agent's container) is not tried again at every incident, each try
+// cost up to 14 ms of the pods' window and an error in the log.
 func (s *Supervisor) netNSOrder() []string {
-	order := append([]string{s.netNS()}, s.netNSFallbacks()...)
+	order := []string{s.opts.BridgeNetNS}
+	if s.opts.BridgeNetNS != "" {
+		if ppid := os.Getppid(); ppid > 1 {
+			order = append(order, fmt.Sprintf("/proc/%d/ns/net", ppid))
+		}
+		order = append(order, "")
+	}
 	s.mu.Lock()
-	joined, known := s.joined, s.joinedKnown
+	joined := s.joined
 	s.mu.Unlock()
-	if i := slices.Index(order, joined); known && i > 0 {
+	if i := slices.Index(order, joined); i > 0 {
 		order = append(append([]string{joined}, order[:i]...), order[i+1:]...)
 	}
 	return order
@@ -209,10 +190,7 @@ func (s *Supervisor) Adopt(ctx context.Context) error {
 						log.Error(err, "bounding an adopted bridge's cgroups failed", "pv", pv, "cgroup", rec.Cgroup)
 					}
 				}
-				go func() {
-					werr := proc.Wait()
-					s.onExit(ctx, pv, st, werr)
-				}()
+				go func() { s.onExit(ctx, pv, st, proc.Wait()) }()
 			}
 			s.mu.Lock()
 			s.bridges[pv] = st
@@ -246,8 +224,7 @@ func (s *Supervisor) Adopt(ctx context.Context) error {
 		s.dropBridge(ctx, pv, rec, proc)
 	}
 	s.updateGauge()
-	s.adoptRetiring(ctx)
-	s.sweepCgroups(ctx)
+	s.sweepCgroups(ctx, s.adoptRetiring(ctx))
 	return nil
 }
 
@@ -256,8 +233,9 @@ func (s *Supervisor) Adopt(ctx context.Context) error {
 // kept no record of it (its state directory removed, the node's agent reinstalled), and each
 // such group stayed forever, empty. Only names of ours ("<pv>-<pid>") are touched, never a group
 // of a bridge adopted or retiring here, and the kernel refuses to remove one that still has a
-// process: a bridge that outlived every record keeps its group.
-func (s *Supervisor) sweepCgroups(ctx context.Context) {
+// process: a bridge that outlived every record keeps its group. retiring are the groups of the
+// retiring bridges watched.
+func (s *Supervisor) sweepCgroups(ctx context.Context, retiring []string) {
 	if s.opts.BridgeCgroup == "" {
 		return
 	}
@@ -275,8 +253,8 @@ func (s *Supervisor) sweepCgroups(ctx context.Context) {
 		inUse[st.cgroup] = true
 	}
 	s.mu.Unlock()
-	for _, rec := range s.retiringRecords() {
-		inUse[rec.Cgroup] = true
+	for _, group := range retiring {
+		inUse[group] = true
 	}
 	var removed []string
 	for _, name := range names {
@@ -305,7 +283,6 @@ func (s *Supervisor) adoptProcess(ctx context.Context, pv, mountPoint string) (B
 	rec, ok, err := s.readRecord(pv)
 	if err != nil {
 		log.Error(err, "reading the bridge record")
-		return BridgeRecord{}, nil
 	}
 	if !ok {
 		return BridgeRecord{}, nil
@@ -324,11 +301,7 @@ func (s *Supervisor) dropBridge(ctx context.Context, pv string, rec BridgeRecord
 	if proc != nil {
 		proc.Kill(s.opts.KillGrace)
 	}
-	var id *ProcID
-	if rec.Proc.Pid > 0 {
-		id = &rec.Proc
-	}
-	s.forgetRecord(ctx, pv, id, rec.Cgroup)
+	s.forget(ctx, pv, rec, false)
 }
 
 // Ensure makes sure the PV's bridge mount point holds a healthy s3fs mount of ours; resolve
@@ -361,8 +334,9 @@ func (s *Supervisor) Ensure(ctx context.Context, pvName string, resolve func(con
 		return err
 	}
 	passwd := s.layout.PasswdFile(pvName)
-	floor := DiskFreeFloorMB(s.cfg, fsSize(s.layout.TmpRoot()))
-	startable, lowered := StartableFloorMB(floor, fsAvailMB(s.layout.TmpRoot()), vol.Options)
+	size, avail := fsSpace(s.layout.TmpRoot())
+	floor := DiskFreeFloorMB(s.cfg, size)
+	startable, lowered := StartableFloorMB(floor, avail, vol.Options)
 	args, err := Args(vol, creds, path, passwd, s.layout.TmpDir(pvName), startable)
 	if err != nil {
 		return err // refused by the allowlists: nothing is written or started
@@ -381,7 +355,7 @@ func (s *Supervisor) Ensure(ctx context.Context, pvName string, resolve func(con
 	}
 	log.Info("starting s3fs", "bucket", vol.Bucket, "prefix", vol.Prefix, "mountPoint", path)
 	spec := ProcSpec{
-		Path: s.cfg.S3.S3fsPath, Args: args, Dir: s.layout.Root(), LogFile: s.layout.LogFile(pvName), NetNS: s.netNS(),
+		Path: s.cfg.S3.S3fsPath, Args: args, Dir: s.layout.Root(), LogFile: s.layout.LogFile(pvName),
 		Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "TMPDIR=" + s.layout.TmpDir(pvName)},
 	}
 	var proc Process
@@ -393,19 +367,17 @@ func (s *Supervisor) Ensure(ctx context.Context, pvName string, resolve func(con
 		}
 		log.Error(err, "s3fs cannot start in the node's network namespace there; trying the next", "netns", order[i+1])
 	}
-	if err == nil {
-		s.mu.Lock()
-		s.joined, s.joinedKnown = spec.NetNS, true
-		s.mu.Unlock()
-	}
-	if err == nil && spec.NetNS == "" && s.netNS() != "" {
-		// A bridge in the agent's namespace still serves while the agent runs; it loses its
-		// network when the agent pod is deleted (reads through it hang until a new bridge).
-		log.Error(nil, "s3fs runs in the agent's network namespace: the bridge loses its network when the agent pod goes (run the agent with hostNetwork)")
-	}
 	if err != nil {
 		_ = s.os.FS.Remove(passwd)
 		return err
+	}
+	s.mu.Lock()
+	s.joined = spec.NetNS
+	s.mu.Unlock()
+	if spec.NetNS == "" && s.opts.BridgeNetNS != "" {
+		// A bridge in the agent's namespace still serves while the agent runs; it loses its
+		// network when the agent pod is deleted (reads through it hang until a new bridge).
+		log.Error(nil, "s3fs runs in the agent's network namespace: the bridge loses its network when the agent pod goes (run the agent with hostNetwork)")
 	}
 	st := &bridge{proc: proc, started: s.clk.Now()}
 	s.detach(ctx, pvName, st)
@@ -422,14 +394,14 @@ func (s *Supervisor) Ensure(ctx context.Context, pvName string, resolve func(con
 			stack.UnmountAll(s.os.Mounter, path, t)
 		}
 		_ = s.os.FS.Remove(passwd)
-		out := scrub(proc.Output(), creds)
-		return fmt.Errorf("%w: %w; s3fs said: %s", ErrS3fs, err, lastLines(out, 3))
+		lines := strings.Split(strings.TrimSpace(scrub(proc.Output(), creds)), "\n")
+		return fmt.Errorf("%w: %w; s3fs said: %s", ErrS3fs, err, strings.Join(lines[max(0, len(lines)-3):], " | "))
 	}
 	s.mu.Lock()
 	s.bridges[pvName] = st
 	s.mu.Unlock()
 	s.updateGauge()
-	log.Info("s3fs bridge mount ready", "pid", proc.Pid(), "cgroup", st.cgroup, "after", s.clk.Since(st.started))
+	log.Info("s3fs bridge mount ready", "pid", proc.ID().Pid, "cgroup", st.cgroup, "after", s.clk.Since(st.started))
 	return nil
 }
 
@@ -438,12 +410,12 @@ func (s *Supervisor) Ensure(ctx context.Context, pvName string, resolve func(con
 // logged, not fatal: the bridge serves the pod now, it only would not outlive this agent.
 func (s *Supervisor) detach(ctx context.Context, pvName string, st *bridge) {
 	log := logr.FromContextOrDiscard(ctx).WithValues("pv", pvName)
-	if group := BridgeCgroup(s.opts.BridgeCgroup, pvName, st.proc.Pid()); group != "" {
+	if group := BridgeCgroup(s.opts.BridgeCgroup, pvName, st.proc.ID().Pid); group != "" {
 		// The limits first (the parents', then its own), so s3fs never runs unbounded in it.
 		if err := s.limit(group); err != nil {
 			log.Error(err, "bounding the bridge's cgroups failed: it may run without CPU or memory limits", "cgroup", group)
 		}
-		if err := s.os.Cgroups.Place(st.proc.Pid(), group); err != nil {
+		if err := s.os.Cgroups.Place(st.proc.ID().Pid, group); err != nil {
 			log.Error(err, "moving s3fs out of the agent's cgroups failed: this bridge dies with the agent container")
 		} else {
 			st.cgroup = group
@@ -476,33 +448,33 @@ func (s *Supervisor) limit(group string) error {
 	return errors.Join(errs...)
 }
 
-// forgetBridge removes what detach made once the bridge's process has exited: its record (when
-// it still names that process) and its cgroup.
+// forgetBridge removes what detach (and Retire) made once the bridge's process has exited.
 func (s *Supervisor) forgetBridge(ctx context.Context, pvName string, st *bridge) {
-	var id *ProcID
+	rec := BridgeRecord{Cgroup: st.cgroup}
 	if st.proc != nil {
-		pid := st.proc.ID()
-		id = &pid
-		s.mu.Lock()
-		retiring := st.retiring
-		s.mu.Unlock()
-		if retiring {
-			_ = s.os.FS.Remove(s.layout.RetiringRecordFile(pvName, pid.Pid))
-		}
+		rec.Proc = st.proc.ID()
 	}
-	s.forgetRecord(ctx, pvName, id, st.cgroup)
+	s.mu.Lock()
+	retiring := st.retiring
+	s.mu.Unlock()
+	s.forget(ctx, pvName, rec, retiring)
 }
 
-// forgetRecord removes pv's bridge record when it names id (any record when id is nil), and
-// the cgroup.
-func (s *Supervisor) forgetRecord(ctx context.Context, pvName string, id *ProcID, cgroup string) {
+// forget removes pv's retiring record of rec.Proc (when retiring), its bridge record when that
+// names rec.Proc (any record when rec.Proc.Pid is 0), and rec.Cgroup.
+func (s *Supervisor) forget(ctx context.Context, pvName string, rec BridgeRecord, retiring bool) {
 	log := logr.FromContextOrDiscard(ctx).WithValues("pv", pvName)
-	if rec, ok, err := s.readRecord(pvName); err != nil || (ok && (id == nil || rec.Proc == *id)) {
+	if retiring {
+		if err := s.os.FS.Remove(s.layout.RetiringRecordFile(pvName, rec.Proc.Pid)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			log.Error(err, "removing the retiring bridge's record")
+		}
+	}
+	if cur, ok, err := s.readRecord(pvName); err != nil || (ok && (rec.Proc.Pid == 0 || cur.Proc == rec.Proc)) {
 		if err := s.os.FS.Remove(s.layout.BridgeRecordFile(pvName)); err != nil {
 			log.Error(err, "removing the bridge record")
 		}
 	}
-	if cgroup != "" {
+	if cgroup := rec.Cgroup; cgroup != "" {
 		// The process has exited; until its parent (the shim, init) reaps it the kernel may
 		// still count it in the group: retry a little.
 		var err error
@@ -522,7 +494,7 @@ func (s *Supervisor) updateGauge() {
 	s.mu.Lock()
 	n := len(s.bridges)
 	s.mu.Unlock()
-	s.active.Set(float64(n))
+	s.opts.Active.Set(float64(n))
 }
 
 // mountPoll is how often waitMounted looks for the new s3fs's mount: s3fs mounts tens of
@@ -579,24 +551,34 @@ func (s *Supervisor) onExit(ctx context.Context, pv string, st *bridge, err erro
 	if stopped || !current {
 		return
 	}
-	s.exits.Inc()
+	s.opts.Exits.Inc()
 	lived := s.clk.Since(st.started)
 	logr.FromContextOrDiscard(ctx).Info("s3fs exited", "pv", pv, "err", fmt.Sprint(err), "lived", lived)
-	if s.exited != nil {
-		s.exited(pv, lived)
+	if s.opts.Exited != nil {
+		s.opts.Exited(pv, lived)
 	}
 }
 
-// Stop stops our s3fs for pv (if we own one) and forgets it.
-func (s *Supervisor) Stop(ctx context.Context, pv string, wait bool) {
+// take removes pv's bridge from the running ones, stopped on purpose (its exit is no failure);
+// a retired one's process, when it has one, retires.
+func (s *Supervisor) take(pv string, retire bool) *bridge {
 	s.mu.Lock()
 	st := s.bridges[pv]
 	delete(s.bridges, pv)
 	if st != nil {
 		st.stopped = true
+		if retire {
+			st.retiring = st.proc != nil
+		}
 	}
 	s.mu.Unlock()
 	s.updateGauge()
+	return st
+}
+
+// Stop stops our s3fs for pv (if we own one) and forgets it.
+func (s *Supervisor) Stop(ctx context.Context, pv string, wait bool) {
+	st := s.take(pv, false)
 	if st == nil || st.proc == nil {
 		return
 	}
@@ -618,12 +600,4 @@ func scrub(s string, c Credentials) string {
 		}
 	}
 	return s
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, " | ")
 }

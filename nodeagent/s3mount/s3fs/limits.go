@@ -110,8 +110,7 @@ func (w *LimitWatcher) Check(ctx context.Context) {
 		}
 	}
 	highest := map[string]map[string]float64{ScopeBridge: {"cpu": 0, "memory": 0}, ScopeAll: {"cpu": 0, "memory": 0}}
-	now := w.clk.Now()
-	seen := map[string]bool{}
+	now, last := w.clk.Now(), map[string]sample{}
 	for group, l := range groups {
 		scope := ScopeBridge
 		if group == w.parent {
@@ -121,7 +120,6 @@ func (w *LimitWatcher) Check(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		seen[group] = true
 		ratios := map[string]float64{}
 		if l.MemoryBytes > 0 {
 			ratios["memory"] = float64(u.MemoryBytes) / float64(l.MemoryBytes)
@@ -130,19 +128,19 @@ func (w *LimitWatcher) Check(ctx context.Context) {
 			wall := now.Sub(prev.at).Seconds()
 			ratios["cpu"] = float64(u.CPUNanos-prev.cpu) / 1e9 / wall / (float64(l.CPUMillis) / 1000)
 		}
-		w.last[group] = sample{at: now, cpu: u.CPUNanos}
+		last[group] = sample{at: now, cpu: u.CPUNanos}
 		for res, r := range ratios {
 			highest[scope][res] = max(highest[scope][res], r)
 			w.warn(ctx, scope, group, res, r, l)
 		}
 	}
 	for g := range w.last {
-		if !seen[g] {
-			delete(w.last, g)
+		if _, ok := last[g]; !ok {
 			delete(w.over, g+"/cpu")
 			delete(w.over, g+"/memory")
 		}
 	}
+	w.last = last
 	for scope, byRes := range highest {
 		for res, r := range byRes {
 			w.ratio.WithLabelValues(scope, res).Set(r)
@@ -161,9 +159,8 @@ func (w *LimitWatcher) warn(ctx context.Context, scope, group, res string, ratio
 	}
 	w.near.WithLabelValues(scope, res).Inc()
 	limit := fmt.Sprintf("%dm CPU", l.CPUMillis)
-	field := "cpu"
 	if res == "memory" {
-		limit, field = fmt.Sprintf("%d MiB of memory", l.MemoryBytes>>20), "memory"
+		limit = fmt.Sprintf("%d MiB of memory", l.MemoryBytes>>20)
 	}
 	which, key2 := "the bridge in cgroup "+group, "perBridge"
 	if scope == ScopeAll {
@@ -173,6 +170,6 @@ func (w *LimitWatcher) warn(ctx context.Context, scope, group, res string, ratio
 	if w.recorder != nil {
 		w.recorder.Eventf(w.node, corev1.EventTypeWarning, contract.ReasonBridgeNearLimit,
 			"%s used %.0f%% of its limit of %s (s3.bridgeLimits.%s.%s): at the limit its reads and writes are throttled (CPU) or its s3fs is killed (memory)",
-			which, ratio*100, limit, key2, field)
+			which, ratio*100, limit, key2, res)
 	}
 }

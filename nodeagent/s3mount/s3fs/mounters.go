@@ -3,6 +3,7 @@ package s3fs
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -23,10 +24,7 @@ type flagRule struct {
 	drop   bool
 }
 
-var (
-	anyValueRe  = regexp.MustCompile(`^[A-Za-z0-9._:,+-]{1,64}$`)
-	modeValueRe = regexp.MustCompile(`^0?[0-7]{3}$`)
-)
+var anyValueRe = regexp.MustCompile(`^[A-Za-z0-9._:,+-]{1,64}$`)
 
 func drop(format *regexp.Regexp) flagRule { return flagRule{drop: true, format: format} }
 
@@ -35,7 +33,7 @@ func drop(format *regexp.Regexp) flagRule { return flagRule{drop: true, format: 
 var geesefsFlags = map[string]flagRule{
 	"uid": {s3fs: "uid", format: decRe}, "gid": {s3fs: "gid", format: decRe},
 	// Modes are mapped together (modeUmask): s3fs has one umask for files and directories.
-	"dir-mode": {s3fs: "dir-mode", format: modeValueRe}, "file-mode": {s3fs: "file-mode", format: modeValueRe},
+	"dir-mode": {s3fs: "dir-mode", format: octRe}, "file-mode": {s3fs: "file-mode", format: octRe},
 	// Tuning of memory, parallelism, caches and timeouts: not what the application sees.
 	"memory-limit": drop(decRe), "max-flushers": drop(decRe), "max-parallel-parts": drop(decRe),
 	"max-parallel-copy": drop(decRe), "part-sizes": drop(anyValueRe), "read-ahead": drop(decRe),
@@ -52,7 +50,7 @@ var geesefsFlags = map[string]flagRule{
 // to its `rclone mount :s3:bucket/prefix target --daemon …`).
 var rcloneFlags = map[string]flagRule{
 	"uid": {s3fs: "uid", format: decRe}, "gid": {s3fs: "gid", format: decRe},
-	"umask": {s3fs: "umask", format: modeValueRe}, "read-only": {s3fs: "ro"},
+	"umask": {s3fs: "umask", format: octRe}, "read-only": {s3fs: "ro"},
 	// We always run with allow_other and path-style requests.
 	"allow-other": drop(nil), "s3-force-path-style": drop(anyValueRe), "s3-provider": drop(anyValueRe),
 	// Tuning of the VFS cache, transfers and logging.
@@ -90,7 +88,7 @@ func MapOptions(program, s string) ([]string, error) {
 	modes := map[string]string{}
 	for i := 0; i < len(f); i++ {
 		tok := f[i]
-		if tok == "-o" || (strings.HasPrefix(tok, "-o") && len(tok) > 2) {
+		if strings.HasPrefix(tok, "-o") {
 			// FUSE options (both programs accept -o): the s3fs allowlist decides.
 			arg := tok
 			if tok == "-o" {
@@ -137,13 +135,9 @@ func MapOptions(program, s string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !hasOption(out, "umask") {
+	// out passed the allowlist (ParseOptions, or rule formats that are the options' own); Args checks it again.
+	if !slices.ContainsFunc(out, func(o string) bool { return o == "umask" || strings.HasPrefix(o, "umask=") }) {
 		out = append(out, "umask="+umask)
-	}
-	for _, o := range out {
-		if err := CheckOption(o); err != nil {
-			return nil, err
-		}
 	}
 	return out, nil
 }
@@ -159,7 +153,7 @@ func modeUmask(program, dirMode, fileMode string) (string, error) {
 		if s == "" {
 			s = def
 		}
-		v, _ := strconv.ParseUint(s, 8, 12) // modeValueRe checked the form
+		v, _ := strconv.ParseUint(s, 8, 12) // octRe checked the form
 		return v
 	}
 	d, f := parse(dirMode, "0755"), parse(fileMode, "0644")
@@ -167,13 +161,4 @@ func modeUmask(program, dirMode, fileMode string) (string, error) {
 		return "", fmt.Errorf("%w: %s --file-mode %04o grants what --dir-mode %04o does not; s3fs has one umask for both", ErrCannotReproduce, program, f, d)
 	}
 	return fmt.Sprintf("%04o", 0o777&^d), nil
-}
-
-func hasOption(opts []string, key string) bool {
-	for _, o := range opts {
-		if k, _, _ := strings.Cut(o, "="); k == key {
-			return true
-		}
-	}
-	return false
 }

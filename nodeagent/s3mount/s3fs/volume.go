@@ -1,8 +1,10 @@
 package s3fs
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -79,10 +81,10 @@ func ResolveVolume(pv *corev1.PersistentVolume, p config.S3Parameters, prof conf
 	switch {
 	case !known && get(prof.MounterAttribute) == "":
 		return Volume{}, fmt.Errorf("%w: %s has no %q attribute and the driver's default (%s) is not one the profile bridges", ErrCannotReproduce,
-			pv.Name, prof.MounterAttribute, orUnknown(prof.DefaultMounter))
+			pv.Name, prof.MounterAttribute, cmp.Or(prof.DefaultMounter, "unknown"))
 	case !known:
 		return Volume{}, fmt.Errorf("%w: mounter %q of %s is not in the driver's profile (s3fsMounters %v, mounters %v)", ErrCannotReproduce,
-			m, pv.Name, prof.S3fsMounters, mounterNames(prof))
+			m, pv.Name, prof.S3fsMounters, slices.Sorted(maps.Keys(prof.Mounters)))
 	case mounter.Bridge != config.BridgeS3fs:
 		return Volume{}, fmt.Errorf("%w: mounter %q of %s (%s): the profile bridges it with %q", ErrCannotReproduce,
 			m, pv.Name, mounter.FUSEType, mounter.Bridge)
@@ -90,21 +92,9 @@ func ResolveVolume(pv *corev1.PersistentVolume, p config.S3Parameters, prof conf
 	v.Mounter = m
 	// Common s3fs drivers use "bucket/prefix" or "bucket" as the volume handle.
 	hBucket, hPrefix, _ := strings.Cut(csi.VolumeHandle, "/")
-	bucketAttr, prefixAttr := p.Bucket, p.Prefix
-	if prof.BucketAttribute != "" {
-		bucketAttr = prof.BucketAttribute
-	}
-	if prof.PrefixAttribute != "" {
-		prefixAttr = prof.PrefixAttribute
-	}
-	v.Bucket, v.Prefix = get(bucketAttr), get(prefixAttr)
-	switch {
-	case v.Bucket == "":
-		v.Bucket = hBucket
-		if v.Prefix == "" {
-			v.Prefix = hPrefix
-		}
-	case v.Prefix == "" && hBucket == v.Bucket:
+	v.Bucket, v.Prefix = get(cmp.Or(prof.BucketAttribute, p.Bucket)), get(cmp.Or(prof.PrefixAttribute, p.Prefix))
+	v.Bucket = cmp.Or(v.Bucket, hBucket)
+	if v.Prefix == "" && v.Bucket == hBucket {
 		v.Prefix = hPrefix
 	}
 	v.Prefix = strings.Trim(v.Prefix, "/")
@@ -114,45 +104,19 @@ func ResolveVolume(pv *corev1.PersistentVolume, p config.S3Parameters, prof conf
 	if v.Bucket == "" {
 		return Volume{}, fmt.Errorf("%w: handle %q", ErrNoBucket, csi.VolumeHandle)
 	}
-	if err := CheckBucket(v.Bucket); err != nil {
-		return Volume{}, err
+	for _, err := range []error{CheckBucket(v.Bucket), CheckPrefix(v.Prefix), CheckEndpoint(v.Endpoint), CheckRegion(v.Region)} {
+		if err != nil {
+			return Volume{}, err
+		}
 	}
-	if err := CheckPrefix(v.Prefix); err != nil {
-		return Volume{}, err
-	}
-	if err := CheckEndpoint(v.Endpoint); err != nil {
-		return Volume{}, err
-	}
-	if err := CheckRegion(v.Region); err != nil {
-		return Volume{}, err
-	}
-	opts, err := MapOptions(mounter.Program, get(p.MountOptions))
-	if err != nil {
+	var err error
+	if v.Options, err = MapOptions(mounter.Program, get(p.MountOptions)); err != nil {
 		return Volume{}, fmt.Errorf("mounter %q of %s: %w", m, pv.Name, err)
 	}
-	v.Options = opts
-	ref, err := CredentialsRef(pv)
-	if err != nil {
+	if v.SecretRef, err = CredentialsRef(pv); err != nil {
 		return Volume{}, err
 	}
-	v.SecretRef = ref
 	return v, nil
-}
-
-func mounterNames(prof config.S3Profile) []string {
-	names := make([]string, 0, len(prof.Mounters))
-	for n := range prof.Mounters {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
-}
-
-func orUnknown(s string) string {
-	if s == "" {
-		return "unknown"
-	}
-	return s
 }
 
 // CredentialsRef picks the secret kubelet hands the driver for the call that starts its FUSE
@@ -260,28 +224,20 @@ func PasswdContent(c Credentials) []byte {
 // volume (the PV's own flag) gets -o ro. The secret's endpoint and region override the
 // volume's, and pass the same allowlists; a refused value starts nothing.
 func Args(v Volume, c Credentials, mountPoint, passwdFile, tmpDir string, diskFreeMB int64) ([]string, error) {
-	if err := CheckBucket(v.Bucket); err != nil {
-		return nil, err
-	}
-	if err := CheckPrefix(v.Prefix); err != nil {
-		return nil, err
+	for _, err := range []error{CheckBucket(v.Bucket), CheckPrefix(v.Prefix)} {
+		if err != nil {
+			return nil, err
+		}
 	}
 	source := v.Bucket
 	if v.Prefix != "" {
 		source += ":/" + v.Prefix
 	}
-	endpoint, region := v.Endpoint, v.Region
-	if c.Endpoint != "" {
-		endpoint = c.Endpoint
-	}
-	if c.Region != "" {
-		region = c.Region
-	}
-	if err := CheckEndpoint(endpoint); err != nil {
-		return nil, fmt.Errorf("%w (secret or volume attribute)", err)
-	}
-	if err := CheckRegion(region); err != nil {
-		return nil, fmt.Errorf("%w (secret or volume attribute)", err)
+	endpoint, region := cmp.Or(c.Endpoint, v.Endpoint), cmp.Or(c.Region, v.Region)
+	for _, err := range []error{CheckEndpoint(endpoint), CheckRegion(region)} {
+		if err != nil {
+			return nil, fmt.Errorf("%w (secret or volume attribute)", err)
+		}
 	}
 	args := []string{source, mountPoint, "-f",
 		"-o", "passwd_file=" + passwdFile,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"time"
 
@@ -75,13 +76,8 @@ type Session struct {
 // plugin does not answer, and with ErrNotAttached or ErrReplay when the volume's publish context
 // cannot be read (the plugin answers).
 func (c *Client) Open(ctx context.Context, pv *corev1.PersistentVolume) (*Session, error) {
-	node, err := c.Dialer.Dial(ctx, c.pluginSocket(ctx, pv.Spec.CSI.Driver))
+	node, stages, err := c.dial(ctx, pv.Spec.CSI.Driver)
 	if err != nil {
-		return nil, err
-	}
-	stages, err := node.StageUnstage(ctx)
-	if err != nil {
-		_ = node.Close()
 		return nil, err
 	}
 	s := &Session{c: c, node: node, PV: pv, Stages: stages, Capability: VolumeCapability(pv)}
@@ -99,26 +95,30 @@ func (c *Client) Open(ctx context.Context, pv *corev1.PersistentVolume) (*Sessio
 // it answered: ErrDriverDown when it does not. It needs only the driver's name, so a restore can
 // ask it while the PV is still being read.
 func (c *Client) Answers(ctx context.Context, driver string) error {
+	node, _, err := c.dial(ctx, driver)
+	if err == nil {
+		_ = node.Close() // a probe's connection: nothing was asked of the plugin
+	}
+	return err
+}
+
+// dial connects to driver's node plugin and asks whether it stages (which fails while it does
+// not answer).
+func (c *Client) dial(ctx context.Context, driver string) (Node, bool, error) {
 	node, err := c.Dialer.Dial(ctx, c.pluginSocket(ctx, driver))
 	if err != nil {
-		return err
+		return nil, false, err
 	}
-	defer func() { _ = node.Close() }() // a probe's connection: nothing was asked of the plugin
-	_, err = node.StageUnstage(ctx)
-	return err
+	stages, err := node.StageUnstage(ctx)
+	if err != nil {
+		_ = node.Close()
+		return nil, false, err
+	}
+	return node, stages, nil
 }
 
 // Close closes the connection to the plugin.
 func (s *Session) Close() error { return s.node.Close() }
-
-// Restage stages the volume again (when the plugin stages) unless kubelet's staging path is the
-// driver's live mount: see restage.
-func (s *Session) Restage(ctx context.Context) error {
-	if !s.Stages {
-		return nil
-	}
-	return s.c.restage(ctx, s.node, s.PV, s.Capability, s.PublishContext, s.StagingPath, FreshStagePath(s.c.Config.KubeletDir, s.PV.Name))
-}
 
 // Request is kubelet's NodePublishVolume request for pod at targetPath (a fresh path of ours):
 // the PV's nodePublishSecretRef read, and the volume context with pod info when the CSIDriver
@@ -132,7 +132,10 @@ func (s *Session) Request(ctx context.Context, pod *corev1.Pod, targetPath strin
 	if err != nil {
 		return nil, err
 	}
-	return publishRequest(s.PV, s.Capability, s.PublishContext, s.StagingPath, targetPath, readOnly, secrets, volCtx), nil
+	return &csi.NodePublishVolumeRequest{
+		VolumeId: s.PV.Spec.CSI.VolumeHandle, PublishContext: s.PublishContext, StagingTargetPath: s.StagingPath, TargetPath: targetPath,
+		VolumeCapability: s.Capability, Readonly: readOnly, Secrets: secrets, VolumeContext: volCtx,
+	}, nil
 }
 
 // Publish asks the plugin to publish req at its target, a fresh directory of ours emptied
@@ -166,12 +169,17 @@ const (
 	CtxEphemeral      = "csi.storage.k8s.io/ephemeral"
 )
 
-// restage stages the volume again when kubelet's staging path is not the driver's live mount
-// (dead, or our bridge): the plugin stages at a fresh directory, whose mount then replaces the
-// dead one at kubelet's staging path (stack.Rules.Put: beneath it, the dead one detached; on top
-// where mounts are stacked — no container uses that path) and the fresh directory is unmounted. Our own mounts on top there (a bridge, a dead mount we put there earlier) go first,
-// so the stack stays the driver's dead mount plus one live mount.
-func (c *Client) restage(ctx context.Context, node Node, pv *corev1.PersistentVolume, capability *csi.VolumeCapability, pubCtx map[string]string, stagingPath, fresh string) error {
+// Restage stages the volume again, when the plugin stages and kubelet's staging path is not the
+// driver's live mount (dead, or our bridge): the plugin stages at a fresh directory, whose mount
+// then replaces the dead one at kubelet's staging path (stack.Rules.Put: beneath it, the dead one
+// detached; on top where mounts are stacked — no container uses that path) and the fresh
+// directory is unmounted. Our own mounts on top there (a bridge, a dead mount we put there
+// earlier) go first, so the stack stays the driver's dead mount plus one live mount.
+func (s *Session) Restage(ctx context.Context) error {
+	if !s.Stages {
+		return nil
+	}
+	c, pv, stagingPath, fresh := s.c, s.PV, s.StagingPath, FreshStagePath(s.c.Config.KubeletDir, s.PV.Name)
 	table, err := c.Mounter.MountTable()
 	if err != nil {
 		return err
@@ -189,15 +197,15 @@ func (c *Client) restage(ctx context.Context, node Node, pv *corev1.PersistentVo
 	if err := c.freshDir(fresh, table); err != nil {
 		return err
 	}
-	if err := node.NodeStage(ctx, &csi.NodeStageVolumeRequest{
-		VolumeId: pv.Spec.CSI.VolumeHandle, StagingTargetPath: fresh, VolumeCapability: capability,
-		PublishContext: pubCtx, Secrets: secrets, VolumeContext: pv.Spec.CSI.VolumeAttributes,
+	if err := s.node.NodeStage(ctx, &csi.NodeStageVolumeRequest{
+		VolumeId: pv.Spec.CSI.VolumeHandle, StagingTargetPath: fresh, VolumeCapability: s.Capability,
+		PublishContext: s.PublishContext, Secrets: secrets, VolumeContext: pv.Spec.CSI.VolumeAttributes,
 	}); err != nil {
-		c.undoFresh(ctx, node, pv.Spec.CSI.VolumeHandle, fresh, true)
+		c.undoFresh(ctx, s.node, pv.Spec.CSI.VolumeHandle, fresh, true)
 		return replayErr("NodeStageVolume", err)
 	}
 	if _, err := c.Rules.Check(ctx, fresh, stack.CheckFor(table, stagingPath, c.Config.S3.Profile(pv.Spec.CSI.Driver).FUSETypeOf(pv.Spec.CSI.VolumeAttributes))); err != nil {
-		c.undoFresh(ctx, node, pv.Spec.CSI.VolumeHandle, fresh, true)
+		c.undoFresh(ctx, s.node, pv.Spec.CSI.VolumeHandle, fresh, true)
 		return err
 	}
 	defer c.DropFresh(ctx, fresh)
@@ -284,9 +292,7 @@ func (c *Client) secretData(ctx context.Context, ref *corev1.SecretReference) (m
 // the pod information kubelet adds.
 func (c *Client) volumeContext(ctx context.Context, pv *corev1.PersistentVolume, pod *corev1.Pod) (map[string]string, error) {
 	out := map[string]string{}
-	for k, v := range pv.Spec.CSI.VolumeAttributes {
-		out[k] = v
-	}
+	maps.Copy(out, pv.Spec.CSI.VolumeAttributes)
 	drv, err := c.View.CSIDriver(ctx, pv.Spec.CSI.Driver)
 	if apierrors.IsNotFound(err) {
 		return out, nil // no CSIDriver object: kubelet adds no pod info either
@@ -325,15 +331,6 @@ func VolumeCapability(pv *corev1.PersistentVolume) *csi.VolumeCapability {
 		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{
 			FsType: pv.Spec.CSI.FSType, MountFlags: pv.Spec.MountOptions}},
 		AccessMode: &csi.VolumeCapability_AccessMode{Mode: mode},
-	}
-}
-
-// publishRequest is kubelet's NodePublishVolume request for pv at targetPath.
-func publishRequest(pv *corev1.PersistentVolume, capability *csi.VolumeCapability, pubCtx map[string]string, stagingPath, targetPath string, ro bool,
-	secrets, volCtx map[string]string) *csi.NodePublishVolumeRequest {
-	return &csi.NodePublishVolumeRequest{
-		VolumeId: pv.Spec.CSI.VolumeHandle, PublishContext: pubCtx, StagingTargetPath: stagingPath, TargetPath: targetPath,
-		VolumeCapability: capability, Readonly: ro, Secrets: secrets, VolumeContext: volCtx,
 	}
 }
 

@@ -66,12 +66,3 @@ func ParseFreshStagePath(kubeletDir, path string) (pvEscaped string, ok bool) {
 	}
 	return p[0], true
 }
-
-// isFreshPath reports whether path is one of the agent's fresh directories (publish or stage).
-func isFreshPath(kubeletDir, path string) bool {
-	if _, _, ok := ParseFreshPublishPath(kubeletDir, path); ok {
-		return true
-	}
-	_, ok := ParseFreshStagePath(kubeletDir, path)
-	return ok
-}

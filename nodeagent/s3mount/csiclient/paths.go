@@ -21,14 +21,10 @@ const VolDataFile = "vol_data.json"
 // ErrVolData is wrapped when vol_data.json does not describe the expected volume.
 var ErrVolData = errors.New("vol_data.json does not match")
 
-// VolumeDir is <kubeletDir>/pods/<podUID>/volumes/kubernetes.io~csi/<escaped PV name>.
-func VolumeDir(kubeletDir, podUID, pvName string) string {
-	return filepath.Join(kubeletDir, "pods", podUID, "volumes", csiPluginDir, utilstrings.EscapeQualifiedName(pvName))
-}
-
-// TargetPath is the directory kubelet asks the CSI driver to publish the volume at.
+// TargetPath is the directory kubelet asks the CSI driver to publish the volume at:
+// <kubeletDir>/pods/<podUID>/volumes/kubernetes.io~csi/<escaped PV name>/mount.
 func TargetPath(kubeletDir, podUID, pvName string) string {
-	return filepath.Join(VolumeDir(kubeletDir, podUID, pvName), "mount")
+	return filepath.Join(kubeletDir, "pods", podUID, "volumes", csiPluginDir, utilstrings.EscapeQualifiedName(pvName), "mount")
 }
 
 // ParseTargetPath is the inverse of TargetPath: it returns the pod UID and the escaped volume

@@ -15,15 +15,14 @@ func TestFreshPaths(t *testing.T) {
 		t.Errorf("FreshStagePath = %q, want %q", got, want)
 	}
 	for _, tc := range []struct {
-		path     string
-		uid, pv  string
-		ok       bool
-		stagePV  string
-		stageOK  bool
-		anyFresh bool
+		path    string
+		uid, pv string
+		ok      bool
+		stagePV string
+		stageOK bool
 	}{
-		{path: k + "/pods/uid-1/pvrescue~s3/pv-a", uid: "uid-1", pv: "pv-a", ok: true, anyFresh: true},
-		{path: k + "/plugins/kubernetes.io/csi/pvrescue~s3/pv-a/stage", stagePV: "pv-a", stageOK: true, anyFresh: true},
+		{path: k + "/pods/uid-1/pvrescue~s3/pv-a", uid: "uid-1", pv: "pv-a", ok: true},
+		{path: k + "/plugins/kubernetes.io/csi/pvrescue~s3/pv-a/stage", stagePV: "pv-a", stageOK: true},
 		// kubelet's own paths are never ours.
 		{path: k + "/pods/uid-1/volumes/kubernetes.io~csi/pv-a/mount"},
 		{path: k + "/plugins/kubernetes.io/csi/drv/0123/globalmount"},
@@ -32,7 +31,7 @@ func TestFreshPaths(t *testing.T) {
 		{path: k + "/plugins/kubernetes.io/csi/pvrescue~s3/pv-a/globalmount"},
 		{path: k + "/plugins/kubernetes.io/csi/pvrescue~s3/pv-a"},
 		{path: "/elsewhere/pods/uid-1/pvrescue~s3/pv-a"},
-		{path: k + "/pods/../pods/uid-1/pvrescue~s3/pv-a", uid: "uid-1", pv: "pv-a", ok: true, anyFresh: true},
+		{path: k + "/pods/../pods/uid-1/pvrescue~s3/pv-a", uid: "uid-1", pv: "pv-a", ok: true},
 	} {
 		uid, pv, ok := ParseFreshPublishPath(k, tc.path)
 		if uid != tc.uid || pv != tc.pv || ok != tc.ok {
@@ -41,9 +40,6 @@ func TestFreshPaths(t *testing.T) {
 		spv, sok := ParseFreshStagePath(k, tc.path)
 		if spv != tc.stagePV || sok != tc.stageOK {
 			t.Errorf("ParseFreshStagePath(%q) = %q, %v; want %q, %v", tc.path, spv, sok, tc.stagePV, tc.stageOK)
-		}
-		if got := isFreshPath(k, tc.path); got != tc.anyFresh {
-			t.Errorf("isFreshPath(%q) = %v", tc.path, got)
 		}
 	}
 }

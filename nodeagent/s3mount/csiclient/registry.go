@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
@@ -29,10 +28,9 @@ func RegistrationDir(kubeletDir string) string { return filepath.Join(kubeletDir
 // EndpointPath turns a registered endpoint ("/path", "unix:///path", "unix:/path") into a
 // socket path; ok=false for anything else.
 func EndpointPath(ep string) (string, bool) {
-	switch {
-	case strings.HasPrefix(ep, "unix://"):
-		ep = strings.TrimPrefix(ep, "unix://")
-	case strings.HasPrefix(ep, "unix:"):
+	if p, ok := strings.CutPrefix(ep, "unix://"); ok {
+		ep = p
+	} else {
 		ep = strings.TrimPrefix(ep, "unix:")
 	}
 	if !filepath.IsAbs(ep) {
@@ -42,33 +40,28 @@ func EndpointPath(ep string) (string, bool) {
 }
 
 // GRPCRegistry is the real Registry.
-type GRPCRegistry struct {
-	// Timeout bounds the GetInfo call on each registration socket (default 2s).
-	Timeout time.Duration
-}
+type GRPCRegistry struct{}
+
+// getInfoTimeout bounds the GetInfo call on each registration socket.
+const getInfoTimeout = 2 * time.Second
 
 func (g GRPCRegistry) Endpoint(ctx context.Context, kubeletDir, driver string) (string, bool) {
-	ents, err := os.ReadDir(RegistrationDir(kubeletDir))
+	dir := RegistrationDir(kubeletDir)
+	ents, err := os.ReadDir(dir) // sorted by name
 	if err != nil {
 		return "", false
 	}
 	var socks []string
 	for _, e := range ents {
-		if strings.HasSuffix(e.Name(), ".sock") {
-			socks = append(socks, filepath.Join(RegistrationDir(kubeletDir), e.Name()))
+		switch name := e.Name(); {
+		case name == driver+"-reg.sock": // node-driver-registrar's name for it: asked first
+			socks = append([]string{filepath.Join(dir, name)}, socks...)
+		case strings.HasSuffix(name, ".sock"):
+			socks = append(socks, filepath.Join(dir, name))
 		}
 	}
-	sort.Strings(socks)
-	// node-driver-registrar names its socket <driver>-reg.sock: ask that one first.
-	sort.SliceStable(socks, func(i, j int) bool {
-		return filepath.Base(socks[i]) == driver+"-reg.sock" && filepath.Base(socks[j]) != driver+"-reg.sock"
-	})
-	timeout := g.Timeout
-	if timeout <= 0 {
-		timeout = 2 * time.Second
-	}
 	for _, s := range socks {
-		info, err := getInfo(ctx, s, timeout)
+		info, err := getInfo(ctx, s)
 		if err != nil || info.GetType() != registerapi.CSIPlugin || info.GetName() != driver {
 			continue
 		}
@@ -79,13 +72,13 @@ func (g GRPCRegistry) Endpoint(ctx context.Context, kubeletDir, driver string) (
 	return "", false
 }
 
-func getInfo(ctx context.Context, socket string, timeout time.Duration) (*registerapi.PluginInfo, error) {
+func getInfo(ctx context.Context, socket string) (*registerapi.PluginInfo, error) {
 	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, fmt.Errorf("registration socket %s: %w", socket, err)
 	}
 	defer func() { _ = conn.Close() }() // a client connection: closing it reports nothing we could act on
-	cctx, cancel := context.WithTimeout(ctx, timeout)
+	cctx, cancel := context.WithTimeout(ctx, getInfoTimeout)
 	defer cancel()
 	return registerapi.NewRegistrationClient(conn).GetInfo(cctx, &registerapi.InfoRequest{})
 }

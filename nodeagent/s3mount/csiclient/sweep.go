@@ -26,11 +26,10 @@ func (c *Client) SweepFresh(ctx context.Context) {
 	}
 	seen := map[string]bool{}
 	for _, m := range table {
-		if seen[m.MountPoint] || !isFreshPath(c.Config.KubeletDir, m.MountPoint) {
-			continue
+		if !seen[m.MountPoint] {
+			seen[m.MountPoint] = true
+			c.sweepOne(ctx, m.MountPoint, table)
 		}
-		seen[m.MountPoint] = true
-		c.sweepOne(ctx, m.MountPoint, table)
 	}
 	// Directories without a mount (a crash after the detach, or before the driver mounted).
 	pods := filepath.Join(c.Config.KubeletDir, "pods")
@@ -41,16 +40,16 @@ func (c *Client) SweepFresh(ctx context.Context) {
 	c.removeFreshDirs(ctx, freshStageRoot(c.Config.KubeletDir), true)
 }
 
-// sweepOne handles one fresh path holding a mount.
+// sweepOne handles one mount point holding a mount, when it is one of our fresh paths.
 func (c *Client) sweepOne(ctx context.Context, fresh string, table stack.Table) {
 	log := logr.FromContextOrDiscard(ctx).WithValues("path", fresh)
 	var pvName, kubeletPath string
 	stage := false
 	if uid, pvEsc, ok := ParseFreshPublishPath(c.Config.KubeletDir, fresh); ok {
 		pvName = pvEsc
-		kubeletPath = filepath.Join(c.Config.KubeletDir, "pods", uid, "volumes", csiPluginDir, pvEsc, "mount")
-	} else if pvEsc, ok := ParseFreshStagePath(c.Config.KubeletDir, fresh); ok {
-		pvName, stage = pvEsc, true
+		kubeletPath = TargetPath(c.Config.KubeletDir, uid, pvEsc) // escaping an escaped name changes nothing
+	} else if pvName, stage = ParseFreshStagePath(c.Config.KubeletDir, fresh); !stage {
+		return // not one of our fresh paths
 	}
 	pv, perr := c.View.PersistentVolume(ctx, pvName)
 	if perr == nil && pv.Spec.CSI == nil {

@@ -10,6 +10,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -122,11 +123,7 @@ func (c *Classifier) classifyVolume(ctx context.Context, ns, podName string, v *
 			return VolumeClass{Kind: KindOther}, nil
 		}
 		spec := v.Ephemeral.VolumeClaimTemplate.Spec
-		sc := ""
-		if spec.StorageClassName != nil {
-			sc = *spec.StorageClassName
-		}
-		return c.classifyClaim(ctx, podclaim.EphemeralName(podName, v.Name), sc, spec.VolumeMode)
+		return c.classifyClaim(ctx, podclaim.EphemeralName(podName, v.Name), ptr.Deref(spec.StorageClassName, ""), spec.VolumeMode)
 	case v.CSI != nil:
 		return ClassifyCSI(c.Config, v.CSI.Driver), nil
 	}
@@ -153,29 +150,24 @@ func (c *Classifier) classifyClaim(ctx context.Context, claim, class string, mod
 // that does not is read once more from the API server before the claim is given up.
 func (c *Classifier) claimedPV(ctx context.Context, pvc *corev1.PersistentVolumeClaim) (*corev1.PersistentVolume, error) {
 	name := pvc.Spec.VolumeName
-	pv, err := c.Lookup.PV(ctx, name, false)
-	if errors.Is(err, ErrNotFound) {
-		return nil, fmt.Errorf("persistentvolume %s: %w", name, ErrForeignPV) // as a foreign one
+	var pv *corev1.PersistentVolume
+	for _, fresh := range []bool{false, true} {
+		var err error
+		if pv, err = c.Lookup.PV(ctx, name, fresh); errors.Is(err, ErrNotFound) {
+			err = ErrForeignPV // as a foreign one
+		}
+		if err != nil {
+			return nil, fmt.Errorf("persistentvolume %s: %w", name, err)
+		}
+		if claimRefNames(pv, pvc) {
+			return pv, nil
+		}
 	}
-	if err != nil {
-		return nil, fmt.Errorf("persistentvolume %s: %w", name, err)
-	}
-	if claimRefNames(pv, pvc) {
-		return pv, nil
-	}
-	if pv, err = c.Lookup.PV(ctx, name, true); errors.Is(err, ErrNotFound) {
-		return nil, fmt.Errorf("persistentvolume %s: %w", name, ErrForeignPV)
-	} else if err != nil {
-		return nil, fmt.Errorf("persistentvolume %s: %w", name, err)
-	}
-	if !claimRefNames(pv, pvc) {
-		// The error reaches the requester (admission warning, status annotation): it must not
-		// name whose claim the PV is bound to. The operator gets that from the webhook's log.
-		logr.FromContextOrDiscard(ctx).Info("claim names a PersistentVolume bound to another claim",
-			"claim", pvc.Namespace+"/"+pvc.Name, "claimUID", pvc.UID, "persistentVolume", name, "claimRef", refString(pv.Spec.ClaimRef))
-		return nil, fmt.Errorf("persistentvolume %s: %w", name, ErrForeignPV)
-	}
-	return pv, nil
+	// The error reaches the requester (admission warning, status annotation): it must not
+	// name whose claim the PV is bound to. The operator gets that from the webhook's log.
+	logr.FromContextOrDiscard(ctx).Info("claim names a PersistentVolume bound to another claim",
+		"claim", pvc.Namespace+"/"+pvc.Name, "claimUID", pvc.UID, "persistentVolume", name, "claimRef", refString(pv.Spec.ClaimRef))
+	return nil, fmt.Errorf("persistentvolume %s: %w", name, ErrForeignPV)
 }
 
 // claimRefNames reports whether pv's claimRef names pvc. A Bound claim must be named exactly
@@ -204,11 +196,7 @@ func refString(ref *corev1.ObjectReference) string {
 func ClassifyPV(cfg *config.Config, claim string, pv *corev1.PersistentVolume) VolumeClass {
 	switch {
 	case pv.Spec.Local != nil && cfg.IsLocalClass(pv.Spec.StorageClassName):
-		src := "persistentvolume " + pv.Name + " storageclass " + pv.Spec.StorageClassName
-		if pv.Spec.VolumeMode != nil && *pv.Spec.VolumeMode == corev1.PersistentVolumeBlock {
-			return VolumeClass{Kind: KindLocalBlock, Claim: claim, Source: src}
-		}
-		return VolumeClass{Kind: KindLocalFilesystem, Claim: claim, Source: src}
+		return VolumeClass{Kind: localKind(pv.Spec.VolumeMode), Claim: claim, Source: "persistentvolume " + pv.Name + " storageclass " + pv.Spec.StorageClassName}
 	case pv.Spec.CSI != nil && cfg.IsS3Driver(pv.Spec.CSI.Driver):
 		return VolumeClass{Kind: KindS3, Claim: claim, Source: "persistentvolume " + pv.Name + " csi driver " + pv.Spec.CSI.Driver}
 	}
@@ -219,14 +207,18 @@ func ClassifyPV(cfg *config.Config, claim string, pv *corev1.PersistentVolume) V
 func ClassifyClaim(cfg *config.Config, claim, class, provisioner string, mode *corev1.PersistentVolumeMode) VolumeClass {
 	switch {
 	case cfg.IsLocalClass(class):
-		if mode != nil && *mode == corev1.PersistentVolumeBlock {
-			return VolumeClass{Kind: KindLocalBlock, Claim: claim, Source: "storageclass " + class}
-		}
-		return VolumeClass{Kind: KindLocalFilesystem, Claim: claim, Source: "storageclass " + class}
+		return VolumeClass{Kind: localKind(mode), Claim: claim, Source: "storageclass " + class}
 	case provisioner != "" && cfg.IsS3Driver(provisioner):
 		return VolumeClass{Kind: KindS3, Claim: claim, Source: "storageclass " + class + " provisioner " + provisioner}
 	}
 	return VolumeClass{Kind: KindOther, Claim: claim}
+}
+
+func localKind(mode *corev1.PersistentVolumeMode) Kind {
+	if mode != nil && *mode == corev1.PersistentVolumeBlock {
+		return KindLocalBlock
+	}
+	return KindLocalFilesystem
 }
 
 // ClassifyCSI is the pure decision for an inline CSI volume.
@@ -286,92 +278,70 @@ func StoresOf(ctx context.Context, informers ctrlcache.Informers) (*InformerStor
 
 // PVC implements Lookup.
 func (r ReaderLookup) PVC(ctx context.Context, namespace, name string) (*corev1.PersistentVolumeClaim, error) {
-	key := client.ObjectKey{Namespace: namespace, Name: name}
-	if r.Stores != nil {
-		return fromStore[corev1.PersistentVolumeClaim](ctx, r, r.Stores.PVCs, key)
-	}
-	pvc := &corev1.PersistentVolumeClaim{}
-	if err := r.get(ctx, key, pvc); err != nil {
-		return nil, err
-	}
-	return pvc, nil
+	return read[corev1.PersistentVolumeClaim](ctx, r, r.stores().PVCs, client.ObjectKey{Namespace: namespace, Name: name})
 }
 
 // StorageClass implements Lookup.
 func (r ReaderLookup) StorageClass(ctx context.Context, name string) (*storagev1.StorageClass, error) {
-	key := client.ObjectKey{Name: name}
-	if r.Stores != nil {
-		return fromStore[storagev1.StorageClass](ctx, r, r.Stores.StorageClasses, key)
-	}
-	sc := &storagev1.StorageClass{}
-	if err := r.get(ctx, key, sc); err != nil {
-		return nil, err
-	}
-	return sc, nil
+	return read[storagev1.StorageClass](ctx, r, r.stores().StorageClasses, client.ObjectKey{Name: name})
 }
 
 // PV implements Lookup.
 func (r ReaderLookup) PV(ctx context.Context, name string, fresh bool) (*corev1.PersistentVolume, error) {
-	key := client.ObjectKey{Name: name}
-	pv := &corev1.PersistentVolume{}
-	switch {
-	case fresh && r.Live == nil:
-		return nil, ErrNotFound
-	case fresh:
-		if err := r.Live.Get(ctx, key, pv); err != nil {
-			return nil, notFound(err)
-		}
-		return pv, nil
-	case r.Stores != nil && r.Stores.PVs != nil:
-		return fromStore[corev1.PersistentVolume](ctx, r, r.Stores.PVs, key)
+	if fresh {
+		r = ReaderLookup{Live: r.Live} // past store and cache
 	}
-	if err := r.get(ctx, key, pv); err != nil {
-		return nil, err
-	}
-	return pv, nil
+	return read[corev1.PersistentVolume](ctx, r, r.stores().PVs, client.ObjectKey{Name: name})
 }
 
-// fromStore reads key from store (its key is namespace/name, or name when cluster-scoped), and
-// on a miss once from the API server, as get does.
-func fromStore[E any, T interface {
+func (r ReaderLookup) stores() (s InformerStores) {
+	if r.Stores != nil {
+		s = *r.Stores
+	}
+	return s
+}
+
+// read reads key from store when there is one (its key is namespace/name, or name when
+// cluster-scoped), else from the cache, and on a miss once from the API server.
+func read[E any, T interface {
 	*E
 	client.Object
 }](ctx context.Context, r ReaderLookup, store Store, key client.ObjectKey) (T, error) {
-	var zero T
-	storeKey := key.Name
-	if key.Namespace != "" {
-		storeKey = key.Namespace + "/" + key.Name
-	}
-	item, exists, err := store.GetByKey(storeKey)
 	switch {
-	case err != nil:
-		return zero, err
-	case exists:
-		obj, ok := item.(T)
-		if !ok {
-			return zero, fmt.Errorf("informer store holds %T for %s, want %T", item, storeKey, zero)
+	case store != nil:
+		storeKey := key.Name
+		if key.Namespace != "" {
+			storeKey = key.Namespace + "/" + key.Name
 		}
-		return obj, nil
-	case r.Live == nil:
-		return zero, ErrNotFound
+		item, exists, err := store.GetByKey(storeKey)
+		if err != nil {
+			return nil, err
+		}
+		if exists {
+			obj, ok := item.(T)
+			if !ok {
+				return nil, fmt.Errorf("informer store holds %T for %s, want %T", item, storeKey, obj)
+			}
+			return obj, nil
+		}
+	case r.Cache != nil:
+		// Classification only reads the object: skip the cache's deep copy (most of a lookup's cost).
+		obj := T(new(E))
+		if err := r.Cache.Get(ctx, key, obj, client.UnsafeDisableDeepCopy); !apierrors.IsNotFound(err) {
+			if err != nil {
+				return nil, err
+			}
+			return obj, nil
+		}
+	}
+	if r.Live == nil {
+		return nil, ErrNotFound
 	}
 	obj := T(new(E))
 	if err := r.Live.Get(ctx, key, obj); err != nil {
-		return zero, notFound(err)
+		return nil, notFound(err)
 	}
 	return obj, nil
-}
-
-func (r ReaderLookup) get(ctx context.Context, key client.ObjectKey, obj client.Object) error {
-	// Classification only reads the object: skip the cache's deep copy (most of a lookup's cost).
-	err := r.Cache.Get(ctx, key, obj, client.UnsafeDisableDeepCopy)
-	if err == nil {
-		return nil
-	}
-	if !apierrors.IsNotFound(err) || r.Live == nil {
-		return notFound(err)
-	}
-	return notFound(r.Live.Get(ctx, key, obj))
 }
 
 func notFound(err error) error {

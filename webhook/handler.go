@@ -21,7 +21,7 @@ const Path = "/mutate-v1-pod"
 // ErrBadRequest marks admission requests this webhook cannot serve (not a v1 pod, no object).
 var ErrBadRequest = errors.New("bad admission request")
 
-// DefaultLookupTimeout leaves headroom under the 5 s timeoutSeconds of the configuration.
+// DefaultLookupTimeout bounds the API reads of one admission; it leaves headroom under the 5 s timeoutSeconds of the configuration.
 const DefaultLookupTimeout = 3 * time.Second
 
 // Handler is the admission handler: it checks the request, decodes the pod, runs the Defaulter
@@ -30,13 +30,11 @@ const DefaultLookupTimeout = 3 * time.Second
 type Handler struct {
 	defaulter *Defaulter
 	metrics   *Metrics
-	// timeout bounds the API reads of one admission, below the configuration's timeoutSeconds.
-	timeout time.Duration
 }
 
 // NewHandler builds the admission handler; metrics may be nil.
 func NewHandler(d *Defaulter, metrics *Metrics) *Handler {
-	return &Handler{defaulter: d, metrics: metrics, timeout: DefaultLookupTimeout}
+	return &Handler{defaulter: d, metrics: metrics}
 }
 
 var podKind = corev1.SchemeGroupVersion.WithKind("Pod")
@@ -90,7 +88,7 @@ func (h *Handler) handle(ctx context.Context, req admission.Request, obj *admiss
 	if ns == "" {
 		ns = pod.Namespace
 	}
-	ctx, cancel := context.WithTimeout(ctx, h.timeout)
+	ctx, cancel := context.WithTimeout(ctx, DefaultLookupTimeout)
 	defer cancel()
 	in := h.defaulter.Decide(ctx, ns, pod)
 	if len(in.Patch) == 0 {

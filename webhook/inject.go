@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path"
+	"slices"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -499,7 +500,7 @@ func (in *injector) initContainers() {
 	if install {
 		name := ""
 		for _, o := range in.ours {
-			if o.role == contract.RoleInstall && !in.taken[o.c.Name] && !containsName(want, o.c.Name) {
+			if o.role == contract.RoleInstall && !in.taken[o.c.Name] && !slices.ContainsFunc(want, func(c corev1.Container) bool { return c.Name == o.c.Name }) {
 				name = o.c.Name
 			}
 		}
@@ -580,15 +581,6 @@ func (in *injector) initContainers() {
 	if in.applying {
 		in.applyFn = append(in.applyFn, func() { in.pod.Spec.InitContainers = in.initOut })
 	}
-}
-
-func containsName(cs []corev1.Container, name string) bool {
-	for _, c := range cs {
-		if c.Name == name {
-			return true
-		}
-	}
-	return false
 }
 
 func sameNames(ours []ownContainer, want []corev1.Container) bool {

@@ -1,9 +1,7 @@
 package webhook
 
 import (
-	"bytes"
 	"strings"
-	"sync"
 
 	jsonpatch "gomodules.xyz/jsonpatch/v2"
 )
@@ -50,35 +48,3 @@ var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
 
 // escape makes a map key one JSON pointer segment (pvrescue.io/status → pvrescue.io~1status).
 func escape(key string) string { return pointerEscaper.Replace(key) }
-
-// patchBufs holds scratch buffers for marshalPatch: the patch is written into one, then copied
-// out at its exact size.
-var patchBufs = sync.Pool{New: func() any { return new([]byte) }}
-
-// maxPooledPatch keeps a rare huge patch's buffer out of the pool.
-const maxPooledPatch = 256 << 10
-
-// marshalPatch encodes ops to the bytes json.Marshal gives for them (add and replace always
-// carry a value, null when nil; other operations carry none when nil) in one pass, writing the
-// values Inject puts there by hand (patchjson.go): through Operation.MarshalJSON the encoder
-// marshals each operation on its own and scans its bytes again, and reflection over containers
-// and quantities was most of what remained.
-func marshalPatch(ops []jsonpatch.JsonPatchOperation) ([]byte, error) {
-	buf := patchBufs.Get().(*[]byte)
-	b, err := appendPatch((*buf)[:0], ops)
-	var out []byte
-	if err == nil {
-		out = bytes.Clone(b)
-	}
-	*buf = b
-	putPatchBuf(buf)
-	return out, err
-}
-
-// putPatchBuf returns a scratch buffer to patchBufs unless it grew too large to keep.
-func putPatchBuf(buf *[]byte) {
-	if cap(*buf) <= maxPooledPatch {
-		*buf = (*buf)[:0]
-		patchBufs.Put(buf)
-	}
-}

@@ -90,14 +90,7 @@ func strs[S ~string](e *jsonBuf, ss []S) {
 		e.null()
 		return
 	}
-	e.b = append(e.b, '[')
-	for i, s := range ss {
-		if i > 0 {
-			e.b = append(e.b, ',')
-		}
-		e.str(string(s))
-	}
-	e.b = append(e.b, ']')
+	list(e, ss, func(e *jsonBuf, s *S) { e.str(string(*s)) })
 }
 
 // strMap writes a string map with its keys sorted, as encoding/json does.

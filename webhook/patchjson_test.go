@@ -40,6 +40,15 @@ func marshalPatchReference(ops []jsonpatch.JsonPatchOperation) ([]byte, error) {
 	return json.Marshal(out)
 }
 
+// marshalPatch encodes ops as the webhook does, into a fresh buffer.
+func marshalPatch(ops []jsonpatch.JsonPatchOperation) ([]byte, error) {
+	b, err := appendPatch(nil, ops)
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
 // samePatch fails when marshalPatch and the reference disagree on ops (in bytes or in failing).
 func samePatch(t testing.TB, ops []jsonpatch.JsonPatchOperation) {
 	t.Helper()

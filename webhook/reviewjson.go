@@ -2,7 +2,6 @@ package webhook
 
 import (
 	"encoding/base64"
-	"sync"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -84,18 +83,4 @@ func (e *jsonBuf) status(st *metav1.Status) {
 		e.int(int64(st.Code))
 	}
 	e.close()
-}
-
-// reviewBufs holds response buffers: the writer copies what it is given, so a buffer is free
-// again once written.
-var reviewBufs = sync.Pool{New: func() any { return new([]byte) }}
-
-// maxPooledReview keeps a rare huge response's buffer out of the pool.
-const maxPooledReview = 256 << 10
-
-func putReviewBuf(b *[]byte) {
-	if cap(*b) <= maxPooledReview {
-		*b = (*b)[:0]
-		reviewBufs.Put(b)
-	}
 }

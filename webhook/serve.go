@@ -71,7 +71,7 @@ func (w *Webhook) admitDecoded(ctx context.Context, req admission.Request) admis
 	dr, _ := ctx.Value(decodedRequestKey{}).(*decodedRequest)
 	resp := w.handler.admit(ctx, req, dr.pod)
 	if len(resp.Patches) > 0 {
-		if raw, err := appendPatch((*dr.patch)[:0], resp.Patches); err == nil {
+		if raw, err := appendPatch(*dr.patch, resp.Patches); err == nil {
 			*dr.patch = raw // the grown buffer goes back to the pool
 			pt := admissionv1.PatchTypeJSONPatch
 			resp.Patch, resp.PatchType, resp.Patches = raw, &pt, nil
@@ -104,9 +104,9 @@ func (w *Webhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		w.framework.ServeHTTP(rw, r)
 		return
 	}
-	buf := bodyPool.Get().(*[]byte)
-	defer putBody(buf)
-	body, rest := readBody(r, (*buf)[:0])
+	buf := bodyBufs.get()
+	defer bodyBufs.put(buf)
+	body, rest := readBody(r, *buf)
 	*buf = body
 	if rest != nil || r.Header.Get("Content-Type") != "application/json" {
 		r.Body = rest
@@ -130,24 +130,24 @@ func (w *Webhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	if log := w.log.V(5); log.Enabled() {
 		admission.DefaultLogConstructor(w.log, &req).V(5).Info("received request")
 	}
-	dr := &decodedRequest{pod: rev.Request.Object, patch: patchBufs.Get().(*[]byte)}
+	dr := &decodedRequest{pod: rev.Request.Object, patch: patchBufs.get()}
 	resp := w.decoded.Handle(context.WithValue(r.Context(), decodedRequestKey{}, dr), req)
 	ar := admissionv1.AdmissionReview{Response: &resp.AdmissionResponse}
 	ar.SetGroupVersionKind(gvk)
 	writeReview(rw, ar)
-	putPatchBuf(dr.patch) // the answer, patch included, is written: nothing refers to it now
+	patchBufs.put(dr.patch) // the answer, patch included, is written: nothing refers to it now
 }
 
 // writeReview writes ar as the framework does, with its fallback when the encoding fails.
 func writeReview(w io.Writer, ar admissionv1.AdmissionReview) {
 	// The bytes json.NewEncoder(w).Encode(ar) writes, in one Write as it does.
-	buf := reviewBufs.Get().(*[]byte)
-	b, err := appendReview((*buf)[:0], &ar)
+	buf := reviewBufs.get()
+	b, err := appendReview(*buf, &ar)
 	if err == nil {
 		_, err = w.Write(b)
 	}
 	*buf = b
-	putReviewBuf(buf)
+	reviewBufs.put(buf)
 	// The named logger is made only when it logs: naming one costs allocations on every answer.
 	if err != nil {
 		log := logf.Log.WithName("admission")
@@ -168,17 +168,32 @@ func writeReview(w io.Writer, ar admissionv1.AdmissionReview) {
 	}
 }
 
-// bodyPool holds request body buffers: nothing decoded from a body refers to its bytes (strings
-// and byte slices are copies; the framework reads its own copy), so a buffer is free again once
-// its request is answered.
-var bodyPool = sync.Pool{New: func() any { return new([]byte) }}
+// Scratch buffers, free again once their request is answered: nothing decoded from a body refers
+// to its bytes (strings and byte slices are copies; the framework reads its own copy), the patch
+// is encoded into the answer, and the writer copies the answer. A rare huge one is not kept.
+var (
+	bodyBufs   = bufPool{max: 1 << 20}
+	patchBufs  = bufPool{max: 256 << 10}
+	reviewBufs = bufPool{max: 256 << 10}
+)
 
-// maxPooledBody keeps the rare huge body's buffer out of the pool.
-const maxPooledBody = 1 << 20
+type bufPool struct {
+	pool sync.Pool
+	max  int
+}
 
-func putBody(b *[]byte) {
-	if cap(*b) <= maxPooledBody {
-		bodyPool.Put(b)
+// get returns an empty buffer.
+func (p *bufPool) get() *[]byte {
+	if b, ok := p.pool.Get().(*[]byte); ok {
+		return b
+	}
+	return new([]byte)
+}
+
+func (p *bufPool) put(b *[]byte) {
+	if cap(*b) <= p.max {
+		*b = (*b)[:0]
+		p.pool.Put(b)
 	}
 }
 

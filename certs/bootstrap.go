@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 )
 
 // ErrWebhookConfigNotFound is wrapped when the MutatingWebhookConfiguration to patch does not exist.
@@ -118,26 +119,21 @@ func (b *Bootstrapper) Run(ctx context.Context, o *Options) error {
 	if o.Interval == 0 {
 		return err
 	}
-	logPass(log, res, err)
 	t := time.NewTicker(o.Interval)
 	defer t.Stop()
 	for {
+		if err != nil {
+			log.Error(err, "certificate bootstrap failed; retrying at the next interval")
+		} else {
+			log.V(1).Info("certificates checked", "caIssued", res.CAIssued, "servingIssued", res.ServingIssued, "bundlePatched", res.BundlePatched, "notAfter", res.NotAfter)
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 			res, err = b.Bootstrap(ctx, o)
-			logPass(log, res, err)
 		}
 	}
-}
-
-func logPass(log logr.Logger, res Result, err error) {
-	if err != nil {
-		log.Error(err, "certificate bootstrap failed; retrying at the next interval")
-		return
-	}
-	log.V(1).Info("certificates checked", "caIssued", res.CAIssued, "servingIssued", res.ServingIssued, "bundlePatched", res.BundlePatched, "notAfter", res.NotAfter)
 }
 
 // Bootstrap makes sure the CA Secret, the serving Secret and the caBundle are valid and consistent,
@@ -200,14 +196,8 @@ func (b *Bootstrapper) Bootstrap(ctx context.Context, o *Options) (Result, error
 	return res, nil
 }
 
-type secretClient interface {
-	Get(ctx context.Context, name string, opts metav1.GetOptions) (*corev1.Secret, error)
-	Create(ctx context.Context, s *corev1.Secret, opts metav1.CreateOptions) (*corev1.Secret, error)
-	Update(ctx context.Context, s *corev1.Secret, opts metav1.UpdateOptions) (*corev1.Secret, error)
-}
-
 // getSecret returns the Secret or nil when it does not exist.
-func getSecret(ctx context.Context, c secretClient, name string) (*corev1.Secret, error) {
+func getSecret(ctx context.Context, c typedcorev1.SecretInterface, name string) (*corev1.Secret, error) {
 	s, err := c.Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, nil
@@ -227,7 +217,7 @@ func parseSecretPair(s *corev1.Secret) (*keyPair, error) {
 
 // putSecret creates the Secret, or updates the existing one (optimistic concurrency on its
 // resourceVersion: a concurrent writer makes this pass fail instead of being overwritten).
-func putSecret(ctx context.Context, c secretClient, existing *corev1.Secret, name string, data map[string][]byte) error {
+func putSecret(ctx context.Context, c typedcorev1.SecretInterface, existing *corev1.Secret, name string, data map[string][]byte) error {
 	if existing == nil {
 		s := &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app.kubernetes.io/managed-by": "pvrescue-certs-bootstrap"}},

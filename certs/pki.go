@@ -39,74 +39,54 @@ type keyPair struct {
 // backdate absorbs clock skew between this process and the apiserver.
 const backdate = 5 * time.Minute
 
-func newSerial(r io.Reader) (*big.Int, error) {
-	return rand.Int(r, new(big.Int).Lsh(big.NewInt(1), 127))
-}
-
-func newKey(r io.Reader) (*ecdsa.PrivateKey, []byte, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), r)
-	if err != nil {
-		return nil, nil, fmt.Errorf("generate key: %w", err)
-	}
-	der, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return nil, nil, fmt.Errorf("encode key: %w", err)
-	}
-	return key, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
-}
-
 // newCA makes a self-signed CA valid from now for validity.
 func newCA(r io.Reader, now time.Time, commonName string, validity time.Duration) (*keyPair, error) {
-	key, keyPEM, err := newKey(r)
-	if err != nil {
-		return nil, err
-	}
-	serial, err := newSerial(r)
-	if err != nil {
-		return nil, fmt.Errorf("serial: %w", err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
+	return issue(r, "CA", &x509.Certificate{
 		Subject:               pkix.Name{CommonName: commonName},
 		NotBefore:             now.Add(-backdate),
 		NotAfter:              now.Add(validity),
 		IsCA:                  true,
 		BasicConstraintsValid: true,
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
-	}
-	der, err := x509.CreateCertificate(r, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		return nil, fmt.Errorf("sign CA certificate: %w", err)
-	}
-	return parsePair(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), keyPEM)
+	}, nil)
 }
 
 // newServing makes a server certificate for dnsNames signed by ca.
 func newServing(r io.Reader, now time.Time, ca *keyPair, dnsNames []string, validity time.Duration) (*keyPair, error) {
-	key, keyPEM, err := newKey(r)
-	if err != nil {
-		return nil, err
-	}
-	serial, err := newSerial(r)
-	if err != nil {
-		return nil, fmt.Errorf("serial: %w", err)
-	}
 	notAfter := now.Add(validity)
 	if notAfter.After(ca.cert.NotAfter) {
 		notAfter = ca.cert.NotAfter
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: dnsNames[0]},
-		DNSNames:     dnsNames,
-		NotBefore:    now.Add(-backdate),
-		NotAfter:     notAfter,
-		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(r, tmpl, ca.cert, key.Public(), ca.key)
+	return issue(r, "serving", &x509.Certificate{
+		Subject:     pkix.Name{CommonName: dnsNames[0]},
+		DNSNames:    dnsNames,
+		NotBefore:   now.Add(-backdate),
+		NotAfter:    notAfter,
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}, ca)
+}
+
+// issue signs tmpl, with a new P-256 key and serial, by parent (nil: self-signed).
+func issue(r io.Reader, what string, tmpl *x509.Certificate, parent *keyPair) (*keyPair, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), r)
 	if err != nil {
-		return nil, fmt.Errorf("sign serving certificate: %w", err)
+		return nil, fmt.Errorf("generate key: %w", err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, fmt.Errorf("encode key: %w", err)
+	}
+	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
+	if tmpl.SerialNumber, err = rand.Int(r, new(big.Int).Lsh(big.NewInt(1), 127)); err != nil {
+		return nil, fmt.Errorf("serial: %w", err)
+	}
+	signer, signerCert := crypto.Signer(key), tmpl
+	if parent != nil {
+		signer, signerCert = parent.key, parent.cert
+	}
+	if der, err = x509.CreateCertificate(r, tmpl, signerCert, key.Public(), signer); err != nil {
+		return nil, fmt.Errorf("sign %s certificate: %w", what, err)
 	}
 	return parsePair(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), keyPEM)
 }

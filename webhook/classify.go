@@ -380,28 +380,25 @@ func NewStaticLookup(objs ...client.Object) *StaticLookup {
 
 // PVC implements Lookup.
 func (s *StaticLookup) PVC(_ context.Context, namespace, name string) (*corev1.PersistentVolumeClaim, error) {
-	if p, ok := s.PVCs[namespace+"/"+name]; ok {
-		return p, nil
-	}
-	return nil, ErrNotFound
+	return find(s.PVCs, namespace+"/"+name)
 }
 
 // StorageClass implements Lookup.
 func (s *StaticLookup) StorageClass(_ context.Context, name string) (*storagev1.StorageClass, error) {
-	if sc, ok := s.StorageClasses[name]; ok {
-		return sc, nil
-	}
-	return nil, ErrNotFound
+	return find(s.StorageClasses, name)
 }
 
 // PV implements Lookup.
 func (s *StaticLookup) PV(_ context.Context, name string, fresh bool) (*corev1.PersistentVolume, error) {
-	pvs := s.PVs
 	if fresh && s.LivePVs != nil {
-		pvs = s.LivePVs
+		return find(s.LivePVs, name)
 	}
-	if pv, ok := pvs[name]; ok {
-		return pv, nil
+	return find(s.PVs, name)
+}
+
+func find[T any](m map[string]*T, key string) (*T, error) {
+	if v, ok := m[key]; ok {
+		return v, nil
 	}
 	return nil, ErrNotFound
 }

@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"context"
+	"slices"
 
 	jsonpatch "gomodules.xyz/jsonpatch/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -114,7 +115,7 @@ func (d *Defaulter) Decide(ctx context.Context, ns string, pod *corev1.Pod) Inje
 
 func (d *Defaulter) run(ctx context.Context, ns string, pod *corev1.Pod,
 	inject func(*corev1.Pod, Classification, *config.Config) Injection) Injection {
-	if d.excluded(ns) {
+	if ns == d.Namespace || slices.Contains(SystemNamespaces, ns) {
 		return Injection{Result: ResultSkipped, Reason: ReasonExcludedNamespace}
 	}
 	if pod.Labels[contract.LabelInject] == contract.LabelInjectOptOutVal {
@@ -130,18 +131,6 @@ func (d *Defaulter) run(ctx context.Context, ns string, pod *corev1.Pod,
 		in.Result, in.Reason = ResultInjected, ReasonInjected
 	}
 	return in
-}
-
-func (d *Defaulter) excluded(ns string) bool {
-	if ns == d.Namespace {
-		return true
-	}
-	for _, s := range SystemNamespaces {
-		if ns == s {
-			return true
-		}
-	}
-	return false
 }
 
 // HasCandidateVolumes is the Go twin of the configuration's CEL matchCondition.

@@ -93,6 +93,30 @@ func strs[S ~string](e *jsonBuf, ss []S) {
 	list(e, ss, func(e *jsonBuf, s *S) { e.str(string(*s)) })
 }
 
+// optStrs writes member k unless ss is empty (omitempty on a string slice).
+func optStrs[S ~string](e *jsonBuf, start int, k string, ss []S) {
+	if len(ss) > 0 {
+		e.key(start, k)
+		strs(e, ss)
+	}
+}
+
+// optMarshal writes member k through json.Marshal unless v is nil (omitempty on a pointer).
+func optMarshal[T any](e *jsonBuf, start int, k string, v *T) {
+	if v != nil {
+		e.key(start, k)
+		e.marshal(v)
+	}
+}
+
+// optList writes member k through json.Marshal unless v is empty (omitempty on a slice).
+func optList[T any](e *jsonBuf, start int, k string, v []T) {
+	if len(v) > 0 {
+		e.key(start, k)
+		e.marshal(v)
+	}
+}
+
 // strMap writes a string map with its keys sorted, as encoding/json does.
 func (e *jsonBuf) strMap(m map[string]string) {
 	if m == nil {
@@ -210,23 +234,11 @@ func (e *jsonBuf) container(c *corev1.Container) {
 	e.key(s, "name")
 	e.str(c.Name)
 	e.optStr(s, "image", c.Image)
-	if len(c.Command) > 0 {
-		e.key(s, "command")
-		strs(e, c.Command)
-	}
-	if len(c.Args) > 0 {
-		e.key(s, "args")
-		strs(e, c.Args)
-	}
+	optStrs(e, s, "command", c.Command)
+	optStrs(e, s, "args", c.Args)
 	e.optStr(s, "workingDir", c.WorkingDir)
-	if len(c.Ports) > 0 {
-		e.key(s, "ports")
-		e.marshal(c.Ports)
-	}
-	if len(c.EnvFrom) > 0 {
-		e.key(s, "envFrom")
-		e.marshal(c.EnvFrom)
-	}
+	optList(e, s, "ports", c.Ports)
+	optList(e, s, "envFrom", c.EnvFrom)
 	if len(c.Env) > 0 {
 		e.key(s, "env")
 		list(e, c.Env, (*jsonBuf).envVar)
@@ -234,18 +246,9 @@ func (e *jsonBuf) container(c *corev1.Container) {
 	// A struct: omitempty never leaves it out.
 	e.key(s, "resources")
 	e.resources(&c.Resources)
-	if len(c.ResizePolicy) > 0 {
-		e.key(s, "resizePolicy")
-		e.marshal(c.ResizePolicy)
-	}
-	if c.RestartPolicy != nil {
-		e.key(s, "restartPolicy")
-		e.marshal(c.RestartPolicy)
-	}
-	if len(c.RestartPolicyRules) > 0 {
-		e.key(s, "restartPolicyRules")
-		e.marshal(c.RestartPolicyRules)
-	}
+	optList(e, s, "resizePolicy", c.ResizePolicy)
+	optMarshal(e, s, "restartPolicy", c.RestartPolicy)
+	optList(e, s, "restartPolicyRules", c.RestartPolicyRules)
 	if len(c.VolumeMounts) > 0 {
 		e.key(s, "volumeMounts")
 		list(e, c.VolumeMounts, (*jsonBuf).volumeMount)
@@ -260,22 +263,16 @@ func (e *jsonBuf) container(c *corev1.Container) {
 			e.b = append(e.b, '}')
 		})
 	}
-	if c.LivenessProbe != nil {
-		e.key(s, "livenessProbe")
-		e.probe(c.LivenessProbe)
+	for _, p := range [...]struct {
+		k string
+		p *corev1.Probe
+	}{{"livenessProbe", c.LivenessProbe}, {"readinessProbe", c.ReadinessProbe}, {"startupProbe", c.StartupProbe}} {
+		if p.p != nil {
+			e.key(s, p.k)
+			e.probe(p.p)
+		}
 	}
-	if c.ReadinessProbe != nil {
-		e.key(s, "readinessProbe")
-		e.probe(c.ReadinessProbe)
-	}
-	if c.StartupProbe != nil {
-		e.key(s, "startupProbe")
-		e.probe(c.StartupProbe)
-	}
-	if c.Lifecycle != nil {
-		e.key(s, "lifecycle")
-		e.marshal(c.Lifecycle)
-	}
+	optMarshal(e, s, "lifecycle", c.Lifecycle)
 	e.optStr(s, "terminationMessagePath", c.TerminationMessagePath)
 	e.optStr(s, "terminationMessagePolicy", string(c.TerminationMessagePolicy))
 	e.optStr(s, "imagePullPolicy", string(c.ImagePullPolicy))
@@ -303,10 +300,7 @@ func (e *jsonBuf) envVar(v *corev1.EnvVar) {
 	e.key(s, "name")
 	e.str(v.Name)
 	e.optStr(s, "value", v.Value)
-	if v.ValueFrom != nil {
-		e.key(s, "valueFrom")
-		e.marshal(v.ValueFrom)
-	}
+	optMarshal(e, s, "valueFrom", v.ValueFrom)
 	e.close()
 }
 
@@ -320,10 +314,7 @@ func (e *jsonBuf) resources(r *corev1.ResourceRequirements) {
 		e.key(s, "requests")
 		e.resourceList(r.Requests)
 	}
-	if len(r.Claims) > 0 {
-		e.key(s, "claims")
-		e.marshal(r.Claims)
-	}
+	optList(e, s, "claims", r.Claims)
 	e.close()
 }
 
@@ -365,10 +356,7 @@ func (e *jsonBuf) volumeMount(m *corev1.VolumeMount) {
 		e.str(string(*m.MountPropagation))
 	}
 	e.optStr(s, "subPathExpr", m.SubPathExpr)
-	if len(m.BindMountOptions) > 0 {
-		e.key(s, "bindMountOptions")
-		strs(e, m.BindMountOptions)
-	}
+	optStrs(e, s, "bindMountOptions", m.BindMountOptions)
 	e.close()
 }
 
@@ -412,24 +400,12 @@ func (e *jsonBuf) probe(p *corev1.Probe) {
 	if p.Exec != nil {
 		e.key(s, "exec")
 		es := e.open()
-		if len(p.Exec.Command) > 0 {
-			e.key(es, "command")
-			strs(e, p.Exec.Command)
-		}
+		optStrs(e, es, "command", p.Exec.Command)
 		e.close()
 	}
-	if p.HTTPGet != nil {
-		e.key(s, "httpGet")
-		e.marshal(p.HTTPGet)
-	}
-	if p.TCPSocket != nil {
-		e.key(s, "tcpSocket")
-		e.marshal(p.TCPSocket)
-	}
-	if p.GRPC != nil {
-		e.key(s, "grpc")
-		e.marshal(p.GRPC)
-	}
+	optMarshal(e, s, "httpGet", p.HTTPGet)
+	optMarshal(e, s, "tcpSocket", p.TCPSocket)
+	optMarshal(e, s, "grpc", p.GRPC)
 	for _, f := range [...]struct {
 		name string
 		v    int32
@@ -457,25 +433,13 @@ func (e *jsonBuf) securityContext(sc *corev1.SecurityContext) {
 	if c := sc.Capabilities; c != nil {
 		e.key(s, "capabilities")
 		cs := e.open()
-		if len(c.Add) > 0 {
-			e.key(cs, "add")
-			strs(e, c.Add)
-		}
-		if len(c.Drop) > 0 {
-			e.key(cs, "drop")
-			strs(e, c.Drop)
-		}
+		optStrs(e, cs, "add", c.Add)
+		optStrs(e, cs, "drop", c.Drop)
 		e.close()
 	}
 	e.optBool(s, "privileged", sc.Privileged)
-	if sc.SELinuxOptions != nil {
-		e.key(s, "seLinuxOptions")
-		e.marshal(sc.SELinuxOptions)
-	}
-	if sc.WindowsOptions != nil {
-		e.key(s, "windowsOptions")
-		e.marshal(sc.WindowsOptions)
-	}
+	optMarshal(e, s, "seLinuxOptions", sc.SELinuxOptions)
+	optMarshal(e, s, "windowsOptions", sc.WindowsOptions)
 	e.optInt(s, "runAsUser", sc.RunAsUser)
 	e.optInt(s, "runAsGroup", sc.RunAsGroup)
 	e.optBool(s, "runAsNonRoot", sc.RunAsNonRoot)
@@ -496,10 +460,7 @@ func (e *jsonBuf) securityContext(sc *corev1.SecurityContext) {
 		}
 		e.close()
 	}
-	if sc.AppArmorProfile != nil {
-		e.key(s, "appArmorProfile")
-		e.marshal(sc.AppArmorProfile)
-	}
+	optMarshal(e, s, "appArmorProfile", sc.AppArmorProfile)
 	e.close()
 }
 

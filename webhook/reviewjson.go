@@ -53,10 +53,7 @@ func (e *jsonBuf) response(r *admissionv1.AdmissionResponse) {
 		e.key(s, "auditAnnotations")
 		e.strMap(r.AuditAnnotations)
 	}
-	if len(r.Warnings) > 0 {
-		e.key(s, "warnings")
-		strs(e, r.Warnings)
-	}
+	optStrs(e, s, "warnings", r.Warnings)
 	e.close()
 }
 
@@ -74,10 +71,7 @@ func (e *jsonBuf) status(st *metav1.Status) {
 	e.optStr(s, "status", st.Status)
 	e.optStr(s, "message", st.Message)
 	e.optStr(s, "reason", string(st.Reason))
-	if st.Details != nil {
-		e.key(s, "details")
-		e.marshal(st.Details)
-	}
+	optMarshal(e, s, "details", st.Details)
 	if st.Code != 0 {
 		e.key(s, "code")
 		e.int(int64(st.Code))

@@ -43,15 +43,10 @@ type Options struct {
 	Registerer prometheus.Registerer
 }
 
-// ErrInvalidOptions is wrapped by NewManager's validation errors.
-var ErrInvalidOptions = errors.New("invalid webhook server options")
-
 // NewManager assembles the webhook server: a controller-runtime manager whose cache holds PVCs,
 // StorageClasses and PVs, the TLS webhook server at webhook.Path, /healthz, /readyz and /metrics.
+// The options are the command's, validated there (cmd/pvrescue-webhook/app).
 func NewManager(restCfg *rest.Config, o Options) (manager.Manager, error) {
-	if o.Config == nil || o.CertDir == "" || o.Port <= 0 || o.Port > 65535 {
-		return nil, fmt.Errorf("%w: config, cert dir and a port in 1..65535 are required", ErrInvalidOptions)
-	}
 	scheme := runtime.NewScheme()
 	if err := corev1.AddToScheme(scheme); err != nil {
 		return nil, err

@@ -11,7 +11,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/pvrescue/pvrescue/internal/cmdutil/kubecmd"
 	"github.com/pvrescue/pvrescue/internal/config"
@@ -132,7 +131,7 @@ func Serve(ctx context.Context, o *Options) error {
 	if err != nil {
 		return err
 	}
-	restCfg, err := restConfig(o.Kubeconfig)
+	restCfg, err := kubecmd.RESTConfig(o.Kubeconfig)
 	if err != nil {
 		return err
 	}
@@ -150,5 +149,3 @@ func Serve(ctx context.Context, o *Options) error {
 	logr.FromContextOrDiscard(ctx).Info("serving", "port", o.Port, "certDir", o.CertDir, "namespace", o.Namespace, "path", webhook.Path)
 	return mgr.Start(ctx)
 }
-
-func restConfig(kubeconfig string) (*rest.Config, error) { return kubecmd.RESTConfig(kubeconfig) }

@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 )
 
@@ -55,10 +56,8 @@ func (f *FakeProcess) LookPath(file string) (string, error) {
 	if p, ok := f.Paths[file]; ok {
 		return p, nil
 	}
-	for _, c := range file {
-		if c == '/' {
-			return file, nil
-		}
+	if strings.Contains(file, "/") {
+		return file, nil
 	}
 	return "", fmt.Errorf("exec: %q: executable file not found in $PATH", file)
 }

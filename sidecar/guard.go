@@ -1,10 +1,12 @@
 package sidecar
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -155,7 +157,7 @@ func WriteReport(dir string, r Report) error {
 	if err != nil {
 		return fmt.Errorf("encode report: %w", err)
 	}
-	if err := writeFileAtomic(filepath.Join(dir, contract.DevicesFile), append(data, '\n'), 0o644); err != nil {
+	if err := writeFileAtomic(filepath.Join(dir, contract.DevicesFile), bytes.NewReader(append(data, '\n')), 0o644); err != nil {
 		return err
 	}
 	view := filepath.Join(dir, contract.FilteredDevDir)
@@ -189,36 +191,34 @@ func ReadReport(path string) (Report, error) {
 	return r, nil
 }
 
-// writeFileAtomic writes through a temporary file in the same directory and renames it, so a
+// writeFileAtomic writes r through a temporary file in the same directory and renames it, so a
 // reader never sees a half-written file. No fsync: the shared volume is an emptyDir that does not
 // outlive the pod, and after a node crash the init containers run again.
-func writeFileAtomic(path string, data []byte, mode fs.FileMode) error {
+func writeFileAtomic(path string, r io.Reader, mode fs.FileMode) error {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	tmp := f.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			_ = os.Remove(tmp)
-		}
-	}()
-	if _, err := f.Write(data); err != nil {
-		_ = f.Close() // the write already failed: that error is returned
-		return fmt.Errorf("write %s: %w", path, err)
+	_, err = io.Copy(f, r)
+	if err == nil {
+		err = f.Chmod(mode)
 	}
-	if err := f.Chmod(mode); err != nil {
-		_ = f.Close() // the write already failed: that error is returned
-		return fmt.Errorf("chmod %s: %w", path, err)
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", path, err)
+	if err == nil {
+		err = os.Rename(f.Name(), path)
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("rename into %s: %w", path, err)
+	if err != nil {
+		return errors.Join(fmt.Errorf("write %s: %w", path, err), removeIfExists(f.Name()))
 	}
-	ok = true
+	return nil
+}
+
+func removeIfExists(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
 	return nil
 }
 

@@ -1,10 +1,8 @@
 package sidecar
 
 import (
-	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 
@@ -35,8 +33,8 @@ func (o *InstallOptions) Validate() error {
 }
 
 // Install copies the executable src to DIR/pvrescue-sidecar with mode 0755, through a temporary
-// file and a rename so that a container never runs a half-copied binary (no fsync, as for
-// devices.json: the emptyDir does not survive the pod). It returns the new path.
+// file and a rename so that a container never runs a half-copied binary (writeFileAtomic). It
+// returns the new path.
 func Install(src, dir string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil { //nolint:gosec // G301: the app containers run the helper from here, under any uid
 		return "", fmt.Errorf("create %s: %w", dir, err)
@@ -47,32 +45,10 @@ func Install(src, dir string) (string, error) {
 	}
 	defer func() { _ = in.Close() }() // opened read-only: nothing to lose on close
 	dst := filepath.Join(dir, contract.HelperBinaryName)
-	out, err := os.CreateTemp(dir, "."+contract.HelperBinaryName+".*")
-	if err != nil {
-		return "", fmt.Errorf("install into %s: %w", dir, err)
-	}
-	tmp := out.Name()
-	_, err = io.Copy(out, in)
-	if err == nil {
-		err = out.Chmod(0o755)
-	}
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, dst)
-	}
-	if err != nil {
-		return "", errors.Join(fmt.Errorf("install %s: %w", dst, err), removeIfExists(tmp))
+	if err := writeFileAtomic(dst, in, 0o755); err != nil {
+		return "", fmt.Errorf("install: %w", err)
 	}
 	return dst, nil
-}
-
-func removeIfExists(path string) error {
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	return nil
 }
 
 // RunInstall installs the running executable.

@@ -3,6 +3,7 @@ package sidecar
 import (
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/pvrescue/pvrescue/internal/contract"
 )
@@ -133,10 +134,8 @@ func truncate(s string, n int) string {
 	}
 	const mark = "..."
 	cut := n - len(mark)
-	for cut > 0 && !utf8Start(s[cut]) {
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}
 	return s[:cut] + mark
 }
-
-func utf8Start(b byte) bool { return b&0xC0 != 0x80 }

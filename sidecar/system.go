@@ -57,7 +57,7 @@ type Deps struct {
 
 // RealDeps returns the implementations that talk to the operating system.
 func RealDeps() Deps {
-	return Deps{Devices: realDevices{SysDir: "/sys"}, Files: realFiles{}, Process: realProcess{}, Mounts: realMounts{}}
+	return Deps{Devices: realDevices{}, Files: realFiles{}, Process: realProcess{}, Mounts: realMounts{}}
 }
 
 type realFiles struct{}
@@ -72,9 +72,9 @@ func (realProcess) LookPath(file string) (string, error) { return exec.LookPath(
 func (realProcess) Exec(path string, argv, env []string) error { return execve(path, argv, env) }
 
 // realDevices sizes block devices from sysfs (readable by any user; see blockDeviceSize).
-type realDevices struct{ SysDir string }
+type realDevices struct{}
 
-func (d realDevices) DeviceSize(path string) (int64, error) { return blockDeviceSize(d.SysDir, path) }
+func (realDevices) DeviceSize(path string) (int64, error) { return blockDeviceSize(path) }
 
 type realMounts struct{}
 

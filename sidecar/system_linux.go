@@ -16,7 +16,7 @@ import (
 // then reads the size from sysfs: /sys/dev/block/MAJ:MIN/size in 512-byte sectors. Unlike
 // BLKGETSIZE64 it needs no open of the device, so it works for any user: device nodes are
 // root:disk 0660 and the helper image runs as 65532.
-func blockDeviceSize(sysDir, path string) (int64, error) {
+func blockDeviceSize(path string) (int64, error) {
 	fi, err := os.Stat(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, ErrNoDeviceNode
@@ -31,7 +31,7 @@ func blockDeviceSize(sysDir, path string) (int64, error) {
 	if !ok {
 		return 0, fmt.Errorf("stat: no device number for %s", path)
 	}
-	p := SysfsSizePath(sysDir, unix.Major(st.Rdev), unix.Minor(st.Rdev))
+	p := SysfsSizePath("/sys", unix.Major(st.Rdev), unix.Minor(st.Rdev))
 	b, err := os.ReadFile(p)
 	if err != nil {
 		return 0, fmt.Errorf("read %s: %w", p, unwrapPathError(err))
@@ -41,10 +41,7 @@ func blockDeviceSize(sysDir, path string) (int64, error) {
 
 func statfs(path string) error {
 	var buf unix.Statfs_t
-	if err := unix.Statfs(path, &buf); err != nil {
-		return err
-	}
-	return nil
+	return unix.Statfs(path, &buf)
 }
 
 func execve(path string, argv, env []string) error {

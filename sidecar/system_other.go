@@ -4,7 +4,7 @@ package sidecar
 
 import "syscall"
 
-func blockDeviceSize(string, string) (int64, error) { return 0, ErrUnsupported }
+func blockDeviceSize(string) (int64, error) { return 0, ErrUnsupported }
 
 func statfs(string) error { return ErrUnsupported }
 

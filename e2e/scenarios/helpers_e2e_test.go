@@ -130,11 +130,6 @@ func waitPasses(t testing.TB, e *env, metric string, n int, timeout time.Duratio
 // duration at the end of every Restorer.Sync.
 const s3Passes = "pvrescue_s3_sync_duration_seconds_count"
 
-// eventSendSlack is how long an absence check waits after the agent's passes for the Events they
-// recorded to reach the API server: the agent sends each at once, through client-go's
-// broadcaster (its queue and the API write).
-const eventSendSlack = time.Second
-
 // waitS3Passes is waitPasses for the S3 rescue (s3Passes). While nothing is under way its passes
 // come only every s3.checkInterval (1 min as shipped), but any change of a pod on the node wakes it
 // at once (the agent's view calls it on every pod add, update or delete): while the count lags,

@@ -496,6 +496,9 @@ done`
 // windowMatrix runs the window matrix on the benchmark's cluster (l's plugin and PV): for each
 // behaviour (shipped, then baseline) and pod count, the three ways the plugin goes away.
 func windowMatrix(t *failRecorder, e *env, l *fieldLayout, res *PluginBenchResult, save func()) {
+	if ablationSteps(t, e, l, res, save) {
+		return
+	}
 	counts := []int{1, 20, 100}
 	if v, ok := os.LookupEnv(BenchWindowPodsEnv); ok {
 		counts = nil

@@ -23,7 +23,6 @@ import (
 	"github.com/pvrescue/pvrescue/e2e/stack"
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/internal/contract"
-	"github.com/pvrescue/pvrescue/nodeagent"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csitest"
 )
 
@@ -262,10 +261,10 @@ func foreignLocalPV(t *testing.T, e *env) {
 		t.Errorf("the victim's guard should report /dev/data1 as fake, reported %+v", rep.Devices)
 	}
 	// Two agent passes with the tenant's pods and the fake in place (one began after the victim's
-	// pod ran on it), and the Events they recorded sent (held DefaultEventPostDelay), then what
+	// pod ran on it), and the Events they recorded sent (eventSendSlack), then what
 	// it made and said.
 	waitPasses(t, e, localDiskPasses, 2, time.Minute)
-	time.Sleep(nodeagent.DefaultEventPostDelay + time.Second)
+	time.Sleep(eventSendSlack)
 	if l := loopsUnder(config.Default().StateDir); len(l) != 1 {
 		t.Errorf("the agent should hold exactly one fake (the victim's), has %v", l)
 	}
@@ -530,9 +529,9 @@ func foreignS3Annotation(t *testing.T, e *env) {
 	// The agent restored the control; two more of its S3 passes end (one began after the
 	// control read again: a restore of the foreign volume would have started beside the
 	// control's, in the pass the deaths woke, and run as long) and the Events they recorded are
-	// sent (held DefaultEventPostDelay).
+	// sent (eventSendSlack).
 	looked := waitS3Passes(t, e, 2, 3*time.Minute)
-	time.Sleep(nodeagent.DefaultEventPostDelay + time.Second)
+	time.Sleep(eventSendSlack)
 	t.Logf("the agent made two S3 passes (%s) after the control read again", looked.Round(100*time.Millisecond))
 	if ok, _ := readFrom(e, foreignS3NS, "foreign", "app", "/data/after.txt", after); ok {
 		t.Errorf("the foreign volume (driver %s) answers again after its s3fs was killed: someone restored it; stack %s", foreignDriver, describeStack(mountsAt(targets[foreignOthPV])))

@@ -19,7 +19,6 @@ import (
 	"github.com/pvrescue/pvrescue/e2e/stack"
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/internal/contract"
-	"github.com/pvrescue/pvrescue/nodeagent"
 	"github.com/pvrescue/pvrescue/nodeagent/s3mount/csitest"
 )
 
@@ -122,7 +121,6 @@ func lostFUSEMountMounters(t *testing.T, e *env) {
 		if ours := ourS3fs(v.pv); len(ours) != 1 {
 			t.Errorf("%s: agent s3fs for %s: %v, want exactly one", v.mounter, v.pv, ours)
 		}
-		// The agent holds its Events a moment (--event-delay) so they do not compete with the pods.
 		waitFor(t, 30*time.Second, v.mounter+": the agent's "+contract.ReasonMountBridged+" Event", func() (bool, string) {
 			return len(events(t, e, v.ns, contract.ReasonMountBridged)) > 0, fmt.Sprintf("events %v", events(t, e, v.ns, ""))
 		})
@@ -158,10 +156,10 @@ func lostFUSEMountMounters(t *testing.T, e *env) {
 	}
 	rescueReads(t, e, t1, 30*time.Second, "on the driver's mounts again", []*stack.CSI{plugin}, all...)
 	// Two more S3 passes of the agent end (one began after the hand-back was seen), and the
-	// agent holds each Event --event-delay after it was recorded: a refusal of the driver's
-	// mount is in the API only that long after the pass that refused it.
+	// Events they recorded are sent (eventSendSlack): a refusal of the driver's mount would be
+	// in the API by then.
 	looked := waitS3Passes(t, e, 2, 3*time.Minute)
-	time.Sleep(nodeagent.DefaultEventPostDelay + time.Second)
+	time.Sleep(eventSendSlack)
 	t.Logf("two S3 passes of the agent %s after the hand-back (%s)", time.Since(handedBack).Round(100*time.Millisecond), looked.Round(100*time.Millisecond))
 	for _, v := range vols {
 		st := mountsAt(v.target)
@@ -287,8 +285,8 @@ func lostFUSEMountMounters(t *testing.T, e *env) {
 		t.Errorf("recreated PV: after the loss the target's top is %s (ID %d), want a new fuse.rclone mount of the driver; before %s, now %s",
 			top.FSType, top.ID, describeStack(before), describeStack(st))
 	}
-	// The agent sends its held Events in the order it recorded them: with the replay's Event in
-	// the API, a refusal or failure recorded before it is too.
+	// The agent sends its Events in the order it recorded them (client-go's broadcaster, one at
+	// a time): with the replay's Event in the API, a refusal or failure recorded before it is too.
 	if evs := append(events(t, e, id.ns, contract.ReasonReplayResultWrongFilesystem), events(t, e, id.ns, contract.ReasonMountRestoreFailed)...); len(evs) > 0 {
 		t.Errorf("recreated PV: the agent refused or failed: %v", evs)
 	}

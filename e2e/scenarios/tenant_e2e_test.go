@@ -21,7 +21,6 @@ import (
 	"github.com/pvrescue/pvrescue/e2e/stack"
 	"github.com/pvrescue/pvrescue/internal/config"
 	"github.com/pvrescue/pvrescue/internal/contract"
-	"github.com/pvrescue/pvrescue/nodeagent"
 	"github.com/pvrescue/pvrescue/nodeagent/containermount"
 )
 
@@ -318,13 +317,13 @@ func copiedAnnotationPod(t *testing.T, e *env, diskPath, status string) *corev1.
 // namespaces, judged from the Namespace object): no Event of the agent on it, no link at the
 // missing path, no loop of the agent's, no fake-device annotation, the pod not running — after
 // two passes of the local rescue (one began after the pod was there) and the Events they
-// recorded were sent (held DefaultEventPostDelay), so the agent has passed over it.
+// recorded were sent (eventSendSlack), so the agent has passed over it.
 func checkCopiedAnnotation(t *testing.T, e *env, p *corev1.Pod, diskPath string, loopsBefore []string) {
 	t.Helper()
 	ctx := context.Background()
 	cs := e.c.Client
 	looked := waitPasses(t, e, localDiskPasses, 2, time.Minute)
-	time.Sleep(nodeagent.DefaultEventPostDelay + time.Second)
+	time.Sleep(eventSendSlack)
 	t.Logf("the agent made two local-disk passes (%s) with pod %s/%s in place", looked.Round(100*time.Millisecond), p.Namespace, p.Name)
 	if evs := agentEvents(t, e, hostilePlainNS); len(evs) > 0 {
 		t.Errorf("the agent wrote Events in %s, a namespace that did not opt in: %v", hostilePlainNS, evs)
@@ -435,7 +434,7 @@ func hostileTenantConsent(t *testing.T, e *env) {
 
 	// The others stay dead: two more S3 passes of the agent end (one began after the opted-in
 	// pod read again; a restore of theirs would have started beside the opted-in pod's, in the
-	// pass the deaths woke) and the Events they recorded are sent (held DefaultEventPostDelay),
+	// pass the deaths woke) and the Events they recorded are sent (eventSendSlack),
 	// then neither reads, nor did on the way.
 	stillDead := func() {
 		for _, p := range pods[1:] {
@@ -450,7 +449,7 @@ func hostileTenantConsent(t *testing.T, e *env) {
 	}
 	stillDead()
 	looked := waitS3Passes(t, e, 2, 3*time.Minute)
-	time.Sleep(nodeagent.DefaultEventPostDelay + time.Second)
+	time.Sleep(eventSendSlack)
 	stillDead()
 	for _, p := range pods[1:] {
 		if ms := mountsAt(podTarget(e, uids[p.name], map[string]string{hostileNS: hostilePV, noConsentNS: noConsentPV}[p.ns])); len(ms) > 1 {

@@ -2,35 +2,22 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
-	"math/rand/v2"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/pvrescue/pvrescue/internal/mountreplace"
-	"github.com/pvrescue/pvrescue/internal/testenv"
-	"github.com/pvrescue/pvrescue/nodeagent"
-	"github.com/pvrescue/pvrescue/nodeagent/containermount"
-	"github.com/pvrescue/pvrescue/nodeagent/containermount/containermounttest"
-	"github.com/pvrescue/pvrescue/nodeagent/s3mount"
 )
 
 // ablationVariant is one agent of the ablation section: the shipped one, or the shipped one with
-// one mechanism of the rescue path switched off.
+// one mechanism of the rescue path switched off by its arguments.
 type ablationVariant struct {
 	name string
 	// off says what is switched off and where the mechanism lives.
-	off        string
-	eventDelay *time.Duration
+	off string
+	// args are added to the agent's installed arguments.
+	args []string
 }
 
 const shippedVariant = "shipped"
@@ -44,10 +31,10 @@ func ablationNames() []string {
 }
 
 func ablationVariants() []ablationVariant {
-	zero := time.Duration(0)
 	return []ablationVariant{
 		{name: shippedVariant, off: "nothing (the shipped agent)"},
-		{name: "event-delay", off: "held Events: sent at once (--event-delay=0; nodeagent/events.go)", eventDelay: &zero},
+		{name: "event-delay", off: "held Events: sent at once (--event-delay=0; nodeagent/events.go)", args: []string{"--event-delay=0"}},
+		{name: "mount-settle", off: "mount-table settling: fusewatch reads the table on every change (--ablate=mount-settle; fusewatch watcher.go MountSettle)", args: []string{"--ablate=mount-settle"}},
 	}
 }
 
@@ -100,16 +87,43 @@ func parsePodCounts(s string) ([]int, error) {
 func runAblation(ctx context.Context, o *Options) Section {
 	s := Section{
 		Title: "Ablation (on demand): the window a pod sees with each mechanism of the rescue path switched off",
-		RanAgainst: "the lost-mount section's host rig (the agent's S3 rescue with fusewatch and containermount's remounter as the agent wires them, " +
-			"real s3fs, a real S3 server, the objects in a real kube-apiserver " + KubeVersion + ") with one container per pod as the containers " +
-			"section makes them (a process in a mount namespace of its own, unshare(1), binding its pod's target with propagation None; " +
-			"the only stand-in is its cgroup as containermount reads it). The agent is stopped and started again before each incident with the " +
-			"variant's switch (the Events' hold).",
+		RanAgainst: "the e2e section's cluster and plugin (kubelet " + KubeVersion + ", containerd, kube-apiserver and etcd on this machine; the test CSI " +
+			"plugin as a DaemonSet with k8s-csi-s3's yandex layout; pvrescue installed from manifests/), run as e2e/scenarios' " + e2eBenchName +
+			" with its window matrix replaced by the ablation's steps (" + e2eAblationEnv + "): before each step the agent's DaemonSet gets the " +
+			"variant's arguments and its new pod is ready.",
 	}
 	if err := ablation(ctx, o, &s); err != nil {
 		s.Err = err
 	}
 	return s
+}
+
+// e2eAblationEnv mirrors e2e/scenarios.BenchAblationEnv.
+const e2eAblationEnv = "PVRESCUE_BENCH_ABLATION"
+
+// ablationStep mirrors e2e/scenarios.AblationStep.
+type ablationStep struct {
+	Pods    int      `json:"pods"`
+	Variant string   `json:"variant"`
+	Args    []string `json:"args"`
+	Cases   []string `json:"cases"`
+}
+
+// ablationCases are the incidents of each step: the plugin pod deleted, the DaemonSet rolled.
+var ablationCases = []string{"deleted", "rolled"}
+
+// ablationPlan is every step of the run: per pod count, o.AblationRepeats rounds of
+// ablationSchedule.
+func ablationPlan(sizes []int, variants []ablationVariant, rounds int) []ablationStep {
+	var steps []ablationStep
+	for _, pods := range sizes {
+		for round := range rounds {
+			for _, v := range ablationSchedule(variants, round) {
+				steps = append(steps, ablationStep{Pods: pods, Variant: v.name, Args: v.args, Cases: ablationCases})
+			}
+		}
+	}
+	return steps
 }
 
 // ablationCell is what one (pods, variant) cell measured: each incident's per-container windows.
@@ -135,12 +149,6 @@ func (c *ablationCell) perIncident(p float64) []time.Duration {
 }
 
 func ablation(ctx context.Context, o *Options, s *Section) error {
-	if _, err := exec.LookPath("unshare"); err != nil {
-		return fmt.Errorf("unshare not found (apt-get install util-linux): %w", err)
-	}
-	if sup := mountreplace.NodeSupport(); !sup.Beneath {
-		return fmt.Errorf("this kernel cannot mount beneath (the shipped agent would stack): %w", sup.Err)
-	}
 	variants, err := o.selectedVariants()
 	if err != nil {
 		return err
@@ -149,31 +157,38 @@ func ablation(ctx context.Context, o *Options, s *Section) error {
 	if err != nil {
 		return err
 	}
-	ro, logPath, err := o.agentLogOr(filepath.Join(os.TempDir(), "pvrescue-bench-ablation-agent.log"))
+	plan, err := json.Marshal(ablationPlan(sizes, variants, o.AblationRepeats))
 	if err != nil {
 		return err
 	}
-	stopBusy, err := startBusyLoops(o.AblationBusy)
+	run, err := runE2EBench(ctx, o, "ablation", e2eAblationEnv+"="+string(plan))
 	if err != nil {
 		return err
 	}
-	defer stopBusy()
-
+	took := run.took
 	cells := map[string]*ablationCell{}
 	key := func(pods int, v string) string { return fmt.Sprintf("%d pods, %s", pods, v) }
-	start := time.Now()
+	for _, c := range run.r.Window {
+		k := key(c.Pods, c.Behaviour)
+		if cells[k] == nil {
+			cells[k] = &ablationCell{}
+		}
+		ws := make([]time.Duration, len(c.ContainerWindowMs))
+		for i, ms := range c.ContainerWindowMs {
+			ws[i] = time.Duration(ms * float64(time.Millisecond))
+		}
+		cells[k].incidents = append(cells[k].incidents, ws)
+	}
+	if err := run.outcome(o, s); err != nil {
+		return err
+	}
 	for _, pods := range sizes {
-		if err := ablationRig(ctx, ro, pods, variants, func(v string) *ablationCell {
-			k := key(pods, v)
-			if cells[k] == nil {
-				cells[k] = &ablationCell{}
+		for _, v := range variants {
+			if cells[key(pods, v.name)] == nil {
+				return fmt.Errorf("%s: no incident measured", key(pods, v.name))
 			}
-			return cells[k]
-		}); err != nil {
-			return fmt.Errorf("%d pods: %w", pods, err)
 		}
 	}
-	took := time.Since(start)
 
 	var names []string
 	series := map[string][]time.Duration{}
@@ -207,13 +222,11 @@ func ablation(ctx context.Context, o *Options, s *Section) error {
 		offs = append(offs, fmt.Sprintf("%s — %s", v.name, v.off))
 	}
 	s.Notes = append(s.Notes,
-		fmt.Sprintf("Incident (the e2e window's \"kept down\" and the stress section's): every s3fs of the driver SIGKILLed and the node plugin stopped, so the agent bridges with its own s3fs; timed from the kill to each container's first read of a file written before the loss (through /proc/<pid>/root, polled every %s until every container has read once): the window the pod sees. Then the plugin serves again and the agent hands back (not timed); the next incident starts on the driver's mounts with no bridge left, after a random wait in [0, %s).", benchPoll, stressMaxDephase),
+		fmt.Sprintf("Incidents: each step runs the e2e window's \"deleted\" (the plugin pod deleted) and \"rolled\" (kubectl rollout restart of the plugin) cases on its pods; each is timed from the death (the last s3fs of the plugin exited) to each pod's first good read through its own container (polled every 10 ms): the window the pod sees. A cell pools both cases."),
 		fmt.Sprintf("Switched off, one at a time: %s.", strings.Join(offs, "; ")),
-		fmt.Sprintf("Rounds: %d per pod count; each round runs every variant once and the shipped agent twice (first and in the middle), the others in an order rotated by round, so that load that drifts during the run falls on all alike. %d pod counts took %s in all.", o.AblationRepeats, len(sizes), took.Round(time.Second)),
+		fmt.Sprintf("Rounds: %d per pod count; each round runs every variant once and the shipped agent twice (first and in the middle), the others in an order rotated by round, so that load that drifts during the run falls on all alike. The run took %s.", o.AblationRepeats, took.Round(time.Second)),
 		"Verdict, the same rule both ways: each incident gives a p50 and a max over its containers; the spread is the range of the shipped agent's incidents of the same run and pod count (shown as ratios to the shipped cell's pooled figure). \"beyond spread, slower without it\" when the variant's median incident is slower than the slowest shipped incident (the mechanism shortens the window), \"beyond spread, faster without it\" when it is faster than the fastest shipped incident (the mechanism lengthens it), \"inside spread\" otherwise. Ratios are the pooled p50 (or max) over every container of every incident of the cell against the shipped cell's.",
-		fmt.Sprintf("Load: %d busy loops (sh) beside the rig for the whole run, as the stress section runs. The agent runs in the bench process. The plugin's layout is the plain one (an s3fs per target, as the stress section's 5-pod rig): at %s pods as many daemons die per incident. Shipped configuration otherwise, except s3.bridgeFlapLimit 0 (the incidents come faster than the flap window); the bridges' free-space floor is the shipped one (where the disk has less free than it, a bridge starts with what s3fs needs: s3fs.StartableFloorMB).", o.AblationBusy, o.AblationPods),
-		"Not switched off: the bridges' CPU weight (removed in bd3a935); worker pools (none found in the shipped rescue path: nodeagent/s3mount, containermount, fusewatch and cmd/pvrescue-agent start one restore goroutine per PV and bind a PV's targets one after the other); scheduling priorities (the agent sets none since --nice was removed).",
-		fmt.Sprintf("The agent's log (V(1), with the bench's marks): `%s`.", logPath))
+		"Removed after earlier runs (issue 52; figures in ARCHITECTURE.md): pass snapshots, joiners, held records, prefetched processes, --nice.")
 	return nil
 }
 
@@ -250,117 +263,6 @@ func rangeRatio(xs []time.Duration, base time.Duration) string {
 	}
 	r := func(d time.Duration) float64 { return float64(d) / float64(base) }
 	return fmt.Sprintf("%.2f–%.2f–%.2f×", r(slices.Min(xs)), r(Percentile(xs, 50)), r(slices.Max(xs)))
-}
-
-// ablationRig runs o.AblationRepeats rounds of every variant on a rig of pods pods, one
-// container each, adding each incident to cell(variant).
-func ablationRig(ctx context.Context, o *Options, pods int, variants []ablationVariant, cell func(string) *ablationCell) error {
-	const before = "written before\n"
-	ctrRoot, err := os.MkdirTemp("", "pvrescue-bench-ablation-ctr-")
-	if err != nil {
-		return err
-	}
-	defer func() { _ = os.RemoveAll(ctrRoot) }()
-	data := filepath.Join(ctrRoot, "app", "data")
-	none := corev1.MountPropagationNone
-	spec := corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "busybox",
-		VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: data, MountPropagation: &none}}}}}
-	cgroups := map[int]string{}
-	remounter := func(deps nodeagent.Deps) (nodeagent.ContainerRemounter, error) {
-		cmOS, err := containermount.NewOS("/proc", mountreplace.NodeSupport())
-		if err != nil {
-			return nil, err
-		}
-		cmOS.Proc = containermounttest.CgroupProcFS{ProcFS: cmOS.Proc, Cgroups: cgroups}
-		return containermount.New(deps, cmOS, containermount.NewOptions())
-	}
-	base := s3RigOptions{names: newS3Names(fmt.Sprintf("bench-ablation-%d", pods)), pods: pods, pod: spec,
-		files: map[string]string{"before.txt": before}, remounter: remounter}
-	r, err := newS3Rig(ctx, o, base)
-	if err != nil {
-		return err
-	}
-	defer r.close()
-	pl, err := r.cs.CoreV1().Pods(r.names.ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err
-	}
-	uidOf := map[string]string{}
-	for _, p := range pl.Items {
-		uidOf[s3mount.TargetPath(r.kubelet, string(p.UID), r.names.pv)] = string(p.UID)
-	}
-	var ctrs []*benchContainer
-	defer func() {
-		for _, c := range ctrs {
-			_ = c.cmd.Process.Kill()
-			_ = c.cmd.Wait()
-		}
-	}()
-	for _, t := range r.targets {
-		c := &benchContainer{name: "app", propagation: "None", data: data, target: t, file: "before.txt", content: before}
-		if err := r.startContainer(ctx, c, []string{r.kubelet}); err != nil {
-			return err
-		}
-		ctrs = append(ctrs, c)
-		cgroups[c.cmd.Process.Pid] = containermounttest.PodCgroup(uidOf[t], containerID(c.name))
-		if ok, _ := readOutcome(c.path(filepath.Join(c.data, c.file)), c.content); !ok {
-			return fmt.Errorf("container of %s does not read %s before the loss", t, c.file)
-		}
-	}
-	staging := filepath.Join(r.state, "s3", "staging", r.names.pv)
-	for round := 0; round < o.AblationRepeats; round++ {
-		for _, v := range ablationSchedule(variants, round) {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			ro := base
-			ro.eventDelay = v.eventDelay
-			r.stopRunningAgent()
-			if err := r.startAgent(logr.NewContext(ctx, r.log), ro); err != nil {
-				return fmt.Errorf("%s agent: %w", v.name, err)
-			}
-			time.Sleep(time.Duration(rand.Int64N(int64(stressMaxDephase))))
-			label := fmt.Sprintf("%d pods, %s", pods, v.name)
-			r.log.Info("bench: loss", "kind", label, "run", round)
-			devs := r.targetDevs()
-			t0 := time.Now()
-			for _, m := range r.driverMounts {
-				m.Kill()
-			}
-			r.driverMounts = nil
-			r.killDriverDaemons()
-			r.stopPlugin()
-			if err := r.waitDead(ctx, devs); err != nil {
-				return fmt.Errorf("%s round %d: mount not dead after the kill: %w", v.name, round, err)
-			}
-			got := make([]time.Duration, len(ctrs))
-			seen := make([]bool, len(ctrs))
-			left := len(ctrs)
-			if err := testenv.WaitUntil(ctx, restoreTimeout, benchPoll, func() bool {
-				for i, c := range ctrs {
-					if !seen[i] && readsBack(c.path(filepath.Join(c.data, c.file)), c.content) {
-						seen[i], got[i] = true, time.Since(t0)
-						left--
-					}
-				}
-				return left == 0
-			}); err != nil {
-				return fmt.Errorf("%s round %d: %d of %d containers not readable again within %s: %w", v.name, round, left, len(ctrs), restoreTimeout, err)
-			}
-			r.log.Info("bench: readable again", "kind", label, "run", round, "after", slices.Max(got))
-			cell(v.name).incidents = append(cell(v.name).incidents, got)
-			if err := r.startPlugin(); err != nil {
-				return err
-			}
-			if err := testenv.WaitUntil(ctx, restoreTimeout, benchPoll, func() bool {
-				return r.onDriver() && r.allRead("before.txt", before) && len(testenv.S3fsPIDs(staging)) == 0 && len(r.plugin.Pids()) > 0
-			}); err != nil {
-				return fmt.Errorf("%s round %d: not handed back with no bridge within %s: %w", v.name, round, restoreTimeout, err)
-			}
-			fmt.Fprintf(os.Stderr, "   ablation (%d pods): round %d %s: max %s\n", pods, round, v.name, Ms(slices.Max(got)))
-		}
-	}
-	return nil
 }
 
 // ablationReportFile is where the ablation section's report is committed (`make bench-ablation`).

@@ -31,6 +31,36 @@ func TestAblationScheduleRunsShippedTwiceAndRotates(t *testing.T) {
 	}
 }
 
+func TestAblationPlanRunsEveryVariantEachRoundOnEachPodCount(t *testing.T) {
+	vs := ablationVariants()
+	steps := ablationPlan([]int{20, 100}, vs, 3)
+	if want := 2 * 3 * (len(vs) + 1); len(steps) != want {
+		t.Fatalf("%d steps, want %d (2 pod counts × 3 rounds × the variants and the shipped agent again)", len(steps), want)
+	}
+	count := map[string]int{}
+	for i, s := range steps {
+		if wantPods := []int{20, 100}[i/(3*(len(vs)+1))]; s.Pods != wantPods {
+			t.Errorf("step %d runs %d pods, want %d (every round of a pod count before the next)", i, s.Pods, wantPods)
+		}
+		if len(s.Cases) != 2 {
+			t.Errorf("step %d runs cases %v, want deleted and rolled", i, s.Cases)
+		}
+		if (s.Variant == shippedVariant) != (len(s.Args) == 0) {
+			t.Errorf("step %d: variant %s with arguments %v: only the shipped agent runs with none added", i, s.Variant, s.Args)
+		}
+		count[s.Variant]++
+	}
+	for _, v := range vs {
+		want := 6
+		if v.name == shippedVariant {
+			want = 12
+		}
+		if count[v.name] != want {
+			t.Errorf("%s runs %d steps, want %d", v.name, count[v.name], want)
+		}
+	}
+}
+
 func TestSpreadVerdictIsTheSameRuleBothWays(t *testing.T) {
 	ms := func(xs ...int) []time.Duration {
 		var out []time.Duration

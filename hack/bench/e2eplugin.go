@@ -99,64 +99,86 @@ func runE2EPlugin(ctx context.Context, o *Options) Section {
 }
 
 func e2ePlugin(ctx context.Context, o *Options, s *Section) error {
-	if err := requireRoot(); err != nil {
-		return err
-	}
-	tmp, err := os.MkdirTemp("", "pvrescue-bench-e2e-")
+	run, err := runE2EBench(ctx, o, "e2e", "PVRESCUE_BENCH_WINDOW_PODS="+o.WindowPods, "PVRESCUE_BENCH_WINDOW_DOWN="+o.WindowDown.String())
 	if err != nil {
 		return err
 	}
+	if run.readErr == nil {
+		e2eFigures(s, &run.r, run.took)
+		s.Notes = append(s.Notes, windowSlowNotes(run.agentLog, &run.r)...)
+	}
+	return run.outcome(o, s)
+}
+
+// e2eRun is one run of the e2e benchmark: its result (read from the file it writes after every
+// run and when it ends, failed or not), go test's output and where both are kept.
+type e2eRun struct {
+	r                 pluginBenchResult
+	log               string
+	logPath, agentLog string
+	took              time.Duration
+	runErr, readErr   error
+}
+
+// runE2EBench runs the e2e benchmark with env added to the bench's environment, keeping go
+// test's output (<name>-go-test.log) and the agent's log of each incident
+// (<name>-window-agent.log) in the raw directory.
+func runE2EBench(ctx context.Context, o *Options, name string, env ...string) (*e2eRun, error) {
+	if err := requireRoot(); err != nil {
+		return nil, err
+	}
+	tmp, err := os.MkdirTemp("", "pvrescue-bench-e2e-")
+	if err != nil {
+		return nil, err
+	}
 	defer func() { _ = os.RemoveAll(tmp) }() // best effort: a temporary directory
 	out := filepath.Join(tmp, "result.json")
-	// The agent's log of each window incident goes straight into the raw directory.
 	rawDir := o.RawDir
 	if !filepath.IsAbs(rawDir) {
 		rawDir = filepath.Join(o.Root, rawDir)
 	}
 	if err := os.MkdirAll(rawDir, 0o755); err != nil {
-		return err
+		return nil, err
 	}
-	agentLog := filepath.Join(rawDir, "e2e-window-agent.log")
-	if err := os.Remove(agentLog); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
+	run := &e2eRun{agentLog: filepath.Join(rawDir, name+"-window-agent.log")}
+	if err := os.Remove(run.agentLog); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
 	}
 	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-tags", "e2e", "-run", "^$",
 		"-bench", "^"+e2eBenchName+"$", "-benchtime", "1x", "-timeout", "40m", "./scenarios/")
 	cmd.Dir = filepath.Join(o.Root, "e2e")
-	cmd.Env = append(os.Environ(), "PVRESCUE_BENCH_OUT="+out, fmt.Sprintf("PVRESCUE_BENCH_REPEATS=%d", o.E2ERepeats),
-		"PVRESCUE_BENCH_WINDOW_PODS="+o.WindowPods, "PVRESCUE_BENCH_WINDOW_DOWN="+o.WindowDown.String(),
-		"PVRESCUE_BENCH_WINDOW_AGENT_LOG="+agentLog)
+	cmd.Env = append(append(os.Environ(), "PVRESCUE_BENCH_OUT="+out, fmt.Sprintf("PVRESCUE_BENCH_REPEATS=%d", o.E2ERepeats),
+		"PVRESCUE_BENCH_WINDOW_AGENT_LOG="+run.agentLog), env...)
 	var log bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &log, &log
 	started := time.Now()
-	runErr := cmd.Run()
-	took := time.Since(started)
-	logPath, err := writeLog(o, "e2e-go-test.log", log.String())
-	if err != nil {
-		return errors.Join(fmt.Errorf("keep the output of go test -bench %s (in e2e/): %w", e2eBenchName, err), runErr)
+	run.runErr = cmd.Run()
+	run.took = time.Since(started)
+	run.log = log.String()
+	if run.logPath, err = writeLog(o, name+"-go-test.log", run.log); err != nil {
+		return nil, errors.Join(fmt.Errorf("keep the output of go test -bench %s (in e2e/): %w", e2eBenchName, err), run.runErr)
 	}
-	// The agent's log of each window incident (absent when the matrix did not run).
-	if _, err := os.Stat(agentLog); err == nil {
+	b, err := os.ReadFile(out)
+	if err == nil {
+		err = json.Unmarshal(b, &run.r)
+	}
+	run.readErr = err
+	return run, nil
+}
+
+// outcome adds where the logs are to s and says whether the benchmark failed.
+func (run *e2eRun) outcome(o *Options, s *Section) error {
+	if _, err := os.Stat(run.agentLog); err == nil {
 		s.Notes = append(s.Notes, fmt.Sprintf("The agent's log of each window incident (its restore pass timings included): `%s`.",
-			filepath.Join(o.RawDir, "e2e-window-agent.log")))
+			filepath.Join(o.RawDir, filepath.Base(run.agentLog))))
 	}
-	// The benchmark writes its result after every run and when it ends, failed or not.
-	var r pluginBenchResult
-	b, readErr := os.ReadFile(out)
-	if readErr == nil {
-		readErr = json.Unmarshal(b, &r)
+	if run.runErr != nil {
+		return errors.New(e2eFailure(run.runErr, run.readErr, &run.r, o.E2ERepeats, run.log, run.logPath))
 	}
-	if readErr == nil {
-		e2eFigures(s, &r, took)
-		s.Notes = append(s.Notes, windowSlowNotes(agentLog, &r)...)
+	if run.readErr != nil {
+		return fmt.Errorf("%s passed but its result is unreadable: %w (whole output: %s)", e2eBenchName, run.readErr, run.logPath)
 	}
-	if runErr != nil {
-		return errors.New(e2eFailure(runErr, readErr, &r, o.E2ERepeats, log.String(), logPath))
-	}
-	if readErr != nil {
-		return fmt.Errorf("%s passed but its result is unreadable: %w (whole output: %s)", e2eBenchName, readErr, logPath)
-	}
-	s.Notes = append(s.Notes, fmt.Sprintf("go test's whole output: `%s`.", logPath))
+	s.Notes = append(s.Notes, fmt.Sprintf("go test's whole output: `%s`.", run.logPath))
 	return nil
 }
 

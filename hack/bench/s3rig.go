@@ -112,9 +112,6 @@ type s3RigOptions struct {
 	stacking bool
 	// pods is how many pods use the claim (0: one); pods after the first are named app-<i>.
 	pods int
-	// eventDelay switches the Events' hold off for the ablation section (nil: the shipped
-	// nodeagent.DefaultEventPostDelay).
-	eventDelay *time.Duration
 	// configure, when set, changes the agent's configuration after the rig's own changes.
 	configure func(*config.Config)
 }
@@ -325,11 +322,7 @@ func (r *s3Rig) startAgent(ctx context.Context, ro s3RigOptions) error {
 			}
 		}
 	}()
-	delay := nodeagent.DefaultEventPostDelay
-	if ro.eventDelay != nil {
-		delay = *ro.eventDelay
-	}
-	rec, stopRec := nodeagent.NewRecorder(r.cs, r.names.node, nodeagent.RecorderOptions{PostDelay: delay})
+	rec, stopRec := nodeagent.NewRecorder(r.cs, r.names.node, nodeagent.RecorderOptions{PostDelay: nodeagent.DefaultEventPostDelay})
 	stops = append(stops, stopRec)
 	r.reg = prometheus.NewRegistry()
 	view, err := nodeagent.NewKubeView(r.cs, r.names.node, clock.RealClock{}, nodeagent.ViewOptions{RequireConsent: !r.cfg.RescueAllNamespaces})

@@ -29,7 +29,6 @@ import (
 
 	"github.com/pvrescue/pvrescue/e2e/framework"
 	"github.com/pvrescue/pvrescue/internal/testenv"
-	"github.com/pvrescue/pvrescue/nodeagent"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -132,10 +131,9 @@ func waitPasses(t testing.TB, e *env, metric string, n int, timeout time.Duratio
 const s3Passes = "pvrescue_s3_sync_duration_seconds_count"
 
 // eventSendSlack is how long an absence check waits after the agent's passes for the Events they
-// recorded to reach the API server: the agent holds each --event-delay (as installed, the
-// default) after it was recorded, then sends it through client-go's broadcaster (its queue and
-// the API write).
-const eventSendSlack = nodeagent.DefaultEventPostDelay + time.Second
+// recorded to reach the API server: the agent sends each at once, through client-go's
+// broadcaster (its queue and the API write).
+const eventSendSlack = time.Second
 
 // waitS3Passes is waitPasses for the S3 rescue (s3Passes). While nothing is under way its passes
 // come only every s3.checkInterval (1 min as shipped), but any change of a pod on the node wakes it

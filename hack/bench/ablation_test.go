@@ -9,7 +9,9 @@ import (
 )
 
 func TestAblationScheduleRunsShippedTwiceAndRotates(t *testing.T) {
-	vs := []ablationVariant{{name: shippedVariant}, {name: "a"}, {name: "b"}, {name: "c"}}
+	// The schedule's rule, on variants of its own: the mechanisms left to switch off may be
+	// too few to show a rotation (issue 52 removed most of them).
+	vs := []ablationVariant{{name: shippedVariant}, {name: "one"}, {name: "two"}, {name: "three"}, {name: "four"}}
 	names := func(round int) []string {
 		var out []string
 		for _, v := range ablationSchedule(vs, round) {
@@ -24,7 +26,7 @@ func TestAblationScheduleRunsShippedTwiceAndRotates(t *testing.T) {
 	if r0[1] == r1[1] {
 		t.Errorf("rounds 0 and 1 start their variants alike (%v, %v): the order does not rotate", r0, r1)
 	}
-	for _, want := range []string{"a", "b", "c"} {
+	for _, want := range []string{"one", "two", "three", "four"} {
 		if strings.Count(strings.Join(r1, " ")+" ", want+" ") != 1 {
 			t.Errorf("round 1 %v runs %s other than once", r1, want)
 		}
@@ -32,7 +34,7 @@ func TestAblationScheduleRunsShippedTwiceAndRotates(t *testing.T) {
 }
 
 func TestAblationPlanRunsEveryVariantEachRoundOnEachPodCount(t *testing.T) {
-	vs := ablationVariants()
+	vs := []ablationVariant{{name: shippedVariant}, {name: "a", args: []string{"--a"}}, {name: "b", args: []string{"--b=0"}}}
 	steps := ablationPlan([]int{20, 100}, vs, 3)
 	if want := 2 * 3 * (len(vs) + 1); len(steps) != want {
 		t.Fatalf("%d steps, want %d (2 pod counts × 3 rounds × the variants and the shipped agent again)", len(steps), want)

@@ -112,7 +112,7 @@ func lostDisk(ctx context.Context, o *Options, s *Section) error {
 			return err
 		}
 	}
-	rec, stopRec := nodeagent.NewRecorder(cs, node, nodeagent.RecorderOptions{PostDelay: nodeagent.DefaultEventPostDelay})
+	rec, stopRec := nodeagent.NewRecorder(cs, node, nodeagent.RecorderOptions{})
 	defer stopRec()
 	view, err := nodeagent.NewKubeView(cs, node, clock.RealClock{}, nodeagent.ViewOptions{RequireConsent: !cfg.RescueAllNamespaces})
 	if err != nil {

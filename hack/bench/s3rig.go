@@ -322,7 +322,7 @@ func (r *s3Rig) startAgent(ctx context.Context, ro s3RigOptions) error {
 			}
 		}
 	}()
-	rec, stopRec := nodeagent.NewRecorder(r.cs, r.names.node, nodeagent.RecorderOptions{PostDelay: nodeagent.DefaultEventPostDelay})
+	rec, stopRec := nodeagent.NewRecorder(r.cs, r.names.node, nodeagent.RecorderOptions{})
 	stops = append(stops, stopRec)
 	r.reg = prometheus.NewRegistry()
 	view, err := nodeagent.NewKubeView(r.cs, r.names.node, clock.RealClock{}, nodeagent.ViewOptions{RequireConsent: !r.cfg.RescueAllNamespaces})

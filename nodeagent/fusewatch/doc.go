@@ -26,9 +26,7 @@
 // have moved to another process, as fusermount hands it to the daemon it mounts for), shortly
 // after a connection was seen without a holder, and on a slow interval as a safety net. Where the
 // kernel does not name the connection, every /dev/fuse holder is watched (a spurious wake only
-// costs the rescue one check). A burst of mount table changes is read once per MountSettle (the
-// first at once): the rescue's own bridge pass makes hundreds, and each read of the node's whole
-// table competes with the pass for the kernel's mount lock.
+// costs the rescue one check). Every mount table change is read at once.
 //
 // The walk treats what it finds as a tenant's: a descriptor counts only when its link
 // (readlink of /proc/<pid>/fd/<n>) is exactly /dev/fuse (FuseDeviceLink), and only then is its

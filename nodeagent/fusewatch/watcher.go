@@ -55,15 +55,6 @@ type Options struct {
 	// MaxOrphanRetry, then waits for the next signal (a dead mount has no holder for good).
 	// Defaults 50ms and 3.2s.
 	OrphanRetry, MaxOrphanRetry time.Duration
-	// MountSettle bounds how often a burst of mount table changes re-reads the table: the first
-	// change is read at once, the rest of a burst once per MountSettle (default 50ms). A bridge
-	// pass over 100 targets changes the table some 300 times in under a second, and each read
-	// of the node's whole table (a thousand mounts) competed with the pass's own mount calls
-	// for the kernel's mount lock and the node's CPU. Exits are never delayed.
-	MountSettle time.Duration
-	// AblateMountSettle reads the table on every mount table change (no MountSettle): for the
-	// bench's ablation mode only (`make bench-ablation`, issue 52); false in production.
-	AblateMountSettle bool
 	// Clock (default the real clock).
 	Clock clock.WithTicker
 	// OnExit, when set, is called on the Run goroutine for each watched daemon that exited.
@@ -74,7 +65,7 @@ type Options struct {
 
 // Validate reports options that cannot work.
 func (o Options) Validate() error {
-	if o.RescanInterval < 0 || o.OrphanRetry < 0 || o.MaxOrphanRetry < 0 || o.MountSettle < 0 {
+	if o.RescanInterval < 0 || o.OrphanRetry < 0 || o.MaxOrphanRetry < 0 {
 		return errors.New("fusewatch: intervals must not be negative")
 	}
 	return nil
@@ -89,12 +80,6 @@ func (o *Options) defaults() {
 	}
 	if o.MaxOrphanRetry < o.OrphanRetry {
 		o.MaxOrphanRetry = 64 * o.OrphanRetry
-	}
-	if o.MountSettle == 0 && !o.AblateMountSettle {
-		o.MountSettle = 50 * time.Millisecond
-	}
-	if o.AblateMountSettle {
-		o.MountSettle = 0
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
@@ -210,27 +195,13 @@ func (w *Watcher) Run(ctx context.Context) error {
 	tick := w.opts.Clock.NewTicker(w.opts.RescanInterval)
 	defer tick.Stop()
 	var retry clock.Timer
-	// A mount change or an exit within MountSettle of the last walk they caused is walked for
-	// when the timer fires, with every change and exit that came meanwhile: a burst costs one
-	// walk per MountSettle, whatever its cause. An exit wakes the consumer at once all the same.
-	var settle clock.Timer
-	var lastMountRead time.Time
-	forceNext := false // an exit came: the next walk looks at every process
-	mountWalk := func() {
-		lastMountRead = w.opts.Clock.Now()
-		w.walk(log, ev, forceNext)
-		forceNext = false
-	}
 	for {
-		var retryC, settleC <-chan time.Time
+		var retryC <-chan time.Time
 		if w.retry > 0 && retry == nil {
 			retry = w.opts.Clock.NewTimer(w.retry)
 		}
 		if retry != nil {
 			retryC = retry.C()
-		}
-		if settle != nil {
-			settleC = settle.C()
 		}
 		select {
 		case <-ctx.Done():
@@ -242,19 +213,12 @@ func (w *Watcher) Run(ctx context.Context) error {
 				}
 				return r.err
 			}
-			// After an exit the descriptor may live on in another process: a walk of all.
+			// Every mount table change is read at once. After an exit the descriptor may live
+			// on in another process: a walk of all.
 			exited := len(r.e.Exited) > 0 && w.exited(log, r.e.Exited)
-			forceNext = forceNext || exited
-			if (exited || r.e.MountsChanged) && settle == nil {
-				if since := w.opts.Clock.Since(lastMountRead); since < w.opts.MountSettle {
-					settle = w.opts.Clock.NewTimer(w.opts.MountSettle - since)
-				} else {
-					mountWalk()
-				}
+			if exited || r.e.MountsChanged {
+				w.walk(log, ev, exited)
 			}
-		case <-settleC:
-			settle = nil
-			mountWalk()
 		case <-tick.C():
 			w.walk(log, ev, true)
 		case <-retryC:

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -41,35 +40,6 @@ type Options struct {
 	HealthProbeBindAddress string
 	// ContainerRemount puts restored S3 mounts back into running containers (needs hostPID).
 	ContainerRemount bool
-	// (-20..19, 0 leaves the default). A rescue is a fraction of a second of work, and it comes
-	// when the node is busiest: the plugin's pod going down and coming back, kubelet and the
-	// runtime tearing down and starting containers. The agent's own use is small (its steady
-	// bridges, each in a group of its own, rank against the node's pods by the kernel's default
-	// weight and run under s3.bridgeLimits; the agent ranks against them by its pod's CPU request.
-	// EventDelay holds each Event this long before it is sent (nodeagent.RecorderOptions).
-	EventDelay time.Duration
-	// Ablate (hidden flag --ablate, bench only: `make bench-ablation`, issue 52) switches
-	// window mechanisms off, comma-separated: "mount-settle" (fusewatch reads the mount table
-	// on every change). Empty in production; the Events' hold is switched off by --event-delay=0.
-	Ablate string
-}
-
-// ablateMountSettle is the --ablate name of fusewatch's MountSettle.
-const ablateMountSettle = "mount-settle"
-
-// ablateMountSettleSet parses --ablate: whether it names mount-settle.
-func (o *Options) ablateMountSettleSet() (bool, error) {
-	on := false
-	for _, n := range strings.Split(o.Ablate, ",") {
-		switch strings.TrimSpace(n) {
-		case "":
-		case ablateMountSettle:
-			on = true
-		default:
-			return false, fmt.Errorf("%w: --ablate: unknown mechanism %q (%s)", ErrInvalidOptions, n, ablateMountSettle)
-		}
-	}
-	return on, nil
 }
 
 // NewOptions returns the defaults; the node name comes from $NODE_NAME.
@@ -79,7 +49,6 @@ func NewOptions() *Options {
 		MetricsBindAddress:     ":8080",
 		HealthProbeBindAddress: ":8081",
 		ContainerRemount:       true,
-		EventDelay:             nodeagent.DefaultEventPostDelay,
 	}
 }
 
@@ -91,9 +60,6 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "address of /metrics (\"0\" disables)")
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "address of /healthz (\"0\" disables)")
 	fs.BoolVar(&o.ContainerRemount, "container-remount", o.ContainerRemount, "put restored S3 mounts back into running containers (needs hostPID: true on the agent pod; false turns it off)")
-	fs.DurationVar(&o.EventDelay, "event-delay", o.EventDelay, "how long each Kubernetes Event is held before it is sent, so a rescue's reports (two per pod it served) reach the API server after the pods read again, not while they wait; 0 sends at once (at most 1m)")
-	fs.StringVar(&o.Ablate, "ablate", o.Ablate, "bench only (make bench-ablation): window mechanisms to switch off, comma-separated ("+ablateMountSettle+")")
-	_ = fs.MarkHidden("ablate") // registered just above: cannot fail
 }
 
 // ErrInvalidOptions is wrapped by every flag validation error.
@@ -111,18 +77,8 @@ func (o *Options) Validate() error {
 	if o.HealthProbeBindAddress == "" {
 		errs = append(errs, fmt.Errorf("%w: --health-probe-bind-address must not be empty (\"0\" disables)", ErrInvalidOptions))
 	}
-	if o.EventDelay < 0 || o.EventDelay > maxEventDelay {
-		errs = append(errs, fmt.Errorf("%w: --event-delay must be within 0..%s, got %s", ErrInvalidOptions, maxEventDelay, o.EventDelay))
-	}
-	if _, err := o.ablateMountSettleSet(); err != nil {
-		errs = append(errs, err)
-	}
 	return errors.Join(errs...)
 }
-
-// maxEventDelay bounds --event-delay: Events are reports for people, and held ones are lost if
-// the agent is killed.
-const maxEventDelay = time.Minute
 
 // RunFunc runs the agent with validated options.
 type RunFunc func(ctx context.Context, o *Options) error
@@ -177,7 +133,7 @@ func Run(ctx context.Context, o *Options) error {
 		_, err := client.Discovery().RESTClient().Get().AbsPath("/version").DoRaw(ctx)
 		return err
 	}}
-	recorder, stopEvents := nodeagent.NewRecorder(client, o.NodeName, nodeagent.RecorderOptions{PostDelay: o.EventDelay})
+	recorder, stopEvents := nodeagent.NewRecorder(client, o.NodeName, nodeagent.RecorderOptions{})
 	defer stopEvents()
 	// Consent: by default the rescues see only the pods of opted-in namespaces that did not opt out.
 	view, err := nodeagent.NewKubeView(client, o.NodeName, clock.RealClock{}, nodeagent.ViewOptions{RequireConsent: !cfg.RescueAllNamespaces})
@@ -191,14 +147,7 @@ func Run(ctx context.Context, o *Options) error {
 	defer view.Shutdown()
 	// A FUSE daemon's exit wakes the S3 rescue at once (pidfds; see fusewatch); its periodic
 	// check is the safety net.
-	noMountSettle, err := o.ablateMountSettleSet()
-	if err != nil {
-		return err
-	}
-	if noMountSettle {
-		log.Info("BENCH ONLY: mount-table settling switched off (--ablate)")
-	}
-	fuse, err := fusewatch.New(fusewatch.NewOS(fusewatch.OSOptions{}), fusewatch.Options{Registerer: reg, AblateMountSettle: noMountSettle})
+	fuse, err := fusewatch.New(fusewatch.NewOS(fusewatch.OSOptions{}), fusewatch.Options{Registerer: reg})
 	if err != nil {
 		return err
 	}

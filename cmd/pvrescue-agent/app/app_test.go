@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -19,25 +18,17 @@ func TestCommandFlags(t *testing.T) {
 	}{
 		{
 			name: "defaults with node from env", env: "node-a",
-			want: &Options{NodeName: "node-a", MetricsBindAddress: ":8080", HealthProbeBindAddress: ":8081", ContainerRemount: true, EventDelay: 2 * time.Second},
+			want: &Options{NodeName: "node-a", MetricsBindAddress: ":8080", HealthProbeBindAddress: ":8081", ContainerRemount: true},
 		},
 		{
 			name: "all flags", env: "node-a",
 			args: []string{"--config=/etc/pvrescue/config.yaml", "--node-name=node-b", "--kubeconfig=/k",
-				"--metrics-bind-address=127.0.0.1:9090", "--health-probe-bind-address=0", "--container-remount=false", "--event-delay=0"},
+				"--metrics-bind-address=127.0.0.1:9090", "--health-probe-bind-address=0", "--container-remount=false"},
 			want: &Options{ConfigFile: "/etc/pvrescue/config.yaml", NodeName: "node-b", Kubeconfig: "/k",
 				MetricsBindAddress: "127.0.0.1:9090", HealthProbeBindAddress: "0"},
 		},
 		{name: "no node name", wantErr: ErrInvalidOptions},
 		{name: "empty metrics address", env: "n", args: []string{"--metrics-bind-address="}, wantErr: ErrInvalidOptions},
-		{name: "negative event delay", env: "n", args: []string{"--event-delay=-1s"}, wantErr: ErrInvalidOptions},
-		{name: "event delay over a minute", env: "n", args: []string{"--event-delay=61s"}, wantErr: ErrInvalidOptions},
-		{
-			name: "ablate (bench only)", env: "n", args: []string{"--ablate=mount-settle"},
-			want: &Options{NodeName: "n", MetricsBindAddress: ":8080", HealthProbeBindAddress: ":8081", ContainerRemount: true, EventDelay: 2 * time.Second,
-				Ablate: "mount-settle"},
-		},
-		{name: "ablate an unknown mechanism", env: "n", args: []string{"--ablate=mount-settle,nope"}, wantErr: ErrInvalidOptions},
 		{name: "positional argument", env: "n", args: []string{"extra"}, wantErr: errAny},
 		{name: "unknown flag", env: "n", args: []string{"--nope"}, wantErr: errAny},
 	} {

@@ -57,9 +57,10 @@ func TestNodeBridgeGeesefsVolume(t *testing.T) {
 	if err != nil || string(b) != "no metadata\n" {
 		t.Errorf("read through the bridge: %q, %v", b, err)
 	}
-	if n := e.rec.Count(corev1.EventTypeNormal, contract.ReasonMountBridged, ""); n == 0 {
-		t.Errorf("no %s Event", contract.ReasonMountBridged)
-	}
+	// The Event is recorded after the bind is in place (restored.go): wait for it, do not race it.
+	waitFor(t, 10*time.Second, "the "+contract.ReasonMountBridged+" Event", func() bool {
+		return e.rec.Count(corev1.EventTypeNormal, contract.ReasonMountBridged, "") > 0
+	})
 	t.Logf("geesefs volume bridged: bridge pid %d, plain.txt mode %04o, target %d mounts", bridge.Pid, st.Mode&0o777, len(stackAt(target)))
 }
 

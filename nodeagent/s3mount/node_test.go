@@ -440,9 +440,11 @@ func TestNodeRestoreAfterS3fsDeath(t *testing.T) {
 	if s := topFSType(filepath.Join(e.state, "s3", "creds")); s != "tmpfs" {
 		t.Errorf("creds dir is on %q, want tmpfs", s)
 	}
-	if got := e.rec.Count(corev1.EventTypeNormal, contract.ReasonMountBridged, ""); got < 5 {
-		t.Errorf("MountBridged events: %d, want >= 5", got)
-	}
+	// Each Event is recorded after its bind is in place (restored.go): the last may trail the
+	// last sample.
+	waitFor(t, 10*time.Second, "5 or more MountBridged events", func() bool {
+		return e.rec.Count(corev1.EventTypeNormal, contract.ReasonMountBridged, "") >= 5
+	})
 	if got := counterValue(t, r.Metrics().Restores.WithLabelValues(s3mount.MethodBridge, "success")); got < 5 {
 		t.Errorf("restored metric %v, want >= 5", got)
 	}
